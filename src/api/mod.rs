@@ -1,0 +1,1 @@
+//! BundleDeployment API types (filled in next).

@@ -1,0 +1,7 @@
+//! pallet: a bundle deployment agent for Kubernetes.
+//!
+//! The binary (`src/main.rs`) is a thin CLI over this library, so that integration tests can
+//! drive the same code paths the agent runs.
+
+pub mod api;
+pub mod tls;
