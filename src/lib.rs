@@ -4,4 +4,5 @@
 //! drive the same code paths the agent runs.
 
 pub mod api;
+pub mod cli;
 pub mod tls;

@@ -1,1 +1,630 @@
-//! BundleDeployment API types (filled in next).
+//! The `BundleDeployment` API (`pallet.dev/v1alpha1`), as described in `shared/design/api.md`.
+//!
+//! Everything the API server can check by itself is in the schema (enums, patterns, CEL rules), so
+//! a bad object is refused at `kubectl apply` time with a message a user can act on, instead of
+//! being accepted and failing later in the agent. Defaults are applied in code through the
+//! accessor methods below rather than by the API server: an unset field stays unset in the user's
+//! object, and the documented default lives in one place.
+
+pub mod conditions;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of pallet's resources.
+pub const GROUP: &str = "pallet.dev";
+/// API version served by this agent.
+pub const VERSION: &str = "v1alpha1";
+
+/// Go-style duration as accepted by `time.ParseDuration` and `metav1.Duration` (`90s`, `10m`, `1h30m`).
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+/// RFC 1123 label: the shape of namespace names.
+const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Desired state of a BundleDeployment: where the bundle comes from, how to render it and how to
+/// roll it out.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "pallet.dev",
+    version = "v1alpha1",
+    kind = "BundleDeployment",
+    plural = "bundledeployments",
+    shortname = "bd",
+    category = "pallet",
+    status = "BundleDeploymentStatus",
+    doc = "A bundle of Kubernetes objects fetched from OCI images, git or HTTP, rendered by format and kept applied by pallet.",
+    printcolumn(name = "Format", type_ = "string", json_path = ".spec.format"),
+    printcolumn(name = "Active", type_ = "integer", json_path = ".status.activeRevision", description = "revision whose objects are on the cluster"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
+#[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
+#[serde(rename_all = "camelCase")]
+pub struct BundleDeploymentSpec {
+    /// When true the agent makes no write to the bundle's objects (no apply, prune, drift
+    /// correction or rollback) but still observes and reports them. The reason may be given in
+    /// the annotation `pallet.dev/paused-reason`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+
+    /// Namespace for namespaced objects that name none; the registry-v1 install namespace; helm's
+    /// Release.Namespace. Created when missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub install_namespace: Option<String>,
+
+    /// Apply as this ServiceAccount (impersonation). Default: the agent's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountReference>,
+
+    /// Where the bundle comes from. Contents of all sources are merged into one tree.
+    #[schemars(length(min = 1, max = 32))]
+    pub sources: Vec<Source>,
+
+    /// How the tree is turned into objects.
+    pub format: BundleFormat,
+
+    /// Format-specific settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<FormatConfig>,
+
+    /// How a new revision is rolled out and what happens when it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+
+    /// What to do with objects that already exist on the cluster. Default: IfNoOwner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_protection: Option<CollisionProtection>,
+
+    /// What happens to the applied objects when the BundleDeployment is deleted. Default: Delete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+impl BundleDeploymentSpec {
+    /// The rollout settings with defaults filled in.
+    pub fn rollout(&self) -> Rollout {
+        self.rollout.clone().unwrap_or_default()
+    }
+
+    /// The collision protection in force (default IfNoOwner).
+    pub fn collision_protection(&self) -> CollisionProtection {
+        self.collision_protection.unwrap_or_default()
+    }
+
+    /// The deletion policy in force (default Delete).
+    pub fn deletion_policy(&self) -> DeletionPolicy {
+        self.deletion_policy.unwrap_or_default()
+    }
+}
+
+/// A ServiceAccount the agent impersonates for writes to the bundle's objects.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ServiceAccountReference {
+    /// Namespace of the ServiceAccount.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub namespace: String,
+    /// Name of the ServiceAccount.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Bundle formats.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BundleFormat {
+    /// Plain Kubernetes manifests (YAML or JSON files).
+    #[serde(rename = "plain")]
+    Plain,
+    /// A Helm v3 chart.
+    #[serde(rename = "helm")]
+    Helm,
+    /// An OLM registry+v1 operator bundle.
+    #[serde(rename = "registry-v1")]
+    RegistryV1,
+}
+
+/// Kinds of source.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum SourceKind {
+    /// An OCI image whose layers hold the bundle tree.
+    #[serde(rename = "image")]
+    Image,
+    /// A git repository.
+    #[serde(rename = "git")]
+    Git,
+    /// A tarball or single manifest file served over HTTP(S).
+    #[serde(rename = "http")]
+    Http,
+}
+
+/// One place the bundle's content comes from.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.kind == 'image' ? (has(self.image) && !has(self.git) && !has(self.http)) : self.kind == 'git' ? (has(self.git) && !has(self.image) && !has(self.http)) : (has(self.http) && !has(self.image) && !has(self.git))").message("the source's settings must match its kind: kind image takes `image`, git takes `git`, http takes `http`, and no other"))]
+#[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && !self.image.ref.contains('@')) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256))").message("pollInterval is only valid for floating refs (image tag, git branch or tag, http without sha256); a pinned ref never changes"))]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// Which kind of source this is; the matching field (`image`, `git` or `http`) must be set.
+    pub kind: SourceKind,
+
+    /// Relative path inside the bundle tree where this source's content goes. Default: the root.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && self != '..' && !self.startsWith('../') && !self.endsWith('/..') && !self.contains('/../') && !self.contains('\\\\')").message("destination must be a relative path inside the bundle tree: no leading '/', no '..' segments"))]
+    pub destination: String,
+
+    /// Settings for kind image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSource>,
+
+    /// Settings for kind git.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
+
+    /// Settings for kind http.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpSource>,
+
+    /// How often a floating ref (image tag, git branch or tag, http URL without sha256) is
+    /// re-resolved. Refused on pinned refs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), regex(pattern = DURATION_PATTERN))]
+    pub poll_interval: Option<String>,
+}
+
+/// An OCI image holding the bundle as its layers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSource {
+    /// Image reference, by tag (`registry/repo:tag`, floating) or digest (`registry/repo@sha256:…`, pinned).
+    #[serde(rename = "ref")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub reference: String,
+
+    /// Credentials for the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<SourceAuth>,
+
+    /// Skip TLS certificate verification (test registries only).
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        rename = "insecureSkipTLSVerify"
+    )]
+    pub insecure_skip_tls_verify: bool,
+
+    /// A Secret whose `ca.crt` key holds extra PEM CA certificates to trust for this registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretReference>,
+}
+
+/// A git repository.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitSource {
+    /// Clone URL (https://, http:// or ssh://).
+    #[schemars(length(min = 1, max = 2048))]
+    pub repository: String,
+
+    /// Which revision to take.
+    #[serde(rename = "ref")]
+    pub reference: GitReference,
+
+    /// Subdirectory of the repository to take. Default: the whole tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub directory: Option<String>,
+
+    /// Credentials: basic-auth (username/password or token) or ssh-privatekey with known_hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<SourceAuth>,
+}
+
+/// A git revision: exactly one of commit, tag or branch.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[x_kube(validation = Rule::new("(has(self.commit) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.branch) ? 1 : 0) == 1").message("exactly one of commit, tag or branch must be set"))]
+pub struct GitReference {
+    /// Full commit SHA (pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$"))]
+    pub commit: Option<String>,
+    /// Tag name (floating: tags can be moved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub tag: Option<String>,
+    /// Branch name (floating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub branch: Option<String>,
+}
+
+/// A tarball or a single manifest file over HTTP(S).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpSource {
+    /// URL of a `.tar`, `.tar.gz`/`.tgz`, or a single `.yaml`/`.yml`/`.json` file.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
+    pub url: String,
+
+    /// Expected SHA-256 of the downloaded content (hex). Pins the source; a mismatch is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
+    pub sha256: Option<String>,
+
+    /// Credentials: basic-auth or a bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<SourceAuth>,
+}
+
+/// Where a source's credentials come from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SourceAuth {
+    /// The Secret holding the credentials.
+    pub secret: SecretReference,
+}
+
+/// A reference to a Secret. The namespace defaults to the agent's own; another namespace is used
+/// only when the BundleDeployment's serviceAccount may `get` the Secret, or the namespace is on the
+/// agent's allow-list.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SecretReference {
+    /// Name of the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Secret. Default: the agent's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub namespace: Option<String>,
+}
+
+/// Format-specific settings; only the one matching `format` may be set.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FormatConfig {
+    /// Settings for format helm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm: Option<HelmConfig>,
+    /// Settings for format registry-v1.
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "registryV1")]
+    pub registry_v1: Option<RegistryV1Config>,
+}
+
+/// Settings for Helm charts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmConfig {
+    /// Release name. Default: the BundleDeployment's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 53))]
+    pub release_name: Option<String>,
+    /// Values merged over the chart's values.yaml.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub values: Option<serde_json::Value>,
+}
+
+/// Settings for OLM registry+v1 bundles.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryV1Config {
+    /// "" (default): AllNamespaces; equal to installNamespace: OwnNamespace; another namespace:
+    /// SingleNamespace.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"))]
+    pub watch_namespace: String,
+}
+
+/// Rollout settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// A new revision must become healthy within this. Default: 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64), regex(pattern = DURATION_PATTERN))]
+    pub progress_deadline: Option<String>,
+    /// What happens when a revision fails. Default: Rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+    /// How many revision snapshots are kept. Default: 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub history_limit: Option<i32>,
+}
+
+impl Rollout {
+    /// Default progress deadline.
+    pub const DEFAULT_PROGRESS_DEADLINE: &'static str = "10m";
+    /// Default number of revisions kept.
+    pub const DEFAULT_HISTORY_LIMIT: i32 = 5;
+
+    /// The failure policy in force.
+    pub fn on_failure(&self) -> OnFailure {
+        self.on_failure.unwrap_or_default()
+    }
+
+    /// The history limit in force.
+    pub fn history_limit(&self) -> i32 {
+        self.history_limit.unwrap_or(Self::DEFAULT_HISTORY_LIMIT)
+    }
+
+    /// The progress deadline text in force (a Go duration).
+    pub fn progress_deadline(&self) -> &str {
+        self.progress_deadline
+            .as_deref()
+            .unwrap_or(Self::DEFAULT_PROGRESS_DEADLINE)
+    }
+}
+
+/// What happens when a revision fails to apply or to become healthy in time.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnFailure {
+    /// Re-apply the last healthy revision.
+    #[default]
+    Rollback,
+    /// Leave the failed revision in place.
+    Hold,
+}
+
+/// What to do with objects that already exist on the cluster when first applying them.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum CollisionProtection {
+    /// Never take over an existing object.
+    Prevent,
+    /// Take over an existing object only when no other BundleDeployment owns it.
+    #[default]
+    IfNoOwner,
+    /// Take over any existing object.
+    None,
+}
+
+/// What happens to applied objects when the BundleDeployment is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Delete them, in reverse stage order.
+    #[default]
+    Delete,
+    /// Leave them, without pallet's ownership label.
+    Orphan,
+}
+
+/// Observed state, written only by the agent.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BundleDeploymentStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Ready, Reconciling, Stalled, Unpacked, Installed, Healthy, Paused, RolledBack.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// The revision whose objects are on the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_revision: Option<i64>,
+
+    /// The newest revision that became healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_healthy_revision: Option<i64>,
+
+    /// Revisions, newest first, at most rollout.historyLimit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<RevisionStatus>,
+
+    /// The objects applied for the active revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
+
+    /// Objects whose live state differs from the desired one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+
+    /// Optional objects not applied because the cluster does not serve their kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<ObjectReference>,
+
+    /// Last value of annotation `pallet.dev/requested-rollback` that was acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_rollback: Option<String>,
+
+    /// Last value of annotation `pallet.dev/requested-retry` that was acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_retry: Option<String>,
+
+    /// Last value of annotation `pallet.dev/requested-reconcile` that was acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile: Option<String>,
+}
+
+/// One revision of the rendered bundle.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionStatus {
+    /// Revision number, starting at 1.
+    pub number: i64,
+    /// The BundleDeployment generation that produced it.
+    pub generation: i64,
+    /// Digest of the canonical rendered object set (`sha256:…`).
+    pub digest: String,
+    /// Every source resolved to an immutable ref.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ResolvedSource>,
+    /// Where the revision is in its life.
+    pub phase: RevisionPhase,
+    /// When its objects were applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_at: Option<Time>,
+    /// When it became healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_at: Option<Time>,
+    /// Number of objects in it.
+    #[serde(default)]
+    pub objects: i64,
+    /// Human-readable detail (why it failed, what superseded it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A source as the user wrote it and the immutable ref it resolved to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedSource {
+    /// Kind of the source.
+    pub kind: SourceKind,
+    /// The ref as written (tag, branch, URL…).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The immutable ref (image digest reference, commit SHA, `sha256:` of the content).
+    pub resolved: String,
+}
+
+/// Life cycle of a revision.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RevisionPhase {
+    /// Objects being applied.
+    Applying,
+    /// Applied, waiting to become healthy.
+    Progressing,
+    /// Healthy within the deadline.
+    Healthy,
+    /// Failed to apply or to become healthy in time.
+    Failed,
+    /// Replaced by an earlier revision after a failure or a request.
+    RolledBack,
+    /// Replaced by a newer revision.
+    Superseded,
+}
+
+/// A compact list of applied objects.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    /// Number of objects.
+    pub count: i64,
+    /// The objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectReference>,
+}
+
+/// Objects whose live state differs from the desired one: a bounded list and the total.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drift {
+    /// Total number of drifted objects (the list may be cut short).
+    pub count: i64,
+    /// The first drifted objects.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectReference>,
+}
+
+/// Identifies one object on the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    /// API group ("" for the core group).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Why it is listed (drift or skip detail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A schema for a free-form JSON object (helm values): structural, keeps unknown fields.
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+/// The CustomResourceDefinition as YAML, exactly as `pallet crd` prints it and `deploy/crd.yaml` holds it.
+pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(&BundleDeployment::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_crd_matches_the_generated_one() {
+        let committed = include_str!("../../deploy/crd.yaml");
+        let generated = crd_yaml().unwrap();
+        assert!(
+            committed == generated,
+            "deploy/crd.yaml is stale: regenerate it with `cargo run -q -- crd > deploy/crd.yaml`"
+        );
+    }
+
+    #[test]
+    fn spec_round_trips_with_api_field_names() {
+        let yaml = r#"
+paused: true
+installNamespace: argocd-system
+serviceAccount: {namespace: argocd-system, name: installer}
+sources:
+- kind: image
+  image:
+    ref: registry.example/argocd-bundle:v0.6
+    auth: {secret: {name: regcred}}
+    insecureSkipTLSVerify: true
+  pollInterval: 10m
+- kind: git
+  destination: extras
+  git:
+    repository: https://git.example/org/repo.git
+    ref: {commit: a3b1dff2a3b1dff2a3b1dff2a3b1dff2a3b1dff2}
+    directory: deploy/extras
+- kind: http
+  destination: crds
+  http: {url: "https://files.example/crds.tar.gz", sha256: "00"}
+format: registry-v1
+config:
+  registryV1: {watchNamespace: ""}
+rollout: {progressDeadline: 10m, onFailure: Hold, historyLimit: 3}
+collisionProtection: Prevent
+deletionPolicy: Orphan
+"#;
+        let spec: BundleDeploymentSpec = serde_saphyr::from_str(yaml).unwrap();
+        assert!(spec.paused);
+        assert_eq!(spec.format, BundleFormat::RegistryV1);
+        assert!(spec.sources[0].image.as_ref().unwrap().insecure_skip_tls_verify);
+        assert_eq!(spec.rollout().on_failure(), OnFailure::Hold);
+        assert_eq!(spec.rollout().history_limit(), 3);
+        assert_eq!(spec.collision_protection(), CollisionProtection::Prevent);
+        assert_eq!(spec.deletion_policy(), DeletionPolicy::Orphan);
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(json["sources"][0]["image"]["insecureSkipTLSVerify"], true);
+        assert_eq!(json["sources"][1]["git"]["ref"]["commit"].as_str().unwrap().len(), 40);
+        assert_eq!(json["collisionProtection"], "Prevent");
+    }
+
+    #[test]
+    fn defaults_apply_when_fields_are_unset() {
+        let spec: BundleDeploymentSpec =
+            serde_saphyr::from_str("sources: [{kind: git, git: {repository: r, ref: {branch: main}}}]\nformat: plain\n")
+                .unwrap();
+        assert!(!spec.paused);
+        assert_eq!(spec.rollout().on_failure(), OnFailure::Rollback);
+        assert_eq!(spec.rollout().history_limit(), 5);
+        assert_eq!(spec.rollout().progress_deadline(), "10m");
+        assert_eq!(spec.collision_protection(), CollisionProtection::IfNoOwner);
+        assert_eq!(spec.deletion_policy(), DeletionPolicy::Delete);
+        // Unset optional fields stay out of the serialized object.
+        let json = serde_json::to_value(&spec).unwrap();
+        assert!(json.get("paused").is_none() && json.get("rollout").is_none());
+    }
+}
