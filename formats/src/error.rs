@@ -1,0 +1,190 @@
+//! The error every renderer returns: what went wrong and, where known, the file, document and line.
+
+use std::fmt;
+
+/// Where in the bundle tree something was found: a file (relative to the tree root, `/`-separated),
+/// the zero-based index of the YAML document in that file and, where known, a one-based line.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceLocation {
+    /// File path relative to the bundle root, with `/` separators.
+    pub file: String,
+    /// Zero-based index of the document within the file (counting empty documents too).
+    pub document: Option<usize>,
+    /// One-based line in the file.
+    pub line: Option<u64>,
+}
+
+impl SourceLocation {
+    /// A location naming only a file.
+    pub fn file(file: impl Into<String>) -> Self {
+        Self {
+            file: file.into(),
+            document: None,
+            line: None,
+        }
+    }
+}
+
+impl fmt::Display for SourceLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.file)?;
+        match (self.document, self.line) {
+            (Some(document), Some(line)) => write!(f, " (document {document}, line {line})"),
+            (Some(document), None) => write!(f, " (document {document})"),
+            (None, Some(line)) => write!(f, " (line {line})"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// A registry+v1 rule that a bundle broke. OLM v1 refuses the same bundles; the name of the rule is part
+/// of the error so users can look it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RegistryV1Rule {
+    /// The bundle has no ClusterServiceVersion in `manifests/`.
+    NoClusterServiceVersion,
+    /// More than one ClusterServiceVersion in `manifests/`.
+    MultipleClusterServiceVersions,
+    /// `manifests/` must be flat.
+    NoSubdirectories,
+    /// `metadata/annotations.yaml` is missing or unreadable.
+    Annotations,
+    /// The requested watch namespace needs an install mode the CSV does not support.
+    InstallModeUnsupported,
+    /// The CSV supports only MultiNamespace, which OLM v1 cannot install.
+    MultiNamespaceOnly,
+    /// The CSV owns APIService definitions.
+    OwnedApiServices,
+    /// The bundle declares dependencies (`olm.package.required`, `olm.gvk.required`, `olm.constraint`).
+    Dependencies,
+    /// The CSV declares webhook definitions.
+    Webhooks,
+    /// A manifest's kind is not on OLM's list of supported kinds.
+    UnsupportedKind,
+    /// The CSV owns a CRD that the bundle does not contain.
+    OwnedCrdMissing,
+    /// Two deployment specs in the CSV share a name.
+    DuplicateDeployment,
+    /// Two CRDs in the bundle share a name.
+    DuplicateCrd,
+    /// The install or watch namespace is not a valid namespace name.
+    InvalidNamespace,
+    /// The CSV's install strategy is not `deployment` or cannot be read.
+    InstallStrategy,
+}
+
+impl RegistryV1Rule {
+    /// Stable short name of the rule, used in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NoClusterServiceVersion => "csv-required",
+            Self::MultipleClusterServiceVersions => "single-csv",
+            Self::NoSubdirectories => "flat-manifests",
+            Self::Annotations => "annotations",
+            Self::InstallModeUnsupported => "install-mode-supported",
+            Self::MultiNamespaceOnly => "no-multinamespace-only",
+            Self::OwnedApiServices => "no-owned-apiservices",
+            Self::Dependencies => "no-dependencies",
+            Self::Webhooks => "no-webhooks",
+            Self::UnsupportedKind => "supported-kinds",
+            Self::OwnedCrdMissing => "owned-crds-present",
+            Self::DuplicateDeployment => "unique-deployment-names",
+            Self::DuplicateCrd => "unique-crd-names",
+            Self::InvalidNamespace => "valid-namespace",
+            Self::InstallStrategy => "deployment-install-strategy",
+        }
+    }
+}
+
+impl fmt::Display for RegistryV1Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why rendering failed. Every variant is a problem with the bundle content or the format config, so a
+/// reconciler should treat it as permanent: retrying the same input gives the same error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// A file or directory could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path that failed, relative to the bundle root where possible.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid UTF-8, YAML or JSON.
+    #[error("{at}: invalid YAML: {message}")]
+    InvalidYaml {
+        /// Where the parser stopped.
+        at: SourceLocation,
+        /// What the parser said.
+        message: String,
+    },
+    /// A document parsed but is not a Kubernetes object (e.g. no `kind` or no `metadata.name`).
+    #[error("{at}: {message}")]
+    InvalidObject {
+        /// The document.
+        at: SourceLocation,
+        /// What is missing or wrong.
+        message: String,
+    },
+    /// Two objects share group, kind, namespace and name.
+    #[error("duplicate object {object}: defined in {first} and again in {second}")]
+    DuplicateObject {
+        /// `group/kind namespace/name` of the object.
+        object: String,
+        /// Where it was first defined.
+        first: SourceLocation,
+        /// Where it was defined again.
+        second: SourceLocation,
+    },
+    /// A registry+v1 bundle that OLM v1 would refuse.
+    #[error("registry-v1 bundle rejected ({rule}): {object}: {message}")]
+    RegistryV1 {
+        /// The rule the bundle broke.
+        rule: RegistryV1Rule,
+        /// The object (or file) that broke it.
+        object: String,
+        /// Details.
+        message: String,
+    },
+    /// The format config is invalid for this bundle (e.g. a bad namespace name).
+    #[error("invalid {format} config: {message}")]
+    InvalidConfig {
+        /// The format whose config is wrong.
+        format: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The format exists but this entry point does not render it yet.
+    #[error("the {0} format is not implemented in this entry point")]
+    NotImplemented(&'static str),
+}
+
+impl RenderError {
+    /// The registry+v1 rule broken, when this is a registry+v1 rejection.
+    pub fn registry_v1_rule(&self) -> Option<RegistryV1Rule> {
+        match self {
+            Self::RegistryV1 { rule, .. } => Some(*rule),
+            _ => None,
+        }
+    }
+
+    /// A short category for condition reasons and metric labels.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Self::Io { .. } => "ReadFailed",
+            Self::InvalidYaml { .. } => "InvalidYAML",
+            Self::InvalidObject { .. } => "InvalidObject",
+            Self::DuplicateObject { .. } => "DuplicateObject",
+            Self::RegistryV1 { .. } => "UnsupportedBundle",
+            Self::InvalidConfig { .. } => "InvalidConfig",
+            Self::NotImplemented(_) => "NotImplemented",
+        }
+    }
+}
