@@ -139,9 +139,9 @@ pub enum RenderError {
         /// `group/kind namespace/name` of the object.
         object: String,
         /// Where it was first defined.
-        first: SourceLocation,
+        first: Box<SourceLocation>,
         /// Where it was defined again.
-        second: SourceLocation,
+        second: Box<SourceLocation>,
     },
     /// A registry+v1 bundle that OLM v1 would refuse.
     #[error("registry-v1 bundle rejected ({rule}): {object}: {message}")]

@@ -229,8 +229,7 @@ fn split_documents(text: &str) -> Vec<DocumentText<'_>> {
     let mut start = 0usize;
     let mut start_line = 1u64;
     let mut offset = 0usize;
-    let mut line_number = 1u64;
-    for line in text.split_inclusive('\n') {
+    for (line_number, line) in (1u64..).zip(text.split_inclusive('\n')) {
         let content = line.trim_end_matches(['\n', '\r']);
         let is_separator =
             content == "---" || content.starts_with("--- ") || content.starts_with("---\t");
@@ -244,7 +243,6 @@ fn split_documents(text: &str) -> Vec<DocumentText<'_>> {
             start_line = line_number;
         }
         offset += line.len();
-        line_number += 1;
     }
     documents.push(DocumentText {
         index: documents.len(),
