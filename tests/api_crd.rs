@@ -1,0 +1,251 @@
+//! End-to-end checks of the BundleDeployment API against the local control plane: the CRD
+//! installs, objects round-trip, and the API server itself refuses invalid objects with a message
+//! a user can act on.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use kube::{Client, CustomResourceExt};
+use pallet::api::{BundleDeployment, BundleDeploymentStatus};
+use serde_json::{json, Value};
+
+fn bd_resource() -> ApiResource {
+    ApiResource::erase::<BundleDeployment>(&())
+}
+
+async fn ready_client() -> Client {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    client
+}
+
+/// A valid spec to start from; each rejection test breaks one thing in it.
+fn valid_spec() -> Value {
+    json!({
+        "installNamespace": "demo",
+        "sources": [{
+            "kind": "git",
+            "git": {"repository": "http://127.0.0.1:1/repo.git", "ref": {"branch": "main"}},
+        }],
+        "format": "plain",
+    })
+}
+
+fn bd(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "pallet.dev/v1alpha1",
+        "kind": "BundleDeployment",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// Server-side applies `object` and returns the API server's refusal message. Panics when the
+/// server accepts it.
+async fn rejection(client: &Client, object: Value) -> String {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    let result = api
+        .patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER), &Patch::Apply(&object))
+        .await;
+    match result {
+        Ok(_) => panic!("the API server accepted an invalid BundleDeployment: {object}"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "expected 422 Invalid, got {status:?}");
+            status.message
+        }
+        Err(other) => panic!("unexpected error: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn crd_is_served_cluster_scoped_with_short_name() {
+    let client = ready_client().await;
+    let resources = client
+        .list_api_group_resources("pallet.dev/v1alpha1")
+        .await
+        .expect("pallet.dev/v1alpha1 is served");
+    let bd = resources
+        .resources
+        .iter()
+        .find(|r| r.name == "bundledeployments")
+        .expect("bundledeployments is listed");
+    assert!(!bd.namespaced, "BundleDeployment must be cluster-scoped");
+    assert_eq!(bd.kind, "BundleDeployment");
+    assert_eq!(bd.short_names.as_deref(), Some(&["bd".to_string()][..]));
+    assert!(
+        resources.resources.iter().any(|r| r.name == "bundledeployments/status"),
+        "the status subresource is enabled"
+    );
+    assert_eq!(BundleDeployment::crd().spec.names.short_names.unwrap(), vec!["bd"]);
+}
+
+#[tokio::test]
+async fn example_bundle_deployment_applies_and_reads_back() {
+    let client = ready_client().await;
+    let name = cluster::unique_name("example");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/examples/hello-plain.yaml"))
+        .unwrap()
+        .replace("${GIT_URL}", "http://127.0.0.1:1/hello.git");
+    let mut example: BundleDeployment = serde_saphyr::from_str(&text).unwrap();
+    example.metadata.name = Some(name.clone());
+
+    let api: Api<BundleDeployment> = Api::all(client.clone());
+    let applied = api
+        .patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER), &Patch::Apply(&example))
+        .await
+        .expect("the example applies");
+    assert_eq!(applied.spec, example.spec, "the API server kept the spec as written");
+
+    let read = api.get(&name).await.unwrap();
+    assert_eq!(read.spec, example.spec);
+    assert_eq!(read.spec.install_namespace.as_deref(), Some("hello"));
+    assert!(read.status.is_none(), "status is written only by the agent");
+
+    // Status is a subresource: writing it does not bump the generation, and a spec apply does
+    // not touch it.
+    let status = BundleDeploymentStatus { observed_generation: Some(1), active_revision: Some(3), ..Default::default() };
+    let patched = api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .await
+        .expect("status subresource accepts a patch");
+    assert_eq!(patched.status.as_ref().unwrap().active_revision, Some(3));
+    assert_eq!(patched.metadata.generation, read.metadata.generation);
+
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn two_git_refs_are_refused() {
+    let client = ready_client().await;
+    let mut spec = valid_spec();
+    spec["sources"][0]["git"]["ref"] = json!({"branch": "main", "tag": "v1"});
+    let message = rejection(&client, bd(&cluster::unique_name("tworefs"), spec)).await;
+    assert!(message.contains("exactly one of commit, tag or branch must be set"), "{message}");
+    assert!(message.contains("spec.sources[0].git.ref"), "names the field: {message}");
+}
+
+#[tokio::test]
+async fn destination_escaping_the_tree_is_refused() {
+    let client = ready_client().await;
+    for destination in ["../x", "/etc", "a/../../b", ".."] {
+        let mut spec = valid_spec();
+        spec["sources"][0]["destination"] = json!(destination);
+        let message = rejection(&client, bd(&cluster::unique_name("escape"), spec)).await;
+        assert!(
+            message.contains("destination must be a relative path inside the bundle tree"),
+            "{destination}: {message}"
+        );
+        assert!(message.contains("spec.sources[0].destination"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn unknown_format_is_refused() {
+    let client = ready_client().await;
+    let mut spec = valid_spec();
+    spec["format"] = json!("kustomize");
+    let message = rejection(&client, bd(&cluster::unique_name("format"), spec)).await;
+    assert!(message.contains("spec.format"), "{message}");
+    assert!(message.contains(r#"Unsupported value: "kustomize""#), "{message}");
+    assert!(message.contains(r#""plain", "helm", "registry-v1""#), "lists the valid formats: {message}");
+}
+
+#[tokio::test]
+async fn other_invalid_specs_are_refused() {
+    let client = ready_client().await;
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+        ("no sources", Box::new(|s| s["sources"] = json!([])), "should have at least 1 items"),
+        (
+            "settings for another kind",
+            Box::new(|s| s["sources"][0]["kind"] = json!("image")),
+            "the source's settings must match its kind",
+        ),
+        (
+            "pollInterval on a pinned commit",
+            Box::new(|s| {
+                s["sources"][0]["git"]["ref"] = json!({"commit": "0123456789abcdef0123456789abcdef01234567"});
+                s["sources"][0]["pollInterval"] = json!("5m");
+            }),
+            "pollInterval is only valid for floating refs",
+        ),
+        (
+            "pollInterval on a digest",
+            Box::new(|s| {
+                s["sources"][0] = json!({"kind": "image", "image": {"ref": "r.example/b@sha256:0123"}, "pollInterval": "5m"});
+            }),
+            "pollInterval is only valid for floating refs",
+        ),
+        (
+            "malformed duration",
+            Box::new(|s| s["rollout"] = json!({"progressDeadline": "ten minutes"})),
+            "spec.rollout.progressDeadline",
+        ),
+        (
+            "helm config on a plain bundle",
+            Box::new(|s| s["config"] = json!({"helm": {"releaseName": "x"}})),
+            "config.helm is only valid with format: helm",
+        ),
+        (
+            "unknown onFailure",
+            Box::new(|s| s["rollout"] = json!({"onFailure": "Retry"})),
+            r#"Unsupported value: "Retry""#,
+        ),
+    ];
+    for (what, breaks, expected) in cases {
+        let mut spec = valid_spec();
+        breaks(&mut spec);
+        let message = rejection(&client, bd(&cluster::unique_name("invalid"), spec)).await;
+        assert!(message.contains(expected), "{what}: expected {expected:?} in {message:?}");
+    }
+}
+
+#[tokio::test]
+async fn printer_columns_show_format_and_paused() {
+    let client = ready_client().await;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let name = cluster::unique_name("columns");
+    let mut spec = valid_spec();
+    spec["paused"] = json!(true);
+    api.create(&PostParams::default(), &serde_json::from_value(bd(&name, spec)).unwrap())
+        .await
+        .unwrap();
+    // Ask for the server-side table, as `kubectl get bd` does.
+    let request = http::Request::get(format!("/apis/pallet.dev/v1alpha1/bundledeployments/{name}"))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: Value = client.request(request).await.unwrap();
+    let columns: Vec<&str> =
+        table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(columns, ["Name", "Format", "Active", "Ready", "Paused", "Age"]);
+    let cells = &table["rows"][0]["cells"];
+    assert_eq!(cells[0], json!(name));
+    assert_eq!(cells[1], json!("plain"));
+    assert_eq!(cells[4], json!(true));
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// Every BundleDeployment in the README is one the API server accepts (server-side dry run).
+#[tokio::test]
+async fn readme_bundle_deployment_examples_are_accepted() {
+    let client = ready_client().await;
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let examples: Vec<&str> = readme
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .filter(|block| block.contains("kind: BundleDeployment"))
+        .collect();
+    assert!(!examples.is_empty(), "the README shows at least one BundleDeployment");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    for example in examples {
+        let object: Value = serde_saphyr::from_str(example).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{example}"));
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        api.patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(), &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
+    }
+}

@@ -1,0 +1,114 @@
+//! Access to the local control plane started by `tools/controlplane.sh start`.
+//!
+//! Tests never start the control plane themselves (it is shared by every test binary and takes
+//! seconds to start); they find it through its kubeconfig and fail with instructions when it is
+//! not there.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Field manager the tests use for their own server-side applies.
+pub const TEST_FIELD_MANAGER: &str = "pallet-tests";
+
+/// The project's state directory: `$PALLET_STATE_DIR`, else `<repo>/.pallet`.
+pub fn state_dir() -> PathBuf {
+    match std::env::var_os("PALLET_STATE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".pallet"),
+    }
+}
+
+/// The admin kubeconfig written by the local control plane.
+pub fn kubeconfig_path() -> PathBuf {
+    state_dir().join("controlplane").join("kubeconfig")
+}
+
+/// A client for the local control plane, as its admin. Panics with instructions when the
+/// control plane is not running.
+pub async fn client() -> Client {
+    pallet::tls::install_crypto_provider();
+    let path = kubeconfig_path();
+    let not_running = |why: String| -> ! {
+        panic!(
+            "the local control plane is not reachable ({why}): start it with `tools/controlplane.sh start` \
+             (or run the whole suite with `tools/test.sh`)"
+        )
+    };
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| not_running(format!("no kubeconfig at {}: {e}", path.display())));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| not_running(format!("bad kubeconfig {}: {e}", path.display())));
+    let client = Client::try_from(config).unwrap_or_else(|e| not_running(e.to_string()));
+    if let Err(e) = client.apiserver_version().await {
+        not_running(format!("API server did not answer: {e}"));
+    }
+    client
+}
+
+/// Polls `probe` every 100 ms until it returns `Ok(value)` or `timeout` passes; on timeout,
+/// panics with `what` and the last error the probe reported.
+pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Installs (server-side applies) the BundleDeployment CRD and waits until it is Established.
+pub async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml parses");
+    let name = crd.metadata.name.clone().expect("CRD has a name");
+    crds.patch(&name, &PatchParams::apply(TEST_FIELD_MANAGER).force(), &Patch::Apply(&crd))
+        .await
+        .unwrap_or_else(|e| panic!("the API server refused deploy/crd.yaml: {e}"));
+    poll_until("the BundleDeployment CRD to be Established", Duration::from_secs(30), || {
+        let crds = crds.clone();
+        let name = name.clone();
+        async move {
+            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+            let established = crd
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established { Ok(()) } else { Err(format!("status: {:?}", crd.status)) }
+        }
+    })
+    .await;
+}
+
+/// A name no other test (in this or another process) uses: `prefix-<pid>-<counter>-<nanos>`,
+/// short enough for a DNS label.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos & 0xffff)
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: lint, unit, integration and end-to-end tests.
+#
+# Installs and builds what is missing (Debian packages, the local control plane, the fixture
+# servers, the helm oracle), starts the servers it needs on 127.0.0.1, runs every test, stops what
+# it started, and exits non-zero on any failure. Safe to run with CI=true and no stdin.
+#
+# Build caches live outside the work tree (${PALLET_CACHE_DIR:-~/.cache/pallet}: cargo's target
+# dir, the Go-built binaries; Go's own build cache in ~/.cache/go-build), so a fresh clone on the
+# same machine reuses them and a second run is fast.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+export PALLET_CACHE_DIR=${PALLET_CACHE_DIR:-$HOME/.cache/pallet}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PALLET_CACHE_DIR/target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+export PATH="$PALLET_CACHE_DIR/bin:$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+
+step() { printf '\n==> %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+started=()
+cleanup() {
+  local code=$?
+  # Stop only what this run started, newest first, so a developer's own servers keep running.
+  for ((i=${#started[@]}-1; i>=0; i--)); do
+    "${started[i]}" stop || true
+  done
+  exit "$code"
+}
+trap cleanup EXIT
+
+step "system packages"
+tools/deps.sh
+
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "build the tests"
+cargo test --workspace --locked --no-run
+
+step "helm oracle (for the helm format's differential tests)"
+tools/helm.sh build
+
+step "local control plane"
+if ! tools/controlplane.sh status >/dev/null 2>&1; then
+  started+=(tools/controlplane.sh)
+fi
+tools/controlplane.sh start
+
+step "fixture servers"
+if ! tools/fixtures.sh status >/dev/null 2>&1; then
+  started+=(tools/fixtures.sh)
+fi
+tools/fixtures.sh start
+
+step "control plane self-test"
+tools/controlplane.sh selftest
+
+step "cargo test"
+cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}"
+
+step "done"
