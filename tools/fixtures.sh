@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Fixture servers for integration tests, all on 127.0.0.1:
+#   - two OCI registries (Debian's docker-registry): plain HTTP without auth, and TLS (test CA) with
+#     htpasswd auth; each is fronted by a counting reverse proxy so tests can count requests;
+#   - git over smart HTTP (git http-backend), without and with basic auth;
+#   - an HTTP file server with ETag/Last-Modified, without auth, with basic auth, with a bearer token;
+#   - a control port with request counters (GET /_stats, GET /_requests, POST /_reset).
+# The Go servers are one program, tools/fixtures (pallet-fixtures).
+#
+# Usage: tools/fixtures.sh start|stop|status|env|deps
+# State (pids, logs, certs, repos, files, endpoints.json) lives in ${PALLET_STATE_DIR:-<repo>/.pallet}/fixtures.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${PALLET_CACHE_DIR:-$HOME/.cache/pallet}
+state=${PALLET_STATE_DIR:-$root/.pallet}/fixtures
+bin=$cache/bin/pallet-fixtures
+export PATH="/usr/local/go/bin:$PATH"
+
+log() { printf 'fixtures: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# Installs the Debian packages the fixtures need, when missing; apt-get update runs at most once.
+deps() {
+  local packages=(docker-registry openssl git ca-certificates) missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq </dev/null
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+  # Where an init system runs, the package starts a registry on :5000; ours are separate instances.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+    $sudo systemctl disable --now docker-registry || true
+  fi
+}
+
+
+# Builds pallet-fixtures when its sources are newer than the binary; Go's build cache makes a
+# rebuild after a source change fast too.
+build() {
+  local src=$root/tools/fixtures
+  if [ -x "$bin" ] && [ -z "$(find "$src" -newer "$bin" -type f -print -quit)" ]; then
+    return 0
+  fi
+  log "building $bin"
+  mkdir -p "$(dirname "$bin")"
+  (cd "$src" && go build -o "$bin.tmp" . && mv "$bin.tmp" "$bin")
+}
+
+# A test CA and a server certificate for 127.0.0.1 and localhost, made once per state dir.
+certs() {
+  local d=$state/tls
+  [ -s "$d/server.pem" ] && return 0
+  mkdir -p "$d"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=pallet test CA" \
+    -keyout "$d/ca-key.pem" -out "$d/ca.pem" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$d/server-key.pem" -out "$d/server.csr" 2>/dev/null
+  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=CA:FALSE" \
+    "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" > "$d/server.ext"
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca-key.pem" -CAcreateserial \
+    -days 3650 -extfile "$d/server.ext" -out "$d/server.pem" 2>/dev/null
+}
+
+# Test-only credentials, random per state dir so nothing real can ever match them.
+creds() {
+  local f=$state/creds.env
+  if [ ! -s "$f" ]; then
+    {
+      echo "FIXTURE_USER=pallet"
+      echo "FIXTURE_PASSWORD=$(openssl rand -hex 12)"
+      echo "FIXTURE_TOKEN=$(openssl rand -hex 20)"
+    } > "$f"
+    chmod 600 "$f"
+  fi
+  # shellcheck disable=SC1090
+  . "$f"
+  [ -s "$state/htpasswd" ] || "$bin" htpasswd "$FIXTURE_USER" "$FIXTURE_PASSWORD" > "$state/htpasswd"
+}
+
+# registry_config NAME PORT TLS(0|1): a docker-registry config with storage under the state dir.
+registry_config() {
+  local name=$1 port=$2 tls=$3 f=$state/$1.yml
+  mkdir -p "$state/$name-data"
+  {
+    echo "version: 0.1"
+    echo "log: {level: info, accesslog: {disabled: false}}"
+    echo "storage:"
+    echo "  filesystem: {rootdirectory: $state/$name-data}"
+    echo "  delete: {enabled: true}"
+    echo "http:"
+    echo "  addr: 127.0.0.1:$port"
+    echo "  secret: pallet-fixtures-$name"
+    echo "  headers: {X-Content-Type-Options: [nosniff]}"
+    if [ "$tls" = 1 ]; then
+      echo "  tls: {certificate: $state/tls/server.pem, key: $state/tls/server-key.pem}"
+      echo "auth:"
+      echo "  htpasswd: {realm: pallet-fixtures, path: $state/htpasswd}"
+    fi
+  } > "$f"
+}
+
+alive() { [ -s "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+
+# Runs a command detached from this shell (own session, no stdin), logging to <state>/NAME.log.
+spawn() {
+  local name=$1; shift
+  setsid "$@" </dev/null >"$state/$name.log" 2>&1 &
+  echo $! > "$state/$name.pid"
+}
+
+status() {
+  local p ok=0
+  for p in registry-plain registry-tls servers; do
+    if alive "$p"; then echo "$p: running (pid $(cat "$state/$p.pid"))"; else echo "$p: stopped"; ok=1; fi
+  done
+  if [ -s "$state/endpoints.json" ] && [ -x "$bin" ]; then
+    local ctl
+    ctl=$(sed -n 's/.*"control_url": "\(.*\)".*/\1/p' "$state/endpoints.json")
+    if "$bin" ping "$ctl/_health" 2>/dev/null; then echo "control: $ctl"; else echo "control: not answering"; ok=1; fi
+  else
+    echo "endpoints.json: missing"; ok=1
+  fi
+  return $ok
+}
+
+stop() {
+  local p pid
+  for p in servers registry-tls registry-plain; do
+    if alive "$p"; then
+      pid=$(cat "$state/$p.pid")
+      kill "$pid" 2>/dev/null || true
+      # Wait for the exit (bounded) so a following start finds the ports and files free.
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$state/$p.pid"
+  done
+  rm -f "$state/endpoints.json"
+}
+
+start() {
+  if status >/dev/null 2>&1; then
+    log "already running; endpoints in $state/endpoints.json"
+    return 0
+  fi
+  stop # clear whatever half-started state a previous run left
+  local t0=$SECONDS
+  deps
+  mkdir -p "$state"
+  build
+  certs
+  creds
+  local ports p1 p2
+  ports=$("$bin" freeport 2)
+  p1=$(sed -n 1p <<<"$ports"); p2=$(sed -n 2p <<<"$ports")
+  registry_config registry-plain "$p1" 0
+  registry_config registry-tls "$p2" 1
+  spawn registry-plain docker-registry serve "$state/registry-plain.yml"
+  spawn registry-tls docker-registry serve "$state/registry-tls.yml"
+  spawn servers "$bin" serve --dir "$state" --out "$state/endpoints.json" \
+    --ca "$state/tls/ca.pem" --cert "$state/tls/server.pem" --key "$state/tls/server-key.pem" \
+    --registry-plain "http://127.0.0.1:$p1" --registry-tls "https://127.0.0.1:$p2" \
+    --username "$FIXTURE_USER" --password "$FIXTURE_PASSWORD" --token "$FIXTURE_TOKEN"
+  # pallet-fixtures writes endpoints.json only after every server, registries included, answers.
+  local deadline=$((SECONDS + 60)) p
+  until [ -s "$state/endpoints.json" ]; do
+    for p in registry-plain registry-tls servers; do
+      alive "$p" || { tail -n 20 "$state/$p.log" >&2; stop; die "$p exited during start; log: $state/$p.log"; }
+    done
+    if [ $SECONDS -ge $deadline ]; then
+      stop; die "fixtures did not become ready within 60s; logs in $state"
+    fi
+    sleep 0.1
+  done
+  log "ready in $((SECONDS - t0))s; endpoints in $state/endpoints.json"
+}
+
+# Prints shell exports for the endpoints, for use by hand: eval "$(tools/fixtures.sh env)".
+env_cmd() {
+  [ -s "$state/endpoints.json" ] || die "not running; start with: tools/fixtures.sh start"
+  echo "export PALLET_FIXTURES=$state/endpoints.json"
+  echo "export PALLET_FIXTURES_CA=$state/tls/ca.pem"
+}
+
+case "${1:-}" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  env) env_cmd ;;
+  deps) deps ;;
+  *) die "usage: $0 start|stop|status|env|deps" ;;
+esac
