@@ -4,5 +4,6 @@
 //! drive the same code paths the agent runs.
 
 pub mod api;
+pub mod apply;
 pub mod cli;
 pub mod tls;

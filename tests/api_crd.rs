@@ -48,7 +48,11 @@ async fn rejection(client: &Client, object: Value) -> String {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
     let name = object["metadata"]["name"].as_str().unwrap().to_string();
     let result = api
-        .patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER), &Patch::Apply(&object))
+        .patch(
+            &name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(&object),
+        )
         .await;
     match result {
         Ok(_) => panic!("the API server accepted an invalid BundleDeployment: {object}"),
@@ -76,28 +80,44 @@ async fn crd_is_served_cluster_scoped_with_short_name() {
     assert_eq!(bd.kind, "BundleDeployment");
     assert_eq!(bd.short_names.as_deref(), Some(&["bd".to_string()][..]));
     assert!(
-        resources.resources.iter().any(|r| r.name == "bundledeployments/status"),
+        resources
+            .resources
+            .iter()
+            .any(|r| r.name == "bundledeployments/status"),
         "the status subresource is enabled"
     );
-    assert_eq!(BundleDeployment::crd().spec.names.short_names.unwrap(), vec!["bd"]);
+    assert_eq!(
+        BundleDeployment::crd().spec.names.short_names.unwrap(),
+        vec!["bd"]
+    );
 }
 
 #[tokio::test]
 async fn example_bundle_deployment_applies_and_reads_back() {
     let client = ready_client().await;
     let name = cluster::unique_name("example");
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/examples/hello-plain.yaml"))
-        .unwrap()
-        .replace("${GIT_URL}", "http://127.0.0.1:1/hello.git");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/examples/hello-plain.yaml"
+    ))
+    .unwrap()
+    .replace("${GIT_URL}", "http://127.0.0.1:1/hello.git");
     let mut example: BundleDeployment = serde_saphyr::from_str(&text).unwrap();
     example.metadata.name = Some(name.clone());
 
     let api: Api<BundleDeployment> = Api::all(client.clone());
     let applied = api
-        .patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER), &Patch::Apply(&example))
+        .patch(
+            &name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(&example),
+        )
         .await
         .expect("the example applies");
-    assert_eq!(applied.spec, example.spec, "the API server kept the spec as written");
+    assert_eq!(
+        applied.spec, example.spec,
+        "the API server kept the spec as written"
+    );
 
     let read = api.get(&name).await.unwrap();
     assert_eq!(read.spec, example.spec);
@@ -106,9 +126,17 @@ async fn example_bundle_deployment_applies_and_reads_back() {
 
     // Status is a subresource: writing it does not bump the generation, and a spec apply does
     // not touch it.
-    let status = BundleDeploymentStatus { observed_generation: Some(1), active_revision: Some(3), ..Default::default() };
+    let status = BundleDeploymentStatus {
+        observed_generation: Some(1),
+        active_revision: Some(3),
+        ..Default::default()
+    };
     let patched = api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
         .await
         .expect("status subresource accepts a patch");
     assert_eq!(patched.status.as_ref().unwrap().active_revision, Some(3));
@@ -123,8 +151,14 @@ async fn two_git_refs_are_refused() {
     let mut spec = valid_spec();
     spec["sources"][0]["git"]["ref"] = json!({"branch": "main", "tag": "v1"});
     let message = rejection(&client, bd(&cluster::unique_name("tworefs"), spec)).await;
-    assert!(message.contains("exactly one of commit, tag or branch must be set"), "{message}");
-    assert!(message.contains("spec.sources[0].git.ref"), "names the field: {message}");
+    assert!(
+        message.contains("exactly one of commit, tag or branch must be set"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec.sources[0].git.ref"),
+        "names the field: {message}"
+    );
 }
 
 #[tokio::test]
@@ -149,15 +183,25 @@ async fn unknown_format_is_refused() {
     spec["format"] = json!("kustomize");
     let message = rejection(&client, bd(&cluster::unique_name("format"), spec)).await;
     assert!(message.contains("spec.format"), "{message}");
-    assert!(message.contains(r#"Unsupported value: "kustomize""#), "{message}");
-    assert!(message.contains(r#""plain", "helm", "registry-v1""#), "lists the valid formats: {message}");
+    assert!(
+        message.contains(r#"Unsupported value: "kustomize""#),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#""plain", "helm", "registry-v1""#),
+        "lists the valid formats: {message}"
+    );
 }
 
 #[tokio::test]
 async fn other_invalid_specs_are_refused() {
     let client = ready_client().await;
     let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
-        ("no sources", Box::new(|s| s["sources"] = json!([])), "should have at least 1 items"),
+        (
+            "no sources",
+            Box::new(|s| s["sources"] = json!([])),
+            "should have at least 1 items",
+        ),
         (
             "settings for another kind",
             Box::new(|s| s["sources"][0]["kind"] = json!("image")),
@@ -166,7 +210,8 @@ async fn other_invalid_specs_are_refused() {
         (
             "pollInterval on a pinned commit",
             Box::new(|s| {
-                s["sources"][0]["git"]["ref"] = json!({"commit": "0123456789abcdef0123456789abcdef01234567"});
+                s["sources"][0]["git"]["ref"] =
+                    json!({"commit": "0123456789abcdef0123456789abcdef01234567"});
                 s["sources"][0]["pollInterval"] = json!("5m");
             }),
             "pollInterval is only valid for floating refs",
@@ -198,7 +243,10 @@ async fn other_invalid_specs_are_refused() {
         let mut spec = valid_spec();
         breaks(&mut spec);
         let message = rejection(&client, bd(&cluster::unique_name("invalid"), spec)).await;
-        assert!(message.contains(expected), "{what}: expected {expected:?} in {message:?}");
+        assert!(
+            message.contains(expected),
+            "{what}: expected {expected:?} in {message:?}"
+        );
     }
 }
 
@@ -209,18 +257,30 @@ async fn printer_columns_show_format_and_paused() {
     let name = cluster::unique_name("columns");
     let mut spec = valid_spec();
     spec["paused"] = json!(true);
-    api.create(&PostParams::default(), &serde_json::from_value(bd(&name, spec)).unwrap())
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(bd(&name, spec)).unwrap(),
+    )
+    .await
+    .unwrap();
     // Ask for the server-side table, as `kubectl get bd` does.
-    let request = http::Request::get(format!("/apis/pallet.dev/v1alpha1/bundledeployments/{name}"))
-        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-        .body(Vec::new())
-        .unwrap();
+    let request = http::Request::get(format!(
+        "/apis/pallet.dev/v1alpha1/bundledeployments/{name}"
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(Vec::new())
+    .unwrap();
     let table: Value = client.request(request).await.unwrap();
-    let columns: Vec<&str> =
-        table["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(columns, ["Name", "Format", "Active", "Ready", "Paused", "Age"]);
+    let columns: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Name", "Format", "Active", "Ready", "Paused", "Age"]
+    );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], json!(name));
     assert_eq!(cells[1], json!("plain"));
@@ -232,20 +292,29 @@ async fn printer_columns_show_format_and_paused() {
 #[tokio::test]
 async fn readme_bundle_deployment_examples_are_accepted() {
     let client = ready_client().await;
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     let examples: Vec<&str> = readme
         .split("```yaml\n")
         .skip(1)
         .filter_map(|block| block.split("```").next())
         .filter(|block| block.contains("kind: BundleDeployment"))
         .collect();
-    assert!(!examples.is_empty(), "the README shows at least one BundleDeployment");
+    assert!(
+        !examples.is_empty(),
+        "the README shows at least one BundleDeployment"
+    );
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
     for example in examples {
-        let object: Value = serde_saphyr::from_str(example).unwrap_or_else(|e| panic!("README example does not parse: {e}\n{example}"));
+        let object: Value = serde_saphyr::from_str(example)
+            .unwrap_or_else(|e| panic!("README example does not parse: {e}\n{example}"));
         let name = object["metadata"]["name"].as_str().unwrap().to_string();
-        api.patch(&name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(), &Patch::Apply(&object))
-            .await
-            .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
+        api.patch(
+            &name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
     }
 }

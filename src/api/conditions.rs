@@ -102,11 +102,32 @@ mod tests {
     #[test]
     fn transition_time_moves_only_when_status_flips() {
         let mut conds = Vec::new();
-        assert!(set_condition(&mut conds, ready(false, "Fetching"), Some(1), &time(10)));
-        assert!(set_condition(&mut conds, ready(false, "Applying"), Some(1), &time(20)));
-        assert_eq!(find(&conds, types::READY).unwrap().last_transition_time, time(10));
-        assert!(set_condition(&mut conds, ready(true, "Healthy"), Some(1), &time(30)));
-        assert_eq!(find(&conds, types::READY).unwrap().last_transition_time, time(30));
+        assert!(set_condition(
+            &mut conds,
+            ready(false, "Fetching"),
+            Some(1),
+            &time(10)
+        ));
+        assert!(set_condition(
+            &mut conds,
+            ready(false, "Applying"),
+            Some(1),
+            &time(20)
+        ));
+        assert_eq!(
+            find(&conds, types::READY).unwrap().last_transition_time,
+            time(10)
+        );
+        assert!(set_condition(
+            &mut conds,
+            ready(true, "Healthy"),
+            Some(1),
+            &time(30)
+        ));
+        assert_eq!(
+            find(&conds, types::READY).unwrap().last_transition_time,
+            time(30)
+        );
         assert_eq!(conds.len(), 1);
     }
 
@@ -114,8 +135,21 @@ mod tests {
     fn setting_the_same_condition_again_is_no_change() {
         let mut conds = Vec::new();
         set_condition(&mut conds, ready(true, "Healthy"), Some(2), &time(10));
-        assert!(!set_condition(&mut conds, ready(true, "Healthy"), Some(2), &time(99)));
-        assert!(set_condition(&mut conds, ready(true, "Healthy"), Some(3), &time(99)));
-        assert_eq!(find(&conds, types::READY).unwrap().observed_generation, Some(3));
+        assert!(!set_condition(
+            &mut conds,
+            ready(true, "Healthy"),
+            Some(2),
+            &time(99)
+        ));
+        assert!(set_condition(
+            &mut conds,
+            ready(true, "Healthy"),
+            Some(3),
+            &time(99)
+        ));
+        assert_eq!(
+            find(&conds, types::READY).unwrap().observed_generation,
+            Some(3)
+        );
     }
 }

@@ -36,10 +36,23 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     status = "BundleDeploymentStatus",
     doc = "A bundle of Kubernetes objects fetched from OCI images, git or HTTP, rendered by format and kept applied by pallet.",
     printcolumn(name = "Format", type_ = "string", json_path = ".spec.format"),
-    printcolumn(name = "Active", type_ = "integer", json_path = ".status.activeRevision", description = "revision whose objects are on the cluster"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(
+        name = "Active",
+        type_ = "integer",
+        json_path = ".status.activeRevision",
+        description = "revision whose objects are on the cluster"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
@@ -288,7 +301,11 @@ pub struct FormatConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmConfig>,
     /// Settings for format registry-v1.
-    #[serde(default, skip_serializing_if = "Option::is_none", rename = "registryV1")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "registryV1"
+    )]
     pub registry_v1: Option<RegistryV1Config>,
 }
 
@@ -313,7 +330,10 @@ pub struct RegistryV1Config {
     /// "" (default): AllNamespaces; equal to installNamespace: OwnNamespace; another namespace:
     /// SingleNamespace.
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    #[schemars(length(max = 63), regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"))]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    )]
     pub watch_namespace: String,
 }
 
@@ -522,7 +542,9 @@ pub struct Drift {
 }
 
 /// Identifies one object on the cluster.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
     /// API group ("" for the core group).
@@ -601,22 +623,35 @@ deletionPolicy: Orphan
         let spec: BundleDeploymentSpec = serde_saphyr::from_str(yaml).unwrap();
         assert!(spec.paused);
         assert_eq!(spec.format, BundleFormat::RegistryV1);
-        assert!(spec.sources[0].image.as_ref().unwrap().insecure_skip_tls_verify);
+        assert!(
+            spec.sources[0]
+                .image
+                .as_ref()
+                .unwrap()
+                .insecure_skip_tls_verify
+        );
         assert_eq!(spec.rollout().on_failure(), OnFailure::Hold);
         assert_eq!(spec.rollout().history_limit(), 3);
         assert_eq!(spec.collision_protection(), CollisionProtection::Prevent);
         assert_eq!(spec.deletion_policy(), DeletionPolicy::Orphan);
         let json = serde_json::to_value(&spec).unwrap();
         assert_eq!(json["sources"][0]["image"]["insecureSkipTLSVerify"], true);
-        assert_eq!(json["sources"][1]["git"]["ref"]["commit"].as_str().unwrap().len(), 40);
+        assert_eq!(
+            json["sources"][1]["git"]["ref"]["commit"]
+                .as_str()
+                .unwrap()
+                .len(),
+            40
+        );
         assert_eq!(json["collisionProtection"], "Prevent");
     }
 
     #[test]
     fn defaults_apply_when_fields_are_unset() {
-        let spec: BundleDeploymentSpec =
-            serde_saphyr::from_str("sources: [{kind: git, git: {repository: r, ref: {branch: main}}}]\nformat: plain\n")
-                .unwrap();
+        let spec: BundleDeploymentSpec = serde_saphyr::from_str(
+            "sources: [{kind: git, git: {repository: r, ref: {branch: main}}}]\nformat: plain\n",
+        )
+        .unwrap();
         assert!(!spec.paused);
         assert_eq!(spec.rollout().on_failure(), OnFailure::Rollback);
         assert_eq!(spec.rollout().history_limit(), 5);

@@ -77,26 +77,39 @@ where
 pub async fn install_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml")).expect("deploy/crd.yaml parses");
+        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml"))
+            .expect("deploy/crd.yaml parses");
     let name = crd.metadata.name.clone().expect("CRD has a name");
-    crds.patch(&name, &PatchParams::apply(TEST_FIELD_MANAGER).force(), &Patch::Apply(&crd))
-        .await
-        .unwrap_or_else(|e| panic!("the API server refused deploy/crd.yaml: {e}"));
-    poll_until("the BundleDeployment CRD to be Established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        let name = name.clone();
-        async move {
-            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established { Ok(()) } else { Err(format!("status: {:?}", crd.status)) }
-        }
-    })
+    crds.patch(
+        &name,
+        &PatchParams::apply(TEST_FIELD_MANAGER).force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the API server refused deploy/crd.yaml: {e}"));
+    poll_until(
+        "the BundleDeployment CRD to be Established",
+        Duration::from_secs(30),
+        || {
+            let crds = crds.clone();
+            let name = name.clone();
+            async move {
+                let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
+                let established = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    Ok(())
+                } else {
+                    Err(format!("status: {:?}", crd.status))
+                }
+            }
+        },
+    )
     .await;
 }
 

@@ -1,0 +1,378 @@
+//! Pure planning for an apply: which stage each object belongs to, whether a live object already
+//! matches what we would apply, who owns a live object, and what a new revision prunes.
+//!
+//! No I/O here: the apply step feeds in live objects it read and acts on the answers.
+
+use std::collections::BTreeSet;
+
+use pallet_formats::{Object, ObjectKey};
+use serde_json::Value;
+
+use crate::api::CollisionProtection;
+
+/// Label carried by every object pallet applies: the name of the owning BundleDeployment.
+pub const OWNER_LABEL: &str = "pallet.dev/bundle-deployment";
+
+/// Apply stages, in the order they run. Later stages may depend on earlier ones: custom
+/// resources need their CRD established, namespaced objects need their Namespace, and RoleBindings
+/// to ClusterRoles need the ClusterRole (RBAC escalation checks look it up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// CustomResourceDefinitions; the apply waits for them to be Established.
+    Crds,
+    /// Namespaces.
+    Namespaces,
+    /// ClusterRoles and ClusterRoleBindings.
+    ClusterRbac,
+    /// Everything else.
+    Rest,
+}
+
+impl Stage {
+    /// Every stage in apply order.
+    pub const ALL: [Stage; 4] = [
+        Stage::Crds,
+        Stage::Namespaces,
+        Stage::ClusterRbac,
+        Stage::Rest,
+    ];
+
+    /// The stage of an object with this group and kind.
+    pub fn of(group: &str, kind: &str) -> Stage {
+        match (group, kind) {
+            ("apiextensions.k8s.io", "CustomResourceDefinition") => Stage::Crds,
+            ("", "Namespace") => Stage::Namespaces,
+            ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => {
+                Stage::ClusterRbac
+            }
+            _ => Stage::Rest,
+        }
+    }
+}
+
+/// Groups objects by stage, in apply order, keeping the render order within a stage. Empty stages
+/// are left out.
+pub fn by_stage(objects: &[Object]) -> Vec<(Stage, Vec<&Object>)> {
+    Stage::ALL
+        .iter()
+        .map(|&stage| {
+            let members: Vec<&Object> = objects
+                .iter()
+                .filter(|o| Stage::of(o.group(), o.kind()) == stage)
+                .collect();
+            (stage, members)
+        })
+        .filter(|(_, members)| !members.is_empty())
+        .collect()
+}
+
+/// True when `live` already holds every field of `desired` with the same value, so applying
+/// `desired` would change nothing and can be skipped.
+///
+/// Fields the server adds (defaults, status, metadata it manages) do not count against a match.
+/// Lists must have the same length and match element by element: server-side apply replaces or
+/// merges lists as a whole, so an extra live element means the apply would change something.
+/// Numbers compare by value (`1` and `1.0` are equal), as the API server may re-encode them.
+pub fn live_matches(desired: &Value, live: &Value) -> bool {
+    match (desired, live) {
+        (Value::Object(want), Value::Object(have)) => {
+            want.iter().all(|(key, value)| match have.get(key) {
+                Some(live_value) => live_matches(value, live_value),
+                // An explicit null or empty collection in the manifest means "not set".
+                None => is_empty_value(value),
+            })
+        }
+        (Value::Array(want), Value::Array(have)) => {
+            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| live_matches(w, h))
+        }
+        (Value::Number(want), Value::Number(have)) => want.as_f64() == have.as_f64(),
+        _ => desired == live,
+    }
+}
+
+/// Compares a rendered object with its live counterpart, ignoring `status` (a subresource that
+/// apply does not write) and the ownership label, which [`with_owner_label`] adds.
+pub fn object_matches_live(desired: &Value, live: &Value) -> bool {
+    match desired {
+        Value::Object(fields) => fields
+            .iter()
+            .filter(|(key, _)| key.as_str() != "status")
+            .all(|(key, value)| live_matches(value, live.get(key).unwrap_or(&Value::Null))),
+        _ => false,
+    }
+}
+
+fn is_empty_value(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::Array(list) => list.is_empty(),
+        _ => false,
+    }
+}
+
+/// The object's body with pallet's ownership label set to `owner`.
+pub fn with_owner_label(object: &Object, owner: &str) -> Value {
+    let mut body = Value::Object(object.body().clone());
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = metadata
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !labels.is_object() {
+            *labels = Value::Object(Default::default());
+        }
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
+        }
+    }
+    body
+}
+
+/// What applying to an existing live object means for ownership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// No live object: it will be created.
+    Create,
+    /// The live object already carries our label.
+    Ours,
+    /// The live object is taken over (adopted) under the collision policy.
+    Adopt {
+        /// The BundleDeployment that owned it before, if any.
+        previous_owner: Option<String>,
+    },
+    /// The collision policy forbids taking it over.
+    Conflict {
+        /// Its current owner: a BundleDeployment name, or `None` for an object nobody owns.
+        owner: Option<String>,
+    },
+}
+
+/// Decides whether `owner` may apply over a live object whose ownership label is `live_owner`
+/// (`None` for no live object, `Some(None)` for a live object without the label).
+pub fn ownership(
+    live_owner: Option<Option<&str>>,
+    owner: &str,
+    policy: CollisionProtection,
+) -> Ownership {
+    let Some(live_owner) = live_owner else {
+        return Ownership::Create;
+    };
+    match (live_owner, policy) {
+        (Some(current), _) if current == owner => Ownership::Ours,
+        (current, CollisionProtection::None) => Ownership::Adopt {
+            previous_owner: current.map(str::to_string),
+        },
+        (None, CollisionProtection::IfNoOwner) => Ownership::Adopt {
+            previous_owner: None,
+        },
+        (current, _) => Ownership::Conflict {
+            owner: current.map(str::to_string),
+        },
+    }
+}
+
+/// The objects `previous` had and `current` does not, in deletion order: the reverse of the
+/// apply stages (so CRDs and Namespaces go last, after everything that lives in or of them) and
+/// reverse key order within a stage, for a stable order.
+pub fn prune_set(previous: &[ObjectKey], current: &[ObjectKey]) -> Vec<ObjectKey> {
+    // A namespace of `None` and of `Some(ns)` can name the same object when defaulting differs
+    // between revisions; keys here are always as applied, so plain equality is right.
+    let keep: BTreeSet<&ObjectKey> = current.iter().collect();
+    let mut gone: Vec<ObjectKey> = previous
+        .iter()
+        .filter(|k| !keep.contains(k))
+        .cloned()
+        .collect();
+    gone.sort_by(|a, b| {
+        Stage::of(&b.group, &b.kind)
+            .cmp(&Stage::of(&a.group, &a.kind))
+            .then_with(|| b.cmp(a))
+    });
+    gone.dedup();
+    gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pallet_formats::Origin;
+    use serde_json::json;
+
+    fn object(body: Value) -> Object {
+        Object::new(
+            body,
+            Origin {
+                file: "t.yaml".into(),
+                document: 0,
+                line: 1,
+            },
+        )
+        .unwrap()
+    }
+
+    fn key(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: group.into(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn stages_run_crds_then_namespaces_then_cluster_rbac_then_the_rest() {
+        let objects = vec![
+            object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})),
+            object(
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}),
+            ),
+            object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}})),
+            object(
+                json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x.example.com"}}),
+            ),
+            object(
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"}}),
+            ),
+        ];
+        let staged: Vec<(Stage, Vec<&str>)> = by_stage(&objects)
+            .into_iter()
+            .map(|(stage, members)| (stage, members.iter().map(|o| o.name()).collect()))
+            .collect();
+        assert_eq!(
+            staged,
+            vec![
+                (Stage::Crds, vec!["x.example.com"]),
+                (Stage::Namespaces, vec!["n"]),
+                (Stage::ClusterRbac, vec!["r"]),
+                (Stage::Rest, vec!["c", "rb"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn live_with_server_defaults_matches() {
+        let desired = json!({"spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "a", "image": "x"}]}}}});
+        let live = json!({"spec": {"replicas": 1.0, "revisionHistoryLimit": 10, "template": {"spec": {
+            "containers": [{"name": "a", "image": "x", "imagePullPolicy": "IfNotPresent"}], "dnsPolicy": "ClusterFirst"}}},
+            "status": {"replicas": 0}});
+        assert!(live_matches(&desired, &live));
+    }
+
+    #[test]
+    fn changed_missing_or_extra_list_values_do_not_match() {
+        let desired = json!({"data": {"a": "1"}, "list": [1, 2]});
+        assert!(!live_matches(
+            &desired,
+            &json!({"data": {"a": "2"}, "list": [1, 2]})
+        ));
+        assert!(!live_matches(
+            &desired,
+            &json!({"data": {}, "list": [1, 2]})
+        ));
+        assert!(!live_matches(
+            &desired,
+            &json!({"data": {"a": "1"}, "list": [1, 2, 3]})
+        ));
+        assert!(!live_matches(
+            &desired,
+            &json!({"data": {"a": "1"}, "list": [2, 1]})
+        ));
+        // Types matter: the string "1" is not the number 1.
+        assert!(!live_matches(&json!({"a": "1"}), &json!({"a": 1})));
+    }
+
+    #[test]
+    fn explicit_empty_values_match_absent_ones() {
+        assert!(live_matches(
+            &json!({"metadata": {"annotations": {}}, "x": null}),
+            &json!({"metadata": {}})
+        ));
+    }
+
+    #[test]
+    fn status_and_owner_label_do_not_count() {
+        let rendered = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}),
+        );
+        let desired = with_owner_label(&rendered, "bd1");
+        assert_eq!(desired["metadata"]["labels"][OWNER_LABEL], "bd1");
+        let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "uid": "u", "resourceVersion": "7", "labels": {OWNER_LABEL: "bd1"}},
+            "data": {"a": "1"}});
+        assert!(object_matches_live(&desired, &live));
+        let unlabelled = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
+        assert!(
+            !object_matches_live(&desired, &unlabelled),
+            "a missing label needs an apply"
+        );
+        let with_status = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "c"}, "status": {"phase": "A"}});
+        assert!(object_matches_live(
+            &with_status,
+            &json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "c"}})
+        ));
+    }
+
+    #[test]
+    fn owner_label_replaces_a_non_map_labels_field() {
+        let rendered = object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": null}}),
+        );
+        assert_eq!(
+            with_owner_label(&rendered, "bd")["metadata"]["labels"],
+            json!({OWNER_LABEL: "bd"})
+        );
+    }
+
+    #[test]
+    fn collision_policies() {
+        use CollisionProtection::{IfNoOwner, Prevent};
+        let take_all = CollisionProtection::None;
+        assert_eq!(ownership(None, "me", Prevent), Ownership::Create);
+        assert_eq!(ownership(Some(Some("me")), "me", Prevent), Ownership::Ours);
+        assert_eq!(
+            ownership(Some(None), "me", Prevent),
+            Ownership::Conflict { owner: None }
+        );
+        assert_eq!(
+            ownership(Some(None), "me", IfNoOwner),
+            Ownership::Adopt {
+                previous_owner: None
+            }
+        );
+        assert_eq!(
+            ownership(Some(Some("other")), "me", IfNoOwner),
+            Ownership::Conflict {
+                owner: Some("other".into())
+            }
+        );
+        assert_eq!(
+            ownership(Some(Some("other")), "me", take_all),
+            Ownership::Adopt {
+                previous_owner: Some("other".into())
+            }
+        );
+    }
+
+    #[test]
+    fn prune_deletes_dropped_objects_crds_and_namespaces_last() {
+        let previous = vec![
+            key(
+                "apiextensions.k8s.io",
+                "CustomResourceDefinition",
+                None,
+                "x.example.com",
+            ),
+            key("", "Namespace", None, "ns"),
+            key("", "ConfigMap", Some("ns"), "kept"),
+            key("", "ConfigMap", Some("ns"), "dropped"),
+            key("rbac.authorization.k8s.io", "ClusterRole", None, "role"),
+        ];
+        let current = vec![key("", "ConfigMap", Some("ns"), "kept")];
+        let names: Vec<String> = prune_set(&previous, &current)
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        assert_eq!(names, ["dropped", "role", "ns", "x.example.com"]);
+        assert!(prune_set(&current, &current).is_empty());
+    }
+}
