@@ -1,0 +1,454 @@
+//! Git sources: a commit, tag or branch of a repository, optionally one directory of it.
+//!
+//! A pinned commit that is cached costs nothing. A branch or tag is resolved with one ls-remote
+//! (the ref advertisement), not a fetch; only a cache miss fetches, shallowly (depth 1) where the
+//! server allows it. libgit2 is blocking, so every operation runs on the blocking pool under the
+//! configured timeout, and its callbacks abort once the deadline has passed.
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use base64::Engine;
+use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks};
+
+use super::unpack::{self, Budget};
+use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
+use crate::api::{GitReference, GitSource};
+
+/// The ref as written, for status and messages.
+pub fn ref_as_written(r: &GitReference) -> String {
+    r.commit
+        .clone()
+        .or_else(|| r.tag.clone())
+        .or_else(|| r.branch.clone())
+        .unwrap_or_default()
+}
+
+/// Resolves and fetches a git source; returns the commit SHA and the cached content (only
+/// `directory` when one is given).
+pub(crate) async fn fetch(
+    fetcher: &Fetcher,
+    spec: &GitSource,
+    secrets: &SourceSecrets,
+) -> Result<(String, PathBuf), SourceError> {
+    let wanted = Wanted::from_spec(&spec.reference)?;
+    let directory = spec.directory.clone().unwrap_or_default();
+    let key = |commit: &str| {
+        format!(
+            "git-{}",
+            super::sha256_hex(format!("{}\n{commit}\n{directory}", spec.repository).as_bytes())
+        )
+    };
+    if let Wanted::Commit(c) = &wanted {
+        if let Some(path) = fetcher.cache().lookup(&key(c)) {
+            return Ok((c.clone(), path));
+        }
+    }
+    let opts = fetcher.options().clone();
+    let deadline = Instant::now() + opts.timeout;
+    let remote = Remote {
+        url: spec.repository.clone(),
+        credentials: secrets.credentials.clone(),
+        deadline,
+    };
+    let commit = match &wanted {
+        Wanted::Commit(c) => c.clone(),
+        _ => {
+            let (r, w) = (remote.clone(), wanted.clone());
+            blocking(opts.timeout, &remote.url, move || r.ls_remote(&w)).await?
+        }
+    };
+    let cache = fetcher.cache().clone();
+    let scratch = cache.scratch_dir()?;
+    let path = cache
+        .get_or_populate(&key(&commit), |tree| {
+            let (r, c, dir, s) = (
+                remote.clone(),
+                commit.clone(),
+                directory.clone(),
+                scratch.clone(),
+            );
+            let limits = opts.limits;
+            async move {
+                blocking(opts.timeout, &r.url.clone(), move || {
+                    r.fetch_into(&c, &s.join("repo"), &dir, &tree, limits)
+                })
+                .await
+            }
+        })
+        .await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok((commit, path?))
+}
+
+async fn blocking<T: Send + 'static>(
+    timeout: std::time::Duration,
+    url: &str,
+    f: impl FnOnce() -> Result<T, SourceError> + Send + 'static,
+) -> Result<T, SourceError> {
+    match tokio::time::timeout(timeout, tokio::task::spawn_blocking(f)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(SourceError::io(
+            "git task",
+            std::io::Error::other(e.to_string()),
+        )),
+        Err(_) => Err(SourceError::Unreachable {
+            what: url.to_string(),
+            detail: format!("no answer within {timeout:?}"),
+        }),
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Wanted {
+    Commit(String),
+    Tag(String),
+    Branch(String),
+}
+
+impl Wanted {
+    fn from_spec(r: &GitReference) -> Result<Self, SourceError> {
+        match (&r.commit, &r.tag, &r.branch) {
+            (Some(c), None, None) => Ok(Wanted::Commit(c.to_ascii_lowercase())),
+            (None, Some(t), None) => Ok(Wanted::Tag(t.clone())),
+            (None, None, Some(b)) => Ok(Wanted::Branch(b.clone())),
+            _ => Err(SourceError::Invalid(
+                "git ref: exactly one of commit, tag or branch must be set".into(),
+            )),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Remote {
+    url: String,
+    credentials: Option<Credentials>,
+    deadline: Instant,
+}
+
+impl Remote {
+    fn origin(&self) -> String {
+        self.credentials
+            .as_ref()
+            .map(|c| c.origin.clone())
+            .unwrap_or_else(|| "no credentials".into())
+    }
+
+    /// Callbacks supplying credentials once (libgit2 asks again after a refusal, forever),
+    /// checking SSH host keys against known_hosts, and aborting after the deadline.
+    fn callbacks<'a>(&'a self, tried: &'a Cell<bool>) -> RemoteCallbacks<'a> {
+        let mut cb = RemoteCallbacks::new();
+        let creds = self.credentials.clone();
+        cb.credentials(move |_url, username, allowed| {
+            if tried.replace(true) {
+                return Err(git2::Error::new(
+                    git2::ErrorCode::Auth,
+                    git2::ErrorClass::Http,
+                    "credentials refused",
+                ));
+            }
+            match creds.as_ref().map(|c| &c.kind) {
+                Some(CredentialKind::Basic { username, password }) => {
+                    Cred::userpass_plaintext(username, password)
+                }
+                Some(CredentialKind::Token(token)) => Cred::userpass_plaintext("git", token),
+                Some(CredentialKind::SshKey {
+                    private_key,
+                    passphrase,
+                    ..
+                }) if allowed.contains(git2::CredentialType::SSH_KEY) => Cred::ssh_key_from_memory(
+                    username.unwrap_or("git"),
+                    None,
+                    private_key,
+                    passphrase.as_deref(),
+                ),
+                _ => Err(git2::Error::new(
+                    git2::ErrorCode::Auth,
+                    git2::ErrorClass::Http,
+                    "authentication required and no usable credentials",
+                )),
+            }
+        });
+        let known_hosts = match self.credentials.as_ref().map(|c| &c.kind) {
+            Some(CredentialKind::SshKey { known_hosts, .. }) => Some(known_hosts.clone()),
+            _ => None,
+        };
+        let port = url::Url::parse(&self.url).ok().and_then(|u| u.port());
+        cb.certificate_check(move |cert, host| {
+            let Some(hostkey) = cert.as_hostkey().and_then(|h| h.hostkey()) else {
+                // TLS: libgit2's own verification against the system roots.
+                return Ok(CertificateCheckStatus::CertificatePassthrough);
+            };
+            let known = known_hosts.as_deref().unwrap_or("");
+            if host_key_known(known, host, port, hostkey) {
+                Ok(CertificateCheckStatus::CertificateOk)
+            } else {
+                Err(git2::Error::new(
+                    git2::ErrorCode::Certificate,
+                    git2::ErrorClass::Ssh,
+                    format!("the host key of {host} is not in known_hosts"),
+                ))
+            }
+        });
+        let deadline = self.deadline;
+        cb.transfer_progress(move |_| Instant::now() < deadline);
+        cb
+    }
+
+    fn map_err(&self, tried: bool, e: &git2::Error) -> SourceError {
+        let what = format!("git repository {}", self.url);
+        let msg = e.message().to_string();
+        let lower = msg.to_ascii_lowercase();
+        if e.code() == git2::ErrorCode::Auth
+            || e.class() == git2::ErrorClass::Ssh && lower.contains("auth")
+            || lower.contains("401")
+            || lower.contains("403")
+            || (tried && lower.contains("credentials"))
+        {
+            return SourceError::Unauthorized {
+                what,
+                credentials: self.origin(),
+                detail: msg,
+            };
+        }
+        if e.code() == git2::ErrorCode::Certificate {
+            return SourceError::Unauthorized {
+                what,
+                credentials: self.origin(),
+                detail: msg,
+            };
+        }
+        if lower.contains("404") || lower.contains("not found") || lower.contains("not exist") {
+            return SourceError::NotFound { what };
+        }
+        if e.class() == git2::ErrorClass::Net
+            || e.class() == git2::ErrorClass::Os
+            || lower.contains("failed to connect")
+            || lower.contains("connection refused")
+        {
+            return SourceError::Unreachable { what, detail: msg };
+        }
+        if e.code() == git2::ErrorCode::User {
+            return SourceError::Unreachable {
+                what,
+                detail: "timed out".into(),
+            };
+        }
+        SourceError::Server { what, detail: msg }
+    }
+
+    /// One ref advertisement: the commit a branch or tag points at (peeled for annotated tags).
+    fn ls_remote(&self, wanted: &Wanted) -> Result<String, SourceError> {
+        let mut remote = git2::Remote::create_detached(self.url.as_str()).map_err(|e| {
+            SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
+        })?;
+        let tried = Cell::new(false);
+        let conn = remote
+            .connect_auth(git2::Direction::Fetch, Some(self.callbacks(&tried)), None)
+            .map_err(|e| self.map_err(tried.get(), &e))?;
+        let heads = conn.list().map_err(|e| self.map_err(tried.get(), &e))?;
+        let (name, peeled) = match wanted {
+            Wanted::Branch(b) => (format!("refs/heads/{b}"), None),
+            Wanted::Tag(t) => (
+                format!("refs/tags/{t}"),
+                Some(format!("refs/tags/{t}^{{}}")),
+            ),
+            Wanted::Commit(c) => return Ok(c.clone()),
+        };
+        let find = |n: &str| {
+            heads
+                .iter()
+                .find(|h| h.name() == n)
+                .map(|h| h.oid().to_string())
+        };
+        peeled
+            .as_deref()
+            .and_then(find)
+            .or_else(|| find(&name))
+            .ok_or_else(|| SourceError::NotFound {
+                what: format!("{name} in git repository {}", self.url),
+            })
+    }
+
+    /// Fetches `commit` into a scratch bare repository and writes its tree (or `directory` of
+    /// it) into `tree`.
+    fn fetch_into(
+        &self,
+        commit: &str,
+        repo_dir: &Path,
+        directory: &str,
+        tree: &Path,
+        limits: unpack::Limits,
+    ) -> Result<(), SourceError> {
+        let oid = Oid::from_str(commit)
+            .map_err(|_| SourceError::Invalid(format!("git commit {commit} is not a SHA")))?;
+        let repo = git2::Repository::init_bare(repo_dir).map_err(|e| {
+            SourceError::io(
+                "create scratch repository",
+                std::io::Error::other(e.message().to_string()),
+            )
+        })?;
+        let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
+            SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
+        })?;
+        // Ask for the commit itself, shallow. Servers that refuse unadvertised objects get a
+        // second, full fetch of branches and tags.
+        let tried = Cell::new(false);
+        let mut fo = FetchOptions::new();
+        fo.remote_callbacks(self.callbacks(&tried)).depth(1);
+        let first = remote.fetch(
+            &[format!("+{commit}:refs/pallet/want")],
+            Some(&mut fo),
+            None,
+        );
+        if repo.find_commit(oid).is_err() {
+            if let Err(e) = &first {
+                let err = self.map_err(tried.get(), e);
+                if matches!(
+                    err,
+                    SourceError::Unauthorized { .. } | SourceError::Unreachable { .. }
+                ) {
+                    return Err(err);
+                }
+            }
+            let tried = Cell::new(false);
+            let mut fo = FetchOptions::new();
+            fo.remote_callbacks(self.callbacks(&tried));
+            remote
+                .fetch(
+                    &[
+                        "+refs/heads/*:refs/remotes/origin/*",
+                        "+refs/tags/*:refs/tags/*",
+                    ],
+                    Some(&mut fo),
+                    None,
+                )
+                .map_err(|e| self.map_err(tried.get(), &e))?;
+        }
+        let commit_obj = repo.find_commit(oid).map_err(|_| SourceError::NotFound {
+            what: format!("commit {commit} in git repository {}", self.url),
+        })?;
+        let root = commit_obj.tree().map_err(|e| SourceError::Server {
+            what: self.url.clone(),
+            detail: e.message().to_string(),
+        })?;
+        let start = if directory.trim_matches('/').is_empty() {
+            root
+        } else {
+            let entry = root
+                .get_path(Path::new(directory.trim_matches('/')))
+                .map_err(|_| SourceError::NotFound {
+                    what: format!("directory {directory} at commit {commit} of {}", self.url),
+                })?;
+            let obj = entry.to_object(&repo).map_err(|e| SourceError::Server {
+                what: self.url.clone(),
+                detail: e.message().to_string(),
+            })?;
+            obj.into_tree().map_err(|_| SourceError::NotABundle {
+                what: format!("git repository {}", self.url),
+                reason: format!("{directory} is not a directory at commit {commit}"),
+            })?
+        };
+        let mut budget = Budget::new(limits);
+        let mut links = Vec::new();
+        write_tree(&repo, &start, Path::new(""), tree, &mut budget, &mut links)?;
+        unpack::verify_tree_symlinks(tree, &links)
+    }
+}
+
+fn write_tree(
+    repo: &git2::Repository,
+    t: &git2::Tree<'_>,
+    prefix: &Path,
+    dest: &Path,
+    budget: &mut Budget,
+    links: &mut Vec<PathBuf>,
+) -> Result<(), SourceError> {
+    for entry in t.iter() {
+        let Ok(name) = entry.name() else {
+            return Err(SourceError::UnsafeContent {
+                path: prefix.display().to_string(),
+                reason: "a tree entry whose name is not UTF-8".into(),
+            });
+        };
+        let rel = prefix.join(name);
+        let bad = |e: git2::Error| SourceError::Server {
+            what: rel.display().to_string(),
+            detail: e.message().to_string(),
+        };
+        match entry.filemode() {
+            0o040000 => {
+                let sub = entry.to_object(repo).map_err(bad)?;
+                let sub = sub.as_tree().ok_or_else(|| SourceError::BadArchive {
+                    reason: format!("{} is not a tree", rel.display()),
+                })?;
+                unpack::safe_relative(&rel)?;
+                std::fs::create_dir_all(dest.join(&rel)).map_err(|e| {
+                    SourceError::io(format!("create directory {}", rel.display()), e)
+                })?;
+                write_tree(repo, sub, &rel, dest, budget, links)?;
+            }
+            0o100644 | 0o100755 | 0o100664 => {
+                let blob = repo.find_blob(entry.id()).map_err(bad)?;
+                let exec = entry.filemode() == 0o100755;
+                unpack::write_tree_file(dest, &rel, blob.content(), exec, budget)?;
+            }
+            0o120000 => {
+                let blob = repo.find_blob(entry.id()).map_err(bad)?;
+                let target = std::str::from_utf8(blob.content()).map_err(|_| {
+                    SourceError::UnsafeContent {
+                        path: rel.display().to_string(),
+                        reason: "symlink target is not UTF-8".into(),
+                    }
+                })?;
+                if let Some(l) = unpack::write_tree_symlink(dest, &rel, Path::new(target), budget)?
+                {
+                    links.push(l);
+                }
+            }
+            // Submodules (gitlinks) are not fetched: their content is another repository.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether known_hosts lists `hostkey` for `host` (or `[host]:port`). Hashed entries (`|1|…`)
+/// are not supported yet and never match.
+fn host_key_known(known_hosts: &str, host: &str, port: Option<u16>, hostkey: &[u8]) -> bool {
+    let bracketed = port.filter(|p| *p != 22).map(|p| format!("[{host}]:{p}"));
+    known_hosts.lines().any(|line| {
+        let mut parts = line.split_whitespace();
+        let (Some(hosts), Some(_kind), Some(key)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        if hosts.starts_with('#') || hosts.starts_with('@') {
+            return false;
+        }
+        let matches_host = hosts.split(',').any(|h| match &bracketed {
+            Some(b) => h == b,
+            None => h == host,
+        });
+        matches_host
+            && base64::engine::general_purpose::STANDARD
+                .decode(key)
+                .is_ok_and(|k| k == hostkey)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_hosts_matching() {
+        let key = base64::engine::general_purpose::STANDARD.encode(b"KEY");
+        let kh = format!("# comment\nexample.com,1.2.3.4 ssh-ed25519 {key}\n[127.0.0.1]:2222 ssh-ed25519 {key}\n");
+        assert!(host_key_known(&kh, "example.com", None, b"KEY"));
+        assert!(!host_key_known(&kh, "example.com", None, b"OTHER"));
+        assert!(host_key_known(&kh, "127.0.0.1", Some(2222), b"KEY"));
+        assert!(!host_key_known(&kh, "127.0.0.1", None, b"KEY"));
+    }
+}

@@ -1,0 +1,345 @@
+//! HTTP sources: a `.tar`, `.tar.gz`/`.tgz`, or a single `.yaml`/`.yml`/`.json` file.
+//!
+//! The resolved ref is `sha256:<hex>` of the downloaded bytes. A `sha256` pin that is cached costs
+//! no request. A floating URL is re-checked with a conditional GET (`If-None-Match` /
+//! `If-Modified-Since` from the last download), so an unchanged file is one 304.
+
+use std::path::{Path, PathBuf};
+
+use reqwest::header::{ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED};
+use reqwest::StatusCode;
+use sha2::Digest;
+use tokio::io::AsyncWriteExt;
+
+use super::unpack::{self, Budget, Compression};
+use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
+use crate::api::HttpSource;
+
+/// What the URL's file name says the content is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Shape {
+    Tar,
+    TarGz,
+    File(String),
+}
+
+fn shape_of(url: &url::Url) -> Result<Shape, SourceError> {
+    let name = url
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .unwrap_or("")
+        .to_string();
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".tar.gz") || lower.ends_with(".tgz") {
+        Ok(Shape::TarGz)
+    } else if lower.ends_with(".tar") {
+        Ok(Shape::Tar)
+    } else if [".yaml", ".yml", ".json"]
+        .iter()
+        .any(|e| lower.ends_with(e))
+    {
+        Ok(Shape::File(name))
+    } else {
+        Err(SourceError::Invalid(format!(
+            "http source {url}: the file name must end in .tar, .tar.gz, .tgz, .yaml, .yml or .json"
+        )))
+    }
+}
+
+fn cache_key(sha: &str, shape: &Shape) -> String {
+    match shape {
+        Shape::Tar | Shape::TarGz => format!("http-{sha}-tar"),
+        // The same bytes under another file name make another tree.
+        Shape::File(name) => format!(
+            "http-{sha}-file-{}",
+            &super::sha256_hex(name.as_bytes())[..16]
+        ),
+    }
+}
+
+/// Validators remembered from the last download of a URL.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Validators {
+    sha256: String,
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+/// The URL without credentials or query, safe for messages.
+fn display_url(url: &url::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.set_query(None);
+    u.to_string()
+}
+
+/// An error and its causes as one line (reqwest's own Display omits the causes).
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cur = s.source();
+    }
+    text
+}
+
+fn transport_error(what: &str, e: reqwest::Error) -> SourceError {
+    let e = e.without_url();
+    SourceError::Unreachable {
+        what: what.to_string(),
+        detail: describe(&e),
+    }
+}
+
+/// Resolves and fetches an HTTP source; returns the resolved ref and the cached content.
+pub(crate) async fn fetch(
+    fetcher: &Fetcher,
+    spec: &HttpSource,
+    secrets: &SourceSecrets,
+) -> Result<(String, PathBuf), SourceError> {
+    let url = url::Url::parse(&spec.url)
+        .map_err(|e| SourceError::Invalid(format!("http source url: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(SourceError::Invalid(format!(
+            "http source {}: only http and https URLs are supported",
+            display_url(&url)
+        )));
+    }
+    let shape = shape_of(&url)?;
+    let what = display_url(&url);
+    let cache = fetcher.cache();
+
+    let pin = spec.sha256.as_ref().map(|s| s.to_ascii_lowercase());
+    if let Some(pin) = &pin {
+        if let Some(path) = cache.lookup(&cache_key(pin, &shape)) {
+            return Ok((format!("sha256:{pin}"), path));
+        }
+    }
+
+    let opts = fetcher.options();
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(opts.connect_timeout)
+        .timeout(opts.timeout)
+        .redirect(reqwest::redirect::Policy::limited(opts.max_redirects));
+    if let Some(pem) = &secrets.ca_pem {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|_| SourceError::Invalid("the CA bundle is not valid PEM".into()))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    let client = builder
+        .build()
+        .map_err(|e| SourceError::Invalid(format!("http client: {}", describe(&e))))?;
+
+    let meta_name = format!("http-url-{}", super::sha256_hex(spec.url.as_bytes()));
+    let previous: Option<Validators> = cache
+        .read_meta(&meta_name)
+        .and_then(|raw| serde_json::from_slice(&raw).ok())
+        // Validators are only useful while the content they describe is still cached.
+        .filter(|v: &Validators| {
+            pin.as_ref().is_none_or(|p| *p == v.sha256)
+                && cache.lookup(&cache_key(&v.sha256, &shape)).is_some()
+        });
+
+    let mut request = client.get(url.clone());
+    if let Some(v) = &previous {
+        if let Some(etag) = &v.etag {
+            request = request.header(IF_NONE_MATCH, etag);
+        }
+        if let Some(lm) = &v.last_modified {
+            request = request.header(IF_MODIFIED_SINCE, lm);
+        }
+    }
+    let cred_origin = match &secrets.credentials {
+        None => "no credentials".to_string(),
+        Some(c) => {
+            request = match &c.kind {
+                CredentialKind::Basic { username, password } => {
+                    request.basic_auth(username, Some(password))
+                }
+                CredentialKind::Token(token) => request.bearer_auth(token),
+                _ => {
+                    return Err(SourceError::InvalidCredentials {
+                        origin: c.origin.clone(),
+                        reason: "an http source takes basic-auth or a bearer token".into(),
+                    })
+                }
+            };
+            c.origin.clone()
+        }
+    };
+
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(&what, e))?;
+    let status = response.status();
+    if status == StatusCode::NOT_MODIFIED {
+        if let Some(v) = previous {
+            if let Some(path) = cache.lookup(&cache_key(&v.sha256, &shape)) {
+                return Ok((format!("sha256:{}", v.sha256), path));
+            }
+        }
+        return Err(SourceError::Server {
+            what,
+            detail: "304 Not Modified to an unconditional request".into(),
+        });
+    }
+    match status {
+        s if s.is_success() => {}
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            return Err(SourceError::Unauthorized {
+                what,
+                credentials: cred_origin,
+                detail: status.to_string(),
+            })
+        }
+        StatusCode::NOT_FOUND | StatusCode::GONE => return Err(SourceError::NotFound { what }),
+        s if s.is_server_error() => {
+            return Err(SourceError::Server {
+                what,
+                detail: status.to_string(),
+            })
+        }
+        _ => return Err(SourceError::Invalid(format!("{what} answered {status}"))),
+    }
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let etag = header(ETAG);
+    let last_modified = header(LAST_MODIFIED);
+
+    // Download to scratch space while hashing; the content is unpacked only once its digest is
+    // known (and matches the pin).
+    let scratch = cache.scratch_dir()?;
+    let download = scratch.join("download");
+    let result = download_to(response, &download, &what, opts.limits.max_total_bytes).await;
+    let sha = match result {
+        Ok(sha) => sha,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
+    if let Some(pin) = &pin {
+        if *pin != sha {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(SourceError::DigestMismatch {
+                what,
+                expected: format!("sha256:{pin}"),
+                actual: format!("sha256:{sha}"),
+            });
+        }
+    }
+    let limits = opts.limits;
+    let key = cache_key(&sha, &shape);
+    let file = download.clone();
+    let result = cache
+        .get_or_populate(&key, |tree| async move {
+            tokio::task::spawn_blocking(move || unpack_download(&file, &shape, &tree, limits))
+                .await
+                .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
+        })
+        .await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let path = result?;
+    if pin.is_none() {
+        let record = Validators {
+            sha256: sha.clone(),
+            etag,
+            last_modified,
+        };
+        if let Ok(raw) = serde_json::to_vec(&record) {
+            // Only an optimisation: without it the next poll downloads again.
+            if let Err(e) = cache.write_meta(&meta_name, &raw) {
+                tracing::warn!(error = %e, "could not record HTTP validators");
+            }
+        }
+    }
+    Ok((format!("sha256:{sha}"), path))
+}
+
+async fn download_to(
+    mut response: reqwest::Response,
+    path: &Path,
+    what: &str,
+    max_bytes: u64,
+) -> Result<String, SourceError> {
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| SourceError::io("create download file", e))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut total = 0u64;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| transport_error(what, e))?
+    {
+        total += chunk.len() as u64;
+        if total > max_bytes {
+            return Err(SourceError::LimitExceeded {
+                what: format!("download size of {what}"),
+                limit: max_bytes,
+            });
+        }
+        hasher.update(&chunk);
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| SourceError::io("write download file", e))?;
+    }
+    file.flush()
+        .await
+        .map_err(|e| SourceError::io("write download file", e))?;
+    Ok(super::hex(&hasher.finalize()))
+}
+
+fn unpack_download(
+    file: &Path,
+    shape: &Shape,
+    tree: &Path,
+    limits: unpack::Limits,
+) -> Result<(), SourceError> {
+    let mut budget = Budget::new(limits);
+    match shape {
+        Shape::File(name) => {
+            let content =
+                std::fs::read(file).map_err(|e| SourceError::io("read download file", e))?;
+            unpack::write_tree_file(tree, Path::new(name), &content, false, &mut budget)
+        }
+        Shape::Tar | Shape::TarGz => {
+            let f =
+                std::fs::File::open(file).map_err(|e| SourceError::io("read download file", e))?;
+            // Sniff rather than trust the name: servers serve .tgz as .tar and back.
+            unpack::unpack_tar(f, Compression::Detect, tree, &mut budget, false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_from_url() {
+        let s = |u: &str| shape_of(&url::Url::parse(u).unwrap());
+        assert_eq!(s("http://h/a/b.tar.gz").unwrap(), Shape::TarGz);
+        assert_eq!(s("http://h/b.TGZ?x=1").unwrap(), Shape::TarGz);
+        assert_eq!(s("http://h/b.tar").unwrap(), Shape::Tar);
+        assert_eq!(
+            s("http://h/crd.yaml").unwrap(),
+            Shape::File("crd.yaml".into())
+        );
+        assert!(s("http://h/b.zip").is_err());
+    }
+}

@@ -1,0 +1,439 @@
+//! Sources: fetch image, git and HTTP sources, resolve them to immutable refs, cache them on
+//! local disk, and assemble several into one bundle tree.
+//!
+//! - [`Fetcher`] is the one entry point the reconciler (and `pallet fetch`) uses for every kind:
+//!   [`Fetcher::fetch`] resolves a source (cheapest call the protocol offers), returns the cached
+//!   tree when it has it and otherwise downloads and unpacks it once.
+//! - [`assemble`] copies several fetched sources into one tree at their destinations, refusing two
+//!   sources that write the same path.
+//! - [`unpack`] does the safe extraction, [`cache`] the content-addressed store, and
+//!   [`credentials`] the secret material the fetchers take.
+
+pub mod cache;
+pub mod credentials;
+pub mod git;
+pub mod http;
+pub mod image;
+pub mod unpack;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{Source, SourceKind};
+
+pub use cache::Cache;
+pub use credentials::{CredentialKind, Credentials, DockerConfig};
+pub use unpack::Limits;
+
+/// Why fetching a source failed. Messages name the source, the path and the credentials'
+/// origin, never secret values.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The image, repository, ref or URL does not exist.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The server refused the credentials (or their absence).
+    #[error("access to {what} denied using {credentials}: {detail}")]
+    Unauthorized {
+        /// What was accessed.
+        what: String,
+        /// Where the credentials came from, or "no credentials".
+        credentials: String,
+        /// The server's reason, without secrets.
+        detail: String,
+    },
+    /// Credentials that cannot be used for this source.
+    #[error("credentials from {origin} are unusable: {reason}")]
+    InvalidCredentials {
+        /// Where the credentials came from.
+        origin: String,
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The content exists but holds nothing pallet can use as a bundle.
+    #[error("{what} is not a bundle: {reason}")]
+    NotABundle {
+        /// The source.
+        what: String,
+        /// Why not.
+        reason: String,
+    },
+    /// An archive entry or tree item that would escape the destination or is not allowed.
+    #[error("unsafe content at {path}: {reason}")]
+    UnsafeContent {
+        /// Path of the entry as the archive names it.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An archive that cannot be read (truncated, corrupt compression).
+    #[error("archive is unreadable: {reason}")]
+    BadArchive {
+        /// The decoder's reason.
+        reason: String,
+    },
+    /// Unpacking would exceed one of the configured [`Limits`].
+    #[error("{what} exceeds the limit of {limit}")]
+    LimitExceeded {
+        /// Which limit.
+        what: String,
+        /// Its value.
+        limit: u64,
+    },
+    /// Content whose digest is not the one expected.
+    #[error("digest mismatch for {what}: expected {expected}, got {actual}")]
+    DigestMismatch {
+        /// The content.
+        what: String,
+        /// The pinned or advertised digest.
+        expected: String,
+        /// The digest of what arrived.
+        actual: String,
+    },
+    /// Two sources write the same path of the assembled tree.
+    #[error("sources {first} and {second} both write {path}")]
+    Conflict {
+        /// Path inside the assembled tree.
+        path: String,
+        /// The source that wrote it first.
+        first: String,
+        /// The source that wrote it again.
+        second: String,
+    },
+    /// A source spec the fetchers cannot act on.
+    #[error("invalid source: {0}")]
+    Invalid(String),
+    /// The server could not be reached or did not answer in time.
+    #[error("{what} is unreachable: {detail}")]
+    Unreachable {
+        /// The server or URL.
+        what: String,
+        /// The transport's reason.
+        detail: String,
+    },
+    /// The server answered with an error of its own (5xx, protocol errors).
+    #[error("{what}: server error: {detail}")]
+    Server {
+        /// The server or URL.
+        what: String,
+        /// The server's reason.
+        detail: String,
+    },
+    /// A local filesystem error (cache, scratch space).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SourceError {
+    /// A short stable name for the kind of failure: used as condition reason, Event reason and
+    /// metric label.
+    pub fn category(&self) -> &'static str {
+        match self {
+            SourceError::NotFound { .. } => "NotFound",
+            SourceError::Unauthorized { .. } => "Unauthorized",
+            SourceError::InvalidCredentials { .. } => "InvalidCredentials",
+            SourceError::NotABundle { .. } => "NotABundle",
+            SourceError::UnsafeContent { .. } => "UnsafeContent",
+            SourceError::BadArchive { .. } => "BadArchive",
+            SourceError::LimitExceeded { .. } => "LimitExceeded",
+            SourceError::DigestMismatch { .. } => "DigestMismatch",
+            SourceError::Conflict { .. } => "SourceConflict",
+            SourceError::Invalid(_) => "InvalidSource",
+            SourceError::Unreachable { .. } => "Unreachable",
+            SourceError::Server { .. } => "ServerError",
+            SourceError::Io { .. } => "LocalIO",
+        }
+    }
+
+    /// Transient failures (network, server, local I/O) are retried with backoff; permanent ones
+    /// (bad spec, bad content, refused credentials) wait for a change of spec or content.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            SourceError::Unreachable { .. } | SourceError::Server { .. } | SourceError::Io { .. }
+        )
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        SourceError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Settings shared by every fetch (agent flags, not per-source spec).
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Unpack limits per source.
+    pub limits: Limits,
+    /// Time allowed to open a connection.
+    pub connect_timeout: Duration,
+    /// Time allowed for one whole request or git operation.
+    pub timeout: Duration,
+    /// Redirects an HTTP source may follow.
+    pub max_redirects: usize,
+    /// Registries (`host:port`) spoken to over plain HTTP instead of HTTPS (local test registries).
+    pub plain_http_registries: Vec<String>,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            limits: Limits::default(),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(300),
+            max_redirects: 5,
+            plain_http_registries: Vec::new(),
+        }
+    }
+}
+
+/// What a fetch needs besides the spec: credentials and CA certificates read from Secrets by the
+/// caller.
+#[derive(Clone, Debug, Default)]
+pub struct SourceSecrets {
+    /// Credentials from `auth.secret`, if the source names one.
+    pub credentials: Option<Credentials>,
+    /// Extra PEM CA certificates to trust (image `caSecret`).
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+/// A source resolved to an immutable ref, with its content in the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// Kind of the source.
+    pub kind: SourceKind,
+    /// The ref as written (image reference, git branch/tag/commit, URL).
+    pub reference: String,
+    /// The immutable ref: image digest reference, commit SHA, `sha256:` of HTTP content.
+    pub resolved: String,
+    /// Relative destination inside the bundle tree ("" is the root).
+    pub destination: String,
+    /// The cached content (read-only: it is shared by every reconcile of this ref).
+    pub path: PathBuf,
+}
+
+impl Fetched {
+    /// How the source is named in messages: kind and ref as written.
+    pub fn label(&self) -> String {
+        format!("{} {}", kind_name(self.kind), self.reference)
+    }
+}
+
+fn kind_name(kind: SourceKind) -> &'static str {
+    match kind {
+        SourceKind::Image => "image",
+        SourceKind::Git => "git",
+        SourceKind::Http => "http",
+    }
+}
+
+/// Fetches sources of every kind through one content-addressed cache.
+#[derive(Clone)]
+pub struct Fetcher {
+    cache: Arc<Cache>,
+    options: FetchOptions,
+}
+
+impl Fetcher {
+    /// A fetcher over `cache`.
+    pub fn new(cache: Arc<Cache>, options: FetchOptions) -> Self {
+        crate::tls::install_crypto_provider();
+        Fetcher { cache, options }
+    }
+
+    /// The cache this fetcher fills.
+    pub fn cache(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
+    /// The options this fetcher uses.
+    pub fn options(&self) -> &FetchOptions {
+        &self.options
+    }
+
+    /// Resolves `source` to an immutable ref and returns its cached content, downloading and
+    /// unpacking it first when it is not cached. A pinned ref that is cached costs no network call.
+    pub async fn fetch(
+        &self,
+        source: &Source,
+        secrets: &SourceSecrets,
+    ) -> Result<Fetched, SourceError> {
+        let (reference, resolved, path) = match source.kind {
+            SourceKind::Image => {
+                let spec = source
+                    .image
+                    .as_ref()
+                    .ok_or_else(|| SourceError::Invalid("kind image without `image`".into()))?;
+                let (resolved, path) = image::fetch(self, spec, secrets).await?;
+                (spec.reference.clone(), resolved, path)
+            }
+            SourceKind::Git => {
+                let spec = source
+                    .git
+                    .as_ref()
+                    .ok_or_else(|| SourceError::Invalid("kind git without `git`".into()))?;
+                let (resolved, path) = git::fetch(self, spec, secrets).await?;
+                (git::ref_as_written(&spec.reference), resolved, path)
+            }
+            SourceKind::Http => {
+                let spec = source
+                    .http
+                    .as_ref()
+                    .ok_or_else(|| SourceError::Invalid("kind http without `http`".into()))?;
+                let (resolved, path) = http::fetch(self, spec, secrets).await?;
+                (spec.url.clone(), resolved, path)
+            }
+        };
+        Ok(Fetched {
+            kind: source.kind,
+            reference,
+            resolved,
+            destination: source.destination.clone(),
+            path,
+        })
+    }
+}
+
+/// Copies every fetched source into `out` (created if missing) at its destination. Two sources
+/// writing the same path (or one writing a file where another has a directory) is an error
+/// naming both sources and the path.
+pub fn assemble(sources: &[Fetched], out: &Path) -> Result<(), SourceError> {
+    fs::create_dir_all(out).map_err(|e| SourceError::io("create bundle tree", e))?;
+    // Who wrote each file, and who created each directory entry as a non-directory.
+    let mut owners: HashMap<PathBuf, usize> = HashMap::new();
+    for (index, source) in sources.iter().enumerate() {
+        let dest_rel = unpack::safe_relative(Path::new(&source.destination))?.unwrap_or_default();
+        copy_tree(sources, index, &source.path, &dest_rel, out, &mut owners)?;
+    }
+    Ok(())
+}
+
+fn copy_tree(
+    sources: &[Fetched],
+    index: usize,
+    from: &Path,
+    rel: &Path,
+    out: &Path,
+    owners: &mut HashMap<PathBuf, usize>,
+) -> Result<(), SourceError> {
+    let conflict = |path: &Path, other: usize| SourceError::Conflict {
+        path: path.display().to_string(),
+        first: sources[other].label(),
+        second: sources[index].label(),
+    };
+    // A directory where another source put a file (or a file's ancestors) conflicts too.
+    for ancestor in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        if let Some(&other) = owners.get(ancestor) {
+            if other != index {
+                return Err(conflict(ancestor, other));
+            }
+        }
+    }
+    let target = out.join(rel);
+    fs::create_dir_all(&target).map_err(|e| SourceError::io("create bundle directory", e))?;
+    let entries = fs::read_dir(from).map_err(|e| SourceError::io("read cached source", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| SourceError::io("read cached source", e))?;
+        let item_rel = rel.join(entry.file_name());
+        let file_type = entry
+            .file_type()
+            .map_err(|e| SourceError::io("read cached source", e))?;
+        if file_type.is_dir() {
+            copy_tree(sources, index, &entry.path(), &item_rel, out, owners)?;
+            continue;
+        }
+        if let Some(&other) = owners.get(&item_rel) {
+            return Err(conflict(&item_rel, other));
+        }
+        let dst = out.join(&item_rel);
+        if fs::symlink_metadata(&dst).is_ok() {
+            // A directory some other source made at this path.
+            let other = owners
+                .iter()
+                .find(|(p, _)| p.starts_with(&item_rel))
+                .map(|(_, &o)| o)
+                .unwrap_or(index);
+            return Err(conflict(&item_rel, other));
+        }
+        if file_type.is_symlink() {
+            let target = fs::read_link(entry.path())
+                .map_err(|e| SourceError::io("read cached symlink", e))?;
+            std::os::unix::fs::symlink(&target, &dst)
+                .map_err(|e| SourceError::io("create bundle symlink", e))?;
+        } else {
+            fs::copy(entry.path(), &dst).map_err(|e| SourceError::io("copy into bundle", e))?;
+        }
+        owners.insert(item_rel, index);
+    }
+    Ok(())
+}
+
+/// Hex SHA-256 of `data`.
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex(&sha2::Sha256::digest(data))
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fetched(dir: &Path, reference: &str, destination: &str) -> Fetched {
+        Fetched {
+            kind: SourceKind::Http,
+            reference: reference.into(),
+            resolved: "sha256:x".into(),
+            destination: destination.into(),
+            path: dir.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn assemble_places_sources_and_reports_conflicts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        fs::create_dir_all(a.join("crds")).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        fs::write(a.join("crds/x.yaml"), "x").unwrap();
+        fs::write(b.join("x.yaml"), "y").unwrap();
+        let out = tmp.path().join("out1");
+        assemble(&[fetched(&a, "A", ""), fetched(&b, "B", "extras")], &out).unwrap();
+        assert_eq!(fs::read_to_string(out.join("crds/x.yaml")).unwrap(), "x");
+        assert_eq!(fs::read_to_string(out.join("extras/x.yaml")).unwrap(), "y");
+
+        let out = tmp.path().join("out2");
+        let err = assemble(&[fetched(&a, "A", ""), fetched(&b, "B", "crds")], &out).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("http A") && msg.contains("http B") && msg.contains("crds/x.yaml"),
+            "{msg}"
+        );
+        assert_eq!(err.category(), "SourceConflict");
+    }
+}
