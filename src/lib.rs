@@ -6,4 +6,5 @@
 pub mod api;
 pub mod apply;
 pub mod cli;
+pub mod source;
 pub mod tls;
