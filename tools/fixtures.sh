@@ -106,7 +106,14 @@ registry_config() {
   } > "$f"
 }
 
-alive() { [ -s "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+# alive NAME: the process in NAME.pid is running and is still ours (pids get reused after a reboot).
+alive() {
+  local pid
+  [ -s "$state/$1.pid" ] || return 1
+  pid=$(cat "$state/$1.pid")
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'docker-registry|pallet-fixtures'
+}
 
 # Runs a command detached from this shell (own session, no stdin), logging to <state>/NAME.log.
 spawn() {
