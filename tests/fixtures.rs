@@ -105,6 +105,11 @@ async fn tls_registry_requires_credentials() {
     let dir = bundle_dir();
     let good = reg.registry_auth();
     assert!(matches!(good, RegistryAuth::Basic(..)));
+    let config: Value = serde_json::from_str(&reg.docker_config_json()).unwrap();
+    assert_eq!(
+        config["auths"][&reg.host]["username"],
+        json!(reg.username.clone().unwrap())
+    );
 
     let digest = fx
         .push_dir_as_image(reg, &repo, "v1", dir.path(), &good)

@@ -92,6 +92,17 @@ impl Server {
         }
     }
 
+    /// A `.dockerconfigjson` document holding this server's basic-auth credentials, as a
+    /// `kubernetes.io/dockerconfigjson` Secret carries it.
+    pub fn docker_config_json(&self) -> String {
+        use base64::Engine as _;
+        let user = self.username.as_deref().expect("server has no username");
+        let password = self.password.as_deref().expect("server has no password");
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        json!({"auths": {&self.host: {"username": user, "password": password, "auth": auth}}})
+            .to_string()
+    }
+
     /// `url` + `path` (`path` starts with `/`).
     pub fn url_for(&self, path: &str) -> String {
         format!("{}{}", self.url, path)
