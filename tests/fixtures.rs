@@ -309,6 +309,44 @@ async fn git_serves_commits_with_and_without_auth() {
     );
     assert_eq!(std::fs::read(authed.join("a.yaml")).unwrap(), b"two\n");
 
+    // Pushing over HTTP updates the bare repo.
+    let authed_dir = authed.to_str().unwrap();
+    std::fs::write(authed.join("a.yaml"), "three\n").unwrap();
+    git(
+        None,
+        &["-C", authed_dir, "commit", "--quiet", "-am", "third"],
+    )
+    .run();
+    git(
+        None,
+        &["-C", authed_dir, "push", "--quiet", "origin", "main"],
+    )
+    .run();
+    let pushed = git(None, &["-C", authed_dir, "rev-parse", "HEAD"]).run();
+    assert_eq!(repo.rev_parse("main"), pushed);
+
+    // TLS: served with the test CA trusted, refused without it.
+    let tls = fx.git_tls();
+    let out = git(None, &["clone", "--quiet", &repo.url_with_auth(tls)])
+        .arg(work.path().join("tls"))
+        .env("GIT_SSL_CAINFO", fx.ca_cert())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = git(None, &["clone", "--quiet", &repo.url_with_auth(tls)])
+        .arg(work.path().join("tls-untrusted"))
+        .env("GIT_SSL_CAINFO", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "clone with an untrusted CA succeeded"
+    );
+
     // Counters: both servers saw this repo; the auth server answered 401 at least once.
     assert!(fx.git_requests(fx.git_plain(), &repo.name).await >= 2);
     let repo_path = format!("{}.git", repo.name);
@@ -440,6 +478,35 @@ async fn file_server_auth_validators_redirects_and_counts() {
         .await
         .unwrap();
     assert_eq!(second.headers()[LOCATION], path.as_str());
+
+    // Cross-host redirect to another fixture server.
+    let target = bearer.url_for(&path);
+    let goto = http
+        .get(plain.url_for("/_goto"))
+        .query(&[("url", &target)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(goto.status(), StatusCode::FOUND);
+    assert_eq!(goto.headers()[LOCATION], target.as_str());
+
+    // TLS: fine with the test CA, refused by a client that does not trust it.
+    let tls = fx.http_tls();
+    let ok = http.get(tls.url_for(&path)).send().await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let untrusting = reqwest::Client::builder()
+        .tls_certs_only([])
+        .build()
+        .unwrap();
+    let err = untrusting
+        .get(tls.url_for(&path))
+        .send()
+        .await
+        .expect_err("TLS without the test CA succeeded");
+    assert!(
+        format!("{err:?}").contains("UnknownIssuer"),
+        "not a certificate error: {err:?}"
+    );
 
     // Counters: exact per server and path.
     assert_eq!(fx.http_requests(plain, &path).await, 4);

@@ -214,6 +214,10 @@ impl Fixtures {
     pub fn git_auth(&self) -> &Server {
         self.server("git-auth")
     }
+    /// git smart HTTP over TLS (test CA) requiring basic auth (same repos).
+    pub fn git_tls(&self) -> &Server {
+        self.server("git-tls")
+    }
     /// File server without auth.
     pub fn http_plain(&self) -> &Server {
         self.server("http-plain")
@@ -225,6 +229,11 @@ impl Fixtures {
     /// File server requiring a bearer token (same files as [`Fixtures::http_plain`]).
     pub fn http_bearer(&self) -> &Server {
         self.server("http-bearer")
+    }
+
+    /// File server over TLS (test CA), without auth (same files).
+    pub fn http_tls(&self) -> &Server {
+        self.server("http-tls")
     }
 
     /// Path of the test CA certificate (PEM) that signed the TLS servers' certificate.
