@@ -3,6 +3,7 @@
 
 pub mod canonical;
 pub mod error;
+pub mod helm;
 pub mod object;
 pub mod scope;
 

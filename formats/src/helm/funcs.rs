@@ -1,0 +1,1767 @@
+//! The runtime the translated templates call: Go value semantics on top of minijinja's `Value`,
+//! Go's builtins, and the Sprig/Helm functions charts use.
+//!
+//! Value model (matching what Helm's templates see):
+//! - maps are [`GoMap`] objects: shared and mutable (Sprig's `set`/`unset` mutate in place), keys
+//!   iterate sorted like Go's `range` and `fmt`;
+//! - numbers from values files are `float64` (Helm decodes YAML through JSON), template literals
+//!   are `int`; printing follows Go's `%v` (so `1000000.0` prints `1e+06`, as in Helm);
+//! - `nil` is minijinja's `none`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use minijinja::value::{Enumerator, Object, ObjectRepr, Rest, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, State};
+
+use super::parse;
+use super::translate;
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidOperation, msg.into())
+}
+
+/// A Go `map[string]interface{}`: shared, mutable, sorted.
+#[derive(Debug, Default)]
+pub struct GoMap(pub Mutex<BTreeMap<String, Value>>);
+
+impl GoMap {
+    /// Wraps a map as a template value.
+    pub fn value(m: BTreeMap<String, Value>) -> Value {
+        Value::from_object(GoMap(Mutex::new(m)))
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Value>> {
+        // A poisoned lock only means another render panicked; the map itself is still valid.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn snapshot(&self) -> BTreeMap<String, Value> {
+        self.lock().clone()
+    }
+}
+
+impl Object for GoMap {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Map
+    }
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.lock().get(key.as_str()?).cloned()
+    }
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        let keys: Vec<Value> = self
+            .lock()
+            .keys()
+            .map(|k| Value::from(k.as_str()))
+            .collect();
+        Enumerator::Iter(Box::new(keys.into_iter()))
+    }
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.lock().len())
+    }
+    fn is_true(self: &Arc<Self>) -> bool {
+        !self.lock().is_empty()
+    }
+}
+
+/// Returns the entries of a map value (a [`GoMap`] or any minijinja map), sorted by key.
+pub fn map_entries(v: &Value) -> Option<BTreeMap<String, Value>> {
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        return Some(m.snapshot());
+    }
+    if v.kind() != ValueKind::Map {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for k in v.try_iter().ok()? {
+        let val = v.get_item(&k).ok()?;
+        out.insert(k.to_string(), val);
+    }
+    Some(out)
+}
+
+fn is_map(v: &Value) -> bool {
+    v.kind() == ValueKind::Map && v.downcast_object_ref::<Method>().is_none()
+}
+
+fn list_items(v: &Value) -> Option<Vec<Value>> {
+    match v.kind() {
+        ValueKind::Seq | ValueKind::Iterable => v.try_iter().ok().map(|i| i.collect()),
+        _ => None,
+    }
+}
+
+/// Converts parsed YAML/JSON into template values with Helm's typing (numbers are float64).
+pub fn from_json(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::from(()),
+        serde_json::Value::Bool(b) => Value::from(*b),
+        serde_json::Value::Number(n) => Value::from(n.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(s) => Value::from(s.as_str()),
+        serde_json::Value::Array(a) => Value::from(a.iter().map(from_json).collect::<Vec<_>>()),
+        serde_json::Value::Object(o) => {
+            GoMap::value(o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect())
+        }
+    }
+}
+
+/// Converts a template value back into JSON (for toJson/toYaml and for output).
+pub fn to_json(v: &Value) -> serde_json::Value {
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => serde_json::Value::Null,
+        ValueKind::Bool => serde_json::Value::Bool(v.is_true()),
+        ValueKind::Number => {
+            if let Some(i) = v.as_i64().filter(|_| v.is_integer()) {
+                serde_json::Value::from(i)
+            } else {
+                let f = f64::try_from(v.clone()).unwrap_or(0.0);
+                serde_json::Number::from_f64(f)
+                    .map(serde_json::Value::Number)
+                    .unwrap_or(serde_json::Value::Null)
+            }
+        }
+        ValueKind::String => serde_json::Value::String(v.as_str().unwrap_or_default().to_string()),
+        ValueKind::Bytes => serde_json::Value::String(
+            String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into(),
+        ),
+        ValueKind::Map => match map_entries(v) {
+            Some(m) => {
+                serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect())
+            }
+            None => serde_json::Value::Null,
+        },
+        _ => match list_items(v) {
+            Some(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
+            None => serde_json::Value::String(v.to_string()),
+        },
+    }
+}
+
+/// Go's `strconv.FormatFloat(f, 'g', -1, 64)`, which is what `%v` prints for float64.
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits, as Go's shortest formatting does.
+    let e = format!("{f:e}");
+    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", exp.abs())
+    } else {
+        let s = format!("{f}");
+        s
+    }
+}
+
+/// Go's JSON number formatting for float64 (used by toJson/toYaml).
+pub fn json_float(f: f64) -> String {
+    let a = f.abs();
+    if a != 0.0 && !(1e-6..1e21).contains(&a) {
+        let e = format!("{f:e}");
+        let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mant}e{sign}{:02}", exp.abs())
+    } else {
+        format!("{f}")
+    }
+}
+
+/// Go's `%v` formatting of a template value.
+pub fn go_fmt(v: &Value) -> String {
+    let mut s = String::new();
+    go_fmt_into(&mut s, v, true);
+    s
+}
+
+fn go_fmt_into(out: &mut String, v: &Value, top: bool) {
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => {
+            out.push_str(if top { "<no value>" } else { "<nil>" })
+        }
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if v.is_integer() {
+                out.push_str(&v.to_string());
+            } else {
+                out.push_str(&go_float(f64::try_from(v.clone()).unwrap_or(0.0)));
+            }
+        }
+        ValueKind::String => out.push_str(v.as_str().unwrap_or_default()),
+        ValueKind::Bytes => {
+            let b = v.as_bytes().unwrap_or_default();
+            out.push('[');
+            let parts: Vec<String> = b.iter().map(|x| x.to_string()).collect();
+            out.push_str(&parts.join(" "));
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push_str("map[");
+            if let Some(m) = map_entries(v) {
+                for (i, (k, val)) in m.iter().enumerate() {
+                    if i > 0 {
+                        out.push(' ');
+                    }
+                    out.push_str(k);
+                    out.push(':');
+                    go_fmt_into(out, val, false);
+                }
+            }
+            out.push(']');
+        }
+        _ => match list_items(v) {
+            Some(items) => {
+                out.push('[');
+                for (i, it) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(' ');
+                    }
+                    go_fmt_into(out, it, false);
+                }
+                out.push(']');
+            }
+            None => out.push_str(&v.to_string()),
+        },
+    }
+}
+
+/// A bound method value (`.Files.Get`) so `__call` can invoke it.
+#[derive(Debug)]
+struct Method;
+impl Object for Method {}
+
+/// `.Files`: the chart's non-template files.
+#[derive(Debug, Default)]
+pub struct Files(pub BTreeMap<String, Vec<u8>>);
+
+fn glob_match(pat: &str, name: &str) -> bool {
+    // Helm uses gobwas/glob with '/' as separator: `*` stays within a path segment, `**` crosses.
+    fn m(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) if rest.first() == Some(&'*') => {
+                (0..=n.len()).any(|i| m(&rest[1..], &n[i..]))
+            }
+            Some(('*', rest)) => (0..=n.len())
+                .take_while(|&i| i == 0 || n[i - 1] != '/')
+                .any(|i| m(rest, &n[i..])),
+            Some(('?', rest)) => n.first().is_some_and(|c| *c != '/') && m(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && m(rest, &n[1..]),
+        }
+    }
+    let p: Vec<char> = pat.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    m(&p, &n)
+}
+
+impl Object for Files {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        self.method(method, args)
+    }
+}
+
+impl Files {
+    fn method(&self, method: &str, args: &[Value]) -> Result<Value, Error> {
+        let arg = |i: usize| args.get(i).map(go_fmt).unwrap_or_default();
+        let get = |p: &str| {
+            self.0
+                .get(p)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default()
+        };
+        match method {
+            "Get" => Ok(Value::from(get(&arg(0)))),
+            "GetBytes" => Ok(Value::from_bytes(
+                self.0.get(&arg(0)).cloned().unwrap_or_default(),
+            )),
+            "Lines" => {
+                let s = get(&arg(0));
+                let s = s.strip_suffix('\n').unwrap_or(&s);
+                if s.is_empty() && !self.0.contains_key(&arg(0)) {
+                    return Ok(Value::from(Vec::<Value>::new()));
+                }
+                Ok(Value::from(
+                    s.split('\n').map(Value::from).collect::<Vec<_>>(),
+                ))
+            }
+            "Glob" => {
+                let pat = arg(0);
+                let sel = self
+                    .0
+                    .iter()
+                    .filter(|(k, _)| glob_match(&pat, k))
+                    .map(|(k, v)| (k.clone(), v.clone()));
+                Ok(Value::from_object(Files(sel.collect())))
+            }
+            "AsConfig" | "AsSecrets" => {
+                let mut m = BTreeMap::new();
+                for (k, v) in &self.0 {
+                    let base = k.rsplit('/').next().unwrap_or(k).to_string();
+                    let val = if method == "AsConfig" {
+                        String::from_utf8_lossy(v).into_owned()
+                    } else {
+                        b64(v)
+                    };
+                    m.insert(base, serde_json::Value::String(val));
+                }
+                Ok(Value::from(to_yaml(&serde_json::Value::Object(
+                    m.into_iter().collect(),
+                ))))
+            }
+            _ => Err(err(format!("unsupported construct: .Files.{method}"))),
+        }
+    }
+}
+
+/// `.Capabilities.APIVersions`.
+#[derive(Debug, Default)]
+pub struct ApiVersions(pub Vec<String>);
+
+impl Object for ApiVersions {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.0.get(key.as_usize()?).map(|s| Value::from(s.as_str()))
+    }
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.0.len())
+    }
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        self.method(method, args)
+    }
+}
+
+impl ApiVersions {
+    fn method(&self, method: &str, args: &[Value]) -> Result<Value, Error> {
+        match method {
+            "Has" => {
+                let want = args.first().map(go_fmt).unwrap_or_default();
+                Ok(Value::from(self.0.contains(&want)))
+            }
+            _ => Err(err(format!(
+                "unsupported construct: .Capabilities.APIVersions.{method}"
+            ))),
+        }
+    }
+}
+
+fn b64(data: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// Field access with Go semantics: map keys (missing → nil), struct-like objects, zero-argument
+/// methods; a field of nil or of a scalar is an error, as in Helm.
+fn field(v: &Value, name: &str) -> Result<Value, Error> {
+    if v.is_none() || v.is_undefined() {
+        return Err(err(format!("nil pointer evaluating interface {{}}.{name}")));
+    }
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        return Ok(m.lock().get(name).cloned().unwrap_or(Value::from(())));
+    }
+    if let Some(obj) = v.as_object() {
+        if let Some(x) = obj.get_value(&Value::from(name)) {
+            return Ok(x);
+        }
+        if v.kind() == ValueKind::Map {
+            return Ok(Value::from(()));
+        }
+        return Err(err(format!(
+            "can't evaluate field {name} in type {}",
+            type_of(v)
+        )));
+    }
+    if v.kind() == ValueKind::Map {
+        return Ok(v
+            .get_attr(name)
+            .ok()
+            .filter(|x| !x.is_undefined())
+            .unwrap_or(Value::from(())));
+    }
+    Err(err(format!(
+        "can't evaluate field {name} in type {}",
+        type_of(v)
+    )))
+}
+
+fn f_field(args: Rest<Value>) -> Result<Value, Error> {
+    let mut it = args.0.into_iter();
+    let mut v = it.next().unwrap_or_default();
+    for name in it {
+        v = field(&v, name.as_str().unwrap_or_default())?;
+    }
+    Ok(v)
+}
+
+fn f_call(args: Rest<Value>) -> Result<Value, Error> {
+    let (recv, rest) = args
+        .0
+        .split_first()
+        .ok_or_else(|| err("method call without receiver"))?;
+    let (name, margs) = rest
+        .split_first()
+        .ok_or_else(|| err("method call without name"))?;
+    let name = name.as_str().unwrap_or_default();
+    if recv.is_none() {
+        return Err(err(format!("nil pointer evaluating interface {{}}.{name}")));
+    }
+    if let Some(f) = recv.downcast_object::<Files>() {
+        return f.method(name, margs);
+    }
+    if let Some(a) = recv.downcast_object::<ApiVersions>() {
+        return a.method(name, margs);
+    }
+    Err(err(format!(
+        "unsupported construct: method call .{name} on {}",
+        type_of(recv)
+    )))
+}
+
+fn f_range(v: Value) -> Result<Value, Error> {
+    if v.is_none() || v.is_undefined() {
+        return Ok(Value::from(Vec::<Value>::new()));
+    }
+    if let Some(m) = map_entries(&v) {
+        return Ok(m
+            .into_iter()
+            .map(|(k, v)| Value::from(vec![Value::from(k), v]))
+            .collect());
+    }
+    if v.kind() == ValueKind::Number && v.is_integer() {
+        let n = v.as_i64().unwrap_or(0);
+        return Ok((0..n.max(0))
+            .map(|i| Value::from(vec![Value::from(i), Value::from(i)]))
+            .collect());
+    }
+    if v.kind() == ValueKind::String || v.kind() == ValueKind::Number || v.kind() == ValueKind::Bool
+    {
+        return Err(err(format!("range can't iterate over {}", go_fmt(&v))));
+    }
+    match list_items(&v) {
+        Some(items) => Ok(items
+            .into_iter()
+            .enumerate()
+            .map(|(i, x)| Value::from(vec![Value::from(i), x]))
+            .collect()),
+        None => Err(err(format!("range can't iterate over {}", go_fmt(&v)))),
+    }
+}
+
+/// Renders the define `name` with `data` as its dot.
+pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, Error> {
+    let tmpl = state
+        .env()
+        .get_template(&translate::define_name(name))
+        .map_err(|_| {
+            err(format!(
+                "no template \"{name}\" associated with template \"gotpl\""
+            ))
+        })?;
+    tmpl.render(minijinja::context! { __d0 => data })
+}
+
+fn f_include(state: &State, name: String, data: Option<Value>) -> Result<Value, Error> {
+    Ok(Value::from(render_define(
+        state,
+        &name,
+        data.unwrap_or_default(),
+    )?))
+}
+
+fn f_template(state: &State, name: String, data: Value) -> Result<Value, Error> {
+    f_include(state, name, Some(data))
+}
+
+/// The function names the translator accepts (every one has an `h_` implementation).
+pub fn known() -> HashSet<&'static str> {
+    FUNCS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .chain(["include", "tpl", "and", "or", "not"])
+        .collect()
+}
+
+type F = fn(Rest<Value>) -> Result<Value, Error>;
+
+fn s(v: &Value) -> String {
+    if v.is_none() || v.is_undefined() {
+        return String::new();
+    }
+    go_fmt(v)
+}
+
+fn arg(a: &[Value], i: usize) -> Value {
+    a.get(i).cloned().unwrap_or_default()
+}
+
+fn want(a: &[Value], n: usize, name: &str) -> Result<(), Error> {
+    if a.len() != n {
+        return Err(err(format!(
+            "wrong number of args for {name}: want {n} got {}",
+            a.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Sprig's `empty`: Go zero values.
+fn empty(v: &Value) -> bool {
+    !v.is_true()
+}
+
+fn to_i64(v: &Value) -> i64 {
+    match v.kind() {
+        ValueKind::Number => v
+            .as_i64()
+            .unwrap_or_else(|| f64::try_from(v.clone()).unwrap_or(0.0) as i64),
+        ValueKind::Bool => i64::from(v.is_true()),
+        ValueKind::String => {
+            let t = v.as_str().unwrap_or_default();
+            t.parse::<i64>()
+                .ok()
+                .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+fn to_f64(v: &Value) -> f64 {
+    match v.kind() {
+        ValueKind::Number => f64::try_from(v.clone()).unwrap_or(0.0),
+        ValueKind::Bool => f64::from(u8::from(v.is_true())),
+        ValueKind::String => v.as_str().unwrap_or_default().parse().unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
+fn type_of(v: &Value) -> &'static str {
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => "<nil>",
+        ValueKind::Bool => "bool",
+        ValueKind::Number if v.is_integer() => "int",
+        ValueKind::Number => "float64",
+        ValueKind::String => "string",
+        ValueKind::Bytes => "[]uint8",
+        ValueKind::Map => "map[string]interface {}",
+        _ => "[]interface {}",
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => "invalid",
+        ValueKind::Bool => "bool",
+        ValueKind::Number if v.is_integer() => "int",
+        ValueKind::Number => "float64",
+        ValueKind::String => "string",
+        ValueKind::Map => "map",
+        _ => "slice",
+    }
+}
+
+/// Go template `eq`/`lt` comparison of basic values.
+fn cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
+    use std::cmp::Ordering;
+    match (a.kind(), b.kind()) {
+        (ValueKind::Number, ValueKind::Number) => {
+            if a.is_integer() && b.is_integer() {
+                Ok(a.as_i64().cmp(&b.as_i64()))
+            } else {
+                to_f64(a)
+                    .partial_cmp(&to_f64(b))
+                    .ok_or_else(|| err("incomparable numbers"))
+            }
+        }
+        (ValueKind::String, ValueKind::String) => Ok(a.as_str().cmp(&b.as_str())),
+        (ValueKind::Bool, ValueKind::Bool) => Ok(a.is_true().cmp(&b.is_true())),
+        (ValueKind::None | ValueKind::Undefined, ValueKind::None | ValueKind::Undefined) => {
+            Ok(Ordering::Equal)
+        }
+        _ => Err(err(format!(
+            "incompatible types for comparison: {} and {}",
+            type_of(a),
+            type_of(b)
+        ))),
+    }
+}
+
+fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
+    if a.is_none() || b.is_none() {
+        return Ok(a.is_none() == b.is_none() && to_json(a) == to_json(b));
+    }
+    Ok(cmp(a, b)? == std::cmp::Ordering::Equal)
+}
+
+/// Go's `fmt.Sprintf` for the verbs charts use.
+pub fn sprintf(fmt: &str, args: &[Value]) -> String {
+    let mut out = String::new();
+    let mut it = fmt.chars().peekable();
+    let mut ai = 0;
+    while let Some(c) = it.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut flags = String::new();
+        while let Some(&f) = it.peek() {
+            if "+-# 0".contains(f) {
+                flags.push(f);
+                it.next();
+            } else {
+                break;
+            }
+        }
+        let mut width = String::new();
+        while let Some(&d) = it.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(d);
+            it.next();
+        }
+        let mut prec: Option<usize> = None;
+        if it.peek() == Some(&'.') {
+            it.next();
+            let mut p = String::new();
+            while let Some(&d) = it.peek().filter(|d| d.is_ascii_digit()) {
+                p.push(d);
+                it.next();
+            }
+            prec = Some(p.parse().unwrap_or(0));
+        }
+        let Some(verb) = it.next() else {
+            out.push_str("%!(NOVERB)");
+            break;
+        };
+        if verb == '%' {
+            out.push('%');
+            continue;
+        }
+        let Some(a) = args.get(ai) else {
+            let _ = write!(out, "%!{verb}(MISSING)");
+            continue;
+        };
+        ai += 1;
+        let body = match verb {
+            'v' | 's' => {
+                if a.is_none() {
+                    if verb == 's' {
+                        "%!s(<nil>)".to_string()
+                    } else {
+                        "<nil>".to_string()
+                    }
+                } else if verb == 's' && a.kind() == ValueKind::Number {
+                    format!("%!s({}={})", type_of(a), go_fmt(a))
+                } else {
+                    let mut t = go_fmt(a);
+                    if let Some(p) = prec {
+                        t = t.chars().take(p).collect();
+                    }
+                    t
+                }
+            }
+            'q' => serde_json::to_string(&go_fmt(a)).unwrap_or_default(),
+            'd' => {
+                if a.kind() == ValueKind::Number && a.is_integer() {
+                    let n = a.as_i64().unwrap_or(0);
+                    if flags.contains('+') && n >= 0 {
+                        format!("+{n}")
+                    } else {
+                        n.to_string()
+                    }
+                } else {
+                    format!("%!d({}={})", type_of(a), go_fmt(a))
+                }
+            }
+            'f' | 'F' => {
+                if a.kind() == ValueKind::Number {
+                    format!("{:.*}", prec.unwrap_or(6), to_f64(a))
+                } else {
+                    format!("%!f({}={})", type_of(a), go_fmt(a))
+                }
+            }
+            'g' => go_float(to_f64(a)),
+            't' => match a.kind() {
+                ValueKind::Bool => go_fmt(a),
+                _ => format!("%!t({}={})", type_of(a), go_fmt(a)),
+            },
+            'x' | 'X' => {
+                let t = match a.kind() {
+                    ValueKind::Number => format!("{:x}", to_i64(a)),
+                    _ => go_fmt(a).bytes().map(|b| format!("{b:02x}")).collect(),
+                };
+                if verb == 'X' {
+                    t.to_uppercase()
+                } else {
+                    t
+                }
+            }
+            'c' => char::from_u32(to_i64(a) as u32)
+                .map(String::from)
+                .unwrap_or_default(),
+            other => format!("%!{other}({}={})", type_of(a), go_fmt(a)),
+        };
+        let w: usize = width.parse().unwrap_or(0);
+        let len = body.chars().count();
+        if len < w {
+            let pad = w - len;
+            if flags.contains('-') {
+                out.push_str(&body);
+                out.push_str(&" ".repeat(pad));
+            } else if flags.contains('0') && matches!(verb, 'd' | 'f' | 'x' | 'X') {
+                let (sign, digits) = if let Some(d) = body.strip_prefix('-') {
+                    ("-", d)
+                } else {
+                    ("", body.as_str())
+                };
+                out.push_str(sign);
+                out.push_str(&"0".repeat(pad));
+                out.push_str(digits);
+            } else {
+                out.push_str(&" ".repeat(pad));
+                out.push_str(&body);
+            }
+        } else {
+            out.push_str(&body);
+        }
+    }
+    if ai < args.len() {
+        out.push_str("%!(EXTRA ");
+        let extra: Vec<String> = args[ai..]
+            .iter()
+            .map(|a| format!("{}={}", type_of(a), go_fmt(a)))
+            .collect();
+        out.push_str(&extra.join(", "));
+        out.push(')');
+    }
+    out
+}
+
+/// Go's `fmt.Sprint`: spaces between operands when neither is a string.
+fn sprint(args: &[Value]) -> String {
+    let mut out = String::new();
+    for (i, a) in args.iter().enumerate() {
+        if i > 0 && a.kind() != ValueKind::String && args[i - 1].kind() != ValueKind::String {
+            out.push(' ');
+        }
+        out.push_str(&if a.is_none() {
+            "<nil>".to_string()
+        } else {
+            go_fmt(a)
+        });
+    }
+    out
+}
+
+/// Helm's `toYaml` output (sigs.k8s.io/yaml: JSON → YAML, block style, sorted keys), without the
+/// trailing newline.
+pub fn to_yaml(v: &serde_json::Value) -> String {
+    let mut out = String::new();
+    yaml_node(&mut out, v, 0, false);
+    while out.ends_with('\n') {
+        out.pop();
+    }
+    out
+}
+
+fn yaml_scalar(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "null".into(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.to_string(),
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            (None, Some(f)) => json_float(f),
+            _ => n.to_string(),
+        },
+        serde_json::Value::String(s) => yaml_string(s),
+        serde_json::Value::Array(_) => "[]".into(),
+        serde_json::Value::Object(_) => "{}".into(),
+    }
+}
+
+fn yaml_string(s: &str) -> String {
+    let plain_ok = !s.is_empty()
+        && !s.starts_with(|c: char| " -?:,[]{}#&*!|>'\"%@`~".contains(c))
+        && !s.ends_with(' ')
+        && !s.contains(": ")
+        && !s.contains(" #")
+        && !s.ends_with(':')
+        && !s.chars().any(|c| c.is_control())
+        && !matches!(
+            s.to_ascii_lowercase().as_str(),
+            "true" | "false" | "yes" | "no" | "y" | "n" | "on" | "off" | "null" | "~"
+        )
+        && s.parse::<f64>().is_err()
+        && !s.starts_with("0x")
+        && !s.starts_with("0o")
+        && !s.contains('\t');
+    if plain_ok {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).unwrap_or_default()
+    }
+}
+
+fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: bool) {
+    let pad = " ".repeat(indent);
+    match v {
+        serde_json::Value::Object(m) if !m.is_empty() => {
+            for (i, (k, val)) in m.iter().enumerate() {
+                if !(in_seq && i == 0) {
+                    out.push_str(&pad);
+                }
+                out.push_str(&yaml_string(k));
+                out.push(':');
+                match val {
+                    serde_json::Value::Object(c) if !c.is_empty() => {
+                        out.push('\n');
+                        yaml_node(out, val, indent + 2, false);
+                    }
+                    serde_json::Value::Array(c) if !c.is_empty() => {
+                        out.push('\n');
+                        yaml_node(out, val, indent, false);
+                    }
+                    _ => {
+                        out.push(' ');
+                        out.push_str(&yaml_scalar(val));
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        serde_json::Value::Array(a) if !a.is_empty() => {
+            for (i, item) in a.iter().enumerate() {
+                if !(in_seq && i == 0) {
+                    out.push_str(&pad);
+                }
+                out.push_str("- ");
+                match item {
+                    serde_json::Value::Object(c) if !c.is_empty() => {
+                        yaml_node(out, item, indent + 2, true)
+                    }
+                    serde_json::Value::Array(c) if !c.is_empty() => {
+                        yaml_node(out, item, indent + 2, true)
+                    }
+                    _ => {
+                        out.push_str(&yaml_scalar(item));
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        _ => {
+            if !in_seq {
+                out.push_str(&pad);
+            }
+            out.push_str(&yaml_scalar(v));
+            out.push('\n');
+        }
+    }
+}
+
+/// Go's json.Marshal (sorted keys, HTML-safe escaping).
+fn go_json(v: &serde_json::Value) -> String {
+    let mut out = String::new();
+    go_json_into(&mut out, v);
+    out
+}
+
+fn go_json_into(out: &mut String, v: &serde_json::Value) {
+    match v {
+        serde_json::Value::String(s) => {
+            let j = serde_json::to_string(s).unwrap_or_default();
+            out.push_str(
+                &j.replace('<', "\\u003c")
+                    .replace('>', "\\u003e")
+                    .replace('&', "\\u0026"),
+            );
+        }
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => out.push_str(&i.to_string()),
+            (None, Some(f)) => out.push_str(&json_float(f)),
+            _ => out.push_str(&n.to_string()),
+        },
+        serde_json::Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                go_json_into(out, x);
+            }
+            out.push(']');
+        }
+        serde_json::Value::Object(m) => {
+            out.push('{');
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                go_json_into(out, &serde_json::Value::String((*k).clone()));
+                out.push(':');
+                go_json_into(out, &m[*k]);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
+    if s.trim().is_empty() {
+        return Ok(serde_json::Value::Object(Default::default()));
+    }
+    serde_saphyr::from_str::<serde_json::Value>(s).map_err(|e| e.to_string())
+}
+
+fn indent_str(n: i64, s: &str) -> String {
+    let pad = " ".repeat(n.max(0) as usize);
+    format!("{pad}{}", s.replace('\n', &format!("\n{pad}")))
+}
+
+fn title(s: &str) -> String {
+    let mut out = String::new();
+    let mut prev_letter = false;
+    for c in s.chars() {
+        if !prev_letter && c.is_alphabetic() {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        prev_letter = c.is_alphanumeric() || c == '\'' || c == '_';
+    }
+    out
+}
+
+fn str_list(v: &Value) -> Vec<Value> {
+    list_items(v).unwrap_or_default()
+}
+
+fn deep_copy(v: &Value) -> Value {
+    from_json_keep_ints(&to_json(v))
+}
+
+fn from_json_keep_ints(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::from(i),
+            None => Value::from(n.as_f64().unwrap_or(0.0)),
+        },
+        serde_json::Value::Array(a) => {
+            Value::from(a.iter().map(from_json_keep_ints).collect::<Vec<_>>())
+        }
+        serde_json::Value::Object(o) => GoMap::value(
+            o.iter()
+                .map(|(k, v)| (k.clone(), from_json_keep_ints(v)))
+                .collect(),
+        ),
+        other => from_json(other),
+    }
+}
+
+fn merge_into(dst: &mut BTreeMap<String, Value>, src: &BTreeMap<String, Value>, overwrite: bool) {
+    for (k, v) in src {
+        match dst.get(k) {
+            Some(d) if is_map(d) && is_map(v) => {
+                if let (Some(dm), Some(sm)) = (d.downcast_object_ref::<GoMap>(), map_entries(v)) {
+                    let mut g = dm.lock();
+                    merge_into(&mut g, &sm, overwrite);
+                }
+            }
+            Some(d) if !overwrite && !empty(d) => {}
+            _ => {
+                dst.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+fn semver_parse(s: &str) -> Option<(u64, u64, u64, String)> {
+    let t = s.trim().trim_start_matches('v');
+    let (core, pre) = match t.split_once('-') {
+        Some((c, p)) => (c, p.split('+').next().unwrap_or("").to_string()),
+        None => (t.split('+').next().unwrap_or(t), String::new()),
+    };
+    let mut parts = core.split('.');
+    let maj = parts.next()?.parse().ok()?;
+    let min = parts.next().map(|p| p.parse().ok()).unwrap_or(Some(0))?;
+    let pat = parts.next().map(|p| p.parse().ok()).unwrap_or(Some(0))?;
+    Some((maj, min, pat, pre))
+}
+
+fn semver_cmp(a: &(u64, u64, u64, String), b: &(u64, u64, u64, String)) -> std::cmp::Ordering {
+    (a.0, a.1, a.2)
+        .cmp(&(b.0, b.1, b.2))
+        .then_with(|| match (a.3.is_empty(), b.3.is_empty()) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ => a.3.cmp(&b.3),
+        })
+}
+
+/// Masterminds/semver constraint check for the common forms (`>=1.2.3-0`, `<1.19`, `^`, `~`, ranges
+/// with `,`/space and `||`).
+fn semver_check(constraint: &str, version: &str) -> Result<bool, Error> {
+    let v = semver_parse(version)
+        .ok_or_else(|| err(format!("invalid semantic version {version:?}")))?;
+    for alt in constraint.split("||") {
+        let mut ok = true;
+        for c in alt.split([',', ' ']).filter(|c| !c.is_empty()) {
+            let (op, rest) = ["<=", ">=", "!=", "==", "<", ">", "=", "^", "~"]
+                .iter()
+                .find_map(|op| c.strip_prefix(op).map(|r| (*op, r)))
+                .unwrap_or(("=", c));
+            let cv = semver_parse(rest)
+                .ok_or_else(|| err(format!("improper constraint: {constraint}")))?;
+            // Without a prerelease in the constraint, prerelease versions never match (Masterminds).
+            if !v.3.is_empty() && cv.3.is_empty() {
+                ok = false;
+                break;
+            }
+            let o = semver_cmp(&v, &cv);
+            use std::cmp::Ordering::*;
+            let m = match op {
+                "<=" => o != Greater,
+                ">=" => o != Less,
+                "<" => o == Less,
+                ">" => o == Greater,
+                "!=" => o != Equal,
+                "^" => o != Less && v.0 == cv.0,
+                "~" => o != Less && v.0 == cv.0 && v.1 == cv.1,
+                _ => o == Equal,
+            };
+            if !m {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn sha(data: &[u8], which: u8) -> String {
+    use sha2::Digest as _;
+    let bytes: Vec<u8> = if which == 1 {
+        sha1(data).to_vec()
+    } else {
+        sha2::Sha256::digest(data).to_vec()
+    };
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-1 (needed by Sprig's sha1sum; small enough not to warrant a dependency).
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0];
+    let mut msg = data.to_vec();
+    let bits = (data.len() as u64).wrapping_mul(8);
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&bits.to_be_bytes());
+    for chunk in msg.chunks(64) {
+        let mut w = [0u32; 80];
+        for i in 0..16 {
+            w[i] = u32::from_be_bytes([
+                chunk[4 * i],
+                chunk[4 * i + 1],
+                chunk[4 * i + 2],
+                chunk[4 * i + 3],
+            ]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A827999),
+                20..=39 => (b ^ c ^ d, 0x6ED9EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1BBCDC),
+                _ => (b ^ c ^ d, 0xCA62C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (i, x) in h.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&x.to_be_bytes());
+    }
+    out
+}
+
+static FUNCS: &[(&str, F)] = &[
+    ("default", |a| {
+        // `x | default d` arrives as (d, x).
+        match a.0.as_slice() {
+            [d] => Ok(d.clone()),
+            [d, v] => Ok(if empty(v) { d.clone() } else { v.clone() }),
+            _ => Err(err("wrong number of args for default")),
+        }
+    }),
+    ("empty", |a| Ok(Value::from(empty(&arg(&a, 0))))),
+    ("coalesce", |a| {
+        Ok(a.0.iter().find(|v| !empty(v)).cloned().unwrap_or_default())
+    }),
+    ("ternary", |a| {
+        want(&a, 3, "ternary")?;
+        Ok(if a[2].is_true() {
+            a[0].clone()
+        } else {
+            a[1].clone()
+        })
+    }),
+    ("required", |a| {
+        want(&a, 2, "required")?;
+        let v = &a[1];
+        if v.is_none()
+            || v.is_undefined()
+            || (v.kind() == ValueKind::String && v.as_str() == Some(""))
+        {
+            return Err(err(s(&a[0])));
+        }
+        Ok(v.clone())
+    }),
+    ("fail", |a| Err(err(s(&arg(&a, 0))))),
+    ("toYaml", |a| {
+        Ok(Value::from(to_yaml(&to_json(&arg(&a, 0)))))
+    }),
+    ("toJson", |a| {
+        Ok(Value::from(go_json(&to_json(&arg(&a, 0)))))
+    }),
+    ("toPrettyJson", |a| {
+        Ok(Value::from(
+            serde_json::to_string_pretty(&to_json(&arg(&a, 0))).unwrap_or_default(),
+        ))
+    }),
+    ("fromYaml", |a| {
+        Ok(match parse_yaml_value(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
+            Ok(_) => GoMap::value(BTreeMap::new()),
+            Err(e) => GoMap::value(
+                [("Error".to_string(), Value::from(e))]
+                    .into_iter()
+                    .collect(),
+            ),
+        })
+    }),
+    ("fromYamlArray", |a| {
+        Ok(match parse_yaml_value(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
+            Ok(_) => Value::from(Vec::<Value>::new()),
+            Err(e) => Value::from(vec![Value::from(e)]),
+        })
+    }),
+    ("fromJson", |a| {
+        Ok(
+            match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
+                Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
+                Ok(_) => GoMap::value(BTreeMap::new()),
+                Err(e) => GoMap::value(
+                    [("Error".to_string(), Value::from(e.to_string()))]
+                        .into_iter()
+                        .collect(),
+                ),
+            },
+        )
+    }),
+    ("quote", |a| {
+        Ok(Value::from(
+            a.0.iter()
+                .filter(|v| !v.is_none())
+                .map(|v| serde_json::to_string(&go_fmt(v)).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
+    }),
+    ("squote", |a| {
+        Ok(Value::from(
+            a.0.iter()
+                .filter(|v| !v.is_none())
+                .map(|v| format!("'{}'", go_fmt(v)))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
+    }),
+    ("indent", |a| {
+        want(&a, 2, "indent")?;
+        Ok(Value::from(indent_str(to_i64(&a[0]), &s(&a[1]))))
+    }),
+    ("nindent", |a| {
+        want(&a, 2, "nindent")?;
+        Ok(Value::from(format!(
+            "\n{}",
+            indent_str(to_i64(&a[0]), &s(&a[1]))
+        )))
+    }),
+    ("trim", |a| Ok(Value::from(s(&arg(&a, 0)).trim()))),
+    ("trimAll", |a| {
+        let cut = s(&arg(&a, 0));
+        Ok(Value::from(
+            s(&arg(&a, 1)).trim_matches(|c| cut.contains(c)),
+        ))
+    }),
+    ("trimPrefix", |a| {
+        let (p, x) = (s(&arg(&a, 0)), s(&arg(&a, 1)));
+        Ok(Value::from(x.strip_prefix(p.as_str()).unwrap_or(&x)))
+    }),
+    ("trimSuffix", |a| {
+        let (p, x) = (s(&arg(&a, 0)), s(&arg(&a, 1)));
+        Ok(Value::from(x.strip_suffix(p.as_str()).unwrap_or(&x)))
+    }),
+    ("trunc", |a| {
+        want(&a, 2, "trunc")?;
+        let n = to_i64(&a[0]);
+        let x = s(&a[1]);
+        let len = x.len() as i64;
+        // Sprig slices bytes: positive n keeps the prefix, negative keeps the suffix.
+        let r = if n < 0 && -n < len {
+            x.get((len + n) as usize..).unwrap_or(&x).to_string()
+        } else if n >= 0 && n < len {
+            x.get(..n as usize).unwrap_or(&x).to_string()
+        } else {
+            x
+        };
+        Ok(Value::from(r))
+    }),
+    ("upper", |a| Ok(Value::from(s(&arg(&a, 0)).to_uppercase()))),
+    ("lower", |a| Ok(Value::from(s(&arg(&a, 0)).to_lowercase()))),
+    ("title", |a| Ok(Value::from(title(&s(&arg(&a, 0)))))),
+    ("replace", |a| {
+        want(&a, 3, "replace")?;
+        Ok(Value::from(s(&a[2]).replace(&s(&a[0]), &s(&a[1]))))
+    }),
+    ("contains", |a| {
+        Ok(Value::from(s(&arg(&a, 1)).contains(&s(&arg(&a, 0)))))
+    }),
+    ("hasPrefix", |a| {
+        Ok(Value::from(s(&arg(&a, 1)).starts_with(&s(&arg(&a, 0)))))
+    }),
+    ("hasSuffix", |a| {
+        Ok(Value::from(s(&arg(&a, 1)).ends_with(&s(&arg(&a, 0)))))
+    }),
+    ("repeat", |a| {
+        Ok(Value::from(
+            s(&arg(&a, 1)).repeat(to_i64(&arg(&a, 0)).max(0) as usize),
+        ))
+    }),
+    ("splitList", |a| {
+        Ok(s(&arg(&a, 1))
+            .split(&s(&arg(&a, 0)))
+            .map(Value::from)
+            .collect())
+    }),
+    ("split", |a| {
+        let m = s(&arg(&a, 1))
+            .split(&s(&arg(&a, 0)))
+            .enumerate()
+            .map(|(i, p)| (format!("_{i}"), Value::from(p)))
+            .collect();
+        Ok(GoMap::value(m))
+    }),
+    ("join", |a| {
+        let sep = s(&arg(&a, 0));
+        let v = arg(&a, 1);
+        let items = list_items(&v).unwrap_or_else(|| vec![v]);
+        Ok(Value::from(
+            items
+                .iter()
+                .filter(|x| !x.is_none())
+                .map(s)
+                .collect::<Vec<_>>()
+                .join(&sep),
+        ))
+    }),
+    ("list", |a| Ok(Value::from(a.0))),
+    ("tuple", |a| Ok(Value::from(a.0))),
+    ("dict", |a| {
+        let mut m = BTreeMap::new();
+        for pair in a.0.chunks(2) {
+            m.insert(s(&pair[0]), pair.get(1).cloned().unwrap_or_default());
+        }
+        Ok(GoMap::value(m))
+    }),
+    ("get", |a| {
+        Ok(map_entries(&arg(&a, 0))
+            .and_then(|m| m.get(&s(&arg(&a, 1))).cloned())
+            .unwrap_or(Value::from("")))
+    }),
+    ("set", |a| {
+        want(&a, 3, "set")?;
+        let m = a[0]
+            .downcast_object_ref::<GoMap>()
+            .ok_or_else(|| err("set: first argument must be a map"))?;
+        m.lock().insert(s(&a[1]), a[2].clone());
+        Ok(a[0].clone())
+    }),
+    ("unset", |a| {
+        want(&a, 2, "unset")?;
+        let m = a[0]
+            .downcast_object_ref::<GoMap>()
+            .ok_or_else(|| err("unset: first argument must be a map"))?;
+        m.lock().remove(&s(&a[1]));
+        Ok(a[0].clone())
+    }),
+    ("hasKey", |a| {
+        Ok(Value::from(
+            map_entries(&arg(&a, 0)).is_some_and(|m| m.contains_key(&s(&arg(&a, 1)))),
+        ))
+    }),
+    ("keys", |a| {
+        let mut out = Vec::new();
+        for m in &a.0 {
+            out.extend(
+                map_entries(m)
+                    .unwrap_or_default()
+                    .into_keys()
+                    .map(Value::from),
+            );
+        }
+        Ok(Value::from(out))
+    }),
+    ("values", |a| {
+        Ok(Value::from(
+            map_entries(&arg(&a, 0))
+                .unwrap_or_default()
+                .into_values()
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("pluck", |a| {
+        let key = s(&arg(&a, 0));
+        Ok(a.0
+            .iter()
+            .skip(1)
+            .filter_map(|m| map_entries(m)?.get(&key).cloned())
+            .collect())
+    }),
+    ("merge", |a| {
+        let dst = arg(&a, 0);
+        let m = dst
+            .downcast_object_ref::<GoMap>()
+            .ok_or_else(|| err("merge: first argument must be a map"))?;
+        for src in a.0.iter().skip(1) {
+            let sm = map_entries(src).unwrap_or_default();
+            merge_into(&mut m.lock(), &sm, false);
+        }
+        Ok(dst.clone())
+    }),
+    ("mergeOverwrite", |a| {
+        let dst = arg(&a, 0);
+        let m = dst
+            .downcast_object_ref::<GoMap>()
+            .ok_or_else(|| err("mergeOverwrite: first argument must be a map"))?;
+        for src in a.0.iter().skip(1) {
+            let sm = map_entries(src).unwrap_or_default();
+            merge_into(&mut m.lock(), &sm, true);
+        }
+        Ok(dst.clone())
+    }),
+    ("deepCopy", |a| Ok(deep_copy(&arg(&a, 0)))),
+    ("append", |a| {
+        let mut l = str_list(&arg(&a, 0));
+        l.push(arg(&a, 1));
+        Ok(Value::from(l))
+    }),
+    ("prepend", |a| {
+        let mut l = str_list(&arg(&a, 0));
+        l.insert(0, arg(&a, 1));
+        Ok(Value::from(l))
+    }),
+    ("first", |a| {
+        Ok(str_list(&arg(&a, 0)).first().cloned().unwrap_or_default())
+    }),
+    ("last", |a| {
+        Ok(str_list(&arg(&a, 0)).last().cloned().unwrap_or_default())
+    }),
+    ("rest", |a| {
+        Ok(Value::from(
+            str_list(&arg(&a, 0))
+                .into_iter()
+                .skip(1)
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("initial", |a| {
+        let mut l = str_list(&arg(&a, 0));
+        l.pop();
+        Ok(Value::from(l))
+    }),
+    ("uniq", |a| {
+        let mut out: Vec<Value> = Vec::new();
+        for v in str_list(&arg(&a, 0)) {
+            if !out.iter().any(|o| to_json(o) == to_json(&v)) {
+                out.push(v);
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("has", |a| {
+        Ok(Value::from(
+            str_list(&arg(&a, 1))
+                .iter()
+                .any(|x| to_json(x) == to_json(&arg(&a, 0))),
+        ))
+    }),
+    ("without", |a| {
+        let l = str_list(&arg(&a, 0));
+        let drop: Vec<serde_json::Value> = a.0.iter().skip(1).map(to_json).collect();
+        Ok(Value::from(
+            l.into_iter()
+                .filter(|x| !drop.contains(&to_json(x)))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("compact", |a| {
+        Ok(Value::from(
+            str_list(&arg(&a, 0))
+                .into_iter()
+                .filter(|x| !empty(x))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("until", |a| {
+        Ok((0..to_i64(&arg(&a, 0)).max(0)).map(Value::from).collect())
+    }),
+    ("untilStep", |a| {
+        let (start, stop, step) = (
+            to_i64(&arg(&a, 0)),
+            to_i64(&arg(&a, 1)),
+            to_i64(&arg(&a, 2)),
+        );
+        let mut out = Vec::new();
+        let mut i = start;
+        while step != 0 && ((step > 0 && i < stop) || (step < 0 && i > stop)) {
+            out.push(Value::from(i));
+            i += step;
+        }
+        Ok(Value::from(out))
+    }),
+    ("add", |a| {
+        Ok(Value::from(a.0.iter().map(to_i64).sum::<i64>()))
+    }),
+    ("add1", |a| Ok(Value::from(to_i64(&arg(&a, 0)) + 1))),
+    ("sub", |a| {
+        Ok(Value::from(to_i64(&arg(&a, 0)) - to_i64(&arg(&a, 1))))
+    }),
+    ("mul", |a| {
+        Ok(Value::from(a.0.iter().map(to_i64).product::<i64>()))
+    }),
+    ("div", |a| {
+        let d = to_i64(&arg(&a, 1));
+        if d == 0 {
+            return Err(err("runtime error: integer divide by zero"));
+        }
+        Ok(Value::from(to_i64(&arg(&a, 0)) / d))
+    }),
+    ("mod", |a| {
+        let d = to_i64(&arg(&a, 1));
+        if d == 0 {
+            return Err(err("runtime error: integer divide by zero"));
+        }
+        Ok(Value::from(to_i64(&arg(&a, 0)) % d))
+    }),
+    ("max", |a| {
+        Ok(Value::from(a.0.iter().map(to_i64).max().unwrap_or(0)))
+    }),
+    ("min", |a| {
+        Ok(Value::from(a.0.iter().map(to_i64).min().unwrap_or(0)))
+    }),
+    ("addf", |a| {
+        Ok(Value::from(a.0.iter().map(to_f64).sum::<f64>()))
+    }),
+    ("int", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
+    ("int64", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
+    ("float64", |a| Ok(Value::from(to_f64(&arg(&a, 0))))),
+    ("toString", |a| Ok(Value::from(s(&arg(&a, 0))))),
+    ("toStrings", |a| {
+        Ok(str_list(&arg(&a, 0))
+            .iter()
+            .map(|v| Value::from(s(v)))
+            .collect())
+    }),
+    ("atoi", |a| {
+        Ok(Value::from(
+            s(&arg(&a, 0)).trim().parse::<i64>().unwrap_or(0),
+        ))
+    }),
+    ("b64enc", |a| {
+        Ok(Value::from(b64(s(&arg(&a, 0)).as_bytes())))
+    }),
+    ("b64dec", |a| {
+        use base64::Engine as _;
+        let d = base64::engine::general_purpose::STANDARD.decode(s(&arg(&a, 0)));
+        Ok(Value::from(match d {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => e.to_string(),
+        }))
+    }),
+    ("sha256sum", |a| {
+        Ok(Value::from(sha(s(&arg(&a, 0)).as_bytes(), 2)))
+    }),
+    ("sha1sum", |a| {
+        Ok(Value::from(sha(s(&arg(&a, 0)).as_bytes(), 1)))
+    }),
+    ("semverCompare", |a| {
+        want(&a, 2, "semverCompare")?;
+        Ok(Value::from(semver_check(&s(&a[0]), &s(&a[1]))?))
+    }),
+    ("kindIs", |a| {
+        Ok(Value::from(kind_of(&arg(&a, 1)) == s(&arg(&a, 0))))
+    }),
+    ("kindOf", |a| Ok(Value::from(kind_of(&arg(&a, 0))))),
+    ("typeOf", |a| Ok(Value::from(type_of(&arg(&a, 0))))),
+    ("typeIs", |a| {
+        Ok(Value::from(type_of(&arg(&a, 1)) == s(&arg(&a, 0))))
+    }),
+    ("eq", |a| {
+        let (first, rest) =
+            a.0.split_first()
+                .ok_or_else(|| err("missing argument for comparison"))?;
+        for r in rest {
+            if eq_vals(first, r)? {
+                return Ok(Value::from(true));
+            }
+        }
+        Ok(Value::from(false))
+    }),
+    ("ne", |a| {
+        want(&a, 2, "ne")?;
+        Ok(Value::from(!eq_vals(&a[0], &a[1])?))
+    }),
+    ("lt", |a| {
+        want(&a, 2, "lt")?;
+        Ok(Value::from(cmp(&a[0], &a[1])?.is_lt()))
+    }),
+    ("le", |a| {
+        want(&a, 2, "le")?;
+        Ok(Value::from(cmp(&a[0], &a[1])?.is_le()))
+    }),
+    ("gt", |a| {
+        want(&a, 2, "gt")?;
+        Ok(Value::from(cmp(&a[0], &a[1])?.is_gt()))
+    }),
+    ("ge", |a| {
+        want(&a, 2, "ge")?;
+        Ok(Value::from(cmp(&a[0], &a[1])?.is_ge()))
+    }),
+    ("len", |a| {
+        let v = arg(&a, 0);
+        match v.kind() {
+            ValueKind::String => Ok(Value::from(v.as_str().unwrap_or_default().len())),
+            _ => v
+                .len()
+                .map(Value::from)
+                .ok_or_else(|| err(format!("len of type {}", type_of(&v)))),
+        }
+    }),
+    ("index", |a| {
+        let (first, keys) =
+            a.0.split_first()
+                .ok_or_else(|| err("index of untyped nil"))?;
+        let mut v = first.clone();
+        for k in keys {
+            v = if let Some(m) = map_entries(&v) {
+                m.get(&s(k)).cloned().unwrap_or_default()
+            } else if v.is_none() {
+                return Err(err("index of untyped nil"));
+            } else {
+                let i = to_i64(k);
+                let items = list_items(&v)
+                    .ok_or_else(|| err(format!("can't index item of type {}", type_of(&v))))?;
+                items
+                    .get(usize::try_from(i).unwrap_or(usize::MAX))
+                    .cloned()
+                    .ok_or_else(|| err(format!("error calling index: index out of range: {i}")))?
+            };
+        }
+        Ok(v)
+    }),
+    ("print", |a| Ok(Value::from(sprint(&a.0)))),
+    ("println", |a| {
+        Ok(Value::from(format!(
+            "{}\n",
+            a.0.iter()
+                .map(|v| if v.is_none() {
+                    "<nil>".to_string()
+                } else {
+                    go_fmt(v)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        )))
+    }),
+    ("printf", |a| {
+        let (f, rest) =
+            a.0.split_first()
+                .ok_or_else(|| err("wrong number of args for printf"))?;
+        Ok(Value::from(sprintf(&s(f), rest)))
+    }),
+    ("regexMatch", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        Ok(Value::from(re.is_match(&s(&arg(&a, 1)))))
+    }),
+    ("regexFind", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        Ok(Value::from(
+            re.find(&s(&arg(&a, 1)))
+                .map(|m| m.as_str().to_string())
+                .unwrap_or_default(),
+        ))
+    }),
+    ("regexReplaceAll", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        Ok(Value::from(
+            re.replace_all(&s(&arg(&a, 1)), s(&arg(&a, 2)).as_str())
+                .into_owned(),
+        ))
+    }),
+    ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
+    ("__range", |a| f_range(arg(&a, 0))),
+];
+
+/// Registers the runtime on an environment.
+pub fn register(env: &mut Environment<'static>) {
+    for (name, f) in FUNCS {
+        let f = *f;
+        let n = if name.starts_with("__") {
+            name.to_string()
+        } else {
+            format!("h_{name}")
+        };
+        env.add_function(n, move |args: Rest<Value>| f(args));
+    }
+    env.add_function("__f", f_field);
+    env.add_function("__call", f_call);
+    env.add_function("h_include", f_include);
+    env.add_function("__template", f_template);
+    env.add_function("h_tpl", f_tpl);
+    env.set_formatter(|out, _state, v| {
+        // Helm replaces Go's "<no value>" with the empty string after rendering.
+        if v.is_none() || v.is_undefined() {
+            return Ok(());
+        }
+        out.write_str(&go_fmt(v)).map_err(|_| err("write failed"))
+    });
+}
+
+fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
+    let name = state.name().to_string();
+    let parsed = parse::parse(&name, &text).map_err(|e| err(e.to_string()))?;
+    if !parsed.defines.is_empty() {
+        return Err(err(format!(
+            "unsupported construct: define inside tpl in {name}"
+        )));
+    }
+    let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
+    let out = state
+        .env()
+        .render_named_str(&name, &t.main, minijinja::context! { __d0 => data })?;
+    Ok(Value::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_float_matches_fmt_v() {
+        assert_eq!(go_float(1.0), "1");
+        assert_eq!(go_float(8080.0), "8080");
+        assert_eq!(go_float(1000000.0), "1e+06");
+        assert_eq!(go_float(1234567.0), "1.234567e+06");
+        assert_eq!(go_float(0.5), "0.5");
+        assert_eq!(go_float(0.00001), "1e-05");
+    }
+
+    #[test]
+    fn printf_verbs() {
+        let a = [Value::from("x"), Value::from(3), Value::from(2.5)];
+        assert_eq!(
+            sprintf(
+                "%s-%d-%v|%5s|%-3d|%q",
+                &[
+                    a[0].clone(),
+                    a[1].clone(),
+                    a[2].clone(),
+                    a[0].clone(),
+                    a[1].clone(),
+                    a[0].clone()
+                ]
+            ),
+            "x-3-2.5|    x|3  |\"x\""
+        );
+        assert_eq!(sprintf("%d", &[Value::from(1.0)]), "%!d(float64=1)");
+    }
+
+    #[test]
+    fn yaml_is_block_style_and_quotes_ambiguous_strings() {
+        let v: serde_json::Value =
+            serde_json::json!({"a": {"b": [1, {"c": "yes", "d": ""}]}, "e": []});
+        assert_eq!(
+            to_yaml(&v),
+            "a:\n  b:\n  - 1\n  - c: \"yes\"\n    d: \"\"\ne: []"
+        );
+    }
+
+    #[test]
+    fn semver_constraints() {
+        assert!(semver_check(">=1.19-0", "v1.30.0").unwrap());
+        assert!(!semver_check("<1.19", "1.30.0").unwrap());
+        assert!(!semver_check(">=1.19", "1.30.0-beta.1").unwrap());
+    }
+
+    #[test]
+    fn sha1_known_answer() {
+        assert_eq!(sha(b"abc", 1), "a9993e364706816aba3e25717850c26c9cd0d89d");
+    }
+}

@@ -1,0 +1,160 @@
+//! Differential tests: every chart in testdata/helm/charts under every values file in
+//! testdata/helm/values/<chart>/ is rendered by pallet and by the real `helm template` (the
+//! oracle, built by `tools/helm.sh build`); the object sets must be semantically equal.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use pallet_formats::helm::{self, RenderOptions};
+
+const RELEASE: &str = "rel";
+const NAMESPACE: &str = "team-a";
+const KUBE_VERSION: &str = "v1.33.0";
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/helm")
+}
+
+/// The oracle binary; fails (never skips) with instructions when it has not been built.
+fn helm_bin() -> PathBuf {
+    let cache = std::env::var_os("PALLET_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/pallet")
+        });
+    let bin = cache.join("bin/helm");
+    assert!(
+        bin.exists(),
+        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root (needs Go and the Go module proxy)",
+        bin.display()
+    );
+    bin
+}
+
+fn split_docs(s: &str) -> Vec<serde_json::Value> {
+    let mut docs = vec![String::new()];
+    for line in s.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else if let Some(d) = docs.last_mut() {
+            d.push_str(line);
+        }
+    }
+    docs.iter()
+        .filter(|d| !d.trim().is_empty())
+        .filter_map(|d| {
+            let v: serde_json::Value = serde_saphyr::from_str(d)
+                .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
+            (!v.is_null()).then_some(v)
+        })
+        .collect()
+}
+
+fn key(o: &serde_json::Value) -> String {
+    format!(
+        "{}/{}/{}",
+        o["apiVersion"].as_str().unwrap_or(""),
+        o["kind"].as_str().unwrap_or(""),
+        o["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+fn by_key(objs: Vec<serde_json::Value>) -> BTreeMap<String, Vec<serde_json::Value>> {
+    let mut m: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    for o in objs {
+        m.entry(key(&o)).or_default().push(o);
+    }
+    m
+}
+
+fn oracle(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(chart)
+        .args([
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+        ])
+        .arg(values)
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("pallet-helm-oracle"),
+        )
+        .output()
+        .expect("running helm");
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    split_docs(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn ours(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(values).expect("reading values file");
+    let v: serde_json::Value = serde_saphyr::from_str(&text).expect("values file is YAML");
+    let opts = RenderOptions {
+        release_name: RELEASE.into(),
+        namespace: NAMESPACE.into(),
+        values: if v.is_null() {
+            serde_json::json!({})
+        } else {
+            v
+        },
+        kube_version: KUBE_VERSION.into(),
+        ..RenderOptions::default()
+    };
+    helm::render(chart, &opts)
+        .unwrap_or_else(|e| panic!("pallet failed to render {}: {e}", chart.display()))
+}
+
+fn check_chart(name: &str) {
+    let chart = testdata().join("charts").join(name);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(testdata().join("values").join(name))
+        .expect("values dir")
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "chart {name} has no values files");
+    for values in files {
+        let want = by_key(oracle(&chart, &values));
+        let got = by_key(ours(&chart, &values));
+        assert!(
+            !want.is_empty(),
+            "{name} with {}: helm rendered no objects",
+            values.display()
+        );
+        for (k, w) in &want {
+            let g = got.get(k).unwrap_or_else(|| {
+                panic!(
+                    "{name} with {}: pallet is missing {k}; it rendered {:?}",
+                    values.display(),
+                    got.keys().collect::<Vec<_>>()
+                )
+            });
+            assert_eq!(
+                g,
+                w,
+                "{name} with {}: object {k} differs\n--- pallet:\n{}\n--- helm:\n{}",
+                values.display(),
+                serde_json::to_string_pretty(g).unwrap_or_default(),
+                serde_json::to_string_pretty(w).unwrap_or_default()
+            );
+        }
+        let extra: Vec<&String> = got.keys().filter(|k| !want.contains_key(*k)).collect();
+        assert!(
+            extra.is_empty(),
+            "{name} with {}: pallet rendered extra objects {extra:?}",
+            values.display()
+        );
+    }
+}
+
+#[test]
+fn helm_create_chart_matches_helm_template() {
+    check_chart("starter");
+}
