@@ -196,9 +196,16 @@ env_cmd() {
   echo "export PALLET_FIXTURES_CA=$state/tls/ca.pem"
 }
 
+# Serializes start/stop between concurrent callers (several developers or test scripts).
+lock() {
+  mkdir -p "$state"
+  exec 9>"$state/.lock"
+  flock -w 120 9 || die "another tools/fixtures.sh holds $state/.lock"
+}
+
 case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
+  start) lock; start ;;
+  stop) lock; stop ;;
   status) status ;;
   env) env_cmd ;;
   deps) deps ;;
