@@ -1,4 +1,492 @@
 //! Applying a rendered object set to the cluster: pure planning in [`plan`], the I/O around it
-//! (server-side apply in stages, inventory, prune) next to it.
+//! here (kind resolution through discovery, server-side apply in stages, prune).
+//!
+//! One field manager (`pallet`), forced: pallet is the source of truth for the fields it sets.
+//! Objects whose live state already holds every rendered field are not written at all, so a
+//! steady state costs reads only.
 
 pub mod plan;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{stream, StreamExt, TryStreamExt};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::Client;
+use pallet_formats::{Object, ObjectKey};
+use serde_json::Value;
+use tokio::sync::RwLock;
+
+use crate::api::CollisionProtection;
+use plan::{Ownership, Stage, OWNER_LABEL};
+
+/// The field manager of every write pallet makes.
+pub const FIELD_MANAGER: &str = "pallet";
+
+/// Annotation marking an object optional: skipped while the cluster does not serve its kind.
+pub const OPTIONAL_ANNOTATION: &str = "pallet.dev/optional";
+
+/// How long the apply waits for applied CRDs to be Established before giving up.
+const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What happened to one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did not exist and was created.
+    Created,
+    /// It existed and differed; it was updated (possibly adopted).
+    Updated,
+    /// Live already matched; nothing was written.
+    Unchanged,
+    /// Optional, and the cluster does not serve its kind.
+    Skipped,
+}
+
+/// One object's apply result.
+#[derive(Clone, Debug)]
+pub struct Applied {
+    /// Which object.
+    pub key: ObjectKey,
+    /// Its API version as applied.
+    pub api_version: String,
+    /// What happened.
+    pub outcome: Outcome,
+    /// Set when an existing object was taken over from another owner (or from nobody).
+    pub adopted_from: Option<Option<String>>,
+    /// resourceVersion before the write (None for a create or when nothing existed).
+    pub resource_version_before: Option<String>,
+    /// resourceVersion after the write (the live one when unchanged).
+    pub resource_version_after: Option<String>,
+}
+
+/// Why applying (or pruning) an object failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The cluster does not serve the object's kind (and it is not optional).
+    #[error("{key}: the cluster does not serve {api_version} {kind}", kind = key.kind)]
+    KindNotServed {
+        /// The object.
+        key: ObjectKey,
+        /// Its apiVersion.
+        api_version: String,
+    },
+    /// Another owner (or no owner, under Prevent) holds the object.
+    #[error("{key} already exists and is owned by {}; collisionProtection {policy:?} forbids taking it over",
+        owner.as_deref().map(|o| format!("BundleDeployment {o}")).unwrap_or_else(|| "no BundleDeployment (created outside pallet)".into()))]
+    OwnershipConflict {
+        /// The object.
+        key: ObjectKey,
+        /// Its current owner, if any.
+        owner: Option<String>,
+        /// The policy in force.
+        policy: CollisionProtection,
+    },
+    /// The API server refused the object (invalid, forbidden, ...).
+    #[error("{key}: the API server refused it: {message}")]
+    Rejected {
+        /// The object.
+        key: ObjectKey,
+        /// HTTP status code.
+        code: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// A CRD did not become Established in time.
+    #[error("CustomResourceDefinition {name} was not Established within {timeout:?}: {detail}")]
+    CrdNotEstablished {
+        /// CRD name.
+        name: String,
+        /// The wait.
+        timeout: Duration,
+        /// Last conditions seen.
+        detail: String,
+    },
+    /// The object is cluster-scoped but names a namespace, or namespaced with none to give it.
+    #[error("{key}: {message}")]
+    Scope {
+        /// The object.
+        key: ObjectKey,
+        /// What is wrong.
+        message: String,
+    },
+    /// A network or server-side error that may pass.
+    #[error("{key}: {source}")]
+    Transient {
+        /// The object.
+        key: ObjectKey,
+        /// The underlying error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    /// CamelCase category, used as condition and Event reason.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ApplyError::KindNotServed { .. } => "KindNotServed",
+            ApplyError::OwnershipConflict { .. } => "OwnershipConflict",
+            ApplyError::Rejected { .. } => "ObjectRejected",
+            ApplyError::CrdNotEstablished { .. } => "CrdNotEstablished",
+            ApplyError::Scope { .. } => "InvalidScope",
+            ApplyError::Transient { .. } => "ApplyFailed",
+        }
+    }
+
+    /// True when retrying without a change may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ApplyError::Transient { .. } | ApplyError::CrdNotEstablished { .. }
+        )
+    }
+
+    /// The object the error is about, when there is one.
+    pub fn key(&self) -> Option<&ObjectKey> {
+        match self {
+            ApplyError::KindNotServed { key, .. }
+            | ApplyError::OwnershipConflict { key, .. }
+            | ApplyError::Rejected { key, .. }
+            | ApplyError::Scope { key, .. }
+            | ApplyError::Transient { key, .. } => Some(key),
+            ApplyError::CrdNotEstablished { .. } => None,
+        }
+    }
+
+    fn from_kube(key: &ObjectKey, error: kube::Error) -> ApplyError {
+        match error {
+            kube::Error::Api(status) if is_permanent_status(status.code) => ApplyError::Rejected {
+                key: key.clone(),
+                code: status.code,
+                message: status.message,
+            },
+            source => ApplyError::Transient {
+                key: key.clone(),
+                source,
+            },
+        }
+    }
+}
+
+/// 4xx answers other than conflicts and throttling will not pass by retrying.
+fn is_permanent_status(code: u16) -> bool {
+    (400..500).contains(&code) && code != 409 && code != 429
+}
+
+/// Resolves kinds to API resources through discovery, one group-version at a time, caching what
+/// it found. Kinds the cluster does not serve are not cached, so a CRD applied a moment ago is
+/// found on the next look-up.
+#[derive(Clone, Default)]
+pub struct KindResolver {
+    cache: Arc<RwLock<HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>>>,
+}
+
+impl KindResolver {
+    /// Resolves `gvk`; `Ok(None)` when the cluster does not serve it.
+    pub async fn resolve(
+        &self,
+        client: &Client,
+        gvk: &GroupVersionKind,
+    ) -> Result<Option<(ApiResource, ApiCapabilities)>, kube::Error> {
+        if let Some(found) = self.cache.read().await.get(gvk) {
+            return Ok(Some(found.clone()));
+        }
+        match kube::discovery::pinned_kind(client, gvk).await {
+            Ok(found) => {
+                self.cache.write().await.insert(gvk.clone(), found.clone());
+                Ok(Some(found))
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(kube::Error::Discovery(_)) => Ok(None),
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// Applies object sets for one BundleDeployment.
+#[derive(Clone)]
+pub struct Applier {
+    /// Client for writes (impersonating the BundleDeployment's ServiceAccount when it names one).
+    pub client: Client,
+    /// Kind resolution shared across applies.
+    pub kinds: KindResolver,
+    /// The owning BundleDeployment's name (the value of the ownership label).
+    pub owner: String,
+    /// Namespace for namespaced objects that name none.
+    pub install_namespace: Option<String>,
+    /// Collision policy in force.
+    pub collision_protection: CollisionProtection,
+    /// How many objects of one stage are applied at once.
+    pub parallelism: usize,
+}
+
+/// An object resolved against the cluster, ready to read and write.
+struct Target {
+    key: ObjectKey,
+    api: Api<DynamicObject>,
+    desired: Value,
+}
+
+impl Applier {
+    /// Applies `objects` stage by stage (CRDs, wait for Established, Namespaces, cluster RBAC,
+    /// the rest); stops at the first stage with an error, so later stages never run against a
+    /// half-applied earlier one.
+    pub async fn apply(&self, objects: &[Object]) -> Result<Vec<Applied>, ApplyError> {
+        let mut results = Vec::with_capacity(objects.len());
+        for (stage, members) in plan::by_stage(objects) {
+            let applied: Vec<Applied> =
+                stream::iter(members.into_iter().map(|o| self.apply_one(o)))
+                    .buffered(self.parallelism.max(1))
+                    .try_collect()
+                    .await?;
+            if stage == Stage::Crds {
+                for crd in applied.iter().filter(|a| a.outcome != Outcome::Unchanged) {
+                    self.wait_established(&crd.key.name).await?;
+                }
+            }
+            results.extend(applied);
+        }
+        Ok(results)
+    }
+
+    async fn resolve(&self, object: &Object) -> Result<Option<Target>, ApplyError> {
+        let key = object.key();
+        let gvk = GroupVersionKind::gvk(object.group(), object.version(), object.kind());
+        let Some((resource, caps)) =
+            self.kinds
+                .resolve(&self.client, &gvk)
+                .await
+                .map_err(|source| ApplyError::Transient {
+                    key: key.clone(),
+                    source,
+                })?
+        else {
+            return Ok(None);
+        };
+        let mut desired = plan::with_owner_label(object, &self.owner);
+        let api = match (caps.scope, object.namespace()) {
+            (Scope::Cluster, None) => Api::all_with(self.client.clone(), &resource),
+            (Scope::Cluster, Some(ns)) => {
+                return Err(ApplyError::Scope {
+                    key,
+                    message: format!(
+                        "{} is cluster-scoped but names namespace {ns}",
+                        object.kind()
+                    ),
+                })
+            }
+            (Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(self.client.clone(), ns, &resource)
+            }
+            (Scope::Namespaced, None) => {
+                let Some(ns) = self.install_namespace.as_deref() else {
+                    return Err(ApplyError::Scope {
+                        key,
+                        message: format!(
+                            "{} is namespaced, names no namespace, and spec.installNamespace is not set",
+                            object.kind()
+                        ),
+                    });
+                };
+                desired["metadata"]["namespace"] = Value::String(ns.to_string());
+                Api::namespaced_with(self.client.clone(), ns, &resource)
+            }
+        };
+        let key = ObjectKey {
+            namespace: desired["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_string),
+            ..key
+        };
+        Ok(Some(Target { key, api, desired }))
+    }
+
+    async fn apply_one(&self, object: &Object) -> Result<Applied, ApplyError> {
+        let Some(target) = self.resolve(object).await? else {
+            if is_optional(object) {
+                return Ok(Applied {
+                    key: object.key(),
+                    api_version: object.api_version().to_string(),
+                    outcome: Outcome::Skipped,
+                    adopted_from: None,
+                    resource_version_before: None,
+                    resource_version_after: None,
+                });
+            }
+            return Err(ApplyError::KindNotServed {
+                key: object.key(),
+                api_version: object.api_version().to_string(),
+            });
+        };
+        let Target { key, api, desired } = target;
+        let live = api
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| ApplyError::from_kube(&key, e))?;
+        let live_owner = live.as_ref().map(|l| {
+            l.metadata
+                .labels
+                .as_ref()
+                .and_then(|m| m.get(OWNER_LABEL))
+                .map(String::as_str)
+        });
+        let adopted_from = match plan::ownership(live_owner, &self.owner, self.collision_protection)
+        {
+            Ownership::Conflict { owner } => {
+                return Err(ApplyError::OwnershipConflict {
+                    key,
+                    owner,
+                    policy: self.collision_protection,
+                })
+            }
+            Ownership::Adopt { previous_owner } => Some(previous_owner),
+            Ownership::Create | Ownership::Ours => None,
+        };
+        let before = live
+            .as_ref()
+            .and_then(|l| l.metadata.resource_version.clone());
+        if let Some(live) = &live {
+            let live_value = serde_json::to_value(live).map_err(|e| ApplyError::Rejected {
+                key: key.clone(),
+                code: 0,
+                message: format!("live object is not valid JSON: {e}"),
+            })?;
+            if plan::object_matches_live(&desired, &live_value) {
+                return Ok(Applied {
+                    key,
+                    api_version: object.api_version().to_string(),
+                    outcome: Outcome::Unchanged,
+                    adopted_from: None,
+                    resource_version_before: before.clone(),
+                    resource_version_after: before,
+                });
+            }
+        }
+        let written = api
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .map_err(|e| ApplyError::from_kube(&key, e))?;
+        Ok(Applied {
+            outcome: if live.is_some() {
+                Outcome::Updated
+            } else {
+                Outcome::Created
+            },
+            key,
+            api_version: object.api_version().to_string(),
+            adopted_from,
+            resource_version_before: before,
+            resource_version_after: written.metadata.resource_version,
+        })
+    }
+
+    async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let deadline = tokio::time::Instant::now() + CRD_ESTABLISHED_TIMEOUT;
+        let mut last = String::from("not read yet");
+        while tokio::time::Instant::now() < deadline {
+            if let Ok(crd) = crds.get(name).await {
+                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                if conditions
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                {
+                    return Ok(());
+                }
+                last = conditions
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{}={} ({})",
+                            c.type_,
+                            c.status,
+                            c.message.as_deref().unwrap_or("")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(ApplyError::CrdNotEstablished {
+            name: name.to_string(),
+            timeout: CRD_ESTABLISHED_TIMEOUT,
+            detail: last,
+        })
+    }
+
+    /// Deletes `keys` (as returned by [`plan::prune_set`], in that order) when they still carry
+    /// this owner's label; objects already gone or owned by someone else are left alone.
+    /// Returns the keys actually deleted.
+    pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Vec<ObjectKey>, ApplyError> {
+        let mut deleted = Vec::new();
+        for (key, api_version) in keys {
+            let (group, version) = match api_version.split_once('/') {
+                Some((g, v)) => (g, v),
+                None => ("", api_version.as_str()),
+            };
+            let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+            let Some((resource, caps)) =
+                self.kinds
+                    .resolve(&self.client, &gvk)
+                    .await
+                    .map_err(|source| ApplyError::Transient {
+                        key: key.clone(),
+                        source,
+                    })?
+            else {
+                continue; // the kind is gone, so are its objects
+            };
+            let api: Api<DynamicObject> = match (&caps.scope, &key.namespace) {
+                (Scope::Namespaced, Some(ns)) => {
+                    Api::namespaced_with(self.client.clone(), ns, &resource)
+                }
+                _ => Api::all_with(self.client.clone(), &resource),
+            };
+            let Some(live) = api
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| ApplyError::from_kube(key, e))?
+            else {
+                continue;
+            };
+            let owner = live
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(OWNER_LABEL));
+            if owner.map(String::as_str) != Some(self.owner.as_str()) {
+                continue;
+            }
+            let params = DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            };
+            match api.delete(&key.name, &params).await {
+                Ok(_) => deleted.push(key.clone()),
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(ApplyError::from_kube(key, e)),
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+/// True when the object carries `pallet.dev/optional: "true"`.
+pub fn is_optional(object: &Object) -> bool {
+    object
+        .body()
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(OPTIONAL_ANNOTATION))
+        .and_then(Value::as_str)
+        == Some("true")
+}

@@ -1,0 +1,327 @@
+//! The apply layer against the local control plane: staged server-side apply, no writes when
+//! nothing changed, ownership policy, refusals, optional kinds and prune.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use kube::Client;
+use pallet::api::CollisionProtection;
+use pallet::apply::plan::OWNER_LABEL;
+use pallet::apply::{Applier, ApplyError, KindResolver, Outcome};
+use pallet_formats::{Object, Origin};
+use serde_json::{json, Value};
+
+fn object(body: Value) -> Object {
+    Object::new(
+        body,
+        Origin {
+            file: "test.yaml".into(),
+            document: 0,
+            line: 1,
+        },
+    )
+    .unwrap()
+}
+
+fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProtection) -> Applier {
+    Applier {
+        client: client.clone(),
+        kinds: KindResolver::default(),
+        owner: owner.to_string(),
+        install_namespace: Some(namespace.to_string()),
+        collision_protection: policy,
+        parallelism: 4,
+    }
+}
+
+fn outcomes(applied: &[pallet::apply::Applied]) -> Vec<(String, Outcome)> {
+    applied
+        .iter()
+        .map(|a| (a.key.name.clone(), a.outcome.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn creates_in_stages_then_writes_nothing_when_unchanged() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("apply");
+    let role = format!("{ns}-reader");
+    let objects = vec![
+        // Render order puts the ConfigMap first; staging must still create the Namespace first.
+        object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "1"}}),
+        ),
+        object(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}),
+        ),
+        object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+    ];
+    let applier = applier(&client, "bd-apply", &ns, CollisionProtection::IfNoOwner);
+
+    let first = applier.apply(&objects).await.expect("first apply");
+    assert_eq!(
+        outcomes(&first),
+        vec![
+            (ns.clone(), Outcome::Created),
+            (role.clone(), Outcome::Created),
+            ("settings".into(), Outcome::Created)
+        ]
+    );
+    let cm: ConfigMap = Api::namespaced(client.clone(), &ns)
+        .get("settings")
+        .await
+        .unwrap();
+    assert_eq!(cm.metadata.labels.unwrap()[OWNER_LABEL], "bd-apply");
+    let managers: Vec<String> = cm
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["pallet"], "one field manager");
+
+    let second = applier.apply(&objects).await.expect("second apply");
+    assert!(
+        second.iter().all(|a| a.outcome == Outcome::Unchanged),
+        "{:?}",
+        outcomes(&second)
+    );
+    for (a, b) in first.iter().zip(&second) {
+        assert_eq!(
+            a.resource_version_after, b.resource_version_after,
+            "{} was written again",
+            a.key
+        );
+    }
+
+    let mut changed = objects.clone();
+    changed[0] = object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}, "data": {"a": "2"}}),
+    );
+    let third = applier.apply(&changed).await.expect("third apply");
+    assert_eq!(
+        third
+            .iter()
+            .filter(|a| a.outcome == Outcome::Updated)
+            .count(),
+        1
+    );
+    let cm: ConfigMap = Api::namespaced(client.clone(), &ns)
+        .get("settings")
+        .await
+        .unwrap();
+    assert_eq!(cm.data.unwrap()["a"], "2");
+
+    cleanup_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn crd_and_its_custom_resource_apply_in_one_set() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("crd");
+    let group = format!("{}.example.com", cluster::unique_name("g"));
+    let objects = vec![
+        object(
+            json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"size": 3}}),
+        ),
+        object(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
+        object(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("widgets.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]}
+        })),
+    ];
+    let applier = applier(&client, "bd-crd", &ns, CollisionProtection::IfNoOwner);
+    let applied = applier
+        .apply(&objects)
+        .await
+        .expect("CRD, namespace and custom resource apply");
+    assert!(
+        applied.iter().all(|a| a.outcome == Outcome::Created),
+        "{:?}",
+        outcomes(&applied)
+    );
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(&group, "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    assert_eq!(widgets.get("w1").await.unwrap().data["spec"]["size"], 3);
+
+    let crd_key = applied
+        .iter()
+        .find(|a| a.key.kind == "CustomResourceDefinition")
+        .unwrap()
+        .key
+        .clone();
+    applier
+        .prune(&[(crd_key, "apiextensions.k8s.io/v1".into())])
+        .await
+        .expect("the test's CRD is pruned");
+    cleanup_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn collision_protection_decides_over_existing_objects() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("collide");
+    create_namespace(&client, &ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let handmade: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "handmade"}, "data": {"k": "v"}}))
+            .unwrap();
+    cms.create(&PostParams::default(), &handmade).await.unwrap();
+    let desired = vec![object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "handmade"}, "data": {"k": "pallet"}}),
+    )];
+
+    let err = applier(&client, "bd-a", &ns, CollisionProtection::Prevent)
+        .apply(&desired)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "OwnershipConflict");
+    assert!(
+        err.to_string()
+            .contains(&format!("ConfigMap {ns}/handmade already exists")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("created outside pallet"), "{err}");
+    assert_eq!(
+        cms.get("handmade").await.unwrap().data.unwrap()["k"],
+        "v",
+        "untouched after the conflict"
+    );
+
+    let adopted = applier(&client, "bd-a", &ns, CollisionProtection::IfNoOwner)
+        .apply(&desired)
+        .await
+        .unwrap();
+    assert_eq!(adopted[0].outcome, Outcome::Updated);
+    assert_eq!(adopted[0].adopted_from, Some(None));
+
+    let err = applier(&client, "bd-b", &ns, CollisionProtection::IfNoOwner)
+        .apply(&desired)
+        .await
+        .unwrap_err();
+    match &err {
+        ApplyError::OwnershipConflict { owner, .. } => assert_eq!(owner.as_deref(), Some("bd-a")),
+        other => panic!("expected a conflict, got {other}"),
+    }
+    assert!(
+        err.to_string().contains("owned by BundleDeployment bd-a"),
+        "{err}"
+    );
+
+    let taken = applier(&client, "bd-b", &ns, CollisionProtection::None)
+        .apply(&desired)
+        .await
+        .unwrap();
+    assert_eq!(taken[0].adopted_from, Some(Some("bd-a".to_string())));
+    assert_eq!(
+        cms.get("handmade").await.unwrap().metadata.labels.unwrap()[OWNER_LABEL],
+        "bd-b"
+    );
+    cleanup_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn refused_objects_and_unserved_kinds_are_reported_by_name() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("refuse");
+    create_namespace(&client, &ns).await;
+    let applier = applier(&client, "bd-r", &ns, CollisionProtection::IfNoOwner);
+
+    // A Deployment without a selector or containers is invalid.
+    let invalid = vec![object(
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "broken"}, "spec": {}}),
+    )];
+    let err = applier.apply(&invalid).await.unwrap_err();
+    assert_eq!(err.category(), "ObjectRejected");
+    assert!(!err.is_transient());
+    assert!(
+        err.to_string()
+            .contains(&format!("Deployment.apps {ns}/broken")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("spec.selector"), "{err}");
+
+    let unserved = object(
+        json!({"apiVersion": "nothing.example.com/v1", "kind": "Ghost", "metadata": {"name": "g"}}),
+    );
+    let err = applier
+        .apply(std::slice::from_ref(&unserved))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "KindNotServed");
+    assert!(
+        err.to_string()
+            .contains("does not serve nothing.example.com/v1 Ghost"),
+        "{err}"
+    );
+
+    let optional = object(
+        json!({"apiVersion": "nothing.example.com/v1", "kind": "Ghost",
+        "metadata": {"name": "g", "annotations": {"pallet.dev/optional": "true"}}}),
+    );
+    let applied = applier.apply(&[optional]).await.unwrap();
+    assert_eq!(applied[0].outcome, Outcome::Skipped);
+    cleanup_namespace(&client, &ns).await;
+}
+
+#[tokio::test]
+async fn prune_deletes_only_objects_this_owner_labelled() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("prune");
+    create_namespace(&client, &ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let ours = vec![object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ours"}}),
+    )];
+    let applier = applier(&client, "bd-p", &ns, CollisionProtection::IfNoOwner);
+    let applied = applier.apply(&ours).await.unwrap();
+    let theirs: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "theirs"}})).unwrap();
+    cms.create(&PostParams::default(), &theirs).await.unwrap();
+
+    let mut theirs_key = applied[0].key.clone();
+    theirs_key.name = "theirs".into();
+    let deleted = applier
+        .prune(&[
+            (applied[0].key.clone(), "v1".into()),
+            (theirs_key, "v1".into()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![applied[0].key.clone()]);
+    assert!(cms.get_opt("ours").await.unwrap().is_none());
+    assert!(
+        cms.get_opt("theirs").await.unwrap().is_some(),
+        "an object without our label is never pruned"
+    );
+    cleanup_namespace(&client, &ns).await;
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+async fn cleanup_namespace(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}

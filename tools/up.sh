@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The main job on the local default: starts the local Kubernetes control plane and the fixture
+# servers, installs the BundleDeployment CRD, publishes the example bundle to the local git
+# server, creates the example BundleDeployment and shows it with `kubectl get bd`.
+#
+# Leaves everything running so you can look around (`tools/down.sh` stops it):
+#   export KUBECONFIG=$(tools/controlplane.sh kubeconfig)
+#   ~/.cache/pallet/bin/kubectl get bd -o yaml
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export PALLET_CACHE_DIR=${PALLET_CACHE_DIR:-$HOME/.cache/pallet}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PALLET_CACHE_DIR/target}
+export PATH="$PALLET_CACHE_DIR/bin:$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+state=${PALLET_STATE_DIR:-$root/.pallet}
+
+say() { printf '\n==> %s\n' "$*"; }
+
+say "system packages"
+tools/deps.sh
+
+say "building pallet"
+cargo build --locked --bin pallet
+pallet=$CARGO_TARGET_DIR/debug/pallet
+
+say "starting the local control plane"
+tools/controlplane.sh start
+export KUBECONFIG
+KUBECONFIG=$(tools/controlplane.sh kubeconfig)
+
+say "starting the fixture servers"
+tools/fixtures.sh start
+# endpoint KEY...: one value from the fixtures' endpoints.json, by its path of keys.
+endpoint() {
+  python3 - "$state/fixtures/endpoints.json" "$@" <<'PY'
+import json, sys
+value = json.load(open(sys.argv[1]))
+for key in sys.argv[2:]:
+    value = value[key]
+print(value)
+PY
+}
+
+say "installing the BundleDeployment CRD"
+"$pallet" crd | kubectl apply --server-side --field-manager=pallet-up -f -
+kubectl wait --for=condition=Established --timeout=60s crd/bundledeployments.pallet.dev
+
+say "publishing testdata/bundles/hello-plain to the local git server"
+repo="$(endpoint git_root)/hello.git"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+[ -d "$repo" ] || git init -q --bare --initial-branch=main "$repo"
+cp -r testdata/bundles/hello-plain/. "$work/"
+git -C "$work" init -q --initial-branch=main
+git -C "$work" add -A
+git -C "$work" -c user.name=pallet -c user.email=pallet@localhost commit -q -m "hello-plain example bundle"
+git -C "$work" push -q --force "$repo" main
+git_url="$(endpoint servers git-plain url)/hello.git"
+echo "published $git_url at $(git -C "$work" rev-parse HEAD)"
+
+say "creating the example BundleDeployment (testdata/examples/hello-plain.yaml)"
+sed "s|\${GIT_URL}|$git_url|" testdata/examples/hello-plain.yaml |
+  kubectl apply --server-side --field-manager=pallet-up -f -
+
+say "kubectl get bd"
+kubectl get bd
+cat <<MSG
+
+The local control plane and fixture servers keep running. To look around:
+  export KUBECONFIG=$KUBECONFIG
+  $PALLET_CACHE_DIR/bin/kubectl get bd hello -o yaml
+Stop everything with tools/down.sh.
+MSG
