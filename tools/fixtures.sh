@@ -118,7 +118,7 @@ alive() {
 # Runs a command detached from this shell (own session, no stdin), logging to <state>/NAME.log.
 spawn() {
   local name=$1; shift
-  setsid "$@" </dev/null >"$state/$name.log" 2>&1 &
+  setsid "$@" </dev/null >"$state/$name.log" 2>&1 9>&- &
   echo $! > "$state/$name.pid"
 }
 
@@ -179,7 +179,8 @@ start() {
   local deadline=$((SECONDS + 60)) p
   until [ -s "$state/endpoints.json" ]; do
     for p in registry-plain registry-tls servers; do
-      alive "$p" || { tail -n 20 "$state/$p.log" >&2; stop; die "$p exited during start; log: $state/$p.log"; }
+      # Just spawned by us, so the pid alone identifies it (it may not have exec'd yet).
+      kill -0 "$(cat "$state/$p.pid")" 2>/dev/null || { tail -n 20 "$state/$p.log" >&2; stop; die "$p exited during start; log: $state/$p.log"; }
     done
     if [ $SECONDS -ge $deadline ]; then
       stop; die "fixtures did not become ready within 60s; logs in $state"
