@@ -196,7 +196,8 @@ async fn unknown_format_is_refused() {
 #[tokio::test]
 async fn other_invalid_specs_are_refused() {
     let client = ready_client().await;
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    type Breaks = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Breaks, &str)> = vec![
         (
             "no sources",
             Box::new(|s| s["sources"] = json!([])),

@@ -25,6 +25,8 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
 /// Desired state of a BundleDeployment: where the bundle comes from, how to render it and how to
 /// roll it out.
+// kube's printcolumn(...) repeats `type_` once per column, which clippy takes for a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "pallet.dev",
