@@ -68,6 +68,31 @@ fn by_key(objs: Vec<serde_json::Value>) -> BTreeMap<String, Vec<serde_json::Valu
     m
 }
 
+/// Paths at which two JSON values differ, with both sides, for readable failures.
+fn diff(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let null = serde_json::Value::Null;
+                diff(
+                    &format!("{path}.{k}"),
+                    x.get(k).unwrap_or(&null),
+                    y.get(k).unwrap_or(&null),
+                    out,
+                );
+            }
+        }
+        (serde_json::Value::Array(x), serde_json::Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                diff(&format!("{path}[{i}]"), p, q, out);
+            }
+        }
+        _ if a != b => out.push(format!("{path}: pallet={a} helm={b}")),
+        _ => {}
+    }
+}
+
 fn oracle(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
     let out = Command::new(helm_bin())
         .args(["template", RELEASE])
@@ -136,13 +161,18 @@ fn check_chart(name: &str) {
                     got.keys().collect::<Vec<_>>()
                 )
             });
-            assert_eq!(
-                g,
-                w,
-                "{name} with {}: object {k} differs\n--- pallet:\n{}\n--- helm:\n{}",
+            let mut d = Vec::new();
+            diff(
+                "",
+                &serde_json::Value::Array(g.clone()),
+                &serde_json::Value::Array(w.clone()),
+                &mut d,
+            );
+            assert!(
+                d.is_empty(),
+                "{name} with {}: object {k} differs:\n{}",
                 values.display(),
-                serde_json::to_string_pretty(g).unwrap_or_default(),
-                serde_json::to_string_pretty(w).unwrap_or_default()
+                d.join("\n")
             );
         }
         let extra: Vec<&String> = got.keys().filter(|k| !want.contains_key(*k)).collect();
@@ -157,4 +187,9 @@ fn check_chart(name: &str) {
 #[test]
 fn helm_create_chart_matches_helm_template() {
     check_chart("starter");
+}
+
+#[test]
+fn constructs_chart_matches_helm_template() {
+    check_chart("constructs");
 }

@@ -270,8 +270,21 @@ fn glob_match(pat: &str, name: &str) -> bool {
 }
 
 impl Object for Files {
+    // Go's `Files` is a `map[string][]byte`: ranging over it yields path → bytes.
     fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Plain
+        ObjectRepr::Map
+    }
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.0
+            .get(key.as_str()?)
+            .map(|b| Value::from_bytes(b.clone()))
+    }
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        let keys: Vec<Value> = self.0.keys().map(|k| Value::from(k.as_str())).collect();
+        Enumerator::Iter(Box::new(keys.into_iter()))
+    }
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        Some(self.0.len())
     }
     fn call_method(
         self: &Arc<Self>,
@@ -387,6 +400,17 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
     }
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
         return Ok(m.lock().get(name).cloned().unwrap_or(Value::from(())));
+    }
+    if let Some(f) = v.downcast_object_ref::<Files>() {
+        // Niladic methods used as fields: `(.Files.Glob "x").AsConfig`.
+        return match name {
+            "AsConfig" | "AsSecrets" => f.method(name, &[]),
+            _ => Ok(f
+                .0
+                .get(name)
+                .map(|b| Value::from_bytes(b.clone()))
+                .unwrap_or(Value::from(()))),
+        };
     }
     if let Some(obj) = v.as_object() {
         if let Some(x) = obj.get_value(&Value::from(name)) {
@@ -1408,14 +1432,27 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("deepCopy", |a| Ok(deep_copy(&arg(&a, 0)))),
     ("append", |a| {
-        let mut l = str_list(&arg(&a, 0));
+        let list = arg(&a, 0);
+        if list_items(&list).is_none() {
+            return Err(err(format!("Cannot append on type {}", type_of(&list))));
+        }
+        let mut l = str_list(&list);
         l.push(arg(&a, 1));
         Ok(Value::from(l))
     }),
     ("prepend", |a| {
-        let mut l = str_list(&arg(&a, 0));
+        let list = arg(&a, 0);
+        if list_items(&list).is_none() {
+            return Err(err(format!("Cannot prepend on type {}", type_of(&list))));
+        }
+        let mut l = str_list(&list);
         l.insert(0, arg(&a, 1));
         Ok(Value::from(l))
+    }),
+    ("sortAlpha", |a| {
+        let mut l: Vec<String> = str_list(&arg(&a, 0)).iter().map(s).collect();
+        l.sort();
+        Ok(l.into_iter().map(Value::from).collect())
     }),
     ("first", |a| {
         Ok(str_list(&arg(&a, 0)).first().cloned().unwrap_or_default())
@@ -1424,6 +1461,10 @@ static FUNCS: &[(&str, F)] = &[
         Ok(str_list(&arg(&a, 0)).last().cloned().unwrap_or_default())
     }),
     ("rest", |a| {
+        // Sprig returns nil for an empty list.
+        if str_list(&arg(&a, 0)).is_empty() {
+            return Ok(Value::from(()));
+        }
         Ok(Value::from(
             str_list(&arg(&a, 0))
                 .into_iter()
@@ -1433,6 +1474,9 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("initial", |a| {
         let mut l = str_list(&arg(&a, 0));
+        if l.is_empty() {
+            return Ok(Value::from(()));
+        }
         l.pop();
         Ok(Value::from(l))
     }),
