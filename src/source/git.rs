@@ -70,9 +70,14 @@ pub(crate) async fn fetch(
                 scratch.clone(),
             );
             let limits = opts.limits;
+            let refname = match &wanted {
+                Wanted::Branch(b) => Some(format!("refs/heads/{b}")),
+                Wanted::Tag(t) => Some(format!("refs/tags/{t}")),
+                Wanted::Commit(_) => None,
+            };
             async move {
                 blocking(opts.timeout, &r.url.clone(), move || {
-                    r.fetch_into(&c, &s.join("repo"), &dir, &tree, limits)
+                    r.fetch_into(&c, refname.as_deref(), &s.join("repo"), &dir, &tree, limits)
                 })
                 .await
             }
@@ -276,6 +281,7 @@ impl Remote {
     fn fetch_into(
         &self,
         commit: &str,
+        refname: Option<&str>,
         repo_dir: &Path,
         directory: &str,
         tree: &Path,
@@ -292,16 +298,16 @@ impl Remote {
         let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
-        // Ask for the commit itself, shallow. Servers that refuse unadvertised objects get a
-        // second, full fetch of branches and tags.
+        // Ask for just what is needed, shallow. When that does not yield the commit (a server
+        // refusing unadvertised wants, or a branch that moved since ls-remote), a second, full
+        // fetch of branches and tags finds it if it is still reachable.
         let tried = Cell::new(false);
         let mut fo = FetchOptions::new();
         fo.remote_callbacks(self.callbacks(&tried)).depth(1);
-        let first = remote.fetch(
-            &[format!("+{commit}:refs/pallet/want")],
-            Some(&mut fo),
-            None,
-        );
+        // Branches and tags are fetched by name (servers advertise those); a bare commit only
+        // works where the server allows unadvertised wants.
+        let want = refname.unwrap_or(commit);
+        let first = remote.fetch(&[format!("+{want}:refs/pallet/want")], Some(&mut fo), None);
         if repo.find_commit(oid).is_err() {
             if let Err(e) = &first {
                 let err = self.map_err(tried.get(), e);
