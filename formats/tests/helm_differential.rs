@@ -98,6 +98,7 @@ fn oracle(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
         .args(["template", RELEASE])
         .arg(chart)
         .args([
+            "--include-crds",
             "--namespace",
             NAMESPACE,
             "--kube-version",
@@ -192,4 +193,9 @@ fn helm_create_chart_matches_helm_template() {
 #[test]
 fn constructs_chart_matches_helm_template() {
     check_chart("constructs");
+}
+
+#[test]
+fn umbrella_chart_with_subcharts_matches_helm_template() {
+    check_chart("umbrella");
 }

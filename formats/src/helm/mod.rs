@@ -23,6 +23,7 @@
 //!
 //! See `README.md` next to this file for the status list (done / not done).
 
+pub mod chart;
 pub mod funcs;
 pub mod parse;
 pub mod translate;
@@ -126,245 +127,10 @@ pub struct RenderedFile {
     pub content: String,
 }
 
-/// A loaded chart (no subcharts yet).
-#[derive(Debug, Clone)]
-pub struct Chart {
-    /// Parsed Chart.yaml.
-    pub metadata: serde_json::Value,
-    /// Parsed values.yaml.
-    pub values: serde_json::Value,
-    /// `templates/...` path → source, sorted.
-    pub templates: BTreeMap<String, String>,
-    /// Every other file (for `.Files`), relative path → bytes.
-    pub files: BTreeMap<String, Vec<u8>>,
-    /// `crds/...` files, emitted first and not templated.
-    pub crds: BTreeMap<String, String>,
-}
+pub use chart::{load_archive, load_dir, Chart};
 
-impl Chart {
-    /// The chart's name from Chart.yaml.
-    pub fn name(&self) -> String {
-        self.metadata
-            .get("name")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
-fn read_yaml(chart: &str, text: &str, what: &str) -> Result<serde_json::Value, HelmError> {
-    if text.trim().is_empty() {
-        return Ok(serde_json::Value::Object(Default::default()));
-    }
-    let v: serde_json::Value = serde_saphyr::from_str(text)
-        .map_err(|e| HelmError::chart(chart, format!("parsing {what}: {e}")))?;
-    Ok(if v.is_null() {
-        serde_json::Value::Object(Default::default())
-    } else {
-        v
-    })
-}
-
-/// Patterns from `.helmignore` (a subset: `*`/`?` globs, trailing `/` for directories, `#`
-/// comments). Negation is rejected rather than silently mis-applied.
-fn helmignore(chart: &str, dir: &Path) -> Result<Vec<String>, HelmError> {
-    let Ok(text) = std::fs::read_to_string(dir.join(".helmignore")) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for l in text.lines() {
-        let l = l.trim();
-        if l.is_empty() || l.starts_with('#') {
-            continue;
-        }
-        if l.starts_with('!') {
-            return Err(HelmError::chart(
-                chart,
-                format!("unsupported construct: negated .helmignore pattern {l}"),
-            ));
-        }
-        out.push(l.to_string());
-    }
-    Ok(out)
-}
-
-fn ignored(patterns: &[String], rel: &str, is_dir: bool) -> bool {
-    let base = rel.rsplit('/').next().unwrap_or(rel);
-    patterns.iter().any(|p| {
-        let (p, dir_only) = match p.strip_suffix('/') {
-            Some(p) => (p, true),
-            None => (p.as_str(), false),
-        };
-        if dir_only && !is_dir {
-            return false;
-        }
-        let p = p.trim_start_matches('/');
-        if p.contains('/') {
-            simple_glob(p, rel)
-        } else {
-            simple_glob(p, base)
-        }
-    })
-}
-
-fn simple_glob(p: &str, n: &str) -> bool {
-    fn m(p: &[u8], n: &[u8]) -> bool {
-        match p.split_first() {
-            None => n.is_empty(),
-            Some((b'*', rest)) => (0..=n.len()).any(|i| m(rest, &n[i..])),
-            Some((b'?', rest)) => !n.is_empty() && m(rest, &n[1..]),
-            Some((c, rest)) => n.first() == Some(c) && m(rest, &n[1..]),
-        }
-    }
-    m(p.as_bytes(), n.as_bytes())
-}
-
-fn walk(
-    dir: &Path,
-    rel: &str,
-    ignore: &[String],
-    out: &mut Vec<(String, Vec<u8>)>,
-) -> Result<(), HelmError> {
-    let io = |e| HelmError::Io {
-        path: dir.display().to_string(),
-        source: e,
-    };
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io)?
-        .collect::<Result<_, _>>()
-        .map_err(io)?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let r = if rel.is_empty() {
-            name.clone()
-        } else {
-            format!("{rel}/{name}")
-        };
-        let path = e.path();
-        let is_dir = path.is_dir();
-        if ignored(ignore, &r, is_dir) {
-            continue;
-        }
-        if is_dir {
-            walk(&path, &r, ignore, out)?;
-        } else {
-            let data = std::fs::read(&path).map_err(|e| HelmError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-            out.push((r, data));
-        }
-    }
-    Ok(())
-}
-
-/// Loads a chart directory.
-pub fn load_chart(dir: &Path) -> Result<Chart, HelmError> {
-    let label = dir.display().to_string();
-    let ignore = helmignore(&label, dir)?;
-    let mut all = Vec::new();
-    walk(dir, "", &ignore, &mut all)?;
-    let text = |data: &[u8], path: &str| {
-        String::from_utf8(data.to_vec())
-            .map_err(|_| HelmError::chart(&label, format!("{path} is not UTF-8")))
-    };
-    let mut metadata = None;
-    let mut values = serde_json::Value::Object(Default::default());
-    let mut chart = Chart {
-        metadata: serde_json::Value::Null,
-        values: serde_json::Value::Null,
-        templates: BTreeMap::new(),
-        files: BTreeMap::new(),
-        crds: BTreeMap::new(),
-    };
-    for (path, data) in all {
-        match path.as_str() {
-            "Chart.yaml" => metadata = Some(read_yaml(&label, &text(&data, &path)?, "Chart.yaml")?),
-            "values.yaml" => values = read_yaml(&label, &text(&data, &path)?, "values.yaml")?,
-            "values.schema.json" => {
-                return Err(HelmError::chart(
-                    &label,
-                    "unsupported construct: values.schema.json validation (not implemented yet)",
-                ))
-            }
-            "Chart.lock" => {}
-            "requirements.yaml" | "requirements.lock" => {
-                return Err(HelmError::chart(&label, "unsupported construct: requirements.yaml (apiVersion v1 dependencies, not implemented yet)"))
-            }
-            p if p.starts_with("charts/") => {
-                return Err(HelmError::chart(
-                    &label,
-                    "unsupported construct: subcharts in charts/ (not implemented yet)",
-                ))
-            }
-            p if p.starts_with("templates/") => {
-                chart.templates.insert(path.clone(), text(&data, &path)?);
-            }
-            p if p.starts_with("crds/") => {
-                chart.crds.insert(path.clone(), text(&data, &path)?);
-            }
-            _ => {}
-        }
-        // helm's loader: everything but Chart.yaml, Chart.lock, values.yaml, values.schema.json
-        // and templates/ is visible through `.Files` (crds/ included).
-        if !path.starts_with("templates/")
-            && !matches!(
-                path.as_str(),
-                "Chart.yaml" | "Chart.lock" | "values.yaml" | "values.schema.json"
-            )
-        {
-            chart.files.insert(path, data);
-        }
-    }
-    let metadata = metadata.ok_or_else(|| HelmError::chart(&label, "Chart.yaml is missing"))?;
-    let name = metadata
-        .get("name")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default();
-    if name.is_empty() {
-        return Err(HelmError::chart(&label, "Chart.yaml: name is required"));
-    }
-    if metadata
-        .get("dependencies")
-        .and_then(|d| d.as_array())
-        .is_some_and(|d| !d.is_empty())
-    {
-        return Err(HelmError::chart(
-            name,
-            "unsupported construct: chart dependencies (not implemented yet)",
-        ));
-    }
-    if metadata.get("type").and_then(|v| v.as_str()) == Some("library") {
-        return Err(HelmError::chart(name, "library charts are not installable"));
-    }
-    chart.metadata = metadata;
-    chart.values = values;
-    Ok(chart)
-}
-
-/// Helm's value coalescing: `over` wins; maps merge recursively; `null` in `over` deletes.
-pub fn merge_values(base: &serde_json::Value, over: &serde_json::Value) -> serde_json::Value {
-    match (base, over) {
-        (serde_json::Value::Object(b), serde_json::Value::Object(o)) => {
-            let mut out = b.clone();
-            for (k, v) in o {
-                if v.is_null() {
-                    out.remove(k);
-                } else if let Some(bv) = b.get(k) {
-                    out.insert(k.clone(), merge_values(bv, v));
-                } else {
-                    out.insert(k.clone(), v.clone());
-                }
-            }
-            serde_json::Value::Object(out)
-        }
-        (_, o) => o.clone(),
-    }
-}
-
-/// Chart.yaml as `.Chart` sees it: Go field names (Name, Version, AppVersion, ...).
-fn chart_object(meta: &serde_json::Value) -> Value {
+/// Chart.yaml as `.Chart` sees it: Go field names (Name, Version, AppVersion, ...), IsRoot.
+fn chart_object(meta: &serde_json::Value, is_root: bool) -> Value {
     let mut m = BTreeMap::new();
     if let Some(o) = meta.as_object() {
         for (k, v) in o {
@@ -399,6 +165,7 @@ fn chart_object(meta: &serde_json::Value) -> Value {
     ] {
         m.entry(k.to_string()).or_insert_with(|| Value::from(""));
     }
+    m.insert("IsRoot".to_string(), Value::from(is_root));
     GoMap::value(m)
 }
 
@@ -418,11 +185,93 @@ fn kube_version_object(v: &str) -> Value {
     GoMap::value(m)
 }
 
-/// Renders a chart: returns the CRDs (untemplated) and every rendered template file except
-/// partials (`_*`), in helm's order of `# Source:` paths. NOTES.txt is rendered (errors surface)
-/// but not returned, since it produces no objects.
+/// A template to render, with the scope helm gives it.
+struct Unit<'c> {
+    /// `<chart path>/templates/<file>`, e.g. `parent/charts/sub/templates/a.yaml`.
+    name: String,
+    source: &'c str,
+    /// `<chart path>/templates`.
+    base_path: String,
+    chart: &'c Chart,
+    is_root: bool,
+    values: serde_json::Value,
+    render: bool,
+}
+
+fn collect_units<'c>(
+    chart: &'c Chart,
+    full_path: &str,
+    values: &serde_json::Value,
+    is_root: bool,
+    crds: &mut Vec<RenderedFile>,
+    out: &mut Vec<Unit<'c>>,
+) {
+    for (path, crd) in &chart.crds {
+        crds.push(RenderedFile {
+            source: format!("{full_path}/{path}"),
+            content: crd.clone(),
+        });
+    }
+    for sub in &chart.subcharts {
+        let name = sub.name();
+        let sv = values
+            .get(&name)
+            .filter(|v| v.is_object())
+            .cloned()
+            .unwrap_or(serde_json::json!({}));
+        collect_units(
+            sub,
+            &format!("{full_path}/charts/{name}"),
+            &sv,
+            false,
+            crds,
+            out,
+        );
+    }
+    for (path, src) in &chart.templates {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        out.push(Unit {
+            name: format!("{full_path}/{path}"),
+            source: src,
+            base_path: format!("{full_path}/templates"),
+            chart,
+            is_root,
+            values: values.clone(),
+            // Partials only define; library charts only provide defines.
+            render: !base.starts_with('_') && !chart.is_library(),
+        });
+    }
+}
+
+/// Renders a chart: returns the CRDs (untemplated, subcharts' included) followed by every
+/// rendered template file except partials, NOTES.txt and library charts' files. NOTES.txt is
+/// rendered (its errors surface, as in helm) but produces no objects.
 pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedFile>, HelmError> {
     let name = chart.name();
+    if chart.is_library() {
+        return Err(HelmError::chart(
+            &name,
+            "library charts are not installable",
+        ));
+    }
+    let chart = chart::resolve_dependencies(chart, &opts.values)?;
+    let values = chart::coalesce(&chart, &opts.values);
+    if chart.schema.is_some() || has_schema(&chart) {
+        return Err(HelmError::chart(
+            &name,
+            "unsupported construct: values.schema.json validation (not implemented yet)",
+        ));
+    }
+    let mut crds = Vec::new();
+    let mut units = Vec::new();
+    collect_units(&chart, &name, &values, true, &mut crds, &mut units);
+    // helm parses (and renders) templates deepest path first, then in reverse lexical order; a
+    // later definition of the same define wins, so parents override subcharts.
+    units.sort_by(|a, b| {
+        let (da, db) = (a.name.matches('/').count(), b.name.matches('/').count());
+        db.cmp(&da).then_with(|| b.name.cmp(&a.name))
+    });
+
     let mut env = Environment::new();
     let syntax = minijinja::syntax::SyntaxConfig::builder()
         .keep_trailing_newline(true)
@@ -432,35 +281,31 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     env.set_recursion_limit(1000);
     funcs::register(&mut env);
     let known = funcs::known();
-    // Helm parses every template into one namespace; a later define of the same name wins.
-    let mut mains = Vec::new();
-    for (path, src) in &chart.templates {
-        let file = format!("{name}/{path}");
-        let parsed = parse::parse(&file, src)?;
-        let t = translate::translate(&file, &parsed, &known)?;
+    for u in &units {
+        let parsed = parse::parse(&u.name, u.source)?;
+        let t = translate::translate(&u.name, &parsed, &known)?;
         for (dname, dsrc) in t.defines {
             env.add_template_owned(translate::define_name(&dname), dsrc)
                 .map_err(|e| {
                     HelmError::template(
-                        &file,
+                        &u.name,
                         e.line().unwrap_or(0),
                         format!("translation failed: {e}"),
                     )
                 })?;
         }
-        let base = path.rsplit('/').next().unwrap_or(path);
-        if !base.starts_with('_') {
-            env.add_template_owned(file.clone(), t.main).map_err(|e| {
-                HelmError::template(
-                    &file,
-                    e.line().unwrap_or(0),
-                    format!("translation failed: {e}"),
-                )
-            })?;
-            mains.push(file);
+        if u.render {
+            env.add_template_owned(u.name.clone(), t.main)
+                .map_err(|e| {
+                    HelmError::template(
+                        &u.name,
+                        e.line().unwrap_or(0),
+                        format!("translation failed: {e}"),
+                    )
+                })?;
         }
     }
-    let values = from_json(&merge_values(&chart.values, &opts.values));
+
     let release: BTreeMap<String, Value> = [
         ("Name", Value::from(opts.release_name.as_str())),
         ("Namespace", Value::from(opts.namespace.as_str())),
@@ -484,49 +329,49 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     ]
     .into_iter()
     .collect();
-    let files = Value::from_object(Files(chart.files.clone()));
-    let mut out = Vec::new();
-    for (path, crd) in &chart.crds {
-        out.push(RenderedFile {
-            source: format!("{name}/{path}"),
-            content: crd.clone(),
-        });
-    }
-    for file in mains {
+    let mut out = crds;
+    for u in units.iter().filter(|u| u.render) {
         let template: BTreeMap<String, Value> = [
-            ("Name".to_string(), Value::from(file.as_str())),
-            (
-                "BasePath".to_string(),
-                Value::from(format!("{name}/templates")),
-            ),
+            ("Name".to_string(), Value::from(u.name.as_str())),
+            ("BasePath".to_string(), Value::from(u.base_path.as_str())),
         ]
         .into_iter()
         .collect();
         let top: BTreeMap<String, Value> = [
-            ("Values".to_string(), values.clone()),
+            ("Values".to_string(), from_json(&u.values)),
             ("Release".to_string(), GoMap::value(release.clone())),
-            ("Chart".to_string(), chart_object(&chart.metadata)),
+            (
+                "Chart".to_string(),
+                chart_object(&u.chart.metadata, u.is_root),
+            ),
             ("Capabilities".to_string(), GoMap::value(caps.clone())),
-            ("Files".to_string(), files.clone()),
+            (
+                "Files".to_string(),
+                Value::from_object(Files(u.chart.files.clone())),
+            ),
             ("Template".to_string(), GoMap::value(template)),
         ]
         .into_iter()
         .collect();
         let tmpl = env
-            .get_template(&file)
-            .map_err(|e| HelmError::template(&file, 0, e.to_string()))?;
+            .get_template(&u.name)
+            .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
         let content = tmpl
             .render(minijinja::context! { __d0 => GoMap::value(top) })
-            .map_err(|e| render_error(&file, &e))?;
-        if file.ends_with("NOTES.txt") {
+            .map_err(|e| render_error(&u.name, &e))?;
+        if u.name.ends_with("NOTES.txt") {
             continue;
         }
         out.push(RenderedFile {
-            source: file,
+            source: u.name.clone(),
             content,
         });
     }
     Ok(out)
+}
+
+fn has_schema(chart: &Chart) -> bool {
+    chart.schema.is_some() || chart.subcharts.iter().any(has_schema)
 }
 
 /// Maps a minijinja error back to the chart file and line (the innermost template that failed).
@@ -612,6 +457,6 @@ fn split_documents(s: &str) -> Vec<String> {
 
 /// Loads and renders the chart at `dir` into objects.
 pub fn render(dir: &Path, opts: &RenderOptions) -> Result<Vec<serde_json::Value>, HelmError> {
-    let chart = load_chart(dir)?;
+    let chart = load_dir(dir)?;
     parse_objects(&render_chart(&chart, opts)?)
 }

@@ -1,0 +1,575 @@
+//! Chart loading (directories and `.tgz` subcharts), `.helmignore`, dependency resolution
+//! (aliases, `condition`, `tags`) and Helm's values coalescing (scoping, `global`).
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::path::Path;
+
+use serde_json::{Map, Value as Json};
+
+use super::HelmError;
+
+/// A loaded chart and its subcharts.
+#[derive(Debug, Clone)]
+pub struct Chart {
+    /// Parsed Chart.yaml (`name` replaced by the alias when the parent aliases it).
+    pub metadata: Json,
+    /// Parsed values.yaml (an object).
+    pub values: Json,
+    /// `templates/...` path → source.
+    pub templates: BTreeMap<String, String>,
+    /// Every file `.Files` sees (helm's loader: not Chart.yaml/values/schema/templates/charts).
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// `crds/...` files, emitted first and not templated.
+    pub crds: BTreeMap<String, String>,
+    /// values.schema.json, if present.
+    pub schema: Option<Vec<u8>>,
+    /// Subcharts from `charts/` (directories and `.tgz` archives).
+    pub subcharts: Vec<Chart>,
+}
+
+impl Chart {
+    /// The chart's name from Chart.yaml (or its alias).
+    pub fn name(&self) -> String {
+        self.metadata
+            .get("name")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// True for `type: library` charts (defines only, nothing rendered).
+    pub fn is_library(&self) -> bool {
+        self.metadata.get("type").and_then(|v| v.as_str()) == Some("library")
+    }
+
+    fn dependencies(&self) -> Vec<Json> {
+        self.metadata
+            .get("dependencies")
+            .and_then(|d| d.as_array())
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn chart_err(chart: &str, msg: impl Into<String>) -> HelmError {
+    HelmError::Chart {
+        chart: chart.to_string(),
+        msg: msg.into(),
+    }
+}
+
+fn read_yaml(chart: &str, data: &[u8], what: &str) -> Result<Json, HelmError> {
+    let text =
+        std::str::from_utf8(data).map_err(|_| chart_err(chart, format!("{what} is not UTF-8")))?;
+    if text.trim().is_empty() {
+        return Ok(Json::Object(Map::new()));
+    }
+    let v: Json = serde_saphyr::from_str(text)
+        .map_err(|e| chart_err(chart, format!("parsing {what}: {e}")))?;
+    Ok(if v.is_null() {
+        Json::Object(Map::new())
+    } else {
+        v
+    })
+}
+
+/// `.helmignore` rules (a subset: `*`/`?` globs, trailing `/` for directories, `#` comments).
+/// Negation is rejected rather than silently mis-applied.
+fn helmignore(chart: &str, data: Option<&[u8]>) -> Result<Vec<String>, HelmError> {
+    let Some(data) = data else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for l in String::from_utf8_lossy(data).lines() {
+        let l = l.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if l.starts_with('!') {
+            return Err(chart_err(
+                chart,
+                format!("unsupported construct: negated .helmignore pattern {l}"),
+            ));
+        }
+        out.push(l.to_string());
+    }
+    Ok(out)
+}
+
+fn simple_glob(p: &str, n: &str) -> bool {
+    fn m(p: &[u8], n: &[u8]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some((b'*', rest)) => (0..=n.len()).any(|i| m(rest, &n[i..])),
+            Some((b'?', rest)) => !n.is_empty() && m(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && m(rest, &n[1..]),
+        }
+    }
+    m(p.as_bytes(), n.as_bytes())
+}
+
+/// Whether `rel` (or one of its parent directories) matches an ignore rule.
+fn ignored(patterns: &[String], rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    (0..parts.len()).any(|i| {
+        let sub = parts[..=i].join("/");
+        let is_dir = i + 1 < parts.len();
+        patterns.iter().any(|p| {
+            let (p, dir_only) = match p.strip_suffix('/') {
+                Some(p) => (p, true),
+                None => (p.as_str(), false),
+            };
+            if dir_only && !is_dir {
+                return false;
+            }
+            let p = p.trim_start_matches('/');
+            if p.contains('/') {
+                simple_glob(p, &sub)
+            } else {
+                simple_glob(p, parts[i])
+            }
+        })
+    })
+}
+
+fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), HelmError> {
+    let io = |e| HelmError::Io {
+        path: dir.display().to_string(),
+        source: e,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let r = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let path = e.path();
+        if path.is_dir() {
+            walk(&path, &r, out)?;
+        } else {
+            let data = std::fs::read(&path).map_err(|e| HelmError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })?;
+            out.push((r, data));
+        }
+    }
+    Ok(())
+}
+
+/// Loads a chart directory (with its subcharts).
+pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
+    let mut files = Vec::new();
+    walk(dir, "", &mut files)?;
+    load_files(&dir.display().to_string(), files)
+}
+
+/// Loads a chart from its files (paths relative to the chart root).
+pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, HelmError> {
+    let ignore = helmignore(
+        label,
+        files
+            .iter()
+            .find(|(p, _)| p == ".helmignore")
+            .map(|(_, d)| d.as_slice()),
+    )?;
+    let mut chart = Chart {
+        metadata: Json::Null,
+        values: Json::Object(Map::new()),
+        templates: BTreeMap::new(),
+        files: BTreeMap::new(),
+        crds: BTreeMap::new(),
+        schema: None,
+        subcharts: Vec::new(),
+    };
+    let mut sub_dirs: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
+    let mut sub_archives = Vec::new();
+    let text = |data: Vec<u8>, path: &str| {
+        String::from_utf8(data).map_err(|_| chart_err(label, format!("{path} is not UTF-8")))
+    };
+    for (path, data) in files {
+        if ignored(&ignore, &path) {
+            continue;
+        }
+        match path.as_str() {
+            "Chart.yaml" => chart.metadata = read_yaml(label, &data, "Chart.yaml")?,
+            "values.yaml" => chart.values = read_yaml(label, &data, "values.yaml")?,
+            "values.schema.json" => chart.schema = Some(data),
+            "Chart.lock" => {}
+            "requirements.yaml" | "requirements.lock" => {
+                return Err(chart_err(
+                    label,
+                    "unsupported construct: requirements.yaml (apiVersion v1 dependencies)",
+                ))
+            }
+            p if p.starts_with("templates/") => {
+                chart.templates.insert(path.clone(), text(data, &path)?);
+            }
+            p if p.starts_with("charts/") => {
+                let rest = &p["charts/".len()..];
+                match rest.split_once('/') {
+                    Some((dir, inner)) => sub_dirs
+                        .entry(dir.to_string())
+                        .or_default()
+                        .push((inner.to_string(), data)),
+                    None if rest.ends_with(".tgz") || rest.ends_with(".tar.gz") => {
+                        sub_archives.push((path.clone(), data))
+                    }
+                    None => {}
+                }
+            }
+            p => {
+                if p.starts_with("crds/") {
+                    chart.crds.insert(path.clone(), text(data.clone(), &path)?);
+                }
+                chart.files.insert(path, data);
+            }
+        }
+    }
+    if chart.metadata.is_null() {
+        return Err(chart_err(label, "Chart.yaml is missing"));
+    }
+    let name = chart.name();
+    if name.is_empty() {
+        return Err(chart_err(label, "Chart.yaml: name is required"));
+    }
+    if !chart.values.is_object() {
+        return Err(chart_err(&name, "values.yaml must be a mapping"));
+    }
+    for (dir, files) in sub_dirs {
+        chart
+            .subcharts
+            .push(load_files(&format!("{name}/charts/{dir}"), files)?);
+    }
+    for (path, data) in sub_archives {
+        chart
+            .subcharts
+            .push(load_archive(&format!("{name}/{path}"), &data)?);
+    }
+    Ok(chart)
+}
+
+/// Loads a chart from a `.tgz` (one top-level directory holding the chart).
+pub fn load_archive(label: &str, data: &[u8]) -> Result<Chart, HelmError> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(data));
+    let mut files = Vec::new();
+    let io = |e: std::io::Error| HelmError::Io {
+        path: label.to_string(),
+        source: e,
+    };
+    for entry in archive.entries().map_err(io)? {
+        let mut entry = entry.map_err(io)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry
+            .path()
+            .map_err(io)?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let Some((_, inner)) = path.split_once('/') else {
+            continue;
+        };
+        if inner.split('/').any(|c| c == "..") {
+            return Err(chart_err(
+                label,
+                format!("archive path escapes the chart: {path}"),
+            ));
+        }
+        let inner = inner.to_string();
+        let mut buf = Vec::new();
+        entry.read_to_end(&mut buf).map_err(io)?;
+        files.push((inner, buf));
+    }
+    load_files(label, files)
+}
+
+/// Applies aliases, then `tags` and `condition` against the coalesced values, removing disabled
+/// subcharts (recursively), as helm's `ProcessDependencies` does. Returns the pruned chart.
+pub fn resolve_dependencies(chart: &Chart, user: &Json) -> Result<Chart, HelmError> {
+    let aliased = apply_aliases(chart)?;
+    let cvals = coalesce_mode(&aliased, user, true);
+    let mut out = aliased;
+    prune(&mut out, &cvals, "")?;
+    let cvals = coalesce_mode(&out, user, true);
+    bake(&mut out, &cvals);
+    Ok(out)
+}
+
+fn apply_aliases(chart: &Chart) -> Result<Chart, HelmError> {
+    let name = chart.name();
+    let mut out = chart.clone();
+    out.subcharts.clear();
+    let deps = chart.dependencies();
+    let mut used = vec![false; chart.subcharts.len()];
+    for dep in &deps {
+        let dname = dep.get("name").and_then(|v| v.as_str()).unwrap_or_default();
+        if dep.get("import-values").is_some() {
+            return Err(chart_err(
+                &name,
+                format!("unsupported construct: import-values on dependency {dname}"),
+            ));
+        }
+        let Some(i) = chart.subcharts.iter().position(|c| c.name() == dname) else {
+            return Err(chart_err(
+                &name,
+                format!("dependency {dname} is in Chart.yaml but missing from charts/"),
+            ));
+        };
+        used[i] = true;
+        let mut sub = apply_aliases(&chart.subcharts[i])?;
+        if let Some(alias) = dep.get("alias").and_then(|v| v.as_str()) {
+            if let Some(m) = sub.metadata.as_object_mut() {
+                m.insert("name".into(), Json::String(alias.to_string()));
+            }
+        }
+        out.subcharts.push(sub);
+    }
+    // Charts in charts/ that Chart.yaml does not list are always included.
+    for (i, sub) in chart.subcharts.iter().enumerate() {
+        if !used[i] {
+            out.subcharts.push(apply_aliases(sub)?);
+        }
+    }
+    Ok(out)
+}
+
+fn path_value<'a>(v: &'a Json, path: &str) -> Option<&'a Json> {
+    path.split('.')
+        .try_fold(v, |cur, k| cur.as_object()?.get(k))
+}
+
+fn prune(chart: &mut Chart, cvals: &Json, prefix: &str) -> Result<(), HelmError> {
+    let deps = chart.dependencies();
+    let tags = cvals.get("tags").and_then(|t| t.as_object());
+    let mut keep = Vec::new();
+    for sub in std::mem::take(&mut chart.subcharts) {
+        let name = sub.name();
+        let dep = deps.iter().find(|d| {
+            d.get("alias")
+                .and_then(|v| v.as_str())
+                .or_else(|| d.get("name").and_then(|v| v.as_str()))
+                == Some(name.as_str())
+        });
+        let mut enabled = true;
+        if let Some(dep) = dep {
+            // Tags first: any true tag enables, otherwise any false tag disables.
+            if let (Some(dtags), Some(tags)) = (dep.get("tags").and_then(|t| t.as_array()), tags) {
+                let vals: Vec<bool> = dtags
+                    .iter()
+                    .filter_map(|t| tags.get(t.as_str()?)?.as_bool())
+                    .collect();
+                if vals.contains(&true) {
+                    enabled = true;
+                } else if vals.contains(&false) {
+                    enabled = false;
+                }
+            }
+            // A condition that resolves to a bool overrides tags; the first one found wins.
+            if let Some(cond) = dep.get("condition").and_then(|c| c.as_str()) {
+                for c in cond
+                    .trim()
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                {
+                    if let Some(b) =
+                        path_value(cvals, &format!("{prefix}{c}")).and_then(|v| v.as_bool())
+                    {
+                        enabled = b;
+                        break;
+                    }
+                }
+            }
+        }
+        if enabled {
+            let mut sub = sub;
+            prune(&mut sub, cvals, &format!("{prefix}{name}."))?;
+            keep.push(sub);
+        }
+    }
+    chart.subcharts = keep;
+    Ok(())
+}
+
+/// Helm's `CoalesceValues`: user values over the chart's values.yaml, each subchart's values
+/// under its name (over the subchart's own values.yaml), parent `global` copied down.
+pub fn coalesce(chart: &Chart, user: &Json) -> Json {
+    coalesce_mode(chart, user, false)
+}
+
+/// With `merge`, nulls are kept instead of deleting keys (helm's `MergeValues` mode, used while
+/// processing dependencies).
+fn coalesce_mode(chart: &Chart, user: &Json, merge: bool) -> Json {
+    let mut v = match user {
+        Json::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    coalesce_into(chart, &mut v, merge);
+    Json::Object(v)
+}
+
+/// Replaces every chart's values with its scope of `cvals`, as helm's dependency processing does
+/// (so a null set by a parent for a subchart key survives the final coalescing).
+fn bake(chart: &mut Chart, cvals: &Json) {
+    if cvals.is_object() {
+        chart.values = cvals.clone();
+    }
+    for sub in &mut chart.subcharts {
+        let name = sub.name();
+        let sv = cvals
+            .get(&name)
+            .cloned()
+            .unwrap_or(Json::Object(Map::new()));
+        bake(sub, &sv);
+    }
+}
+
+fn coalesce_into(chart: &Chart, v: &mut Map<String, Json>, merge: bool) {
+    if let Some(cv) = chart.values.as_object() {
+        for (k, val) in cv {
+            match v.get_mut(k) {
+                Some(Json::Null) => {
+                    if !merge {
+                        v.remove(k);
+                    }
+                }
+                Some(Json::Object(dst)) => {
+                    if let Json::Object(src) = val {
+                        coalesce_tables(dst, src, merge);
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    v.insert(k.clone(), val.clone());
+                }
+            }
+        }
+    }
+    for sub in &chart.subcharts {
+        let name = sub.name();
+        let mut sv = match v.get(&name) {
+            Some(Json::Object(m)) => m.clone(),
+            _ => Map::new(),
+        };
+        coalesce_globals(&mut sv, v);
+        coalesce_into(sub, &mut sv, merge);
+        v.insert(name, Json::Object(sv));
+    }
+}
+
+/// `dst` wins; `src` fills in; a null in `dst` deletes the key.
+fn coalesce_tables(dst: &mut Map<String, Json>, src: &Map<String, Json>, merge: bool) {
+    for (k, val) in src {
+        match dst.get_mut(k) {
+            Some(Json::Null) => {
+                if !merge {
+                    dst.remove(k);
+                }
+            }
+            None => {
+                dst.insert(k.clone(), val.clone());
+            }
+            Some(Json::Object(d)) => {
+                if let Json::Object(s) = val {
+                    coalesce_tables(d, s, merge);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+fn coalesce_globals(dest: &mut Map<String, Json>, src: &Map<String, Json>) {
+    let mut dg = match dest.get("global") {
+        Some(Json::Object(m)) => m.clone(),
+        Some(_) => return,
+        None => Map::new(),
+    };
+    let sg = match src.get("global") {
+        Some(Json::Object(m)) => m.clone(),
+        Some(_) => return,
+        None => Map::new(),
+    };
+    for (k, val) in sg {
+        match (&val, dg.get(&k)) {
+            (Json::Object(pv), Some(Json::Object(dv))) => {
+                let mut merged = pv.clone();
+                coalesce_tables(&mut merged, dv, false);
+                dg.insert(k, Json::Object(merged));
+            }
+            (Json::Object(_), Some(_)) => {}
+            (Json::Object(_), None) => {
+                dg.insert(k, val);
+            }
+            (_, Some(Json::Object(_))) => {}
+            _ => {
+                dg.insert(k, val);
+            }
+        }
+    }
+    dest.insert("global".into(), Json::Object(dg));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ignore_rules_match_names_and_dirs() {
+        let p = vec![
+            "*.bak".to_string(),
+            "tmp/".to_string(),
+            "docs/*.md".to_string(),
+        ];
+        assert!(ignored(&p, "a/b.bak"));
+        assert!(ignored(&p, "tmp/x"));
+        assert!(!ignored(&p, "tmp"));
+        assert!(ignored(&p, "docs/a.md"));
+        assert!(!ignored(&p, "a/docs/a.md"));
+    }
+
+    #[test]
+    fn coalesce_scopes_subcharts_and_globals() {
+        let sub = Chart {
+            metadata: serde_json::json!({"name": "sub"}),
+            values: serde_json::json!({"a": 1, "global": {"g": "sub", "h": "sub"}}),
+            templates: BTreeMap::new(),
+            files: BTreeMap::new(),
+            crds: BTreeMap::new(),
+            schema: None,
+            subcharts: vec![],
+        };
+        let parent = Chart {
+            metadata: serde_json::json!({"name": "p"}),
+            values: serde_json::json!({"global": {"g": "parent"}, "sub": {"a": 2}, "x": {"y": 1, "z": 2}}),
+            subcharts: vec![sub],
+            ..sub_clone()
+        };
+        let v = coalesce(&parent, &serde_json::json!({"x": {"z": null}}));
+        assert_eq!(
+            v["sub"],
+            serde_json::json!({"a": 2, "global": {"g": "parent", "h": "sub"}})
+        );
+        assert_eq!(v["x"], serde_json::json!({"y": 1}));
+    }
+
+    fn sub_clone() -> Chart {
+        Chart {
+            metadata: Json::Null,
+            values: Json::Null,
+            templates: BTreeMap::new(),
+            files: BTreeMap::new(),
+            crds: BTreeMap::new(),
+            schema: None,
+            subcharts: vec![],
+        }
+    }
+}

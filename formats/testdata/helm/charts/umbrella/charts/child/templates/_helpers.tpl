@@ -1,0 +1,2 @@
+{{- define "shared.name" -}}child-loses{{- end -}}
+{{- define "child.fullname" -}}{{ .Release.Name }}-{{ .Chart.Name }}{{- end -}}
