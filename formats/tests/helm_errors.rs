@@ -1,0 +1,149 @@
+//! Every class of unsupported or failing construct is an error naming the chart, the template
+//! file, the line and the construct — never silently different output.
+
+use std::path::Path;
+
+use pallet_formats::helm::{self, RenderOptions};
+
+/// Writes a one-template chart into a temp dir and renders it.
+fn render_one(template: &str, extra: &[(&str, &str)]) -> Result<Vec<serde_json::Value>, String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("errs");
+    std::fs::create_dir_all(root.join("templates")).expect("mkdir");
+    std::fs::write(
+        root.join("Chart.yaml"),
+        "apiVersion: v2\nname: errs\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(root.join("values.yaml"), "a:\n  b: 1\nlist: [1, 2]\n").expect("write");
+    std::fs::write(root.join("templates/t.yaml"), template).expect("write");
+    for (path, content) in extra {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap_or(Path::new("."))).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+    }
+    helm::render(&root, &RenderOptions::default()).map_err(|e| e.to_string())
+}
+
+fn assert_err(template: &str, want: &[&str]) {
+    let e = render_one(template, &[]).expect_err("render must fail");
+    for w in want {
+        assert!(e.contains(w), "error {e:?} does not mention {w:?}");
+    }
+}
+
+#[test]
+fn unknown_function_names_file_line_and_function() {
+    assert_err(
+        "x: 1\ny: {{ frobnicate .Values.a }}\n",
+        &["errs/templates/t.yaml:2", "function \"frobnicate\""],
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_line() {
+    assert_err(
+        "a: 1\n\n{{ if .Values.a }}\nb: 2\n",
+        &["errs/templates/t.yaml:3", "missing {{end}}"],
+    );
+    assert_err("{{ .Values.a ) }}", &["errs/templates/t.yaml:1", ")"]);
+    assert_err(
+        "{{ \"unterminated }}",
+        &["errs/templates/t.yaml:1", "unterminated"],
+    );
+    assert_err(
+        "ok\n{{ end }}",
+        &["errs/templates/t.yaml:2", "unexpected {{end}}"],
+    );
+}
+
+#[test]
+fn undefined_variable_is_an_error() {
+    assert_err(
+        "a: {{ $nope }}",
+        &["errs/templates/t.yaml:1", "undefined variable: $nope"],
+    );
+}
+
+#[test]
+fn nil_pointer_field_access_is_an_error_like_helm() {
+    assert_err(
+        "a: 1\nb: 2\nc: {{ .Values.missing.field }}\n",
+        &[
+            "errs/templates/t.yaml:3",
+            "nil pointer evaluating interface {}.field",
+        ],
+    );
+}
+
+#[test]
+fn fail_and_required_report_their_message_and_line() {
+    assert_err(
+        "a: 1\n{{ fail \"boom: bad config\" }}",
+        &["errs/templates/t.yaml:2", "boom: bad config"],
+    );
+    assert_err(
+        "{{ required \"x is required\" .Values.x }}",
+        &["errs/templates/t.yaml:1", "x is required"],
+    );
+}
+
+#[test]
+fn errors_inside_defines_name_the_define() {
+    let e = render_one(
+        "{{ include \"bad\" . }}",
+        &[(
+            "templates/_h.tpl",
+            "{{ define \"bad\" }}\n{{ .Values.nope.x }}\n{{ end }}",
+        )],
+    )
+    .expect_err("render must fail");
+    assert!(e.contains("define \"bad\"") && e.contains(":2"), "{e}");
+}
+
+#[test]
+fn missing_define_is_an_error() {
+    assert_err(
+        "{{ include \"nope\" . }}",
+        &["errs/templates/t.yaml:1", "no template \"nope\""],
+    );
+}
+
+#[test]
+fn incompatible_comparison_is_an_error() {
+    assert_err(
+        "{{ if lt \"a\" 1 }}x{{ end }}",
+        &[
+            "errs/templates/t.yaml:1",
+            "incompatible types for comparison",
+        ],
+    );
+}
+
+#[test]
+fn unsupported_chart_features_are_errors() {
+    let e = render_one("a: 1", &[("values.schema.json", "{}")]).expect_err("schema");
+    assert!(e.contains("values.schema.json"), "{e}");
+    let e =
+        render_one("a: 1", &[("requirements.yaml", "dependencies: []")]).expect_err("requirements");
+    assert!(e.contains("requirements.yaml"), "{e}");
+    let e = render_one("a: 1", &[(".helmignore", "!keep.txt\n")]).expect_err("helmignore negation");
+    assert!(e.contains("negated .helmignore"), "{e}");
+}
+
+#[test]
+fn invalid_rendered_yaml_names_the_template() {
+    let e = render_one("a: [1\nb: }", &[]).expect_err("bad yaml");
+    assert!(
+        e.contains("errs/templates/t.yaml") && e.contains("not valid YAML"),
+        "{e}"
+    );
+}
+
+#[test]
+fn break_outside_range_is_an_error() {
+    assert_err(
+        "{{ break }}",
+        &["errs/templates/t.yaml:1", "break/continue outside range"],
+    );
+}
