@@ -6,5 +6,6 @@
 pub mod api;
 pub mod apply;
 pub mod cli;
+pub mod reconcile;
 pub mod source;
 pub mod tls;

@@ -237,11 +237,14 @@ impl Applier {
     pub async fn apply(&self, objects: &[Object]) -> Result<Vec<Applied>, ApplyError> {
         let mut results = Vec::with_capacity(objects.len());
         for (stage, members) in plan::by_stage(objects) {
-            let applied: Vec<Applied> =
-                stream::iter(members.into_iter().map(|o| self.apply_one(o)))
-                    .buffered(self.parallelism.max(1))
-                    .try_collect()
-                    .await?;
+            // Owned objects: a closure over `&Object` trips the compiler's higher-ranked lifetime
+            // check when the future must be Send (as in the controller).
+            let owned: Vec<Object> = members.into_iter().cloned().collect();
+            let applied: Vec<Applied> = stream::iter(owned)
+                .map(|o| async move { self.apply_one(&o).await })
+                .buffered(self.parallelism.max(1))
+                .try_collect()
+                .await?;
             if stage == Stage::Crds {
                 for crd in applied.iter().filter(|a| a.outcome != Outcome::Unchanged) {
                     self.wait_established(&crd.key.name).await?;

@@ -1,5 +1,7 @@
 //! The `pallet` command line: one subcommand per user-facing task.
 
+mod agent;
+
 use clap::{Parser, Subcommand};
 
 /// pallet: a bundle deployment agent for Kubernetes.
@@ -16,6 +18,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the BundleDeployment CustomResourceDefinition as YAML (the same as deploy/crd.yaml).
     Crd,
+    /// Run the agent: watch BundleDeployments and keep their bundles applied.
+    Agent(agent::AgentArgs),
 }
 
 /// Runs the parsed command line.
@@ -25,5 +29,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", crate::api::crd_yaml()?);
             Ok(())
         }
+        Command::Agent(args) => agent::run(args),
     }
 }

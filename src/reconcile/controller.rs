@@ -1,0 +1,78 @@
+//! The controller loop: watches BundleDeployments and runs the reconciler on each, with a
+//! finalizer for cleanup, per-object backoff on errors, and graceful shutdown on a signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::watcher;
+use kube::ResourceExt;
+use tracing::Instrument;
+
+use super::{cleanup, reconcile_apply, Context, Next, ReconcileError, FINALIZER};
+use crate::api::BundleDeployment;
+
+/// Errors surfaced to the controller runtime.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct ControllerError(#[from] Box<kube::runtime::finalizer::Error<ReconcileError>>);
+
+async fn reconcile(
+    bd: Arc<BundleDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let span = tracing::info_span!("reconcile", bundle_deployment = %bd.name_any());
+    let result = finalizer(&api, FINALIZER, bd, |event| async {
+        let next = match event {
+            FinalizerEvent::Apply(bd) => reconcile_apply(&bd, &ctx).await?,
+            FinalizerEvent::Cleanup(bd) => cleanup(&bd, &ctx).await?,
+        };
+        let Next::RequeueAfter(after) = next;
+        Ok::<Action, ReconcileError>(Action::requeue(after))
+    })
+    .instrument(span)
+    .await;
+    result.map_err(|e| ControllerError(Box::new(e)))
+}
+
+fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Context>) -> Action {
+    use kube::runtime::finalizer::Error as F;
+    let permanent =
+        matches!(&*error.0, F::ApplyFailed(e) | F::CleanupFailed(e) if !e.is_transient());
+    if permanent {
+        // A bad spec or bad content: nothing changes until the user changes something, which the
+        // watch delivers; the long requeue only re-checks floating sources.
+        Action::requeue(ctx.requeue_interval)
+    } else {
+        Action::requeue(ctx.backoff(&bd.name_any()))
+    }
+}
+
+/// Runs the controller until a termination signal arrives.
+/// With a `selector`, only BundleDeployments whose labels match it are watched.
+pub async fn run(ctx: Arc<Context>, concurrency: u16, selector: Option<&str>) {
+    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let config = ControllerConfig::default().concurrency(concurrency);
+    let mut watch = watcher::Config::default();
+    if let Some(selector) = selector {
+        watch = watch.labels(selector);
+    }
+    Controller::new(api, watch)
+        .with_config(config)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(bundle_deployment = %object.name, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile error"),
+            }
+        })
+        .await;
+}
+
+/// Default interval between reconciles of an unchanged BundleDeployment.
+pub const DEFAULT_REQUEUE: Duration = Duration::from_secs(300);

@@ -1,0 +1,464 @@
+//! The reconciler: one BundleDeployment at a time, as a pipeline of phases.
+//!
+//! ```text
+//! fetch (I/O) -> render (pure) -> apply in stages + prune (I/O) -> status (pure) -> patch status (I/O)
+//! ```
+//!
+//! Each phase has its own module; this one wires them together, handles pause and deletion, and
+//! turns errors into conditions. Health, revisions and rollback come with their own phases.
+
+pub mod controller;
+pub mod fetch;
+pub mod render;
+pub mod status;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Config, ResourceExt};
+use pallet_formats::{Object, ObjectKey};
+use serde_json::json;
+
+use crate::api::{BundleDeployment, BundleDeploymentStatus, DeletionPolicy, ObjectReference};
+use crate::apply::{plan, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome};
+use crate::source::{Fetcher, SourceError};
+use fetch::SecretPolicy;
+use status::{FailedPhase, Outcome};
+
+/// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
+pub const FINALIZER: &str = "pallet.dev/cleanup";
+/// Annotation carrying the reason for a pause, shown in the Paused condition.
+pub const PAUSED_REASON_ANNOTATION: &str = "pallet.dev/paused-reason";
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A source could not be fetched.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A Secret could not be used.
+    #[error("{message}")]
+    Secret {
+        /// CamelCase reason.
+        reason: &'static str,
+        /// What and where.
+        message: String,
+    },
+    /// The bundle could not be rendered.
+    #[error("render: {0}")]
+    Render(#[from] pallet_formats::RenderError),
+    /// An object could not be applied or pruned (boxed: it is the largest variant by far).
+    #[error(transparent)]
+    Apply(Box<ApplyError>),
+    /// A Kubernetes API call of the agent's own failed.
+    #[error("{context}: {source}")]
+    Kube {
+        /// What the agent was doing.
+        context: String,
+        /// The error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl From<ApplyError> for ReconcileError {
+    fn from(error: ApplyError) -> Self {
+        ReconcileError::Apply(Box::new(error))
+    }
+}
+
+impl ReconcileError {
+    /// CamelCase category: condition reason, Event reason and metric label.
+    pub fn category(&self) -> String {
+        match self {
+            ReconcileError::Source(e) => e.category().to_string(),
+            ReconcileError::Secret { reason, .. } => reason.to_string(),
+            ReconcileError::Render(e) => e.category().to_string(),
+            ReconcileError::Apply(e) => e.category().to_string(),
+            ReconcileError::Kube { .. } => "KubernetesAPIError".to_string(),
+        }
+    }
+
+    /// True when retrying without a change may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReconcileError::Source(e) => e.is_transient(),
+            ReconcileError::Secret { .. } | ReconcileError::Render(_) => false,
+            ReconcileError::Apply(e) => e.is_transient(),
+            ReconcileError::Kube { .. } => true,
+        }
+    }
+
+    fn phase(&self) -> FailedPhase {
+        match self {
+            ReconcileError::Source(_) | ReconcileError::Secret { .. } => FailedPhase::Fetch,
+            _ => FailedPhase::Install,
+        }
+    }
+}
+
+/// Everything a reconcile needs besides the object.
+pub struct Context {
+    /// The agent's client (reads, status, Secrets, reviews).
+    pub client: Client,
+    /// The agent's client configuration, from which impersonating clients are made.
+    pub config: Config,
+    /// Fetches sources through the shared cache.
+    pub fetcher: Fetcher,
+    /// Kind resolution shared by all applies.
+    pub kinds: KindResolver,
+    /// Where Secrets may be read from.
+    pub secret_policy: SecretPolicy,
+    /// Requeue interval when nothing else asks for one (drift checks, floating refs).
+    pub requeue_interval: Duration,
+    /// Objects applied at once within a stage.
+    pub apply_parallelism: usize,
+    /// Consecutive transient failures per BundleDeployment, for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context with no failures recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        config: Config,
+        fetcher: Fetcher,
+        secret_policy: SecretPolicy,
+        requeue_interval: Duration,
+        apply_parallelism: usize,
+    ) -> Self {
+        Context {
+            client,
+            config,
+            fetcher,
+            kinds: KindResolver::default(),
+            secret_policy,
+            requeue_interval,
+            apply_parallelism,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The next backoff for `name` (1 s doubling to 5 min), counting this failure.
+    pub fn backoff(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(name.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, name: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names one.
+    fn writer(&self, bd: &BundleDeployment) -> Result<Client, ReconcileError> {
+        let Some(sa) = &bd.spec.service_account else {
+            return Ok(self.client.clone());
+        };
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(format!(
+            "system:serviceaccount:{}:{}",
+            sa.namespace, sa.name
+        ));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{}", sa.namespace),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).map_err(|e| ReconcileError::Kube {
+            context: "build impersonating client".into(),
+            source: e,
+        })
+    }
+
+    fn applier(&self, bd: &BundleDeployment) -> Result<Applier, ReconcileError> {
+        Ok(Applier {
+            client: self.writer(bd)?,
+            kinds: self.kinds.clone(),
+            owner: bd.name_any(),
+            install_namespace: bd.spec.install_namespace.clone(),
+            collision_protection: bd.spec.collision_protection(),
+            parallelism: self.apply_parallelism,
+        })
+    }
+}
+
+/// What the controller should do after a reconcile.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Look again after this long.
+    RequeueAfter(Duration),
+}
+
+/// Reconciles one BundleDeployment that is not being deleted: fetch, render, apply, prune, status.
+pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
+    let name = bd.name_any();
+    let current = bd.status.clone().unwrap_or_default();
+    if bd.spec.paused {
+        let reason = bd.annotations().get(PAUSED_REASON_ANNOTATION).cloned();
+        write_status(ctx, bd, &current, &Outcome::Paused { reason }).await?;
+        return Ok(Next::RequeueAfter(ctx.requeue_interval));
+    }
+    let outcome = match install(bd, ctx, &current).await {
+        Ok(outcome) => {
+            ctx.reset_backoff(&name);
+            outcome
+        }
+        Err(error) => {
+            let outcome = Outcome::Failed {
+                phase: error.phase(),
+                reason: error.category(),
+                message: error.to_string(),
+                transient: error.is_transient(),
+            };
+            tracing::warn!(bundle_deployment = %name, reason = %error.category(), error = %error, "reconcile failed");
+            write_status(ctx, bd, &current, &outcome).await?;
+            return Err(error);
+        }
+    };
+    write_status(ctx, bd, &current, &outcome).await?;
+    Ok(Next::RequeueAfter(ctx.requeue_interval))
+}
+
+/// The install pipeline proper; the caller turns its result into status.
+async fn install(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    current: &BundleDeploymentStatus,
+) -> Result<Outcome, ReconcileError> {
+    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
+    let rendered = render::render(bd, &fetched.tree);
+    fetch::remove_tree(&fetched.tree);
+    let rendered = rendered?;
+    let objects: Vec<Object> = rendered.object_list();
+
+    if let Some(namespace) = &bd.spec.install_namespace {
+        ensure_namespace(&ctx.writer(bd)?, namespace).await?;
+    }
+    let applier = ctx.applier(bd)?;
+    let applied = applier.apply(&objects).await?;
+
+    let inventory: Vec<ObjectReference> = applied
+        .iter()
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .map(|a| reference(&a.key, &a.api_version))
+        .collect();
+    let skipped: Vec<ObjectReference> = applied
+        .iter()
+        .filter(|a| a.outcome == ApplyOutcome::Skipped)
+        .map(|a| ObjectReference {
+            message: Some("optional; the cluster does not serve this kind".into()),
+            ..reference(&a.key, &a.api_version)
+        })
+        .collect();
+
+    // Prune what the previous inventory had and this one does not.
+    let previous = current
+        .inventory
+        .as_ref()
+        .map(|i| i.objects.clone())
+        .unwrap_or_default();
+    let previous_keys: Vec<ObjectKey> = previous.iter().map(key_of).collect();
+    let current_keys: Vec<ObjectKey> = inventory.iter().map(key_of).collect();
+    let gone = plan::prune_set(&previous_keys, &current_keys);
+    let versions: HashMap<ObjectKey, String> = previous
+        .iter()
+        .map(|r| (key_of(r), api_version_of(r)))
+        .collect();
+    let prune: Vec<(ObjectKey, String)> = gone
+        .into_iter()
+        .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
+        .collect();
+    let pruned = applier.prune(&prune).await?;
+    for key in &pruned {
+        tracing::info!(bundle_deployment = %bd.name_any(), object = %key, "pruned");
+    }
+
+    let written = applied
+        .iter()
+        .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
+        .count();
+    Ok(Outcome::Installed {
+        digest: rendered.digest(),
+        inventory,
+        skipped,
+        written,
+    })
+}
+
+async fn ensure_namespace(client: &Client, name: &str) -> Result<(), ReconcileError> {
+    // Created when missing and never deleted by pallet: the namespace may hold things that are
+    // not the bundle's, so it is not part of the inventory.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let context = || format!("create install namespace {name}");
+    if namespaces
+        .get_opt(name)
+        .await
+        .map_err(|e| ReconcileError::Kube {
+            context: context(),
+            source: e,
+        })?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))
+        .map_err(|e| ReconcileError::Kube {
+            context: context(),
+            source: kube::Error::SerdeError(e),
+        })?;
+    match namespaces.create(&PostParams::default(), &namespace).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(ReconcileError::Kube {
+            context: context(),
+            source: e,
+        }),
+    }
+}
+
+/// Deletes (or orphans) the objects of a BundleDeployment that is being deleted. Works while
+/// paused: deleting is the user's explicit request.
+pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
+    let inventory = bd
+        .status
+        .as_ref()
+        .and_then(|s| s.inventory.clone())
+        .unwrap_or_default();
+    let keys: Vec<ObjectKey> = inventory.objects.iter().map(key_of).collect();
+    let versions: HashMap<ObjectKey, String> = inventory
+        .objects
+        .iter()
+        .map(|r| (key_of(r), api_version_of(r)))
+        .collect();
+    let applier = ctx.applier(bd)?;
+    match bd.spec.deletion_policy() {
+        DeletionPolicy::Delete => {
+            // prune_set against an empty set orders every object for deletion: reverse stages.
+            let order: Vec<(ObjectKey, String)> = plan::prune_set(&keys, &[])
+                .into_iter()
+                .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
+                .collect();
+            applier.prune(&order).await?;
+        }
+        DeletionPolicy::Orphan => {
+            for r in &inventory.objects {
+                orphan(&applier, r).await?;
+            }
+        }
+    }
+    Ok(Next::RequeueAfter(ctx.requeue_interval))
+}
+
+async fn orphan(applier: &Applier, r: &ObjectReference) -> Result<(), ReconcileError> {
+    use kube::core::GroupVersionKind;
+    let gvk = GroupVersionKind::gvk(&r.group, &r.version, &r.kind);
+    let key = key_of(r);
+    let Some((resource, caps)) =
+        applier
+            .kinds
+            .resolve(&applier.client, &gvk)
+            .await
+            .map_err(|e| ReconcileError::Kube {
+                context: format!("resolve {key}"),
+                source: e,
+            })?
+    else {
+        return Ok(());
+    };
+    let api: Api<kube::api::DynamicObject> = match (&caps.scope, r.namespace.is_empty()) {
+        (kube::discovery::Scope::Namespaced, false) => {
+            Api::namespaced_with(applier.client.clone(), &r.namespace, &resource)
+        }
+        _ => Api::all_with(applier.client.clone(), &resource),
+    };
+    let patch = json!({"metadata": {"labels": {plan::OWNER_LABEL: null}}});
+    match api
+        .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(ReconcileError::Kube {
+            context: format!("orphan {key}"),
+            source: e,
+        }),
+    }
+}
+
+/// Writes the status `outcome` leads to, skipping the patch when nothing changed.
+async fn write_status(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    current: &BundleDeploymentStatus,
+    outcome: &Outcome,
+) -> Result<(), ReconcileError> {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let next = status::next_status(current, bd.metadata.generation, outcome, &now);
+    if &next == current {
+        return Ok(());
+    }
+    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    api.patch_status(
+        &bd.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": next})),
+    )
+    .await
+    .map_err(|e| ReconcileError::Kube {
+        context: "write status".into(),
+        source: e,
+    })?;
+    Ok(())
+}
+
+fn reference(key: &ObjectKey, api_version: &str) -> ObjectReference {
+    let version = api_version
+        .rsplit('/')
+        .next()
+        .unwrap_or(api_version)
+        .to_string();
+    ObjectReference {
+        group: key.group.clone(),
+        version,
+        kind: key.kind.clone(),
+        namespace: key.namespace.clone().unwrap_or_default(),
+        name: key.name.clone(),
+        message: None,
+    }
+}
+
+fn key_of(r: &ObjectReference) -> ObjectKey {
+    ObjectKey {
+        group: r.group.clone(),
+        kind: r.kind.clone(),
+        namespace: (!r.namespace.is_empty()).then(|| r.namespace.clone()),
+        name: r.name.clone(),
+    }
+}
+
+fn api_version_of(r: &ObjectReference) -> String {
+    if r.group.is_empty() {
+        r.version.clone()
+    } else {
+        format!("{}/{}", r.group, r.version)
+    }
+}
+
+/// Object keys of an inventory, for tests and tools.
+pub fn inventory_keys(status: &BundleDeploymentStatus) -> BTreeSet<ObjectKey> {
+    status
+        .inventory
+        .iter()
+        .flat_map(|i| i.objects.iter().map(key_of))
+        .collect()
+}

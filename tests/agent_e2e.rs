@@ -1,0 +1,320 @@
+//! End-to-end: the `pallet agent` binary against the local control plane and the git fixture,
+//! driven only through the Kubernetes API, as a user would.
+//!
+//! Each test runs its own agent confined (by `--selector`) to the BundleDeployments it labels,
+//! so tests run in parallel without agents fighting over each other's objects.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use pallet::api::conditions::find;
+use pallet::api::BundleDeployment;
+use serde_json::json;
+
+const TEST_LABEL: &str = "pallet.dev/test";
+
+/// A running `pallet agent`, killed when dropped.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+    _cache: tempfile::TempDir,
+}
+
+impl Agent {
+    fn start(selector_value: &str) -> Agent {
+        let cache = tempfile::tempdir().unwrap();
+        let log = cache.path().join("agent.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
+            .args([
+                "agent",
+                "--namespace",
+                "pallet-system",
+                "--requeue-seconds",
+                "2",
+            ])
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig_path())
+            .arg("--cache-dir")
+            .arg(cache.path().join("cache"))
+            .arg("--selector")
+            .arg(format!("{TEST_LABEL}={selector_value}"))
+            .env("RUST_LOG", "info,pallet=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("pallet agent starts");
+        Agent {
+            child,
+            log,
+            _cache: cache,
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates a BundleDeployment of a plain bundle from `git_url` (branch main), labelled for `test`.
+async fn create_bd(client: &Client, name: &str, test: &str, namespace: &str, git_url: &str) {
+    let bd = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": name, "labels": {TEST_LABEL: test}},
+        "spec": {
+            "installNamespace": namespace,
+            "sources": [{"kind": "git", "git": {"repository": git_url, "ref": {"branch": "main"}}}],
+            "format": "plain",
+        }
+    });
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(&bd),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits until the BundleDeployment's condition `type_` has `status` and its message contains
+/// `message_part`; returns the object.
+async fn wait_condition(
+    client: &Client,
+    agent: &Agent,
+    name: &str,
+    type_: &str,
+    status: &str,
+    message_part: &str,
+) -> BundleDeployment {
+    let api: Api<BundleDeployment> = Api::all(client.clone());
+    let what = format!("{name}: {type_}={status} with {message_part:?}");
+    let deadline = Duration::from_secs(60);
+    let start = std::time::Instant::now();
+    loop {
+        let bd = api.get(name).await.unwrap();
+        let conditions = bd
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        if let Some(c) = find(&conditions, type_) {
+            if c.status == status && c.message.contains(message_part) {
+                return bd;
+            }
+        }
+        if start.elapsed() > deadline {
+            panic!(
+                "timed out waiting for {what}; last conditions: {:#?}\nagent log:\n{}",
+                conditions,
+                agent.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn config_map(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"{value}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("e2e");
+    let namespace = test.clone();
+    let repo = fixtures.git_repo(&test);
+    let v1 = [
+        config_map("keep", "1"),
+        config_map("change", "1"),
+        config_map("drop", "1"),
+    ]
+    .join("---\n");
+    repo.commit_files("main", &[("manifests/app.yaml", v1.as_bytes())], "v1");
+
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &namespace,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+
+    // Install: Ready, every object labelled with its owner.
+    let bd = wait_condition(&client, &agent, &test, "Ready", "True", "3 objects").await;
+    assert_eq!(
+        bd.status
+            .as_ref()
+            .unwrap()
+            .inventory
+            .as_ref()
+            .unwrap()
+            .count,
+        3
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let keep_v1 = cms.get("keep").await.unwrap();
+    assert_eq!(
+        keep_v1.metadata.labels.as_ref().unwrap()["pallet.dev/bundle-deployment"],
+        test
+    );
+    assert_eq!(
+        find(&bd.status.as_ref().unwrap().conditions, "Unpacked")
+            .unwrap()
+            .status,
+        "True"
+    );
+
+    // Upgrade: one object unchanged, one changed, one dropped, one added.
+    let v2 = [
+        config_map("keep", "1"),
+        config_map("change", "2"),
+        config_map("add", "1"),
+    ]
+    .join("---\n");
+    repo.commit_files("main", &[("manifests/app.yaml", v2.as_bytes())], "v2");
+    cluster::poll_until(
+        "the upgrade to be applied and pruned",
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            async move {
+                let change = cms.get("change").await.map_err(|e| e.to_string())?;
+                let dropped = cms.get_opt("drop").await.map_err(|e| e.to_string())?;
+                let added = cms.get_opt("add").await.map_err(|e| e.to_string())?;
+                let value = change
+                    .data
+                    .unwrap_or_default()
+                    .get("value")
+                    .cloned()
+                    .unwrap_or_default();
+                if value == "2" && dropped.is_none() && added.is_some() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "change={value} drop present={} add present={}",
+                        dropped.is_some(),
+                        added.is_some()
+                    ))
+                }
+            }
+        },
+    )
+    .await;
+    let keep_v2 = cms.get("keep").await.unwrap();
+    assert_eq!(
+        keep_v1.metadata.resource_version, keep_v2.metadata.resource_version,
+        "an unchanged object is not written"
+    );
+    wait_condition(&client, &agent, &test, "Ready", "True", "3 objects").await;
+
+    // Bad content: Ready=False naming the file and line; nothing applied before is touched.
+    let before: Vec<Option<String>> = futures_rvs(&cms, &["keep", "change", "add"]).await;
+    let broken = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: [unclosed\n";
+    repo.commit_files(
+        "main",
+        &[
+            ("manifests/app.yaml", v2.as_bytes()),
+            ("manifests/broken.yaml", broken.as_bytes()),
+        ],
+        "broken",
+    );
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        "manifests/broken.yaml",
+    )
+    .await;
+    let stalled = find(&bd.status.as_ref().unwrap().conditions, "Stalled").unwrap();
+    assert_eq!(
+        stalled.status, "True",
+        "bad content waits for a change: {stalled:?}"
+    );
+    assert_eq!(
+        futures_rvs(&cms, &["keep", "change", "add"]).await,
+        before,
+        "nothing was changed"
+    );
+
+    // An object the API server refuses: Ready=False naming the object; the rest untouched.
+    let invalid =
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: no-selector\nspec: {}\n";
+    repo.commit_files(
+        "main",
+        &[
+            ("manifests/app.yaml", v2.as_bytes()),
+            ("manifests/deploy.yaml", invalid.as_bytes()),
+        ],
+        "refused",
+    );
+    wait_condition(&client, &agent, &test, "Ready", "False", "no-selector").await;
+    assert_eq!(
+        futures_rvs(&cms, &["keep", "change", "add"]).await,
+        before,
+        "nothing was changed"
+    );
+
+    // Deleting the BundleDeployment deletes its objects (deletionPolicy Delete, the default).
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await
+        .unwrap();
+    cluster::poll_until(
+        "the bundle's objects to be deleted",
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            async move {
+                let left = futures_rvs(&cms, &["keep", "change", "add"]).await;
+                if left.iter().all(Option::is_none) {
+                    Ok(())
+                } else {
+                    Err(format!("still there: {left:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&namespace, &Default::default())
+        .await;
+    drop(agent);
+}
+
+async fn futures_rvs(cms: &Api<ConfigMap>, names: &[&str]) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for name in names {
+        out.push(
+            cms.get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|c| c.metadata.resource_version),
+        );
+    }
+    out
+}
