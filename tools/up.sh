@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the local default: starts the local Kubernetes control plane and the fixture
-# servers, installs the BundleDeployment CRD, publishes the example bundle to the local git
-# server, creates the example BundleDeployment and shows it with `kubectl get bd`.
+# servers, installs the BundleDeployment CRD, runs the agent, publishes the example bundle to the
+# local git server, creates the example BundleDeployment, waits until it is Ready and shows it
+# with `kubectl get bd` and the objects it installed.
 #
 # Leaves everything running so you can look around (`tools/down.sh` stops it):
 #   export KUBECONFIG=$(tools/controlplane.sh kubeconfig)
@@ -46,6 +47,15 @@ say "installing the BundleDeployment CRD"
 "$pallet" crd | kubectl apply --server-side --field-manager=pallet-up -f -
 kubectl wait --for=condition=Established --timeout=60s crd/bundledeployments.pallet.dev
 
+say "starting the agent (log: $state/agent/agent.log)"
+mkdir -p "$state/agent"
+if [ -s "$state/agent/agent.pid" ] && kill -0 "$(cat "$state/agent/agent.pid")" 2>/dev/null; then
+  kill "$(cat "$state/agent/agent.pid")" || true   # restart it on the binary just built
+fi
+nohup "$pallet" agent --kubeconfig "$KUBECONFIG" --namespace pallet-system \
+  --cache-dir "$state/agent/cache" --requeue-seconds 30 >"$state/agent/agent.log" 2>&1 </dev/null &
+echo $! >"$state/agent/agent.pid"
+
 say "publishing testdata/bundles/hello-plain to the local git server"
 repo="$(endpoint git_root)/hello.git"
 work=$(mktemp -d)
@@ -63,11 +73,20 @@ say "creating the example BundleDeployment (testdata/examples/hello-plain.yaml)"
 sed "s|\${GIT_URL}|$git_url|" testdata/examples/hello-plain.yaml |
   kubectl apply --server-side --field-manager=pallet-up -f -
 
+say "waiting for the agent to install it"
+if ! kubectl wait --for=condition=Ready --timeout=120s bd/hello; then
+  kubectl get bd hello -o yaml
+  tail -n 30 "$state/agent/agent.log"
+  exit 1
+fi
+
 say "kubectl get bd"
 kubectl get bd
+say "the objects it installed"
+kubectl get configmaps,deployments -n hello -l pallet.dev/bundle-deployment=hello
 cat <<MSG
 
-The local control plane and fixture servers keep running. To look around:
+The local control plane, the fixture servers and the agent keep running. To look around:
   export KUBECONFIG=$KUBECONFIG
   $PALLET_CACHE_DIR/bin/kubectl get bd hello -o yaml
 Stop everything with tools/down.sh.
