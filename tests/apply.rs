@@ -303,7 +303,7 @@ async fn prune_deletes_only_objects_this_owner_labelled() {
         ])
         .await
         .unwrap();
-    assert_eq!(deleted, vec![applied[0].key.clone()]);
+    assert_eq!(deleted.deleted, vec![applied[0].key.clone()]);
     assert!(cms.get_opt("ours").await.unwrap().is_none());
     assert!(
         cms.get_opt("theirs").await.unwrap().is_some(),

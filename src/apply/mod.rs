@@ -62,6 +62,15 @@ pub struct Applied {
     pub resource_version_after: Option<String>,
 }
 
+/// What a prune did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Objects deleted.
+    pub deleted: Vec<ObjectKey>,
+    /// Objects deliberately kept, with the reason (CRDs that still have objects).
+    pub kept: Vec<(ObjectKey, String)>,
+}
+
 /// Why applying (or pruning) an object failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -428,9 +437,12 @@ impl Applier {
 
     /// Deletes `keys` (as returned by [`plan::prune_set`], in that order) when they still carry
     /// this owner's label; objects already gone or owned by someone else are left alone.
-    /// Returns the keys actually deleted.
-    pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Vec<ObjectKey>, ApplyError> {
-        let mut deleted = Vec::new();
+    ///
+    /// A CustomResourceDefinition is deleted only when no objects of it remain anywhere in the
+    /// cluster: deleting a CRD deletes all its objects, which may be data no bundle can restore.
+    /// Such a CRD is kept, reported, and tried again at the next prune.
+    pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Pruned, ApplyError> {
+        let mut pruned = Pruned::default();
         for (key, api_version) in keys {
             let (group, version) = match api_version.split_once('/') {
                 Some((g, v)) => (g, v),
@@ -469,17 +481,54 @@ impl Applier {
             if owner.map(String::as_str) != Some(self.owner.as_str()) {
                 continue;
             }
+            if Stage::of(group, &key.kind) == Stage::Crds {
+                if let Some(example) = self.first_custom_resource(key, &live.data).await? {
+                    pruned.kept.push((
+                        key.clone(),
+                        format!(
+                            "CustomResourceDefinition {} still has objects (for example {example}); \
+                             pallet deletes a CRD only when none of its objects remain",
+                            key.name
+                        ),
+                    ));
+                    continue;
+                }
+            }
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Background),
                 ..Default::default()
             };
             match api.delete(&key.name, &params).await {
-                Ok(_) => deleted.push(key.clone()),
+                Ok(_) => pruned.deleted.push(key.clone()),
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(e) => return Err(ApplyError::from_kube(key, e)),
             }
         }
-        Ok(deleted)
+        Ok(pruned)
+    }
+
+    /// Some object of the CRD `crd` (its live body), as `namespace/name`, or None when it has none.
+    async fn first_custom_resource(
+        &self,
+        key: &ObjectKey,
+        crd: &Value,
+    ) -> Result<Option<String>, ApplyError> {
+        let Some((group, version, kind, plural)) = plan::crd_served_resource(crd) else {
+            return Ok(None);
+        };
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&group, &version, &kind),
+            &plural,
+        );
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let list = api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+            .map_err(|e| ApplyError::from_kube(key, e))?;
+        Ok(list.items.first().map(|o| match &o.metadata.namespace {
+            Some(ns) => format!("{kind} {ns}/{}", o.metadata.name.as_deref().unwrap_or("")),
+            None => format!("{kind} {}", o.metadata.name.as_deref().unwrap_or("")),
+        }))
     }
 }
 

@@ -192,6 +192,23 @@ pub fn prune_set(previous: &[ObjectKey], current: &[ObjectKey]) -> Vec<ObjectKey
     gone
 }
 
+/// From a CRD's body: its group, a served version, kind and plural, to look up its objects.
+pub fn crd_served_resource(crd: &Value) -> Option<(String, String, String, String)> {
+    let spec = crd.get("spec")?;
+    let group = spec.get("group")?.as_str()?;
+    let names = spec.get("names")?;
+    let kind = names.get("kind")?.as_str()?;
+    let plural = names.get("plural")?.as_str()?;
+    let version = spec
+        .get("versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("served").and_then(Value::as_bool).unwrap_or(false))?
+        .get("name")?
+        .as_str()?;
+    Some((group.into(), version.into(), kind.into(), plural.into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,6 +368,22 @@ mod tests {
                 previous_owner: Some("other".into())
             }
         );
+    }
+
+    #[test]
+    fn crd_served_resource_takes_a_served_version() {
+        let crd = json!({"spec": {"group": "example.com", "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1alpha1", "served": false}, {"name": "v1", "served": true}]}});
+        assert_eq!(
+            crd_served_resource(&crd),
+            Some((
+                "example.com".into(),
+                "v1".into(),
+                "Widget".into(),
+                "widgets".into()
+            ))
+        );
+        assert_eq!(crd_served_resource(&json!({"spec": {}})), None);
     }
 
     #[test]

@@ -279,8 +279,11 @@ async fn install(
         .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
         .collect();
     let pruned = applier.prune(&prune).await?;
-    for key in &pruned {
+    for key in &pruned.deleted {
         tracing::info!(bundle_deployment = %bd.name_any(), object = %key, "pruned");
+    }
+    for (key, why) in &pruned.kept {
+        tracing::warn!(bundle_deployment = %bd.name_any(), object = %key, "not pruned: {why}");
     }
 
     let written = applied
