@@ -31,7 +31,10 @@ struct Agent {
 impl Agent {
     fn start(selector_value: &str) -> Agent {
         let cache = tempfile::tempdir().unwrap();
-        let log = cache.path().join("agent.log");
+        // Logs outlive the test (under the state dir) so a failure can be read afterwards.
+        let logs = cluster::state_dir().join("test-agents");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = logs.join(format!("{selector_value}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
             .args([
                 "agent",
@@ -304,6 +307,107 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
         .delete(&namespace, &Default::default())
         .await;
     drop(agent);
+}
+
+#[tokio::test]
+async fn pause_keeps_hands_off_a_hotfix_and_resume_reverts_it() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("pause");
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &test,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+
+    // The on-call engineer pauses with a reason, then hotfixes the object by hand.
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let pause = json!({"metadata": {"annotations": {"pallet.dev/paused-reason": "hotfix INC-1"}}, "spec": {"paused": true}});
+    bds.patch(&test, &PatchParams::default(), &Patch::Merge(&pause))
+        .await
+        .unwrap();
+    wait_condition(&client, &agent, &test, "Paused", "True", "hotfix INC-1").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    let hotfix = json!({"data": {"value": "hotfix"}});
+    cms.patch("app", &PatchParams::default(), &Patch::Merge(&hotfix))
+        .await
+        .unwrap();
+
+    // A new version is pushed meanwhile: the paused agent fetches it (the drift list names the
+    // object it would add) but writes nothing.
+    let v2 = [config_map("app", "2"), config_map("added", "1")].join("---\n");
+    repo.commit_files("main", &[("app.yaml", v2.as_bytes())], "v2");
+    let bd = cluster::poll_until(
+        "drift to list the hotfix and the unapplied addition",
+        Duration::from_secs(60),
+        || {
+            let (bds, name) = (bds.clone(), test.clone());
+            async move {
+                let bd = bds.get(&name).await.map_err(|e| e.to_string())?;
+                let drift = bd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.drift.clone())
+                    .unwrap_or_default();
+                let messages: Vec<String> = drift
+                    .objects
+                    .iter()
+                    .map(|o| format!("{} {}", o.name, o.message.clone().unwrap_or_default()))
+                    .collect();
+                let hotfix_seen = messages
+                    .iter()
+                    .any(|m| m == "app differs from the bundle at .data.value");
+                let addition_seen = messages
+                    .iter()
+                    .any(|m| m == "added missing from the cluster");
+                if hotfix_seen && addition_seen {
+                    Ok(bd)
+                } else {
+                    Err(format!("drift: {messages:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(bd.status.unwrap().drift.unwrap().count, 2);
+    assert_eq!(
+        cms.get("app").await.unwrap().data.unwrap()["value"],
+        "hotfix",
+        "the hotfix is untouched"
+    );
+    assert!(
+        cms.get_opt("added").await.unwrap().is_none(),
+        "nothing is applied while paused"
+    );
+
+    // Resume: the bundle's state wins again and the drift list empties.
+    bds.patch(
+        &test,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"paused": false}})),
+    )
+    .await
+    .unwrap();
+    let bd = wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
+    assert!(bd.status.unwrap().drift.is_none());
+    assert_eq!(cms.get("app").await.unwrap().data.unwrap()["value"], "2");
+    assert!(cms.get_opt("added").await.unwrap().is_some());
+    bds.delete(&test, &Default::default()).await.unwrap();
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await;
 }
 
 async fn futures_rvs(cms: &Api<ConfigMap>, names: &[&str]) -> Vec<Option<String>> {

@@ -62,6 +62,17 @@ pub struct Applied {
     pub resource_version_after: Option<String>,
 }
 
+/// An object whose live state differs from the rendered one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drifted {
+    /// Which object.
+    pub key: ObjectKey,
+    /// Its API version as rendered.
+    pub api_version: String,
+    /// What differs (a field path, or that it is missing); never a value.
+    pub message: String,
+}
+
 /// What a prune did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pruned {
@@ -433,6 +444,38 @@ impl Applier {
             timeout: CRD_ESTABLISHED_TIMEOUT,
             detail: last,
         })
+    }
+
+    /// Read-only: the objects whose live state differs from the rendered one (or that are
+    /// missing), each with the first differing field path. Writes nothing; used while paused to
+    /// show what resuming would revert.
+    pub async fn drift(&self, objects: &[Object]) -> Result<Vec<Drifted>, ApplyError> {
+        let mut drifted = Vec::new();
+        for object in objects {
+            let Some(Target { key, api, desired }) = self.resolve(object).await? else {
+                continue;
+            };
+            let live = api
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| ApplyError::from_kube(&key, e))?;
+            let message = match live {
+                None => Some("missing from the cluster".to_string()),
+                Some(live) => {
+                    let live = serde_json::to_value(&live).unwrap_or(Value::Null);
+                    plan::first_difference(&desired, &live)
+                        .map(|path| format!("differs from the bundle at {path}"))
+                }
+            };
+            if let Some(message) = message {
+                drifted.push(Drifted {
+                    key,
+                    api_version: object.api_version().to_string(),
+                    message,
+                });
+            }
+        }
+        Ok(drifted)
     }
 
     /// Deletes `keys` (as returned by [`plan::prune_set`], in that order) when they still carry

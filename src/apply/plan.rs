@@ -102,6 +102,52 @@ pub fn object_matches_live(desired: &Value, live: &Value) -> bool {
     }
 }
 
+/// The first field path (`.spec.replicas`, `.data.key`, `.spec.containers[0].image`) where
+/// `live` lacks or differs from `desired`, by the same rules as [`object_matches_live`]; `None`
+/// when they match. Used to tell users what drifted, without printing values (they may be secret).
+pub fn first_difference(desired: &Value, live: &Value) -> Option<String> {
+    fn walk(desired: &Value, live: &Value, path: &mut String) -> bool {
+        match (desired, live) {
+            (Value::Object(want), Value::Object(have)) => {
+                for (key, value) in want {
+                    if path.is_empty() && key == "status" {
+                        continue;
+                    }
+                    let len = path.len();
+                    path.push('.');
+                    path.push_str(key);
+                    let differs = match have.get(key) {
+                        Some(live_value) => walk(value, live_value, path),
+                        None => !is_empty_value(value),
+                    };
+                    if differs {
+                        return true;
+                    }
+                    path.truncate(len);
+                }
+                false
+            }
+            (Value::Array(want), Value::Array(have)) => {
+                if want.len() != have.len() {
+                    return true;
+                }
+                for (i, (w, h)) in want.iter().zip(have).enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("[{i}]"));
+                    if walk(w, h, path) {
+                        return true;
+                    }
+                    path.truncate(len);
+                }
+                false
+            }
+            _ => !live_matches(desired, live),
+        }
+    }
+    let mut path = String::new();
+    walk(desired, live, &mut path).then_some(path)
+}
+
 fn is_empty_value(value: &Value) -> bool {
     match value {
         Value::Null => true,
@@ -327,6 +373,27 @@ mod tests {
             &with_status,
             &json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "c"}})
         ));
+    }
+
+    #[test]
+    fn first_difference_names_the_path() {
+        let desired = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}, "spec": {"c": [{"image": "x"}]}});
+        let same = json!({"metadata": {"name": "c", "uid": "u"}, "data": {"a": "1", "b": "2"}, "spec": {"c": [{"image": "x"}]}});
+        assert_eq!(first_difference(&desired, &same), None);
+        let edited = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "hotfix"}, "spec": {"c": [{"image": "x"}]}});
+        assert_eq!(
+            first_difference(&desired, &edited).as_deref(),
+            Some(".data.b")
+        );
+        let image = json!({"metadata": {"name": "c"}, "data": {"a": "1", "b": "2"}, "spec": {"c": [{"image": "y"}]}});
+        assert_eq!(
+            first_difference(&desired, &image).as_deref(),
+            Some(".spec.c[0].image")
+        );
+        assert_eq!(
+            first_difference(&json!({"status": {"x": 1}}), &json!({})),
+            None
+        );
     }
 
     #[test]

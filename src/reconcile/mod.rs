@@ -205,7 +205,14 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     let current = bd.status.clone().unwrap_or_default();
     if bd.spec.paused {
         let reason = bd.annotations().get(PAUSED_REASON_ANNOTATION).cloned();
-        write_status(ctx, bd, &current, &Outcome::Paused { reason }).await?;
+        let drift = match observe_drift(bd, ctx).await {
+            Ok(drift) => Some(drift),
+            Err(error) => {
+                tracing::warn!(bundle_deployment = %name, error = %error, "paused: could not compute drift");
+                None
+            }
+        };
+        write_status(ctx, bd, &current, &Outcome::Paused { reason, drift }).await?;
         return Ok(Next::RequeueAfter(ctx.requeue_interval));
     }
     let outcome = match install(bd, ctx, &current).await {
@@ -227,6 +234,29 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     };
     write_status(ctx, bd, &current, &outcome).await?;
     Ok(Next::RequeueAfter(ctx.requeue_interval))
+}
+
+/// While paused: fetch and render as usual, then only read the live objects and list those that
+/// differ from the bundle. No write of any kind to the bundle's objects.
+async fn observe_drift(
+    bd: &BundleDeployment,
+    ctx: &Context,
+) -> Result<Vec<ObjectReference>, ReconcileError> {
+    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
+    let rendered = render::render(bd, &fetched.tree);
+    fetch::remove_tree(&fetched.tree);
+    let objects = rendered?.object_list();
+    // Reads go through the agent's own client: observing is not acting on the user's behalf.
+    let mut reader = ctx.applier(bd)?;
+    reader.client = ctx.client.clone();
+    let drifted = reader.drift(&objects).await?;
+    Ok(drifted
+        .into_iter()
+        .map(|d| ObjectReference {
+            message: Some(d.message),
+            ..reference(&d.key, &d.api_version)
+        })
+        .collect())
 }
 
 /// The install pipeline proper; the caller turns its result into status.
@@ -411,10 +441,11 @@ async fn write_status(
         return Ok(());
     }
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let patch = json!({"status": status_merge_patch(current, &next)});
     api.patch_status(
         &bd.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": next})),
+        &Patch::Merge(patch),
     )
     .await
     .map_err(|e| ReconcileError::Kube {
@@ -422,6 +453,24 @@ async fn write_status(
         source: e,
     })?;
     Ok(())
+}
+
+/// The JSON merge patch from `current` to `next`: `next` itself, plus an explicit null for every
+/// field `current` has and `next` dropped (optional fields are left out when serialized, and a
+/// merge patch only removes what it names).
+fn status_merge_patch(
+    current: &BundleDeploymentStatus,
+    next: &BundleDeploymentStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(next).unwrap_or_else(|_| json!({}));
+    if let (Some(patch), Ok(serde_json::Value::Object(before))) =
+        (patch.as_object_mut(), serde_json::to_value(current))
+    {
+        for key in before.keys() {
+            patch.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 fn reference(key: &ObjectKey, api_version: &str) -> ObjectReference {
@@ -454,6 +503,30 @@ fn api_version_of(r: &ObjectReference) -> String {
         r.version.clone()
     } else {
         format!("{}/{}", r.group, r.version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Drift;
+
+    #[test]
+    fn merge_patch_removes_dropped_fields() {
+        let current = BundleDeploymentStatus {
+            drift: Some(Drift {
+                count: 1,
+                objects: vec![],
+            }),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        let next = BundleDeploymentStatus {
+            observed_generation: Some(2),
+            ..Default::default()
+        };
+        let patch = status_merge_patch(&current, &next);
+        assert_eq!(patch, json!({"observedGeneration": 2, "drift": null}));
     }
 }
 

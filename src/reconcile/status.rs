@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::conditions::{set_condition, types, NewCondition};
-use crate::api::{BundleDeploymentStatus, Inventory, ObjectReference};
+use crate::api::{BundleDeploymentStatus, Drift, Inventory, ObjectReference};
 
 /// At most this many objects are listed in `status.inventory.objects`; the count is always exact.
 /// Keeps the status of a very large bundle well under the object size limit.
@@ -28,6 +28,9 @@ pub enum Outcome {
     Paused {
         /// The reason given in `pallet.dev/paused-reason`, if any.
         reason: Option<String>,
+        /// Objects that differ from the bundle (what resuming would revert); `None` when they
+        /// could not be computed (a source or the render failed), leaving the last list as is.
+        drift: Option<Vec<ObjectReference>>,
     },
     /// A phase failed.
     Failed {
@@ -49,6 +52,16 @@ pub enum FailedPhase {
     Fetch,
     /// Rendering or applying (condition Installed).
     Install,
+}
+
+/// At most this many drifted objects are listed; the count is always exact.
+pub const DRIFT_LIST_LIMIT: usize = 50;
+
+fn drift_summary(drift: &[ObjectReference]) -> Option<Drift> {
+    (!drift.is_empty()).then(|| Drift {
+        count: drift.len() as i64,
+        objects: drift.iter().take(DRIFT_LIST_LIMIT).cloned().collect(),
+    })
 }
 
 /// The status after `outcome`, starting from `current`, for `generation` at `now`.
@@ -124,8 +137,13 @@ pub fn next_status(
                     .collect(),
             });
             status.skipped = skipped.clone();
+            // Everything was just applied: whatever drifted has been corrected.
+            status.drift = None;
         }
-        Outcome::Paused { reason } => {
+        Outcome::Paused { reason, drift } => {
+            if let Some(drift) = drift {
+                status.drift = drift_summary(drift);
+            }
             let message = match reason {
                 Some(reason) => format!("paused: {reason}"),
                 None => "paused (no reason given; set annotation pallet.dev/paused-reason)".into(),
@@ -297,17 +315,22 @@ mod tests {
     }
 
     #[test]
-    fn paused_reports_the_reason() {
-        let status = next_status(
-            &Default::default(),
-            Some(1),
-            &Outcome::Paused {
-                reason: Some("hotfix INC-42".into()),
-            },
-            &time(1),
+    fn paused_reports_the_reason_and_drift_until_resumed() {
+        let paused = Outcome::Paused {
+            reason: Some("hotfix INC-42".into()),
+            drift: Some(vec![object("a")]),
+        };
+        let status = next_status(&Default::default(), Some(1), &paused, &time(1));
+        let condition = find(&status.conditions, types::PAUSED).unwrap();
+        assert_eq!(condition.status, "True");
+        assert!(condition.message.contains("hotfix INC-42"));
+        assert_eq!(status.drift.as_ref().unwrap().count, 1);
+        // Resuming and applying clears the drift.
+        let resumed = next_status(&status, Some(2), &installed(), &time(2));
+        assert_eq!(resumed.drift, None);
+        assert_eq!(
+            find(&resumed.conditions, types::PAUSED).unwrap().status,
+            "False"
         );
-        let paused = find(&status.conditions, types::PAUSED).unwrap();
-        assert_eq!(paused.status, "True");
-        assert!(paused.message.contains("hotfix INC-42"));
     }
 }
