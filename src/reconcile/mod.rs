@@ -506,6 +506,15 @@ fn api_version_of(r: &ObjectReference) -> String {
     }
 }
 
+/// Object keys of an inventory, for tests and tools.
+pub fn inventory_keys(status: &BundleDeploymentStatus) -> BTreeSet<ObjectKey> {
+    status
+        .inventory
+        .iter()
+        .flat_map(|i| i.objects.iter().map(key_of))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,13 +537,4 @@ mod tests {
         let patch = status_merge_patch(&current, &next);
         assert_eq!(patch, json!({"observedGeneration": 2, "drift": null}));
     }
-}
-
-/// Object keys of an inventory, for tests and tools.
-pub fn inventory_keys(status: &BundleDeploymentStatus) -> BTreeSet<ObjectKey> {
-    status
-        .inventory
-        .iter()
-        .flat_map(|i| i.objects.iter().map(key_of))
-        .collect()
 }
