@@ -5,7 +5,6 @@
 //! Needs the fixture servers: `tools/fixtures.sh start`, then `cargo bench --bench source`.
 //! `PALLET_BENCH_MB` changes the archive size.
 
-#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

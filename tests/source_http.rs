@@ -1,8 +1,8 @@
 //! HTTP sources against the real fixture file servers (`tools/fixtures.sh start`).
 
-mod support;
 #[path = "support/sources_extra.rs"]
 mod sources_extra;
+mod support;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -47,10 +47,16 @@ async fn tarball_and_single_file_are_unpacked_and_resolved_to_their_sha256() {
     let fx = Fixtures::load();
     let (_tmp, fetcher) = fetcher(Limits::default());
     let dir = unique_name("http-happy");
-    let archive = tar_gz(&[("manifests/cm.yaml", b"kind: ConfigMap\n"), ("README", b"hi")]);
+    let archive = tar_gz(&[
+        ("manifests/cm.yaml", b"kind: ConfigMap\n"),
+        ("README", b"hi"),
+    ]);
     let path = fx.put_file(&format!("{dir}/bundle.tar.gz"), &archive);
     let got = fetcher
-        .fetch(&http_source(&fx.http_plain().url_for(&path), None), &no_secrets())
+        .fetch(
+            &http_source(&fx.http_plain().url_for(&path), None),
+            &no_secrets(),
+        )
         .await
         .unwrap();
     assert_eq!(got.resolved, format!("sha256:{}", sha(&archive)));
@@ -63,7 +69,10 @@ async fn tarball_and_single_file_are_unpacked_and_resolved_to_their_sha256() {
     let yaml = b"apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n";
     let path = fx.put_file(&format!("{dir}/ns.yaml"), yaml);
     let got = fetcher
-        .fetch(&http_source(&fx.http_plain().url_for(&path), None), &no_secrets())
+        .fetch(
+            &http_source(&fx.http_plain().url_for(&path), None),
+            &no_secrets(),
+        )
         .await
         .unwrap();
     assert_eq!(list_tree(&got.path), ["ns.yaml"]);
@@ -104,15 +113,24 @@ async fn pin_mismatch_names_both_digests() {
     let fx = Fixtures::load();
     let (_tmp, fetcher) = fetcher(Limits::default());
     let archive = tar_gz(&[("a.yaml", b"a: 1\n")]);
-    let path = fx.put_file(&format!("{}/b.tar.gz", unique_name("http-mismatch")), &archive);
+    let path = fx.put_file(
+        &format!("{}/b.tar.gz", unique_name("http-mismatch")),
+        &archive,
+    );
     let wrong = "0".repeat(64);
     let err = fetcher
-        .fetch(&http_source(&fx.http_plain().url_for(&path), Some(&wrong)), &no_secrets())
+        .fetch(
+            &http_source(&fx.http_plain().url_for(&path), Some(&wrong)),
+            &no_secrets(),
+        )
         .await
         .unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.category(), "DigestMismatch", "{msg}");
-    assert!(msg.contains(&wrong) && msg.contains(&sha(&archive)), "{msg}");
+    assert!(
+        msg.contains(&wrong) && msg.contains(&sha(&archive)),
+        "{msg}"
+    );
     assert!(!err.is_transient());
 }
 
@@ -131,7 +149,11 @@ async fn floating_url_is_polled_with_a_conditional_get_and_sees_new_content() {
         .requests(&[("server", &fx.http_plain().name), ("prefix", &path)])
         .await;
     let statuses: Vec<u16> = reqs.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [200, 304], "second poll must be a conditional GET answered 304");
+    assert_eq!(
+        statuses,
+        [200, 304],
+        "second poll must be a conditional GET answered 304"
+    );
 
     // Make sure the new file's mtime differs even on coarse filesystems: the ETag does anyway.
     let v2 = tar_gz(&[("v.yaml", b"v: 2\n")]);
@@ -152,7 +174,10 @@ async fn basic_and_bearer_auth_good_bad_and_missing() {
     let bearer_src = http_source(&fx.http_bearer().url_for(&path), None);
 
     let ok = fetcher
-        .fetch(&basic_src, &with_creds(basic(fx.http_basic(), "secret ns/http-creds")))
+        .fetch(
+            &basic_src,
+            &with_creds(basic(fx.http_basic(), "secret ns/http-creds")),
+        )
         .await
         .unwrap();
     assert_eq!(list_tree(&ok.path), ["a.yaml"]);
@@ -161,10 +186,16 @@ async fn basic_and_bearer_auth_good_bad_and_missing() {
         origin: "secret ns/token".into(),
         kind: CredentialKind::Token(token),
     };
-    fetcher.fetch(&bearer_src, &with_creds(bearer)).await.unwrap();
+    fetcher
+        .fetch(&bearer_src, &with_creds(bearer))
+        .await
+        .unwrap();
 
     let err = fetcher
-        .fetch(&basic_src, &with_creds(wrong_basic(fx.http_basic(), "secret ns/bad-creds")))
+        .fetch(
+            &basic_src,
+            &with_creds(wrong_basic(fx.http_basic(), "secret ns/bad-creds")),
+        )
         .await
         .unwrap_err();
     let msg = err.to_string();
@@ -176,7 +207,10 @@ async fn basic_and_bearer_auth_good_bad_and_missing() {
         origin: "secret ns/bad-token".into(),
         kind: CredentialKind::Token("nope-token".into()),
     };
-    let err = fetcher.fetch(&bearer_src, &with_creds(bad_token)).await.unwrap_err();
+    let err = fetcher
+        .fetch(&bearer_src, &with_creds(bad_token))
+        .await
+        .unwrap_err();
     assert_eq!(err.category(), "Unauthorized", "{err}");
     assert!(!err.to_string().contains("nope-token"));
 
@@ -191,7 +225,10 @@ async fn not_found_and_server_down_are_distinct_errors() {
     let (_tmp, fetcher) = fetcher(Limits::default());
     let missing = format!("/{}/nothing.tar.gz", unique_name("http-missing"));
     let err = fetcher
-        .fetch(&http_source(&fx.http_plain().url_for(&missing), None), &no_secrets())
+        .fetch(
+            &http_source(&fx.http_plain().url_for(&missing), None),
+            &no_secrets(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), "NotFound", "{err}");
@@ -199,9 +236,16 @@ async fn not_found_and_server_down_are_distinct_errors() {
 
     let url = format!("http://127.0.0.1:{}/x.tar.gz", dead_port());
     let start = Instant::now();
-    let err = fetcher.fetch(&http_source(&url, None), &no_secrets()).await.unwrap_err();
+    let err = fetcher
+        .fetch(&http_source(&url, None), &no_secrets())
+        .await
+        .unwrap_err();
     assert_eq!(err.category(), "Unreachable", "{err}");
     assert!(err.is_transient());
     // Bounded by the fetcher's connect timeout (2 s), with slack for a loaded machine.
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
 }

@@ -1,9 +1,9 @@
 //! Image sources against the real fixture registries (Debian's docker-registry behind counting
 //! proxies; `tools/fixtures.sh start`).
 
-mod support;
 #[path = "support/sources_extra.rs"]
 mod sources_extra;
+mod support;
 
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,11 @@ async fn tag_resolves_to_digest_and_layers_apply_in_order_with_whiteouts() {
     let image = Image::docker()
         .layer(Layer::tar_gz_entries(
             media::DOCKER_LAYER_GZIP,
-            &[file("m/a.yaml", "a"), file("m/b.yaml", "b"), file("old/x.yaml", "x")],
+            &[
+                file("m/a.yaml", "a"),
+                file("m/b.yaml", "b"),
+                file("old/x.yaml", "x"),
+            ],
         ))
         .layer(Layer::tar_gz_entries(
             media::DOCKER_LAYER_GZIP,
@@ -42,7 +46,10 @@ async fn tag_resolves_to_digest_and_layers_apply_in_order_with_whiteouts() {
         .await
         .unwrap();
     let got = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:v1", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:v1", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap();
     assert_eq!(got.resolved, format!("{}/{repo}@{}", reg.host, desc.digest));
@@ -62,11 +69,17 @@ async fn tag_resolves_to_digest_and_layers_apply_in_order_with_whiteouts() {
         .await
         .unwrap();
     let got = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:v2", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:v2", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap();
     assert_eq!(list_tree(&got.path), ["keep.yaml", "old/y.yaml"]);
-    assert_eq!(std::fs::read_to_string(got.path.join("keep.yaml")).unwrap(), "k2");
+    assert_eq!(
+        std::fs::read_to_string(got.path.join("keep.yaml")).unwrap(),
+        "k2"
+    );
 }
 
 #[tokio::test]
@@ -76,8 +89,14 @@ async fn index_resolves_to_linux_amd64_or_its_only_entry() {
     let auth = RegistryAuth::Anonymous;
     let (_tmp, fetcher) = fetcher(Limits::default());
     let repo = unique_name("img-index");
-    let arm = Image::oci().layer(Layer::tar_gz_entries(media::OCI_LAYER_GZIP, &[file("arch", "arm64")]));
-    let amd = Image::oci().layer(Layer::tar_gz_entries(media::OCI_LAYER_GZIP, &[file("arch", "amd64")]));
+    let arm = Image::oci().layer(Layer::tar_gz_entries(
+        media::OCI_LAYER_GZIP,
+        &[file("arch", "arm64")],
+    ));
+    let amd = Image::oci().layer(Layer::tar_gz_entries(
+        media::OCI_LAYER_GZIP,
+        &[file("arch", "amd64")],
+    ));
     let arm_d = fx.push_image(reg, &repo, "arm", &arm, &auth).await.unwrap();
     let amd_d = fx.push_image(reg, &repo, "amd", &amd, &auth).await.unwrap();
     fx.push_index(
@@ -85,7 +104,10 @@ async fn index_resolves_to_linux_amd64_or_its_only_entry() {
         &repo,
         "multi",
         &[
-            (arm_d.clone(), Some(json!({"os": "linux", "architecture": "arm64"}))),
+            (
+                arm_d.clone(),
+                Some(json!({"os": "linux", "architecture": "arm64"})),
+            ),
             (amd_d, Some(json!({"os": "linux", "architecture": "amd64"}))),
         ],
         &auth,
@@ -93,19 +115,37 @@ async fn index_resolves_to_linux_amd64_or_its_only_entry() {
     .await
     .unwrap();
     let got = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:multi", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:multi", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap();
-    assert_eq!(std::fs::read_to_string(got.path.join("arch")).unwrap(), "amd64");
+    assert_eq!(
+        std::fs::read_to_string(got.path.join("arch")).unwrap(),
+        "amd64"
+    );
 
-    fx.push_index(reg, &repo, "single", &[(arm_d, Some(json!({"os": "linux", "architecture": "arm64"})))], &auth)
-        .await
-        .unwrap();
+    fx.push_index(
+        reg,
+        &repo,
+        "single",
+        &[(arm_d, Some(json!({"os": "linux", "architecture": "arm64"})))],
+        &auth,
+    )
+    .await
+    .unwrap();
     let got = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:single", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:single", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap();
-    assert_eq!(std::fs::read_to_string(got.path.join("arch")).unwrap(), "arm64");
+    assert_eq!(
+        std::fs::read_to_string(got.path.join("arch")).unwrap(),
+        "arm64"
+    );
 }
 
 #[tokio::test]
@@ -117,13 +157,25 @@ async fn moved_tag_resolves_anew_and_cached_digest_costs_no_request() {
     let root = tmp.path().join("cache");
     let fetcher = fetcher_at(root.clone(), Limits::default());
     let repo = unique_name("img-move");
-    let one = Image::oci().layer(Layer::tar_gz_entries(media::OCI_LAYER_GZIP, &[file("v", "1")]));
-    let two = Image::oci().layer(Layer::tar_gz_entries(media::OCI_LAYER_GZIP, &[file("v", "2")]));
-    let d1 = fx.push_image(reg, &repo, "latest", &one, &auth).await.unwrap();
+    let one = Image::oci().layer(Layer::tar_gz_entries(
+        media::OCI_LAYER_GZIP,
+        &[file("v", "1")],
+    ));
+    let two = Image::oci().layer(Layer::tar_gz_entries(
+        media::OCI_LAYER_GZIP,
+        &[file("v", "2")],
+    ));
+    let d1 = fx
+        .push_image(reg, &repo, "latest", &one, &auth)
+        .await
+        .unwrap();
     let src = image_source(&format!("{}/{repo}:latest", reg.host));
     let first = fetcher.fetch(&src, &no_secrets()).await.unwrap();
     assert!(first.resolved.ends_with(&d1.digest));
-    let d2 = fx.push_image(reg, &repo, "latest", &two, &auth).await.unwrap();
+    let d2 = fx
+        .push_image(reg, &repo, "latest", &two, &auth)
+        .await
+        .unwrap();
     let second = fetcher.fetch(&src, &no_secrets()).await.unwrap();
     assert!(second.resolved.ends_with(&d2.digest), "{}", second.resolved);
     assert_eq!(std::fs::read_to_string(second.path.join("v")).unwrap(), "2");
@@ -172,7 +224,12 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
         reg.password.as_ref().unwrap()
     );
     let data = [(".dockerconfigjson".to_string(), cfg.into_bytes())].into();
-    let docker = Credentials::from_secret_data("secret ns/regcred", Some("kubernetes.io/dockerconfigjson"), &data).unwrap();
+    let docker = Credentials::from_secret_data(
+        "secret ns/regcred",
+        Some("kubernetes.io/dockerconfigjson"),
+        &data,
+    )
+    .unwrap();
     assert!(matches!(docker.kind, CredentialKind::DockerConfig(_)));
     // Fresh cache, so the registry is really asked.
     let (_tmp2, fresh) = sources_extra::fetcher(Limits::default());
@@ -185,7 +242,10 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
         .unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.category(), "Unauthorized", "{msg}");
-    assert!(msg.contains("secret ns/wrong") && !msg.contains("definitely-wrong-password"), "{msg}");
+    assert!(
+        msg.contains("secret ns/wrong") && !msg.contains("definitely-wrong-password"),
+        "{msg}"
+    );
 
     let err = fresh.fetch(&src, &secrets(None)).await.unwrap_err();
     assert_eq!(err.category(), "Unauthorized", "{err}");
@@ -193,14 +253,26 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
 
     // Without the test CA the certificate is refused, unless verification is skipped.
     let err = fresh
-        .fetch(&src, &SourceSecrets { credentials: Some(basic(reg, "secret ns/basic")), ca_pem: None })
+        .fetch(
+            &src,
+            &SourceSecrets {
+                credentials: Some(basic(reg, "secret ns/basic")),
+                ca_pem: None,
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), "Unreachable", "{err}");
     let mut insecure = src.clone();
     insecure.image.as_mut().unwrap().insecure_skip_tls_verify = true;
     fresh
-        .fetch(&insecure, &SourceSecrets { credentials: Some(basic(reg, "secret ns/basic")), ca_pem: None })
+        .fetch(
+            &insecure,
+            &SourceSecrets {
+                credentials: Some(basic(reg, "secret ns/basic")),
+                ca_pem: None,
+            },
+        )
         .await
         .unwrap();
 }
@@ -212,7 +284,10 @@ async fn not_found_not_a_bundle_and_server_down_are_distinct() {
     let (_tmp, fetcher) = fetcher(Limits::default());
     let repo = unique_name("img-errors");
     let err = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:missing", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:missing", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), "NotFound", "{err}");
@@ -222,11 +297,20 @@ async fn not_found_not_a_bundle_and_server_down_are_distinct() {
         data: b"not really a chart".to_vec(),
         diff_id: support::sha256_digest(b"x"),
     };
-    fx.push_image(reg, &repo, "chart", &Image::oci().layer(helm_layer), &RegistryAuth::Anonymous)
-        .await
-        .unwrap();
+    fx.push_image(
+        reg,
+        &repo,
+        "chart",
+        &Image::oci().layer(helm_layer),
+        &RegistryAuth::Anonymous,
+    )
+    .await
+    .unwrap();
     let err = fetcher
-        .fetch(&image_source(&format!("{}/{repo}:chart", reg.host)), &no_secrets())
+        .fetch(
+            &image_source(&format!("{}/{repo}:chart", reg.host)),
+            &no_secrets(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), "NotABundle", "{err}");
@@ -234,10 +318,17 @@ async fn not_found_not_a_bundle_and_server_down_are_distinct() {
 
     let start = Instant::now();
     let err = fetcher
-        .fetch(&image_source(&format!("127.0.0.1:{}/x:y", dead_port())), &no_secrets())
+        .fetch(
+            &image_source(&format!("127.0.0.1:{}/x:y", dead_port())),
+            &no_secrets(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.category(), "Unreachable", "{err}");
     assert!(err.is_transient());
-    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
 }

@@ -2,9 +2,9 @@
 //! real fixture file server and fetched as HTTP sources: every archive is refused with a clear
 //! error, and nothing is written outside the cache directory or left in it.
 
-mod support;
 #[path = "support/sources_extra.rs"]
 mod sources_extra;
+mod support;
 
 use std::path::Path;
 
@@ -24,8 +24,16 @@ const TEST_LIMITS: Limits = Limits {
 const CORPUS: &[(&str, &str, &str)] = &[
     ("path-traversal.tar", "UnsafeContent", "'..'"),
     ("absolute-path.tar", "UnsafeContent", "absolute path"),
-    ("symlink-escape.tar", "UnsafeContent", "outside the destination"),
-    ("symlink-absolute.tar", "UnsafeContent", "outside the destination"),
+    (
+        "symlink-escape.tar",
+        "UnsafeContent",
+        "outside the destination",
+    ),
+    (
+        "symlink-absolute.tar",
+        "UnsafeContent",
+        "outside the destination",
+    ),
     ("hardlink-escape.tar", "UnsafeContent", "hardlink"),
     ("device-file.tar", "UnsafeContent", "device files and FIFOs"),
     ("fifo.tar", "UnsafeContent", "device files and FIFOs"),
@@ -72,7 +80,10 @@ async fn every_malicious_archive_is_refused_and_nothing_escapes() {
             )
             .await;
         match result {
-            Ok(got) => failures.push(format!("{file}: accepted, unpacked to {}", got.path.display())),
+            Ok(got) => failures.push(format!(
+                "{file}: accepted, unpacked to {}",
+                got.path.display()
+            )),
             Err(e) => {
                 let msg = e.to_string();
                 eprintln!("{file}: {msg}");

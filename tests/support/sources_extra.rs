@@ -147,7 +147,12 @@ pub fn list_tree(dir: &std::path::Path) -> Vec<String> {
             if entry.file_type().expect("type").is_dir() {
                 walk(root, &path, out);
             } else {
-                out.push(path.strip_prefix(root).expect("prefix").display().to_string());
+                out.push(
+                    path.strip_prefix(root)
+                        .expect("prefix")
+                        .display()
+                        .to_string(),
+                );
             }
         }
     }
