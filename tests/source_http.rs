@@ -249,3 +249,30 @@ async fn not_found_and_server_down_are_distinct_errors() {
         start.elapsed()
     );
 }
+
+#[tokio::test]
+async fn redirects_are_followed_up_to_the_limit() {
+    let fx = Fixtures::load();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let archive = tar_gz(&[("a.yaml", b"a: 1\n")]);
+    let path = fx.put_file(
+        &format!("{}/r.tar.gz", unique_name("http-redirect")),
+        &archive,
+    );
+    let rel = path.trim_start_matches('/');
+    // The fetcher allows 5 redirects.
+    let ok = fx.http_plain().url_for(&format!("/_redirect/5/{rel}"));
+    let got = fetcher
+        .fetch(&http_source(&ok, None), &no_secrets())
+        .await
+        .unwrap();
+    assert_eq!(got.resolved, format!("sha256:{}", sha(&archive)));
+    let too_many = fx.http_plain().url_for(&format!("/_redirect/6/{rel}"));
+    let err = fetcher
+        .fetch(&http_source(&too_many, None), &no_secrets())
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "InvalidSource", "{err}");
+    assert!(err.to_string().contains("redirect"), "{err}");
+    assert!(!err.is_transient());
+}

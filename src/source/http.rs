@@ -91,6 +91,10 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
 
 fn transport_error(what: &str, e: reqwest::Error) -> SourceError {
     let e = e.without_url();
+    if e.is_redirect() {
+        // A redirect loop or chain longer than allowed will not fix itself by retrying.
+        return SourceError::Invalid(format!("{what}: {}", describe(&e)));
+    }
     SourceError::Unreachable {
         what: what.to_string(),
         detail: describe(&e),
