@@ -25,6 +25,7 @@ const TEST_LABEL: &str = "pallet.dev/test";
 struct Agent {
     child: Child,
     log: PathBuf,
+    changes: PathBuf,
     _cache: tempfile::TempDir,
 }
 
@@ -35,6 +36,7 @@ impl Agent {
         let logs = cluster::state_dir().join("test-agents");
         std::fs::create_dir_all(&logs).unwrap();
         let log = logs.join(format!("{selector_value}.log"));
+        let changes = logs.join(format!("{selector_value}.changes.jsonl"));
         let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
             .args([
                 "agent",
@@ -47,6 +49,8 @@ impl Agent {
             .arg(cluster::kubeconfig_path())
             .arg("--cache-dir")
             .arg(cache.path().join("cache"))
+            .arg("--change-log")
+            .arg(&changes)
             .arg("--selector")
             .arg(format!("{TEST_LABEL}={selector_value}"))
             .env("RUST_LOG", "info,pallet=debug")
@@ -57,8 +61,31 @@ impl Agent {
         Agent {
             child,
             log,
+            changes,
             _cache: cache,
         }
+    }
+
+    /// The change-log entries so far, as (operation, reason, object name, fieldsChanged).
+    fn changes(&self) -> Vec<(String, String, String, Vec<String>)> {
+        let text = std::fs::read_to_string(&self.changes).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let entry: serde_json::Value =
+                    serde_json::from_str(line).expect("change log lines are JSON");
+                assert_eq!(entry["schema"], "pallet.dev/change/v1");
+                let fields = entry["fieldsChanged"]
+                    .as_array()
+                    .map(|a| a.iter().map(|f| f.as_str().unwrap().to_string()).collect())
+                    .unwrap_or_default();
+                (
+                    entry["operation"].as_str().unwrap().to_string(),
+                    entry["reason"].as_str().unwrap().to_string(),
+                    entry["object"]["name"].as_str().unwrap().to_string(),
+                    fields,
+                )
+            })
+            .collect()
     }
 
     fn log_tail(&self) -> String {
@@ -189,6 +216,20 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
             .status,
         "True"
     );
+    let mut installed: Vec<_> = agent
+        .changes()
+        .into_iter()
+        .map(|(op, reason, name, _)| (op, reason, name))
+        .collect();
+    installed.sort();
+    assert_eq!(
+        installed,
+        ["change", "drop", "keep"].map(|n| (
+            "create".to_string(),
+            "new-revision".to_string(),
+            n.to_string()
+        ))
+    );
 
     // Upgrade: one object unchanged, one changed, one dropped, one added.
     let v2 = [
@@ -232,6 +273,28 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
         "an unchanged object is not written"
     );
     wait_condition(&client, &agent, &test, "Ready", "True", "3 objects").await;
+    let upgrade: Vec<_> = agent.changes().into_iter().skip(3).collect();
+    assert!(
+        upgrade.contains(&(
+            "update".into(),
+            "new-revision".into(),
+            "change".into(),
+            vec![".data.value".into()]
+        )),
+        "{upgrade:?}"
+    );
+    assert!(
+        upgrade.contains(&("create".into(), "new-revision".into(), "add".into(), vec![])),
+        "{upgrade:?}"
+    );
+    assert!(
+        upgrade.contains(&("delete".into(), "prune".into(), "drop".into(), vec![])),
+        "{upgrade:?}"
+    );
+    assert!(
+        !upgrade.iter().any(|(_, _, name, _)| name == "keep"),
+        "unchanged objects are not written: {upgrade:?}"
+    );
 
     // Bad content: Ready=False naming the file and line; nothing applied before is touched.
     let before: Vec<Option<String>> = futures_rvs(&cms, &["keep", "change", "add"]).await;
@@ -303,10 +366,146 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
         },
     )
     .await;
+    let deletions: Vec<_> = agent
+        .changes()
+        .into_iter()
+        .filter(|(_, reason, _, _)| reason == "deletion")
+        .collect();
+    assert_eq!(deletions.len(), 3, "{deletions:?}");
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&namespace, &Default::default())
         .await;
     drop(agent);
+}
+
+#[tokio::test]
+async fn drift_is_corrected_and_logged() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("drift");
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &test,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+
+    // Changed out of band: restored, and the correction is logged as drift with the field.
+    cms.patch(
+        "app",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"value": "edited"}})),
+    )
+    .await
+    .unwrap();
+    wait_value(&cms, "app", "1").await;
+    let update = (
+        "update".to_string(),
+        "drift".to_string(),
+        "app".to_string(),
+        vec![".data.value".to_string()],
+    );
+    assert!(agent.changes().contains(&update), "{:?}", agent.changes());
+    // Deleted out of band: re-created, logged as drift.
+    cms.delete("app", &Default::default()).await.unwrap();
+    wait_value(&cms, "app", "1").await;
+    let create = (
+        "create".to_string(),
+        "drift".to_string(),
+        "app".to_string(),
+        vec![],
+    );
+    assert!(agent.changes().contains(&create), "{:?}", agent.changes());
+
+    // deletionPolicy Orphan: deleting the BundleDeployment leaves the object, without pallet's label.
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let orphan = json!({"spec": {"deletionPolicy": "Orphan"}});
+    bds.patch(&test, &PatchParams::default(), &Patch::Merge(&orphan))
+        .await
+        .unwrap();
+    cluster::poll_until(
+        "the Orphan policy to be observed",
+        Duration::from_secs(60),
+        || {
+            let (bds, name) = (bds.clone(), test.clone());
+            async move {
+                let bd = bds.get(&name).await.map_err(|e| e.to_string())?;
+                let observed = bd.status.and_then(|s| s.observed_generation);
+                if observed == bd.metadata.generation {
+                    Ok(())
+                } else {
+                    Err(format!("observed {observed:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    bds.delete(&test, &Default::default()).await.unwrap();
+    cluster::poll_until(
+        "the BundleDeployment to be gone",
+        Duration::from_secs(60),
+        || {
+            let (bds, name) = (bds.clone(), test.clone());
+            async move {
+                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(bd) => Err(format!("still there: {:?}", bd.metadata.finalizers)),
+                }
+            }
+        },
+    )
+    .await;
+    let left = cms.get("app").await.expect("an orphaned object stays");
+    assert!(!left
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .contains_key("pallet.dev/bundle-deployment"));
+    let orphaned = (
+        "update".to_string(),
+        "deletion".to_string(),
+        "app".to_string(),
+        vec![".metadata.labels.pallet.dev/bundle-deployment".to_string()],
+    );
+    assert!(agent.changes().contains(&orphaned), "{:?}", agent.changes());
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await;
+}
+
+async fn wait_value(cms: &Api<ConfigMap>, name: &str, value: &str) {
+    cluster::poll_until(
+        &format!("ConfigMap {name} to hold {value}"),
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            let (name, value) = (name.to_string(), value.to_string());
+            async move {
+                let cm = cms.get_opt(&name).await.map_err(|e| e.to_string())?;
+                let live = cm
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("value").cloned());
+                if live.as_deref() == Some(value.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!("value {live:?}"))
+                }
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

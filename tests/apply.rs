@@ -34,6 +34,7 @@ fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProte
         install_namespace: Some(namespace.to_string()),
         collision_protection: policy,
         parallelism: 4,
+        journal: Default::default(),
     }
 }
 

@@ -47,13 +47,16 @@ say "installing the BundleDeployment CRD"
 "$pallet" crd | kubectl apply --server-side --field-manager=pallet-up -f -
 kubectl wait --for=condition=Established --timeout=60s crd/bundledeployments.pallet.dev
 
+# The selector leaves the BundleDeployments of tests (labelled pallet.dev/test) to the agents the
+# tests start, so the suite can run while this agent is up.
 say "starting the agent (log: $state/agent/agent.log)"
 mkdir -p "$state/agent"
 if [ -s "$state/agent/agent.pid" ] && kill -0 "$(cat "$state/agent/agent.pid")" 2>/dev/null; then
   kill "$(cat "$state/agent/agent.pid")" || true   # restart it on the binary just built
 fi
 nohup "$pallet" agent --kubeconfig "$KUBECONFIG" --namespace pallet-system \
-  --cache-dir "$state/agent/cache" --requeue-seconds 30 >"$state/agent/agent.log" 2>&1 </dev/null &
+  --cache-dir "$state/agent/cache" --requeue-seconds 30 --selector '!pallet.dev/test' \
+  >"$state/agent/agent.log" 2>&1 </dev/null &
 echo $! >"$state/agent/agent.pid"
 
 say "publishing testdata/bundles/hello-plain to the local git server"

@@ -43,7 +43,13 @@ pub enum Outcome {
     Unchanged,
     /// Optional, and the cluster does not serve its kind.
     Skipped,
+    /// Deleted by a prune.
+    Deleted,
 }
+
+/// Every write an [`Applier`] made, in order, including those made before an error stopped it:
+/// the change log must show what was done even when the whole pass failed.
+pub type Journal = Arc<std::sync::Mutex<Vec<Applied>>>;
 
 /// One object's apply result.
 #[derive(Clone, Debug)]
@@ -60,7 +66,12 @@ pub struct Applied {
     pub resource_version_before: Option<String>,
     /// resourceVersion after the write (the live one when unchanged).
     pub resource_version_after: Option<String>,
+    /// Field paths the write changed (updates only; a bounded list).
+    pub fields_changed: Vec<String>,
 }
+
+/// At most this many changed field paths are reported per object.
+const CHANGED_PATHS_LIMIT: usize = 20;
 
 /// An object whose live state differs from the rendered one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -241,6 +252,8 @@ pub struct Applier {
     pub collision_protection: CollisionProtection,
     /// How many objects of one stage are applied at once.
     pub parallelism: usize,
+    /// Writes made so far (see [`Journal`]).
+    pub journal: Journal,
 }
 
 /// An object resolved against the cluster, ready to read and write.
@@ -337,6 +350,7 @@ impl Applier {
                     adopted_from: None,
                     resource_version_before: None,
                     resource_version_after: None,
+                    fields_changed: Vec::new(),
                 });
             }
             return Err(ApplyError::KindNotServed {
@@ -371,13 +385,15 @@ impl Applier {
         let before = live
             .as_ref()
             .and_then(|l| l.metadata.resource_version.clone());
+        let mut fields_changed = Vec::new();
         if let Some(live) = &live {
             let live_value = serde_json::to_value(live).map_err(|e| ApplyError::Rejected {
                 key: key.clone(),
                 code: 0,
                 message: format!("live object is not valid JSON: {e}"),
             })?;
-            if plan::object_matches_live(&desired, &live_value) {
+            fields_changed = plan::differing_paths(&desired, &live_value, CHANGED_PATHS_LIMIT);
+            if fields_changed.is_empty() {
                 return Ok(Applied {
                     key,
                     api_version: object.api_version().to_string(),
@@ -385,6 +401,7 @@ impl Applier {
                     adopted_from: None,
                     resource_version_before: before.clone(),
                     resource_version_after: before,
+                    fields_changed,
                 });
             }
         }
@@ -396,7 +413,7 @@ impl Applier {
             )
             .await
             .map_err(|e| ApplyError::from_kube(&key, e))?;
-        Ok(Applied {
+        let applied = Applied {
             outcome: if live.is_some() {
                 Outcome::Updated
             } else {
@@ -407,7 +424,17 @@ impl Applier {
             adopted_from,
             resource_version_before: before,
             resource_version_after: written.metadata.resource_version,
-        })
+            fields_changed,
+        };
+        self.record(&applied);
+        Ok(applied)
+    }
+
+    fn record(&self, write: &Applied) {
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(write.clone());
     }
 
     async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {
@@ -542,7 +569,18 @@ impl Applier {
                 ..Default::default()
             };
             match api.delete(&key.name, &params).await {
-                Ok(_) => pruned.deleted.push(key.clone()),
+                Ok(_) => {
+                    self.record(&Applied {
+                        key: key.clone(),
+                        api_version: api_version.clone(),
+                        outcome: Outcome::Deleted,
+                        adopted_from: None,
+                        resource_version_before: live.metadata.resource_version.clone(),
+                        resource_version_after: None,
+                        fields_changed: Vec::new(),
+                    });
+                    pruned.deleted.push(key.clone())
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(e) => return Err(ApplyError::from_kube(key, e)),
             }

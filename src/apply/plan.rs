@@ -91,22 +91,19 @@ pub fn live_matches(desired: &Value, live: &Value) -> bool {
 }
 
 /// Compares a rendered object with its live counterpart, ignoring `status` (a subresource that
-/// apply does not write) and the ownership label, which [`with_owner_label`] adds.
+/// apply does not write); true when applying it would change nothing.
 pub fn object_matches_live(desired: &Value, live: &Value) -> bool {
-    match desired {
-        Value::Object(fields) => fields
-            .iter()
-            .filter(|(key, _)| key.as_str() != "status")
-            .all(|(key, value)| live_matches(value, live.get(key).unwrap_or(&Value::Null))),
-        _ => false,
-    }
+    differing_paths(desired, live, 1).is_empty()
 }
 
-/// The first field path (`.spec.replicas`, `.data.key`, `.spec.containers[0].image`) where
-/// `live` lacks or differs from `desired`, by the same rules as [`object_matches_live`]; `None`
-/// when they match. Used to tell users what drifted, without printing values (they may be secret).
-pub fn first_difference(desired: &Value, live: &Value) -> Option<String> {
-    fn walk(desired: &Value, live: &Value, path: &mut String) -> bool {
+/// Field paths (`.spec.replicas`, `.data.key`, `.spec.containers[0].image`) where `live` lacks or
+/// differs from `desired`, by the same rules as [`object_matches_live`], at most `limit` of them.
+/// Used to tell users what changed or drifted without printing values (they may be secret).
+pub fn differing_paths(desired: &Value, live: &Value, limit: usize) -> Vec<String> {
+    fn walk(desired: &Value, live: &Value, path: &mut String, out: &mut Vec<String>, limit: usize) {
+        if out.len() >= limit {
+            return;
+        }
         match (desired, live) {
             (Value::Object(want), Value::Object(have)) => {
                 for (key, value) in want {
@@ -116,36 +113,39 @@ pub fn first_difference(desired: &Value, live: &Value) -> Option<String> {
                     let len = path.len();
                     path.push('.');
                     path.push_str(key);
-                    let differs = match have.get(key) {
-                        Some(live_value) => walk(value, live_value, path),
-                        None => !is_empty_value(value),
-                    };
-                    if differs {
-                        return true;
+                    match have.get(key) {
+                        Some(live_value) => walk(value, live_value, path, out, limit),
+                        None if !is_empty_value(value) && out.len() < limit => {
+                            out.push(path.clone())
+                        }
+                        None => {}
                     }
                     path.truncate(len);
                 }
-                false
             }
-            (Value::Array(want), Value::Array(have)) => {
-                if want.len() != have.len() {
-                    return true;
-                }
+            (Value::Array(want), Value::Array(have)) if want.len() == have.len() => {
                 for (i, (w, h)) in want.iter().zip(have).enumerate() {
                     let len = path.len();
                     path.push_str(&format!("[{i}]"));
-                    if walk(w, h, path) {
-                        return true;
-                    }
+                    walk(w, h, path, out, limit);
                     path.truncate(len);
                 }
-                false
             }
-            _ => !live_matches(desired, live),
+            _ => {
+                if !live_matches(desired, live) && out.len() < limit {
+                    out.push(path.clone());
+                }
+            }
         }
     }
-    let mut path = String::new();
-    walk(desired, live, &mut path).then_some(path)
+    let mut out = Vec::new();
+    walk(desired, live, &mut String::new(), &mut out, limit);
+    out
+}
+
+/// The first of [`differing_paths`], or `None` when `live` matches.
+pub fn first_difference(desired: &Value, live: &Value) -> Option<String> {
+    differing_paths(desired, live, 1).into_iter().next()
 }
 
 fn is_empty_value(value: &Value) -> bool {

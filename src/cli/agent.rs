@@ -9,6 +9,7 @@ use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+use crate::changelog::ChangeLog;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::{controller, Context};
 use crate::source::{Cache, FetchOptions, Fetcher};
@@ -50,6 +51,9 @@ pub struct AgentArgs {
     /// agents, or to confine a test's agent to its own objects).
     #[arg(long, short = 'l')]
     pub selector: Option<String>,
+    /// Also append the change log (one JSON line per write; always printed on stdout) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub change_log: Option<PathBuf>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
@@ -82,6 +86,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             agent_namespace: args.namespace.clone(),
             allowed_namespaces: args.allow_secret_namespaces.clone(),
         };
+        let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
+            .with_context(|| format!("opening the change log {:?}", args.change_log))?;
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -89,6 +95,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             policy,
             Duration::from_secs(args.requeue_seconds.max(1)),
             args.apply_parallelism.max(1),
+            changelog,
         ));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref()).await;

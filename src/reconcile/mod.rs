@@ -24,9 +24,14 @@ use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
 use crate::api::{BundleDeployment, BundleDeploymentStatus, DeletionPolicy, ObjectReference};
-use crate::apply::{plan, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome};
+use crate::apply::{
+    plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
+};
+use crate::changelog::{self, ChangeLog, Operation, Reason};
 use crate::source::{Fetcher, SourceError};
 use fetch::SecretPolicy;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Resource;
 use status::{FailedPhase, Outcome};
 
 /// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
@@ -117,8 +122,15 @@ pub struct Context {
     pub requeue_interval: Duration,
     /// Objects applied at once within a stage.
     pub apply_parallelism: usize,
+    /// Where every write is recorded.
+    pub changelog: ChangeLog,
+    /// Publishes summary Events on BundleDeployments.
+    pub recorder: Recorder,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Digest last applied per BundleDeployment in this process: tells a new revision's writes
+    /// from drift corrections in the change log. (Revisions in status will replace it.)
+    applied_digests: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -131,8 +143,14 @@ impl Context {
         secret_policy: SecretPolicy,
         requeue_interval: Duration,
         apply_parallelism: usize,
+        changelog: ChangeLog,
     ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Context {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
             fetcher,
@@ -140,7 +158,34 @@ impl Context {
             secret_policy,
             requeue_interval,
             apply_parallelism,
+            changelog,
             failures: Mutex::new(HashMap::new()),
+            applied_digests: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Publishes an Event on `bd`; a failure to publish is logged, never fatal.
+    async fn event(
+        &self,
+        bd: &BundleDeployment,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &bd.object_ref(&())).await {
+            tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not publish an Event");
         }
     }
 
@@ -188,6 +233,7 @@ impl Context {
             install_namespace: bd.spec.install_namespace.clone(),
             collision_protection: bd.spec.collision_protection(),
             parallelism: self.apply_parallelism,
+            journal: Default::default(),
         })
     }
 }
@@ -275,7 +321,14 @@ async fn install(
         ensure_namespace(&ctx.writer(bd)?, namespace).await?;
     }
     let applier = ctx.applier(bd)?;
-    let applied = applier.apply(&objects).await?;
+    let digest = rendered.digest();
+    let result = apply_and_prune(&applier, &objects, current).await;
+    log_writes(ctx, bd, &applier, &objects, &digest, result.as_ref().err()).await;
+    let (applied, pruned) = result?;
+    ctx.applied_digests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(bd.name_any(), digest.clone());
 
     let inventory: Vec<ObjectReference> = applied
         .iter()
@@ -291,24 +344,6 @@ async fn install(
         })
         .collect();
 
-    // Prune what the previous inventory had and this one does not.
-    let previous = current
-        .inventory
-        .as_ref()
-        .map(|i| i.objects.clone())
-        .unwrap_or_default();
-    let previous_keys: Vec<ObjectKey> = previous.iter().map(key_of).collect();
-    let current_keys: Vec<ObjectKey> = inventory.iter().map(key_of).collect();
-    let gone = plan::prune_set(&previous_keys, &current_keys);
-    let versions: HashMap<ObjectKey, String> = previous
-        .iter()
-        .map(|r| (key_of(r), api_version_of(r)))
-        .collect();
-    let prune: Vec<(ObjectKey, String)> = gone
-        .into_iter()
-        .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
-        .collect();
-    let pruned = applier.prune(&prune).await?;
     for key in &pruned.deleted {
         tracing::info!(bundle_deployment = %bd.name_any(), object = %key, "pruned");
     }
@@ -321,11 +356,162 @@ async fn install(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
     Ok(Outcome::Installed {
-        digest: rendered.digest(),
+        digest,
         inventory,
         skipped,
         written,
     })
+}
+
+/// Applies `objects`, then prunes what the previous inventory had and they do not.
+async fn apply_and_prune(
+    applier: &Applier,
+    objects: &[Object],
+    current: &BundleDeploymentStatus,
+) -> Result<(Vec<Applied>, crate::apply::Pruned), ApplyError> {
+    let applied = applier.apply(objects).await?;
+    let kept: Vec<ObjectKey> = applied
+        .iter()
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .map(|a| a.key.clone())
+        .collect();
+    let previous = current
+        .inventory
+        .as_ref()
+        .map(|i| i.objects.clone())
+        .unwrap_or_default();
+    let previous_keys: Vec<ObjectKey> = previous.iter().map(key_of).collect();
+    let versions: HashMap<ObjectKey, String> = previous
+        .iter()
+        .map(|r| (key_of(r), api_version_of(r)))
+        .collect();
+    let prune: Vec<(ObjectKey, String)> = plan::prune_set(&previous_keys, &kept)
+        .into_iter()
+        .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
+        .collect();
+    let pruned = applier.prune(&prune).await?;
+    Ok((applied, pruned))
+}
+
+/// Writes a change-log line for every write in the applier's journal and one summary Event.
+async fn log_writes(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    objects: &[Object],
+    digest: &str,
+    error: Option<&ApplyError>,
+) {
+    let name = bd.name_any();
+    let new_revision = ctx
+        .applied_digests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+        .map(String::as_str)
+        != Some(digest);
+    let writes: Vec<Applied> =
+        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    let (mut created, mut updated, mut deleted) = (0, 0, 0);
+    for write in &writes {
+        let (operation, reason) = match (&write.outcome, &write.adopted_from) {
+            (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
+            (_, Some(_)) => (Operation::Update, Reason::Adoption),
+            (ApplyOutcome::Created, _) => (
+                Operation::Create,
+                if new_revision {
+                    Reason::NewRevision
+                } else {
+                    Reason::Drift
+                },
+            ),
+            _ => (
+                Operation::Update,
+                if new_revision {
+                    Reason::NewRevision
+                } else {
+                    Reason::Drift
+                },
+            ),
+        };
+        match operation {
+            Operation::Create => created += 1,
+            Operation::Update => updated += 1,
+            Operation::Delete => deleted += 1,
+        }
+        let mut entry = ctx.changelog.entry(
+            &name,
+            operation,
+            reason,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.revision = Some(digest.to_string());
+        entry.resource_version_before = write.resource_version_before.clone();
+        entry.resource_version_after = write.resource_version_after.clone();
+        entry.fields_changed = write.fields_changed.clone();
+        if let Some(previous) = &write.adopted_from {
+            entry
+                .details
+                .insert("previousOwner".into(), json!(previous));
+        }
+        ctx.changelog.record(&entry);
+    }
+    if let Some(error) = error {
+        if let Some(key) = error.key() {
+            // The failed write: an update or a create, as far as the agent could tell.
+            let api_version = objects
+                .iter()
+                .find(|o| &o.key() == key)
+                .map(|o| o.api_version())
+                .unwrap_or_default();
+            let reason = if new_revision {
+                Reason::NewRevision
+            } else {
+                Reason::Drift
+            };
+            let mut entry = ctx.changelog.entry(
+                &name,
+                Operation::Update,
+                reason,
+                change_object(key, api_version),
+            );
+            entry.revision = Some(digest.to_string());
+            entry.result = "failure";
+            entry.error = Some(error.to_string());
+            ctx.changelog.record(&entry);
+        }
+        ctx.event(bd, true, error.category(), "Apply", error.to_string())
+            .await;
+    } else if !writes.is_empty() {
+        let why = if new_revision {
+            "applied content"
+        } else {
+            "corrected drift toward content"
+        };
+        let short = digest.get(..19).unwrap_or(digest);
+        let note = format!("{why} {short}: {created} created, {updated} updated, {deleted} pruned");
+        ctx.event(
+            bd,
+            false,
+            if new_revision {
+                "Applied"
+            } else {
+                "DriftCorrected"
+            },
+            "Apply",
+            note,
+        )
+        .await;
+    }
+}
+
+fn change_object(key: &ObjectKey, api_version: &str) -> changelog::ObjectRef {
+    changelog::ObjectRef {
+        api_version: api_version.to_string(),
+        kind: key.kind.clone(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+    }
 }
 
 async fn ensure_namespace(client: &Client, name: &str) -> Result<(), ReconcileError> {
@@ -362,6 +548,7 @@ async fn ensure_namespace(client: &Client, name: &str) -> Result<(), ReconcileEr
 /// Deletes (or orphans) the objects of a BundleDeployment that is being deleted. Works while
 /// paused: deleting is the user's explicit request.
 pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
+    let name = bd.name_any();
     let inventory = bd
         .status
         .as_ref()
@@ -374,21 +561,52 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .map(|r| (key_of(r), api_version_of(r)))
         .collect();
     let applier = ctx.applier(bd)?;
-    match bd.spec.deletion_policy() {
+    let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
             // prune_set against an empty set orders every object for deletion: reverse stages.
             let order: Vec<(ObjectKey, String)> = plan::prune_set(&keys, &[])
                 .into_iter()
                 .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
                 .collect();
-            applier.prune(&order).await?;
+            applier.prune(&order).await.map(|pruned| {
+                for (key, why) in &pruned.kept {
+                    tracing::warn!(bundle_deployment = %name, object = %key, "not deleted: {why}");
+                }
+            }).map_err(ReconcileError::from)
         }
         DeletionPolicy::Orphan => {
+            let mut result = Ok(());
             for r in &inventory.objects {
-                orphan(&applier, r).await?;
+                if let Err(e) = orphan(&applier, r).await {
+                    result = Err(e);
+                    break;
+                }
+                let mut entry = ctx.changelog.entry(
+                    &name,
+                    Operation::Update,
+                    Reason::Deletion,
+                    change_object(&key_of(r), &api_version_of(r)),
+                );
+                entry.fields_changed = vec![format!(".metadata.labels.{}", plan::OWNER_LABEL)];
+                entry.details.insert("orphaned".into(), json!(true));
+                ctx.changelog.record(&entry);
             }
+            result
         }
+    };
+    let deletions: Vec<Applied> =
+        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    for write in &deletions {
+        let mut entry = ctx.changelog.entry(
+            &name,
+            Operation::Delete,
+            Reason::Deletion,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.resource_version_before = write.resource_version_before.clone();
+        ctx.changelog.record(&entry);
     }
+    result?;
     Ok(Next::RequeueAfter(ctx.requeue_interval))
 }
 
