@@ -19,7 +19,7 @@ pub enum Command {
     /// Print the BundleDeployment CustomResourceDefinition as YAML (the same as deploy/crd.yaml).
     Crd,
     /// Run the agent: watch BundleDeployments and keep their bundles applied.
-    Agent(agent::AgentArgs),
+    Agent(Box<agent::AgentArgs>),
 }
 
 /// Runs the parsed command line.
@@ -29,6 +29,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", crate::api::crd_yaml()?);
             Ok(())
         }
-        Command::Agent(args) => agent::run(args),
+        Command::Agent(args) => agent::run(*args),
     }
 }
