@@ -916,19 +916,23 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
 /// Go's json.Marshal (sorted keys, HTML-safe escaping).
 fn go_json(v: &serde_json::Value) -> String {
     let mut out = String::new();
-    go_json_into(&mut out, v);
+    go_json_into(&mut out, v, true);
     out
 }
 
-fn go_json_into(out: &mut String, v: &serde_json::Value) {
+fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
     match v {
         serde_json::Value::String(s) => {
             let j = serde_json::to_string(s).unwrap_or_default();
-            out.push_str(
-                &j.replace('<', "\\u003c")
-                    .replace('>', "\\u003e")
-                    .replace('&', "\\u0026"),
-            );
+            if html {
+                out.push_str(
+                    &j.replace('<', "\\u003c")
+                        .replace('>', "\\u003e")
+                        .replace('&', "\\u0026"),
+                );
+            } else {
+                out.push_str(&j);
+            }
         }
         serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => out.push_str(&i.to_string()),
@@ -941,7 +945,7 @@ fn go_json_into(out: &mut String, v: &serde_json::Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                go_json_into(out, x);
+                go_json_into(out, x, html);
             }
             out.push(']');
         }
@@ -953,9 +957,9 @@ fn go_json_into(out: &mut String, v: &serde_json::Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                go_json_into(out, &serde_json::Value::String((*k).clone()));
+                go_json_into(out, &serde_json::Value::String((*k).clone()), html);
                 out.push(':');
-                go_json_into(out, &m[*k]);
+                go_json_into(out, &m[*k], html);
             }
             out.push('}');
         }
@@ -1710,8 +1714,246 @@ static FUNCS: &[(&str, F)] = &[
         ))
     }),
     ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
+    ("dig", |a| {
+        // dig "k1" "k2" default map
+        let n = a.len();
+        if n < 3 {
+            return Err(err("wrong number of args for dig"));
+        }
+        let mut cur = a[n - 1].clone();
+        for k in &a[..n - 2] {
+            match map_entries(&cur).and_then(|m| m.get(&s(k)).cloned()) {
+                Some(v) => cur = v,
+                None => return Ok(a[n - 2].clone()),
+            }
+        }
+        Ok(cur)
+    }),
+    ("pick", |a| {
+        let m = map_entries(&arg(&a, 0)).unwrap_or_default();
+        let keys: Vec<String> = a.iter().skip(1).map(s).collect();
+        Ok(GoMap::value(
+            m.into_iter().filter(|(k, _)| keys.contains(k)).collect(),
+        ))
+    }),
+    ("omit", |a| {
+        let m = map_entries(&arg(&a, 0)).unwrap_or_default();
+        let keys: Vec<String> = a.iter().skip(1).map(s).collect();
+        Ok(GoMap::value(
+            m.into_iter().filter(|(k, _)| !keys.contains(k)).collect(),
+        ))
+    }),
+    ("concat", |a| Ok(a.iter().flat_map(str_list).collect())),
+    ("reverse", |a| {
+        let mut l = str_list(&arg(&a, 0));
+        l.reverse();
+        Ok(Value::from(l))
+    }),
+    ("cat", |a| {
+        Ok(Value::from(
+            a.iter()
+                .filter(|v| !v.is_none())
+                .map(s)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
+    }),
+    ("nospace", |a| {
+        Ok(Value::from(
+            s(&arg(&a, 0)).split_whitespace().collect::<String>(),
+        ))
+    }),
+    ("substr", |a| {
+        let (start, end, x) = (to_i64(&arg(&a, 0)), to_i64(&arg(&a, 1)), s(&arg(&a, 2)));
+        let len = x.len() as i64;
+        let st = if start < 0 { 0 } else { start.min(len) } as usize;
+        let en = if end < 0 || end > len { len } else { end } as usize;
+        Ok(Value::from(x.get(st..en.max(st)).unwrap_or("")))
+    }),
+    ("abbrev", |a| {
+        let (w, x) = (to_i64(&arg(&a, 0)), s(&arg(&a, 1)));
+        if w < 4 || x.len() as i64 <= w {
+            return Ok(Value::from(x));
+        }
+        Ok(Value::from(format!(
+            "{}...",
+            x.get(..(w - 3) as usize).unwrap_or("")
+        )))
+    }),
+    ("snakecase", |a| {
+        Ok(Value::from(case_words(&s(&arg(&a, 0)), '_')))
+    }),
+    ("kebabcase", |a| {
+        Ok(Value::from(case_words(&s(&arg(&a, 0)), '-')))
+    }),
+    ("camelcase", |a| {
+        Ok(Value::from(
+            s(&arg(&a, 0))
+                .split(['_', '-', ' '])
+                .filter(|w| !w.is_empty())
+                .map(|w| {
+                    let mut c = w.chars();
+                    c.next()
+                        .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                        .unwrap_or_default()
+                })
+                .collect::<String>(),
+        ))
+    }),
+    ("toRawJson", |a| {
+        Ok(Value::from(raw_json(&to_json(&arg(&a, 0)))))
+    }),
+    ("mustToJson", |a| {
+        Ok(Value::from(go_json(&to_json(&arg(&a, 0)))))
+    }),
+    ("html", |a| {
+        Ok(Value::from(
+            sprint(&a.0)
+                .replace('&', "&amp;")
+                .replace('\'', "&#39;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&#34;"),
+        ))
+    }),
+    ("js", |a| {
+        let mut out = String::new();
+        for c in sprint(&a.0).chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '"' => out.push_str("\\\""),
+                '<' => out.push_str("\\u003C"),
+                '>' => out.push_str("\\u003E"),
+                '&' => out.push_str("\\u0026"),
+                '=' => out.push_str("\\u003D"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("urlquery", |a| {
+        let mut out = String::new();
+        for b in sprint(&a.0).bytes() {
+            match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    out.push(b as char)
+                }
+                b' ' => out.push('+'),
+                _ => out.push_str(&format!("%{b:02X}")),
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("slice", |a| {
+        // Sprig's slice (which replaces Go's builtin in helm) only accepts lists.
+        let (first, idx) =
+            a.0.split_first()
+                .ok_or_else(|| err("wrong number of args for slice"))?;
+        let Some(items) = list_items(first) else {
+            return Err(err(format!(
+                "list should be type of slice or array but {}",
+                type_of(first)
+            )));
+        };
+        if items.is_empty() {
+            return Ok(Value::from(()));
+        }
+        let i = idx.first().map(to_i64).unwrap_or(0).max(0) as usize;
+        let j = idx
+            .get(1)
+            .map(|v| to_i64(v).max(0) as usize)
+            .unwrap_or(items.len());
+        if i > j || j > items.len() {
+            return Err(err(format!("error calling slice: index out of range: {j}")));
+        }
+        Ok(Value::from(items[i..j].to_vec()))
+    }),
+    ("ceil", |a| Ok(Value::from(to_f64(&arg(&a, 0)).ceil()))),
+    ("floor", |a| Ok(Value::from(to_f64(&arg(&a, 0)).floor()))),
+    ("randAlphaNum", |a| {
+        Ok(Value::from(random_string(
+            to_i64(&arg(&a, 0)),
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+        )))
+    }),
+    ("randAlpha", |a| {
+        Ok(Value::from(random_string(
+            to_i64(&arg(&a, 0)),
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
+        )))
+    }),
+    ("randNumeric", |a| {
+        Ok(Value::from(random_string(
+            to_i64(&arg(&a, 0)),
+            b"0123456789",
+        )))
+    }),
+    ("uuidv4", |_a| {
+        let mut b = [0u8; 16];
+        for chunk in b.chunks_mut(8) {
+            chunk.copy_from_slice(&random_u64().to_le_bytes());
+        }
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        Ok(Value::from(format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )))
+    }),
     ("__range", |a| f_range(arg(&a, 0))),
 ];
+
+fn case_words(x: &str, sep: char) -> String {
+    let mut out = String::new();
+    let mut prev_lower = false;
+    for c in x.chars() {
+        if c == '_' || c == '-' || c == ' ' {
+            if !out.is_empty() && !out.ends_with(sep) {
+                out.push(sep);
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower && !out.ends_with(sep) {
+            out.push(sep);
+        }
+        out.extend(c.to_lowercase());
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+    }
+    out
+}
+
+/// Go's json.Marshal without HTML escaping (Sprig's toRawJson).
+fn raw_json(v: &serde_json::Value) -> String {
+    let mut out = String::new();
+    go_json_into(&mut out, v, false);
+    out
+}
+
+/// Random numbers for Sprig's rand* and uuidv4: seeded per process by the standard library's
+/// hasher keys (non-deterministic, as in helm; no extra dependency).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+fn random_string(n: i64, alphabet: &[u8]) -> String {
+    (0..n.max(0))
+        .map(|_| alphabet[(random_u64() % alphabet.len() as u64) as usize] as char)
+        .collect()
+}
 
 /// Registers the runtime on an environment.
 pub fn register(env: &mut Environment<'static>) {
