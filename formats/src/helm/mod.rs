@@ -272,39 +272,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         db.cmp(&da).then_with(|| b.name.cmp(&a.name))
     });
 
-    let mut env = Environment::new();
-    let syntax = minijinja::syntax::SyntaxConfig::builder()
-        .keep_trailing_newline(true)
-        .build()
-        .map_err(|e| HelmError::chart(&name, e.to_string()))?;
-    env.set_syntax(syntax);
-    env.set_recursion_limit(1000);
-    funcs::register(&mut env);
-    let known = funcs::known();
-    for u in &units {
-        let parsed = parse::parse(&u.name, u.source)?;
-        let t = translate::translate(&u.name, &parsed, &known)?;
-        for (dname, dsrc) in t.defines {
-            env.add_template_owned(translate::define_name(&dname), dsrc)
-                .map_err(|e| {
-                    HelmError::template(
-                        &u.name,
-                        e.line().unwrap_or(0),
-                        format!("translation failed: {e}"),
-                    )
-                })?;
-        }
-        if u.render {
-            env.add_template_owned(u.name.clone(), t.main)
-                .map_err(|e| {
-                    HelmError::template(
-                        &u.name,
-                        e.line().unwrap_or(0),
-                        format!("translation failed: {e}"),
-                    )
-                })?;
-        }
-    }
+    let env = environment(&name, &units)?;
 
     let release: BTreeMap<String, Value> = [
         ("Name", Value::from(opts.release_name.as_str())),
@@ -368,6 +336,78 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         });
     }
     Ok(out)
+}
+
+/// Compiled environments by the digest of the template set (names, render flags and sources),
+/// so a chart is translated once, not on every render.
+static CACHE: std::sync::Mutex<
+    Option<std::collections::HashMap<String, std::sync::Arc<Environment<'static>>>>,
+> = std::sync::Mutex::new(None);
+/// Bound on cached charts; the cache is simply emptied when full.
+const CACHE_MAX: usize = 64;
+
+fn environment(
+    chart: &str,
+    units: &[Unit<'_>],
+) -> Result<std::sync::Arc<Environment<'static>>, HelmError> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for u in units {
+        for part in [
+            u.name.as_bytes(),
+            &[u8::from(u.render)],
+            u.source.as_bytes(),
+        ] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+    }
+    let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(env) = cache.as_ref().and_then(|c| c.get(&digest)) {
+        return Ok(env.clone());
+    }
+    drop(cache);
+    let env = std::sync::Arc::new(build_environment(chart, units)?);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let map = cache.get_or_insert_with(Default::default);
+    if map.len() >= CACHE_MAX {
+        map.clear();
+    }
+    map.insert(digest, env.clone());
+    Ok(env)
+}
+
+fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'static>, HelmError> {
+    let mut env = Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .keep_trailing_newline(true)
+        .build()
+        .map_err(|e| HelmError::chart(chart, e.to_string()))?;
+    env.set_syntax(syntax);
+    env.set_recursion_limit(1000);
+    funcs::register(&mut env);
+    let known = funcs::known();
+    for u in units {
+        let parsed = parse::parse(&u.name, u.source)?;
+        let t = translate::translate(&u.name, &parsed, &known)?;
+        let fail = |e: minijinja::Error| {
+            HelmError::template(
+                &u.name,
+                e.line().unwrap_or(0),
+                format!("translation failed: {e}"),
+            )
+        };
+        for (dname, dsrc) in t.defines {
+            env.add_template_owned(translate::define_name(&dname), dsrc)
+                .map_err(fail)?;
+        }
+        if u.render {
+            env.add_template_owned(u.name.clone(), t.main)
+                .map_err(fail)?;
+        }
+    }
+    Ok(env)
 }
 
 fn has_schema(chart: &Chart) -> bool {
