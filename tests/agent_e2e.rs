@@ -621,3 +621,267 @@ async fn futures_rvs(cms: &Api<ConfigMap>, names: &[&str]) -> Vec<Option<String>
     }
     out
 }
+
+/// Admin helpers for RBAC scenarios.
+mod rbac {
+    use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use kube::api::{Api, PostParams};
+    use kube::Client;
+    use serde_json::json;
+
+    pub async fn namespace(client: &Client, name: &str) {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+    }
+
+    pub async fn service_account(client: &Client, namespace: &str, name: &str) {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &sa)
+            .await
+            .unwrap();
+    }
+
+    /// Lets `sa` (namespace/name) do `verbs` on `resources` (optionally only `names`) in `namespace`.
+    pub async fn grant(
+        client: &Client,
+        namespace: &str,
+        sa: (&str, &str),
+        resources: &[&str],
+        names: &[&str],
+        verbs: &[&str],
+    ) {
+        let name = format!("grant-{}-{}", sa.1, resources.join("-"));
+        let mut rule = json!({"apiGroups": [""], "resources": resources, "verbs": verbs});
+        if !names.is_empty() {
+            rule["resourceNames"] = json!(names);
+        }
+        let role: Role =
+            serde_json::from_value(json!({"metadata": {"name": name}, "rules": [rule]})).unwrap();
+        Api::<Role>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "namespace": sa.0, "name": sa.1}],
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+
+    pub async fn basic_auth_secret(
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        username: &str,
+        password: &str,
+    ) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "type": "kubernetes.io/basic-auth",
+            "stringData": {"username": username, "password": password},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+}
+
+const APPLY_VERBS: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+
+#[tokio::test]
+async fn writes_impersonate_the_service_account_and_rbac_decides() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("imp");
+    rbac::namespace(&client, &test).await;
+    rbac::service_account(&client, &test, "installer").await;
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    let bd = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
+        "spec": {
+            "installNamespace": test,
+            "serviceAccount": {"namespace": test, "name": "installer"},
+            "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
+            "format": "plain",
+        }
+    });
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    bds.patch(
+        &test,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+        &Patch::Apply(&bd),
+    )
+    .await
+    .unwrap();
+
+    // The ServiceAccount may not touch ConfigMaps: refused, naming the object and the identity.
+    let denied = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        &format!("system:serviceaccount:{test}:installer"),
+    )
+    .await;
+    let ready = find(&denied.status.unwrap().conditions, "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.reason, "Forbidden");
+    assert!(
+        ready.message.contains(&format!("ConfigMap {test}/app")),
+        "{}",
+        ready.message
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    assert!(cms.get_opt("app").await.unwrap().is_none());
+
+    // Granted: installed.
+    rbac::grant(
+        &client,
+        &test,
+        (&test, "installer"),
+        &["configmaps"],
+        &[],
+        APPLY_VERBS,
+    )
+    .await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+    assert!(cms.get_opt("app").await.unwrap().is_some());
+    bds.delete(&test, &Default::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_secret_in_another_namespace_needs_a_service_account_allowed_to_read_it() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("sec");
+    let creds_ns = format!("{test}-creds");
+    rbac::namespace(&client, &test).await;
+    rbac::namespace(&client, &creds_ns).await;
+    let git = fixtures.git_auth();
+    rbac::basic_auth_secret(
+        &client,
+        &creds_ns,
+        "git-creds",
+        git.username.as_deref().unwrap(),
+        git.password.as_deref().unwrap(),
+    )
+    .await;
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    let source = json!({"kind": "git", "git": {
+        "repository": repo.url(git), "ref": {"branch": "main"},
+        "auth": {"secret": {"name": "git-creds", "namespace": creds_ns}}}});
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let mut bd = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
+        "spec": {"installNamespace": test, "sources": [source], "format": "plain"}
+    });
+    bds.patch(
+        &test,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+        &Patch::Apply(&bd),
+    )
+    .await
+    .unwrap();
+
+    // No ServiceAccount: the agent refuses to read a Secret outside its namespace.
+    let refused = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        &format!("secret {creds_ns}/git-creds"),
+    )
+    .await;
+    let ready = find(&refused.status.unwrap().conditions, "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.reason, "SecretNotAllowed");
+    assert!(ready.message.contains("allow-list"), "{}", ready.message);
+
+    // A ServiceAccount that may not get it: refused after a SubjectAccessReview.
+    rbac::service_account(&client, &test, "installer").await;
+    rbac::grant(
+        &client,
+        &test,
+        (&test, "installer"),
+        &["configmaps"],
+        &[],
+        APPLY_VERBS,
+    )
+    .await;
+    bd["spec"]["serviceAccount"] = json!({"namespace": test, "name": "installer"});
+    bds.patch(
+        &test,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+        &Patch::Apply(&bd),
+    )
+    .await
+    .unwrap();
+    let refused = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        "SubjectAccessReview",
+    )
+    .await;
+    assert_eq!(
+        find(&refused.status.unwrap().conditions, "Ready")
+            .unwrap()
+            .reason,
+        "SecretNotAllowed"
+    );
+
+    // Allowed to get exactly that Secret: fetched with its credentials and installed.
+    rbac::grant(
+        &client,
+        &creds_ns,
+        (&test, "installer"),
+        &["secrets"],
+        &["git-creds"],
+        &["get"],
+    )
+    .await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(
+        !log.contains(git.password.as_deref().unwrap()),
+        "the secret's value never reaches the logs"
+    );
+    bds.delete(&test, &Default::default()).await.unwrap();
+}

@@ -160,6 +160,7 @@ impl ApplyError {
         match self {
             ApplyError::KindNotServed { .. } => "KindNotServed",
             ApplyError::OwnershipConflict { .. } => "OwnershipConflict",
+            ApplyError::Rejected { code: 403, .. } => "Forbidden",
             ApplyError::Rejected { .. } => "ObjectRejected",
             ApplyError::CrdNotEstablished { .. } => "CrdNotEstablished",
             ApplyError::Scope { .. } => "InvalidScope",

@@ -59,6 +59,9 @@ pub enum ReconcileError {
     /// An object could not be applied or pruned (boxed: it is the largest variant by far).
     #[error(transparent)]
     Apply(Box<ApplyError>),
+    /// A write for the bundle was forbidden by RBAC (for the impersonated ServiceAccount).
+    #[error("{0}")]
+    Forbidden(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -84,6 +87,7 @@ impl ReconcileError {
             ReconcileError::Secret { reason, .. } => reason.to_string(),
             ReconcileError::Render(e) => e.category().to_string(),
             ReconcileError::Apply(e) => e.category().to_string(),
+            ReconcileError::Forbidden(_) => "Forbidden".to_string(),
             ReconcileError::Kube { .. } => "KubernetesAPIError".to_string(),
         }
     }
@@ -92,7 +96,9 @@ impl ReconcileError {
     pub fn is_transient(&self) -> bool {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
-            ReconcileError::Secret { .. } | ReconcileError::Render(_) => false,
+            ReconcileError::Secret { .. }
+            | ReconcileError::Render(_)
+            | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Kube { .. } => true,
         }
@@ -318,7 +324,7 @@ async fn install(
     let objects: Vec<Object> = rendered.object_list();
 
     if let Some(namespace) = &bd.spec.install_namespace {
-        ensure_namespace(&ctx.writer(bd)?, namespace).await?;
+        ensure_namespace(&ctx.client, &ctx.writer(bd)?, namespace).await?;
     }
     let applier = ctx.applier(bd)?;
     let digest = rendered.digest();
@@ -514,34 +520,42 @@ fn change_object(key: &ObjectKey, api_version: &str) -> changelog::ObjectRef {
     }
 }
 
-async fn ensure_namespace(client: &Client, name: &str) -> Result<(), ReconcileError> {
+async fn ensure_namespace(
+    reader: &Client,
+    writer: &Client,
+    name: &str,
+) -> Result<(), ReconcileError> {
     // Created when missing and never deleted by pallet: the namespace may hold things that are
-    // not the bundle's, so it is not part of the inventory.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
+    // not the bundle's, so it is not part of the inventory. Looking is the agent's own business;
+    // creating is a write for the bundle, so it goes through the (impersonating) writer.
     let context = || format!("create install namespace {name}");
-    if namespaces
+    let kube_error = |e| ReconcileError::Kube {
+        context: context(),
+        source: e,
+    };
+    if Api::<Namespace>::all(reader.clone())
         .get_opt(name)
         .await
-        .map_err(|e| ReconcileError::Kube {
-            context: context(),
-            source: e,
-        })?
+        .map_err(kube_error)?
         .is_some()
     {
         return Ok(());
     }
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))
-        .map_err(|e| ReconcileError::Kube {
-            context: context(),
-            source: kube::Error::SerdeError(e),
-        })?;
-    match namespaces.create(&PostParams::default(), &namespace).await {
+        .map_err(|e| kube_error(kube::Error::SerdeError(e)))?;
+    match Api::<Namespace>::all(writer.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(ReconcileError::Kube {
-            context: context(),
-            source: e,
-        }),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(ReconcileError::Forbidden(format!(
+                "install namespace {name} does not exist and may not be created: {}",
+                status.message
+            )))
+        }
+        Err(e) => Err(kube_error(e)),
     }
 }
 
