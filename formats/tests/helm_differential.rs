@@ -110,6 +110,8 @@ fn oracle(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
             "HELM_CACHE_HOME",
             std::env::temp_dir().join("pallet-helm-oracle"),
         )
+        // Sprig formats dates in the local zone; pallet renders in UTC.
+        .env("TZ", "UTC")
         .output()
         .expect("running helm");
     assert!(

@@ -510,7 +510,7 @@ pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, E
                 "no template \"{name}\" associated with template \"gotpl\""
             ))
         })?;
-    tmpl.render(minijinja::context! { __d0 => data })
+    tmpl.render(minijinja::context! { __d0 => data, __now => state.lookup("__now") })
 }
 
 fn f_include(state: &State, name: String, data: Option<Value>) -> Result<Value, Error> {
@@ -532,7 +532,18 @@ pub fn known() -> HashSet<&'static str> {
         .map(|(n, _)| *n)
         .collect::<HashSet<_>>()
         .into_iter()
-        .chain(["include", "tpl", "and", "or", "not"])
+        .chain([
+            "include",
+            "tpl",
+            "and",
+            "or",
+            "not",
+            "now",
+            "date",
+            "dateInZone",
+            "unixEpoch",
+            "htmlDate",
+        ])
         .collect()
 }
 
@@ -1955,6 +1966,207 @@ fn random_string(n: i64, alphabet: &[u8]) -> String {
         .collect()
 }
 
+/// A Go `time.Time` (UTC only), as returned by `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct GoTime {
+    /// Seconds since the Unix epoch.
+    pub secs: i64,
+    /// Nanoseconds within the second.
+    pub nanos: u32,
+}
+
+impl Object for GoTime {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&go_time_format(
+            self,
+            "2006-01-02 15:04:05.999999999 -0700 MST",
+        ))
+    }
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// Go's `Time.Format` for a UTC time (the layout tokens charts use).
+pub fn go_time_format(t: &GoTime, layout: &str) -> String {
+    let days = t.secs.div_euclid(86_400);
+    let sod = t.secs.rem_euclid(86_400);
+    let (y, mo, d) = civil(days);
+    let (h, mi, se) = (sod / 3600, (sod / 60) % 60, sod % 60);
+    let wd = (days + 4).rem_euclid(7) as usize;
+    let month = MONTHS[(mo - 1) as usize];
+    let mut out = String::new();
+    let mut rest = layout;
+    // Longest tokens first, as Go's nextStdChunk distinguishes them.
+    let tokens: &[&str] = &[
+        "January", "Monday", "2006", "-07:00", "Z07:00", "-0700", "Z0700", "Jan", "Mon", "MST",
+        "002", "_2", "01", "02", "03", "04", "05", "06", "15", "PM", "pm", "-07", "1", "2", "3",
+        "4", "5",
+    ];
+    while !rest.is_empty() {
+        if let Some(frac) = rest
+            .strip_prefix(".999999999")
+            .or_else(|| rest.strip_prefix(",999999999"))
+        {
+            let ns = format!("{:09}", t.nanos);
+            let trimmed = ns.trim_end_matches('0');
+            if !trimmed.is_empty() {
+                out.push('.');
+                out.push_str(trimmed);
+            }
+            rest = frac;
+            continue;
+        }
+        if let Some(after) = rest.strip_prefix(".000") {
+            out.push_str(&format!(".{:03}", t.nanos / 1_000_000));
+            rest = after;
+            continue;
+        }
+        let Some(tok) = tokens.iter().find(|tk| rest.starts_with(**tk)) else {
+            let c = rest.chars().next().unwrap_or(' ');
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        };
+        let h12 = if h % 12 == 0 { 12 } else { h % 12 };
+        let piece = match *tok {
+            "January" => month.to_string(),
+            "Monday" => DAYS[wd].to_string(),
+            "2006" => format!("{y:04}"),
+            "-07:00" => "+00:00".into(),
+            "Z07:00" | "Z0700" => "Z".into(),
+            "-0700" => "+0000".into(),
+            "-07" => "+00".into(),
+            "Jan" => month[..3].to_string(),
+            "Mon" => DAYS[wd][..3].to_string(),
+            "MST" => "UTC".into(),
+            "002" => {
+                let (y0, _, _) = civil(days);
+                let jan1 = days_from_civil(y0, 1, 1);
+                format!("{:03}", days - jan1 + 1)
+            }
+            "_2" => format!("{d:>2}"),
+            "01" => format!("{mo:02}"),
+            "02" => format!("{d:02}"),
+            "03" => format!("{h12:02}"),
+            "04" => format!("{mi:02}"),
+            "05" => format!("{se:02}"),
+            "06" => format!("{:02}", y.rem_euclid(100)),
+            "15" => format!("{h:02}"),
+            "PM" => if h >= 12 { "PM" } else { "AM" }.into(),
+            "pm" => if h >= 12 { "pm" } else { "am" }.into(),
+            "1" => mo.to_string(),
+            "2" => d.to_string(),
+            "3" => h12.to_string(),
+            "4" => mi.to_string(),
+            _ => se.to_string(),
+        };
+        out.push_str(&piece);
+        rest = &rest[tok.len()..];
+    }
+    out
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Sprig accepts a time, or Unix seconds as a number.
+fn as_time(v: &Value) -> Result<GoTime, Error> {
+    if let Some(t) = v.downcast_object_ref::<GoTime>() {
+        return Ok(*t);
+    }
+    if v.kind() == ValueKind::Number {
+        return Ok(GoTime {
+            secs: to_i64(v),
+            nanos: 0,
+        });
+    }
+    Err(err(format!(
+        "unsupported construct: date of a {}",
+        type_of(v)
+    )))
+}
+
+fn f_now(state: &State) -> Result<Value, Error> {
+    let now = state
+        .lookup("__now")
+        .filter(|v| !v.is_undefined() && !v.is_none());
+    let t = match now {
+        Some(v) => GoTime {
+            secs: to_i64(&v),
+            nanos: 0,
+        },
+        None => {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            GoTime {
+                secs: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                nanos: d.subsec_nanos(),
+            }
+        }
+    };
+    Ok(Value::from_object(t))
+}
+
+fn f_date(layout: String, t: Value) -> Result<Value, Error> {
+    Ok(Value::from(go_time_format(&as_time(&t)?, &layout)))
+}
+
+fn f_date_in_zone(layout: String, t: Value, zone: String) -> Result<Value, Error> {
+    if zone != "UTC" {
+        return Err(err(format!(
+            "unsupported construct: dateInZone with zone {zone:?} (only UTC)"
+        )));
+    }
+    f_date(layout, t)
+}
+
 /// Registers the runtime on an environment.
 pub fn register(env: &mut Environment<'static>) {
     for (name, f) in FUNCS {
@@ -1971,6 +2183,15 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_function("h_include", f_include);
     env.add_function("__template", f_template);
     env.add_function("h_tpl", f_tpl);
+    env.add_function("h_now", f_now);
+    env.add_function("h_date", f_date);
+    env.add_function("h_dateInZone", f_date_in_zone);
+    env.add_function("h_unixEpoch", |t: Value| -> Result<Value, Error> {
+        Ok(Value::from(as_time(&t)?.secs.to_string()))
+    });
+    env.add_function("h_htmlDate", |t: Value| -> Result<Value, Error> {
+        f_date("2006-01-02".into(), t)
+    });
     env.set_formatter(|out, _state, v| {
         // Helm replaces Go's "<no value>" with the empty string after rendering.
         if v.is_none() || v.is_undefined() {
@@ -1989,9 +2210,11 @@ fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
         )));
     }
     let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
-    let out = state
-        .env()
-        .render_named_str(&name, &t.main, minijinja::context! { __d0 => data })?;
+    let out = state.env().render_named_str(
+        &name,
+        &t.main,
+        minijinja::context! { __d0 => data, __now => state.lookup("__now") },
+    )?;
     Ok(Value::from(out))
 }
 
@@ -2044,6 +2267,27 @@ mod tests {
         assert!(semver_check(">=1.19-0", "v1.30.0").unwrap());
         assert!(!semver_check("<1.19", "1.30.0").unwrap());
         assert!(!semver_check(">=1.19", "1.30.0-beta.1").unwrap());
+    }
+
+    #[test]
+    fn go_time_layouts() {
+        // 2024-02-29T13:04:05.5Z, a Thursday.
+        let t = GoTime {
+            secs: 1_709_211_845,
+            nanos: 500_000_000,
+        };
+        assert_eq!(
+            go_time_format(&t, "2006-01-02T15:04:05Z07:00"),
+            "2024-02-29T13:04:05Z"
+        );
+        assert_eq!(
+            go_time_format(&t, "Mon Jan _2 3:04PM 06 002"),
+            "Thu Feb 29 1:04PM 24 060"
+        );
+        assert_eq!(
+            go_time_format(&t, "2006-01-02 15:04:05.999999999 -0700 MST"),
+            "2024-02-29 13:04:05.5 +0000 UTC"
+        );
     }
 
     #[test]

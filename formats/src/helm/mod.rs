@@ -101,6 +101,9 @@ pub struct RenderOptions {
     pub is_upgrade: bool,
     /// `.Release.Revision`.
     pub revision: i64,
+    /// The clock for `now`, as Unix seconds (UTC); `None` reads the system clock. Injected so
+    /// renders can be reproducible.
+    pub now: Option<i64>,
 }
 
 impl Default for RenderOptions {
@@ -114,6 +117,7 @@ impl Default for RenderOptions {
             api_versions: Vec::new(),
             is_upgrade: false,
             revision: 1,
+            now: None,
         }
     }
 }
@@ -325,7 +329,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
             .get_template(&u.name)
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
         let content = tmpl
-            .render(minijinja::context! { __d0 => GoMap::value(top) })
+            .render(minijinja::context! { __d0 => GoMap::value(top), __now => opts.now })
             .map_err(|e| render_error(&u.name, &e))?;
         if u.name.ends_with("NOTES.txt") {
             continue;
