@@ -3,8 +3,11 @@
 
 pub mod canonical;
 pub mod error;
+mod gojson;
 pub mod helm;
 pub mod object;
+pub mod plain;
+pub mod registry_v1;
 pub mod scope;
 
 use std::path::Path;
@@ -99,6 +102,9 @@ impl Rendered {
 
 /// Renders the bundle tree at `tree` in `format` with `config`.
 pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
-    let _ = (tree, config);
-    Err(RenderError::NotImplemented(format.name()))
+    match format {
+        Format::Plain => plain::render_plain(tree, config),
+        Format::RegistryV1 => registry_v1::render_registry_v1(tree, config),
+        Format::Helm => Err(RenderError::NotImplemented(format.name())),
+    }
 }

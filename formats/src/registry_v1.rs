@@ -1,0 +1,1066 @@
+//! The `registry-v1` format: an OLM bundle (`manifests/` + `metadata/annotations.yaml`) converted to
+//! plain objects the way OLM v1 (operator-controller) converts it, so objects made by either can be
+//! handed over without being recreated.
+//!
+//! Output, in this order: ServiceAccounts named by the CSV's permissions (sorted; `default` is never
+//! generated), a Role and RoleBinding per permission in the target namespace (none in AllNamespaces
+//! mode, where permissions become cluster permissions plus a rule to read namespaces), a ClusterRole and
+//! ClusterRoleBinding per cluster permission, the bundle's CRDs as they are, its other manifests (with
+//! the install namespace for namespaced kinds), and the CSV's deployments.
+//!
+//! Generated RBAC names are `<csv name>-<service account>` joined with `-` to the base-36 SHA-224 of the
+//! permission entry as Go's `encoding/json` encodes it; the base is cut so that the name fits 63
+//! characters. Like OLM, the cut happens only when base + hash is longer than 63, so a name can reach
+//! 64 characters when base + hash is exactly 63.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{RegistryV1Rule, RenderError, SourceLocation};
+use crate::gojson;
+use crate::object::{parse_manifests, Object, Origin};
+use crate::plain::read_text;
+use crate::scope::{builtin_scope, Scope};
+use crate::{RenderConfig, Rendered, RenderedObject};
+
+const MANIFESTS_DIR: &str = "manifests";
+const PACKAGE_ANNOTATION: &str = "operators.operatorframework.io.bundle.package.v1";
+const SUGGESTED_NAMESPACE_ANNOTATION: &str = "operatorframework.io/suggested-namespace";
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const MAX_NAME_LENGTH: usize = 63;
+
+/// Property types that declare dependencies, which OLM v1 cannot resolve.
+const DEPENDENCY_PROPERTY_TYPES: &[&str] =
+    &["olm.package.required", "olm.gvk.required", "olm.constraint"];
+
+/// Kinds OLM accepts among a bundle's manifests besides CSV and CRDs, with whether OLM treats them as
+/// namespaced (operator-registry's supported resources). OLM lists VerticalPodAutoscaler as not
+/// namespaced; we report it as [`Scope::Unknown`] so the apply step asks discovery.
+const SUPPORTED_KINDS: &[(&str, bool)] = &[
+    ("ClusterRole", false),
+    ("ClusterRoleBinding", false),
+    ("Service", true),
+    ("ServiceAccount", true),
+    ("Role", true),
+    ("RoleBinding", true),
+    ("Secret", true),
+    ("ConfigMap", true),
+    ("PrometheusRule", true),
+    ("ServiceMonitor", true),
+    ("PodDisruptionBudget", true),
+    ("PriorityClass", false),
+    ("VerticalPodAutoscaler", false),
+    ("ConsoleYAMLSample", false),
+    ("ConsoleQuickStart", false),
+    ("ConsoleCLIDownload", false),
+    ("ConsoleLink", false),
+    ("NetworkPolicy", true),
+];
+
+/// Install modes, as named in a CSV's `spec.installModes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum InstallMode {
+    OwnNamespace,
+    SingleNamespace,
+    MultiNamespace,
+    AllNamespaces,
+}
+
+impl InstallMode {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "OwnNamespace" => Some(Self::OwnNamespace),
+            "SingleNamespace" => Some(Self::SingleNamespace),
+            "MultiNamespace" => Some(Self::MultiNamespace),
+            "AllNamespaces" => Some(Self::AllNamespaces),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::OwnNamespace => "OwnNamespace",
+            Self::SingleNamespace => "SingleNamespace",
+            Self::MultiNamespace => "MultiNamespace",
+            Self::AllNamespaces => "AllNamespaces",
+        }
+    }
+}
+
+/// One rule of a CSV permission, with the fields Go's `rbacv1.PolicyRule` keeps.
+#[derive(Debug, Clone, PartialEq)]
+struct PolicyRule {
+    verbs: Option<Vec<String>>,
+    api_groups: Vec<String>,
+    resources: Vec<String>,
+    resource_names: Vec<String>,
+    non_resource_urls: Vec<String>,
+}
+
+impl PolicyRule {
+    /// Go-json of the rule: struct field order; `verbs` always written (null when absent), the other
+    /// lists omitted when empty.
+    fn write_go_json(&self, out: &mut String) {
+        out.push_str("{\"verbs\":");
+        gojson::write_string_list(self.verbs.as_deref(), out);
+        for (name, list) in [
+            ("apiGroups", &self.api_groups),
+            ("resources", &self.resources),
+            ("resourceNames", &self.resource_names),
+            ("nonResourceURLs", &self.non_resource_urls),
+        ] {
+            if !list.is_empty() {
+                out.push_str(",\"");
+                out.push_str(name);
+                out.push_str("\":");
+                gojson::write_string_list(Some(list.as_slice()), out);
+            }
+        }
+        out.push('}');
+    }
+
+    /// The rule as it appears in a Role or ClusterRole.
+    fn to_value(&self) -> Value {
+        let mut rule = Map::new();
+        rule.insert(
+            "verbs".to_owned(),
+            match &self.verbs {
+                Some(verbs) => json!(verbs),
+                None => Value::Null,
+            },
+        );
+        for (name, list) in [
+            ("apiGroups", &self.api_groups),
+            ("resources", &self.resources),
+            ("resourceNames", &self.resource_names),
+            ("nonResourceURLs", &self.non_resource_urls),
+        ] {
+            if !list.is_empty() {
+                rule.insert(name.to_owned(), json!(list));
+            }
+        }
+        Value::Object(rule)
+    }
+}
+
+/// One entry of a CSV's `permissions` or `clusterPermissions`.
+#[derive(Debug, Clone, PartialEq)]
+struct Permission {
+    service_account_name: String,
+    rules: Option<Vec<PolicyRule>>,
+}
+
+impl Permission {
+    /// What Go's `json.Encoder` writes for the permission struct, trailing newline included.
+    fn go_json(&self) -> String {
+        let mut out = String::from("{\"serviceAccountName\":");
+        gojson::write_string(&self.service_account_name, &mut out);
+        out.push_str(",\"rules\":");
+        match &self.rules {
+            None => out.push_str("null"),
+            Some(rules) => {
+                out.push('[');
+                for (index, rule) in rules.iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    rule.write_go_json(&mut out);
+                }
+                out.push(']');
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    fn service_account(&self) -> &str {
+        if self.service_account_name.is_empty() {
+            "default"
+        } else {
+            &self.service_account_name
+        }
+    }
+
+    fn rule_values(&self) -> Value {
+        match &self.rules {
+            Some(rules) => Value::Array(rules.iter().map(PolicyRule::to_value).collect()),
+            None => Value::Null,
+        }
+    }
+}
+
+/// OLM's generated name: `<base>-<base36 sha224 of the Go-json of value>`, base cut to fit 63.
+fn unique_name(base: &str, permission: &Permission) -> String {
+    let hash = gojson::sha224_base36(permission.go_json().as_bytes());
+    let mut base = base;
+    if base.len() + hash.len() > MAX_NAME_LENGTH {
+        let keep = MAX_NAME_LENGTH.saturating_sub(hash.len() + 1);
+        // Names are ASCII in practice; cut at a char boundary anyway so a non-ASCII name cannot panic.
+        let mut cut = keep.min(base.len());
+        while !base.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        base = &base[..cut];
+    }
+    format!("{base}-{hash}")
+}
+
+fn reject(
+    rule: RegistryV1Rule,
+    object: impl Into<String>,
+    message: impl Into<String>,
+) -> RenderError {
+    RenderError::RegistryV1 {
+        rule,
+        object: object.into(),
+        message: message.into(),
+    }
+}
+
+/// The parsed bundle.
+struct Bundle {
+    csv: Object,
+    crds: Vec<Object>,
+    others: Vec<Object>,
+    package_name: String,
+    /// Properties from `metadata/properties.yaml` (type, value).
+    metadata_properties: Vec<Value>,
+}
+
+/// Renders an OLM registry+v1 bundle.
+pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
+    let bundle = load(tree)?;
+    validate(&bundle)?;
+    let csv_name = bundle.csv.name().to_owned();
+    let csv_label = format!("ClusterServiceVersion {csv_name}");
+
+    let install_namespace = if !config.install_namespace.is_empty() {
+        config.install_namespace.clone()
+    } else if let Some(suggested) = annotation(&bundle.csv, SUGGESTED_NAMESPACE_ANNOTATION) {
+        suggested.to_owned()
+    } else {
+        format!("{}-system", bundle.package_name)
+    };
+    check_namespace_name(&install_namespace, "install namespace")?;
+    if !config.watch_namespace.is_empty() {
+        check_namespace_name(&config.watch_namespace, "watch namespace")?;
+    }
+    let target_namespace =
+        check_install_mode(&bundle.csv, &install_namespace, &config.watch_namespace)?;
+    let all_namespaces = target_namespace.is_empty();
+
+    let strategy = install_strategy_spec(&bundle.csv)?;
+    let permissions = read_permissions(strategy, "permissions", &csv_label)?;
+    let cluster_permissions = read_permissions(strategy, "clusterPermissions", &csv_label)?;
+    let origin = bundle.csv.origin().clone();
+    let mut out: Vec<(Value, Origin, Scope)> = Vec::new();
+
+    // ServiceAccounts for every permission's account, except the namespace's default one.
+    let accounts: BTreeSet<&str> = permissions
+        .iter()
+        .chain(cluster_permissions.iter())
+        .map(Permission::service_account)
+        .filter(|name| *name != "default")
+        .collect();
+    for account in accounts {
+        out.push((
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": account, "namespace": install_namespace}}),
+            origin.clone(),
+            Scope::Namespaced,
+        ));
+    }
+
+    let subject = |account: &str| json!([{"kind": "ServiceAccount", "name": account, "namespace": install_namespace}]);
+    let mut cluster_permissions = cluster_permissions;
+    if all_namespaces {
+        // OLM promotes namespaced permissions to cluster permissions that may also read namespaces.
+        for permission in &permissions {
+            let mut promoted = permission.clone();
+            promoted
+                .rules
+                .get_or_insert_with(Vec::new)
+                .push(PolicyRule {
+                    verbs: Some(vec![
+                        "get".to_owned(),
+                        "list".to_owned(),
+                        "watch".to_owned(),
+                    ]),
+                    api_groups: vec![String::new()],
+                    resources: vec!["namespaces".to_owned()],
+                    resource_names: Vec::new(),
+                    non_resource_urls: Vec::new(),
+                });
+            cluster_permissions.push(promoted);
+        }
+    } else {
+        for permission in &permissions {
+            let account = permission.service_account();
+            let name = unique_name(&format!("{csv_name}-{account}"), permission);
+            out.push((
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                       "metadata": {"name": name, "namespace": target_namespace},
+                       "rules": permission.rule_values()}),
+                origin.clone(),
+                Scope::Namespaced,
+            ));
+            out.push((
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                       "metadata": {"name": name, "namespace": target_namespace},
+                       "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+                       "subjects": subject(account)}),
+                origin.clone(),
+                Scope::Namespaced,
+            ));
+        }
+    }
+    for permission in &cluster_permissions {
+        let account = permission.service_account();
+        let name = unique_name(&format!("{csv_name}-{account}"), permission);
+        out.push((
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name}, "rules": permission.rule_values()}),
+            origin.clone(),
+            Scope::Cluster,
+        ));
+        out.push((
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": name},
+                   "subjects": subject(account)}),
+            origin.clone(),
+            Scope::Cluster,
+        ));
+    }
+
+    for crd in &bundle.crds {
+        let mut body = crd.body().clone();
+        // OLM reads CRDs into Go types, whose metadata drops a null creationTimestamp.
+        if let Some(Value::Object(metadata)) = body.get_mut("metadata") {
+            if metadata.get("creationTimestamp") == Some(&Value::Null) {
+                metadata.remove("creationTimestamp");
+            }
+        }
+        out.push((Value::Object(body), crd.origin().clone(), Scope::Cluster));
+    }
+    for other in &bundle.others {
+        let namespaced = SUPPORTED_KINDS
+            .iter()
+            .find(|(kind, _)| *kind == other.kind())
+            .map(|(_, namespaced)| *namespaced)
+            .unwrap_or(false);
+        let mut object = other.clone();
+        let scope = if namespaced {
+            object.set_namespace(&install_namespace);
+            Scope::Namespaced
+        } else {
+            builtin_scope(other.group(), other.kind()).unwrap_or(Scope::Unknown)
+        };
+        out.push((
+            Value::Object(object.into_body()),
+            other.origin().clone(),
+            scope,
+        ));
+    }
+
+    let csv_annotations = csv_annotations(&bundle)?;
+    for deployment in deployments(
+        &bundle.csv,
+        strategy,
+        &csv_annotations,
+        &install_namespace,
+        &target_namespace,
+    )? {
+        out.push((deployment, origin.clone(), Scope::Namespaced));
+    }
+
+    let mut rendered = Vec::with_capacity(out.len());
+    let mut seen: HashMap<crate::object::ObjectKey, Origin> = HashMap::new();
+    for (body, origin, scope) in out {
+        let object = Object::new(body, origin)?;
+        let key = object.key();
+        if let Some(first) = seen.get(&key) {
+            return Err(RenderError::DuplicateObject {
+                object: key.to_string(),
+                first: Box::new(first.location()),
+                second: Box::new(object.origin().location()),
+            });
+        }
+        seen.insert(key, object.origin().clone());
+        rendered.push(RenderedObject { object, scope });
+    }
+    Ok(Rendered {
+        objects: rendered,
+        install_namespace,
+    })
+}
+
+fn load(tree: &Path) -> Result<Bundle, RenderError> {
+    let manifests_path = tree.join(MANIFESTS_DIR);
+    let entries = fs::read_dir(&manifests_path).map_err(|source| RenderError::Io {
+        path: MANIFESTS_DIR.to_owned(),
+        source,
+    })?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| RenderError::Io {
+            path: MANIFESTS_DIR.to_owned(),
+            source,
+        })?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let relative = format!("{MANIFESTS_DIR}/{name}");
+        let metadata = fs::metadata(entry.path()).map_err(|source| RenderError::Io {
+            path: relative.clone(),
+            source,
+        })?;
+        if metadata.is_dir() {
+            return Err(reject(
+                RegistryV1Rule::NoSubdirectories,
+                relative,
+                "subdirectories are not allowed in manifests/",
+            ));
+        }
+        files.push((relative, entry.path()));
+    }
+    files.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+
+    let mut csvs = Vec::new();
+    let mut crds = Vec::new();
+    let mut others = Vec::new();
+    for (relative, path) in files {
+        let text = read_text(&path, &relative)?;
+        for object in parse_manifests(&relative, &text)? {
+            match (object.group(), object.kind()) {
+                ("operators.coreos.com", "ClusterServiceVersion") => csvs.push(object),
+                ("apiextensions.k8s.io", "CustomResourceDefinition") => crds.push(object),
+                _ => others.push(object),
+            }
+        }
+    }
+    let mut csvs = csvs.into_iter();
+    let Some(csv) = csvs.next() else {
+        return Err(reject(
+            RegistryV1Rule::NoClusterServiceVersion,
+            MANIFESTS_DIR,
+            "no ClusterServiceVersion (operators.coreos.com) found in manifests/",
+        ));
+    };
+    if let Some(second) = csvs.next() {
+        return Err(reject(
+            RegistryV1Rule::MultipleClusterServiceVersions,
+            format!("ClusterServiceVersion {}", second.name()),
+            format!(
+                "a bundle has exactly one ClusterServiceVersion; found {} in {} and {} in {}",
+                csv.name(),
+                csv.origin(),
+                second.name(),
+                second.origin()
+            ),
+        ));
+    }
+
+    let annotations_path = tree.join("metadata").join("annotations.yaml");
+    let annotations_text =
+        read_text(&annotations_path, "metadata/annotations.yaml").map_err(|error| {
+            reject(
+                RegistryV1Rule::Annotations,
+                "metadata/annotations.yaml",
+                format!("cannot read the bundle annotations: {error}"),
+            )
+        })?;
+    let annotations: Value =
+        serde_saphyr::from_str(&annotations_text).map_err(|error| RenderError::InvalidYaml {
+            at: SourceLocation {
+                file: "metadata/annotations.yaml".to_owned(),
+                document: Some(0),
+                line: error.location().map(|location| location.line()),
+            },
+            message: error
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        })?;
+    let package_name = annotations
+        .get("annotations")
+        .and_then(|map| map.get(PACKAGE_ANNOTATION))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if package_name.is_empty() {
+        return Err(reject(
+            RegistryV1Rule::Annotations,
+            "metadata/annotations.yaml",
+            format!("annotation {PACKAGE_ANNOTATION} (the package name) is missing or empty"),
+        ));
+    }
+
+    let metadata_properties = read_properties_file(tree)?;
+    check_dependencies_file(tree)?;
+    Ok(Bundle {
+        csv,
+        crds,
+        others,
+        package_name,
+        metadata_properties,
+    })
+}
+
+/// `metadata/properties.yaml`'s `properties` list, empty when the file is absent.
+fn read_properties_file(tree: &Path) -> Result<Vec<Value>, RenderError> {
+    const FILE: &str = "metadata/properties.yaml";
+    let path = tree.join("metadata").join("properties.yaml");
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = read_text(&path, FILE)?;
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let value: Value = serde_saphyr::from_str(&text).map_err(|error| RenderError::InvalidYaml {
+        at: SourceLocation {
+            file: FILE.to_owned(),
+            document: Some(0),
+            line: error.location().map(|location| location.line()),
+        },
+        message: error
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    })?;
+    Ok(value
+        .get("properties")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// `metadata/dependencies.yaml` declares dependencies OLM v1 cannot resolve; any entry is a rejection.
+fn check_dependencies_file(tree: &Path) -> Result<(), RenderError> {
+    const FILE: &str = "metadata/dependencies.yaml";
+    let path = tree.join("metadata").join("dependencies.yaml");
+    if !path.exists() {
+        return Ok(());
+    }
+    let text = read_text(&path, FILE)?;
+    let value: Value = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_saphyr::from_str(&text).map_err(|error| RenderError::InvalidYaml {
+            at: SourceLocation {
+                file: FILE.to_owned(),
+                document: Some(0),
+                line: error.location().map(|location| location.line()),
+            },
+            message: error
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        })?
+    };
+    let dependencies = value.get("dependencies").and_then(Value::as_array);
+    if let Some(first) = dependencies.and_then(|list| list.first()) {
+        let kind = first
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        return Err(reject(
+            RegistryV1Rule::Dependencies,
+            FILE,
+            format!("the bundle declares dependencies (first of type {kind}); OLM v1 does not resolve dependencies"),
+        ));
+    }
+    Ok(())
+}
+
+fn annotation<'a>(object: &'a Object, key: &str) -> Option<&'a str> {
+    object
+        .body()
+        .get("metadata")?
+        .get("annotations")?
+        .get(key)?
+        .as_str()
+        .filter(|value| !value.is_empty())
+}
+
+fn csv_spec(csv: &Object) -> &Value {
+    static EMPTY: Value = Value::Null;
+    csv.body().get("spec").unwrap_or(&EMPTY)
+}
+
+fn strings_at<'a>(value: &'a Value, path: &[&str]) -> Vec<&'a str> {
+    let mut current = Some(value);
+    for step in path {
+        current = current.and_then(|value| value.get(step));
+    }
+    current
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.get("name")?.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn validate(bundle: &Bundle) -> Result<(), RenderError> {
+    let csv = &bundle.csv;
+    let csv_label = format!("ClusterServiceVersion {}", csv.name());
+    let spec = csv_spec(csv);
+
+    // Dependencies: in metadata/properties.yaml or the CSV's olm.properties annotation.
+    let mut properties: Vec<(Value, &str)> = bundle
+        .metadata_properties
+        .iter()
+        .map(|property| (property.clone(), "metadata/properties.yaml"))
+        .collect();
+    if let Some(text) = annotation(csv, "olm.properties") {
+        let parsed: Value = serde_json::from_str(text).map_err(|error| {
+            reject(
+                RegistryV1Rule::Dependencies,
+                csv_label.clone(),
+                format!("annotation olm.properties is not a JSON list of properties: {error}"),
+            )
+        })?;
+        for property in parsed.as_array().cloned().unwrap_or_default() {
+            properties.push((property, "annotation olm.properties"));
+        }
+    }
+    for (property, source) in &properties {
+        let kind = property
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if DEPENDENCY_PROPERTY_TYPES.contains(&kind) {
+            let object = if *source == "metadata/properties.yaml" {
+                (*source).to_owned()
+            } else {
+                format!("{csv_label} {source}")
+            };
+            return Err(reject(
+                RegistryV1Rule::Dependencies,
+                object,
+                format!("property of type {kind} declares a dependency; OLM v1 does not resolve dependencies"),
+            ));
+        }
+    }
+
+    let owned_api_services = strings_at(spec, &["apiservicedefinitions", "owned"]);
+    if let Some(first) = owned_api_services.first() {
+        return Err(reject(
+            RegistryV1Rule::OwnedApiServices,
+            csv_label,
+            format!("owned APIService definitions are not supported (first: {first})"),
+        ));
+    }
+    if let Some(webhooks) = spec.get("webhookdefinitions").and_then(Value::as_array) {
+        if let Some(first) = webhooks.first() {
+            let name = first
+                .get("generateName")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            return Err(reject(
+                RegistryV1Rule::Webhooks,
+                csv_label,
+                format!("webhook definitions are not supported (first: {name})"),
+            ));
+        }
+    }
+
+    for other in &bundle.others {
+        if !SUPPORTED_KINDS
+            .iter()
+            .any(|(kind, _)| *kind == other.kind())
+        {
+            return Err(reject(
+                RegistryV1Rule::UnsupportedKind,
+                format!(
+                    "{} {} ({})",
+                    other.kind(),
+                    other.name(),
+                    other.origin().file
+                ),
+                "OLM does not allow this kind in a bundle",
+            ));
+        }
+    }
+
+    let mut crd_names = HashSet::new();
+    for crd in &bundle.crds {
+        if !crd_names.insert(crd.name()) {
+            return Err(reject(
+                RegistryV1Rule::DuplicateCrd,
+                format!(
+                    "CustomResourceDefinition {} ({})",
+                    crd.name(),
+                    crd.origin().file
+                ),
+                "the bundle contains this CRD more than once",
+            ));
+        }
+    }
+    let mut owned_missing: Vec<&str> = strings_at(spec, &["customresourcedefinitions", "owned"])
+        .into_iter()
+        .filter(|name| !crd_names.contains(name))
+        .collect();
+    owned_missing.sort_unstable();
+    if let Some(first) = owned_missing.first() {
+        return Err(reject(
+            RegistryV1Rule::OwnedCrdMissing,
+            csv_label,
+            format!("owned CustomResourceDefinition {first} is not in the bundle"),
+        ));
+    }
+
+    let strategy = install_strategy_spec(csv)?;
+    let mut deployment_names = HashSet::new();
+    for name in strings_at(strategy, &["deployments"]) {
+        if !deployment_names.insert(name) {
+            return Err(reject(
+                RegistryV1Rule::DuplicateDeployment,
+                csv_label,
+                format!("install strategy deployment {name} is defined more than once"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn install_strategy_spec(csv: &Object) -> Result<&Value, RenderError> {
+    let install = csv_spec(csv).get("install");
+    let strategy = install
+        .and_then(|install| install.get("strategy"))
+        .and_then(Value::as_str);
+    if strategy != Some("deployment") {
+        return Err(reject(
+            RegistryV1Rule::InstallStrategy,
+            format!("ClusterServiceVersion {}", csv.name()),
+            format!(
+                "spec.install.strategy must be \"deployment\", found {}",
+                strategy.map_or("nothing".to_owned(), |name| format!("{name:?}"))
+            ),
+        ));
+    }
+    install
+        .and_then(|install| install.get("spec"))
+        .ok_or_else(|| {
+            reject(
+                RegistryV1Rule::InstallStrategy,
+                format!("ClusterServiceVersion {}", csv.name()),
+                "spec.install.spec is missing",
+            )
+        })
+}
+
+/// The target namespace for the watch namespace: `""` for AllNamespaces. Checks the CSV supports the
+/// install mode the watch namespace asks for.
+fn check_install_mode(
+    csv: &Object,
+    install_namespace: &str,
+    watch_namespace: &str,
+) -> Result<String, RenderError> {
+    let csv_label = format!("ClusterServiceVersion {}", csv.name());
+    let supported: BTreeSet<InstallMode> = csv_spec(csv)
+        .get("installModes")
+        .and_then(Value::as_array)
+        .map(|modes| {
+            modes
+                .iter()
+                .filter(|mode| mode.get("supported").and_then(Value::as_bool) == Some(true))
+                .filter_map(|mode| InstallMode::parse(mode.get("type")?.as_str()?))
+                .collect()
+        })
+        .unwrap_or_default();
+    if supported.len() == 1 && supported.contains(&InstallMode::MultiNamespace) {
+        return Err(reject(
+            RegistryV1Rule::MultiNamespaceOnly,
+            csv_label,
+            "the CSV supports only the MultiNamespace install mode, which OLM v1 cannot install",
+        ));
+    }
+    let needed = if watch_namespace.is_empty() {
+        InstallMode::AllNamespaces
+    } else if watch_namespace == install_namespace {
+        InstallMode::OwnNamespace
+    } else {
+        InstallMode::SingleNamespace
+    };
+    if !supported.contains(&needed) {
+        let names: Vec<&str> = supported.iter().map(|mode| mode.name()).collect();
+        return Err(reject(
+            RegistryV1Rule::InstallModeUnsupported,
+            csv_label,
+            format!(
+                "watch namespace {watch_namespace:?} with install namespace {install_namespace:?} needs install mode {}, but the CSV supports [{}]",
+                needed.name(),
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(watch_namespace.to_owned())
+}
+
+/// A DNS-1123 label, the rule for namespace names.
+fn check_namespace_name(name: &str, what: &str) -> Result<(), RenderError> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if valid {
+        Ok(())
+    } else {
+        Err(reject(
+            RegistryV1Rule::InvalidNamespace,
+            format!("{what} {name:?}"),
+            "must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+        ))
+    }
+}
+
+fn string_list(value: Option<&Value>) -> Option<Vec<String>> {
+    value.and_then(Value::as_array).map(|items| {
+        items
+            .iter()
+            .map(|item| match item {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .collect()
+    })
+}
+
+fn read_permissions(
+    strategy: &Value,
+    field: &str,
+    csv_label: &str,
+) -> Result<Vec<Permission>, RenderError> {
+    let Some(entries) = strategy.get(field) else {
+        return Ok(Vec::new());
+    };
+    let Some(entries) = entries.as_array() else {
+        if entries.is_null() {
+            return Ok(Vec::new());
+        }
+        return Err(reject(
+            RegistryV1Rule::InstallStrategy,
+            csv_label,
+            format!("spec.install.spec.{field} must be a list"),
+        ));
+    };
+    Ok(entries
+        .iter()
+        .map(|entry| Permission {
+            service_account_name: entry
+                .get("serviceAccountName")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            rules: entry.get("rules").and_then(Value::as_array).map(|rules| {
+                rules
+                    .iter()
+                    .map(|rule| PolicyRule {
+                        verbs: string_list(rule.get("verbs")),
+                        api_groups: string_list(rule.get("apiGroups")).unwrap_or_default(),
+                        resources: string_list(rule.get("resources")).unwrap_or_default(),
+                        resource_names: string_list(rule.get("resourceNames")).unwrap_or_default(),
+                        non_resource_urls: string_list(rule.get("nonResourceURLs"))
+                            .unwrap_or_default(),
+                    })
+                    .collect()
+            }),
+        })
+        .collect())
+}
+
+/// The CSV's annotations as strings, with `olm.properties` extended by metadata/properties.yaml the way
+/// OLM v1 does it (the deployments' pod templates inherit these annotations).
+fn csv_annotations(bundle: &Bundle) -> Result<Map<String, Value>, RenderError> {
+    let mut annotations: Map<String, Value> = bundle
+        .csv
+        .body()
+        .get("metadata")
+        .and_then(|metadata| metadata.get("annotations"))
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .map(|(key, value)| (key.clone(), Value::String(scalar_text(value))))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !bundle.metadata_properties.is_empty() {
+        let mut all: Vec<Value> = annotations
+            .get("olm.properties")
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+            .and_then(|value| value.as_array().cloned())
+            .unwrap_or_default();
+        all.extend(bundle.metadata_properties.iter().cloned());
+        // Go marshals property.Property as {"type":...,"value":...} in that field order.
+        let mut text = String::from("[");
+        for (index, property) in all.iter().enumerate() {
+            if index > 0 {
+                text.push(',');
+            }
+            text.push_str("{\"type\":");
+            gojson::write_string(
+                property
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                &mut text,
+            );
+            text.push_str(",\"value\":");
+            gojson::write_value(property.get("value").unwrap_or(&Value::Null), &mut text);
+            text.push('}');
+        }
+        text.push(']');
+        annotations.insert("olm.properties".to_owned(), Value::String(text));
+    }
+    Ok(annotations)
+}
+
+/// A YAML scalar as the string Go would have read into a `map[string]string`.
+fn scalar_text(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn deployments(
+    csv: &Object,
+    strategy: &Value,
+    csv_annotations: &Map<String, Value>,
+    install_namespace: &str,
+    target_namespace: &str,
+) -> Result<Vec<Value>, RenderError> {
+    let csv_label = format!("ClusterServiceVersion {}", csv.name());
+    let Some(specs) = strategy.get("deployments").and_then(Value::as_array) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(specs.len());
+    for deployment in specs {
+        let name = deployment
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if name.is_empty() {
+            return Err(reject(
+                RegistryV1Rule::InstallStrategy,
+                csv_label,
+                "an install strategy deployment has no name",
+            ));
+        }
+        let mut spec = match deployment.get("spec") {
+            Some(Value::Object(spec)) => spec.clone(),
+            _ => {
+                return Err(reject(
+                    RegistryV1Rule::InstallStrategy,
+                    csv_label,
+                    format!("install strategy deployment {name} has no spec"),
+                ))
+            }
+        };
+        // Fields Go's typed Deployment always writes.
+        spec.entry("strategy").or_insert_with(|| json!({}));
+        spec.insert("revisionHistoryLimit".to_owned(), json!(1));
+        let template = spec
+            .entry("template")
+            .or_insert_with(|| json!({}))
+            .as_object_mut();
+        if let Some(template) = template {
+            let metadata = template.entry("metadata").or_insert_with(|| json!({}));
+            if let Some(metadata) = metadata.as_object_mut() {
+                let mut annotations = csv_annotations.clone();
+                if let Some(Value::Object(own)) = metadata.get("annotations") {
+                    for (key, value) in own {
+                        annotations.insert(key.clone(), Value::String(scalar_text(value)));
+                    }
+                }
+                annotations.insert("olm.targetNamespaces".to_owned(), json!(target_namespace));
+                annotations.insert("olm.operatorNamespace".to_owned(), json!(install_namespace));
+                metadata.insert("annotations".to_owned(), Value::Object(annotations));
+            }
+            if let Some(Value::Object(pod)) = template.get_mut("spec") {
+                for list in ["containers", "initContainers"] {
+                    if let Some(Value::Array(containers)) = pod.get_mut(list) {
+                        for container in containers.iter_mut().filter_map(Value::as_object_mut) {
+                            container.entry("resources").or_insert_with(|| json!({}));
+                        }
+                    }
+                }
+            }
+        }
+        let mut metadata = json!({"name": name, "namespace": install_namespace});
+        if let Some(Value::Object(labels)) = deployment.get("label") {
+            if !labels.is_empty() {
+                metadata["labels"] = Value::Object(labels.clone());
+            }
+        }
+        out.push(json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": metadata,
+            "spec": Value::Object(spec),
+            "status": {},
+        }));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_json_of_a_permission() {
+        let permission = Permission {
+            service_account_name: "sa".to_owned(),
+            rules: Some(vec![PolicyRule {
+                verbs: Some(vec!["get".to_owned()]),
+                api_groups: vec![String::new()],
+                resources: vec!["pods".to_owned()],
+                resource_names: Vec::new(),
+                non_resource_urls: Vec::new(),
+            }]),
+        };
+        assert_eq!(
+            permission.go_json(),
+            "{\"serviceAccountName\":\"sa\",\"rules\":[{\"verbs\":[\"get\"],\"apiGroups\":[\"\"],\"resources\":[\"pods\"]}]}\n"
+        );
+        let empty = Permission {
+            service_account_name: String::new(),
+            rules: None,
+        };
+        assert_eq!(
+            empty.go_json(),
+            "{\"serviceAccountName\":\"\",\"rules\":null}\n"
+        );
+    }
+
+    #[test]
+    fn unique_name_fits_63() {
+        let permission = Permission {
+            service_account_name: "x".to_owned(),
+            rules: None,
+        };
+        let name = unique_name(&"a".repeat(100), &permission);
+        assert!(name.len() <= 63, "{name}");
+        assert!(name.starts_with("aaaa"));
+        let short = unique_name("short", &permission);
+        assert!(short.starts_with("short-"));
+    }
+}
