@@ -1,6 +1,7 @@
 //! The `pallet` command line: one subcommand per user-facing task.
 
 mod agent;
+mod fetch;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,8 @@ pub struct Cli {
 pub enum Command {
     /// Print the BundleDeployment CustomResourceDefinition as YAML (the same as deploy/crd.yaml).
     Crd,
+    /// Fetch a BundleDeployment's sources into DIR and print the immutable ref of each.
+    Fetch(fetch::FetchArgs),
     /// Run the agent: watch BundleDeployments and keep their bundles applied.
     Agent(Box<agent::AgentArgs>),
 }
@@ -30,5 +33,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Agent(args) => agent::run(*args),
+        Command::Fetch(args) => fetch::run(args),
     }
 }

@@ -39,12 +39,7 @@ pub async fn fetch_bundle(
     policy: &SecretPolicy,
     bd: &BundleDeployment,
 ) -> Result<FetchedBundle, ReconcileError> {
-    let mut fetched = Vec::with_capacity(bd.spec.sources.len());
-    for source in &bd.spec.sources {
-        let secrets =
-            source_secrets(client, policy, bd.spec.service_account.as_ref(), source).await?;
-        fetched.push(fetcher.fetch(source, &secrets).await?);
-    }
+    let fetched = fetch_sources(client, fetcher, policy, bd).await?;
     let tree = fetcher.cache().scratch_dir()?;
     if let Err(e) = assemble(&fetched, &tree) {
         remove_tree(&tree);
@@ -54,6 +49,22 @@ pub async fn fetch_bundle(
         sources: fetched,
         tree,
     })
+}
+
+/// Fetches every source of `bd` (reading the Secrets they name) into the cache, in spec order.
+pub async fn fetch_sources(
+    client: &Client,
+    fetcher: &Fetcher,
+    policy: &SecretPolicy,
+    bd: &BundleDeployment,
+) -> Result<Vec<Fetched>, ReconcileError> {
+    let mut fetched = Vec::with_capacity(bd.spec.sources.len());
+    for source in &bd.spec.sources {
+        let secrets =
+            source_secrets(client, policy, bd.spec.service_account.as_ref(), source).await?;
+        fetched.push(fetcher.fetch(source, &secrets).await?);
+    }
+    Ok(fetched)
 }
 
 /// Removes an assembled tree; failure only leaks scratch space, which the cache clears at start.
