@@ -201,3 +201,33 @@ fn constructs_chart_matches_helm_template() {
 fn umbrella_chart_with_subcharts_matches_helm_template() {
     check_chart("umbrella");
 }
+
+#[test]
+fn schema_violation_fails_in_both_with_the_same_path() {
+    let chart = testdata().join("charts/umbrella");
+    let values = testdata().join("invalid/umbrella-bad-replicas.yaml");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .arg("-f")
+        .arg(&values)
+        .output()
+        .expect("running helm");
+    let helm_err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && helm_err.contains("at '/replicas'"),
+        "helm: {helm_err}"
+    );
+    let text = std::fs::read_to_string(&values).expect("values");
+    let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+    let opts = RenderOptions {
+        values: v,
+        ..RenderOptions::default()
+    };
+    let ours = helm::render(&chart, &opts).expect_err("pallet must reject the values");
+    let ours = ours.to_string();
+    assert!(
+        ours.contains("child:") && ours.contains("at '/replicas'"),
+        "pallet: {ours}"
+    );
+}

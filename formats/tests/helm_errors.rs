@@ -122,8 +122,9 @@ fn incompatible_comparison_is_an_error() {
 
 #[test]
 fn unsupported_chart_features_are_errors() {
-    let e = render_one("a: 1", &[("values.schema.json", "{}")]).expect_err("schema");
-    assert!(e.contains("values.schema.json"), "{e}");
+    let e = render_one("a: 1", &[("values.schema.json", r#"{"anyOf": []}"#)])
+        .expect_err("schema keyword");
+    assert!(e.contains("values.schema.json keyword anyOf"), "{e}");
     let e =
         render_one("a: 1", &[("requirements.yaml", "dependencies: []")]).expect_err("requirements");
     assert!(e.contains("requirements.yaml"), "{e}");
@@ -146,4 +147,18 @@ fn break_outside_range_is_an_error() {
         "{{ break }}",
         &["errs/templates/t.yaml:1", "break/continue outside range"],
     );
+}
+
+#[test]
+fn schema_violations_name_chart_and_json_path() {
+    let schema = r#"{"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}, "required": ["list", "c"]}"#;
+    let e = render_one("x: 1", &[("values.schema.json", schema)]).expect_err("schema violation");
+    assert!(
+        e.contains("errs:") && e.contains("at '/a/b': got integer, want string"),
+        "{e}"
+    );
+    assert!(e.contains("missing property 'c'"), "{e}");
+    // The same chart passes once the values conform.
+    let ok = r#"{"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}}}}"#;
+    render_one("x: 1", &[("values.schema.json", ok)]).expect("valid values render");
 }

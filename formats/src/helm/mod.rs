@@ -26,6 +26,7 @@
 pub mod chart;
 pub mod funcs;
 pub mod parse;
+pub mod schema;
 pub mod translate;
 
 use std::collections::BTreeMap;
@@ -260,12 +261,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     }
     let chart = chart::resolve_dependencies(chart, &opts.values)?;
     let values = chart::coalesce(&chart, &opts.values);
-    if chart.schema.is_some() || has_schema(&chart) {
-        return Err(HelmError::chart(
-            &name,
-            "unsupported construct: values.schema.json validation (not implemented yet)",
-        ));
-    }
+    validate_schemas(&chart, &values)?;
     let mut crds = Vec::new();
     let mut units = Vec::new();
     collect_units(&chart, &name, &values, true, &mut crds, &mut units);
@@ -414,8 +410,47 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
     Ok(env)
 }
 
-fn has_schema(chart: &Chart) -> bool {
-    chart.schema.is_some() || chart.subcharts.iter().any(has_schema)
+/// Validates every chart's values (its scope of the coalesced values) against its
+/// values.schema.json, as helm does before rendering; all violations are reported together.
+fn validate_schemas(chart: &Chart, values: &serde_json::Value) -> Result<(), HelmError> {
+    let mut report = Vec::new();
+    collect_schema_errors(chart, values, &mut report)?;
+    if report.is_empty() {
+        return Ok(());
+    }
+    Err(HelmError::chart(
+        &chart.name(),
+        format!(
+            "values don't meet the specifications of the schema(s) in the following chart(s):\n{}",
+            report.join("\n")
+        ),
+    ))
+}
+
+fn collect_schema_errors(
+    chart: &Chart,
+    values: &serde_json::Value,
+    report: &mut Vec<String>,
+) -> Result<(), HelmError> {
+    let name = chart.name();
+    if let Some(raw) = &chart.schema {
+        let schema: serde_json::Value = serde_json::from_slice(raw).map_err(|e| {
+            HelmError::chart(&name, format!("values.schema.json is not valid JSON: {e}"))
+        })?;
+        let errs = schema::validate(&schema, values).map_err(|e| HelmError::chart(&name, e))?;
+        if !errs.is_empty() {
+            report.push(format!("{name}:"));
+            report.extend(errs.into_iter().map(|e| format!("- {e}")));
+        }
+    }
+    for sub in &chart.subcharts {
+        let sv = values
+            .get(sub.name())
+            .cloned()
+            .unwrap_or(serde_json::json!({}));
+        collect_schema_errors(sub, &sv, report)?;
+    }
+    Ok(())
 }
 
 /// Maps a minijinja error back to the chart file and line (the innermost template that failed).
