@@ -44,15 +44,20 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         std::fs::read_to_string(&args.file)
             .with_context(|| format!("reading {}", args.file.display()))?
     };
-    let bd: BundleDeployment = serde_saphyr::from_str(&text)
-        .with_context(|| format!("{} is not a BundleDeployment", args.file.display()))?;
-    if bd.kind != "BundleDeployment" {
+    let value: serde_json::Value = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{} is not valid YAML", args.file.display()))?;
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("document without a kind");
+    if kind != "BundleDeployment" {
         bail!(
-            "{} is a {}, not a BundleDeployment",
-            args.file.display(),
-            bd.kind
+            "{} is a {kind}, not a BundleDeployment",
+            args.file.display()
         );
     }
+    let bd: BundleDeployment = serde_json::from_value(value)
+        .with_context(|| format!("{} is not a valid BundleDeployment", args.file.display()))?;
     if args.dir.exists() && std::fs::read_dir(&args.dir)?.next().is_some() {
         bail!("{} is not empty", args.dir.display());
     }
