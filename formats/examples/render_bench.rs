@@ -73,16 +73,34 @@ fn measure(
         std::hint::black_box(digest);
         rounds += 1;
     }
+    let input_bytes = tree_bytes(tree)?;
     let per_render = render_time / rounds;
     let per_digest = digest_time / rounds;
     let objects_per_second = objects as f64 / per_render.as_secs_f64();
     println!(
-        "{label}: {objects} objects, render {:.2} ms ({:.0} objects/s), digest {:.2} ms, {rounds} rounds",
+        "{label}: {objects} objects from {:.2} MB, render {:.2} ms ({:.0} objects/s, {:.1} MB/s), digest {:.2} ms, {rounds} rounds",
+        input_bytes as f64 / 1e6,
         per_render.as_secs_f64() * 1e3,
         objects_per_second,
+        input_bytes as f64 / 1e6 / per_render.as_secs_f64(),
         per_digest.as_secs_f64() * 1e3,
     );
     Ok(())
+}
+
+/// Total size of the files under `root`.
+fn tree_bytes(root: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        let metadata = entry.metadata()?;
+        total += if metadata.is_dir() {
+            tree_bytes(&entry.path())?
+        } else {
+            metadata.len()
+        };
+    }
+    Ok(total)
 }
 
 /// 2,000 objects over 100 files in 10 directories: ConfigMaps, Services and Deployments, 20 per file
