@@ -105,6 +105,6 @@ pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rend
     match format {
         Format::Plain => plain::render_plain(tree, config),
         Format::RegistryV1 => registry_v1::render_registry_v1(tree, config),
-        Format::Helm => Err(RenderError::NotImplemented(format.name())),
+        Format::Helm => helm::render_bundle(tree, config),
     }
 }

@@ -34,3 +34,37 @@ fn now_uses_the_injected_clock_everywhere() {
     assert_eq!(data["tpl"], "2024");
     assert_eq!(data["raw"], "2024-02-29 13:04:05 +0000 UTC");
 }
+
+#[test]
+fn helm_format_renders_through_the_shared_entry_point() {
+    use pallet_formats::{render, Format, HelmOptions, RenderConfig};
+    let chart =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/helm/charts/starter");
+    let config = RenderConfig {
+        install_namespace: "apps".into(),
+        helm: HelmOptions {
+            release_name: "web".into(),
+            values: serde_json::json!({"ingress": {"enabled": true}}),
+        },
+        ..RenderConfig::default()
+    };
+    let rendered = render(Format::Helm, &chart, &config).expect("render");
+    let kinds: Vec<String> = rendered
+        .objects
+        .iter()
+        .map(|o| o.object.kind().to_string())
+        .collect();
+    assert!(
+        kinds.contains(&"Deployment".to_string()) && kinds.contains(&"Ingress".to_string()),
+        "{kinds:?}"
+    );
+    assert!(
+        rendered
+            .objects
+            .iter()
+            .all(|o| o.object.namespace() == Some("apps")),
+        "namespaced objects get the install namespace"
+    );
+    let e = render(Format::Helm, &chart, &RenderConfig::default()).expect_err("empty release name");
+    assert!(e.to_string().contains("releaseName"), "{e}");
+}

@@ -539,3 +539,61 @@ pub fn render(dir: &Path, opts: &RenderOptions) -> Result<Vec<serde_json::Value>
     let chart = load_dir(dir)?;
     parse_objects(&render_chart(&chart, opts)?)
 }
+
+/// The helm format behind [`crate::render`]: renders the chart at `tree` with the release name,
+/// namespace and values from `config`, then turns the output into the shared object model
+/// (CRDs first, then templates in helm's order; namespaced objects without a namespace get the
+/// install namespace, as `helm install` would apply them).
+pub fn render_bundle(
+    tree: &Path,
+    config: &crate::RenderConfig,
+) -> Result<crate::Rendered, crate::RenderError> {
+    if config.helm.release_name.is_empty() {
+        return Err(crate::RenderError::InvalidConfig {
+            format: "helm",
+            message: "releaseName must not be empty".into(),
+        });
+    }
+    let values = match &config.helm.values {
+        serde_json::Value::Null => serde_json::json!({}),
+        v @ serde_json::Value::Object(_) => v.clone(),
+        _ => {
+            return Err(crate::RenderError::InvalidConfig {
+                format: "helm",
+                message: "values must be a mapping".into(),
+            })
+        }
+    };
+    let opts = RenderOptions {
+        release_name: config.helm.release_name.clone(),
+        namespace: config.install_namespace.clone(),
+        values,
+        ..RenderOptions::default()
+    };
+    let files = load_dir(tree)
+        .and_then(|chart| render_chart(&chart, &opts))
+        .map_err(to_render_error)?;
+    let mut objects = Vec::new();
+    for f in &files {
+        objects.extend(crate::parse_manifests(&f.source, &f.content)?);
+    }
+    crate::plain::finish(objects, &config.install_namespace)
+}
+
+fn to_render_error(e: HelmError) -> crate::RenderError {
+    match e {
+        HelmError::Template { file, line, msg } => crate::RenderError::InvalidObject {
+            at: crate::SourceLocation {
+                file,
+                document: None,
+                line: u64::try_from(line).ok().filter(|l| *l > 0),
+            },
+            message: msg,
+        },
+        HelmError::Chart { chart, msg } => crate::RenderError::InvalidConfig {
+            format: "helm",
+            message: format!("chart {chart}: {msg}"),
+        },
+        HelmError::Io { path, source } => crate::RenderError::Io { path, source },
+    }
+}
