@@ -133,3 +133,34 @@ fn single_namespace() {
 fn own_namespace() {
     check_case("own-namespace", "argocd-system", "argocd-system");
 }
+
+#[test]
+fn argocd_render_is_deterministic() {
+    let root = conformance_dir().join("argocd-operator.v0.6.0");
+    let config = RenderConfig {
+        install_namespace: "argocd-system".to_owned(),
+        watch_namespace: "argocd-watch".to_owned(),
+        ..RenderConfig::default()
+    };
+    let first = render(Format::RegistryV1, &root, &config).unwrap();
+    let second = render(Format::RegistryV1, &root, &config).unwrap();
+    assert_eq!(first.canonical_form(), second.canonical_form());
+    assert_eq!(first.digest(), second.digest());
+    let order = |rendered: &pallet_formats::Rendered| -> Vec<ObjectKey> {
+        rendered
+            .objects
+            .iter()
+            .map(|entry| entry.object.key())
+            .collect()
+    };
+    assert_eq!(order(&first), order(&second), "render order is stable too");
+    // The watch namespace changes the Role namespaces, so the digest.
+    let own = RenderConfig {
+        watch_namespace: "argocd-system".to_owned(),
+        ..config
+    };
+    assert_ne!(
+        first.digest(),
+        render(Format::RegistryV1, &root, &own).unwrap().digest()
+    );
+}
