@@ -115,13 +115,27 @@ impl Default for RenderOptions {
             values: serde_json::Value::Object(Default::default()),
             // helm's built-in defaults for `helm template` without a cluster.
             kube_version: "v1.20.0".into(),
-            api_versions: Vec::new(),
+            api_versions: default_api_versions(),
             is_upgrade: false,
             revision: 1,
             now: None,
         }
     }
 }
+
+/// The API versions `helm template` reports without a cluster (helm's built-in set), in helm's
+/// order. `default_api_versions.txt` was generated with helm v3.19.5 by ranging over
+/// `.Capabilities.APIVersions` in a template.
+pub fn default_api_versions() -> Vec<String> {
+    include_str!("default_api_versions.txt")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The helm release whose behaviour this renderer reproduces (`.Capabilities.HelmVersion`).
+pub const HELM_VERSION: &str = "v3.19.5";
 
 /// One rendered template file.
 #[derive(Debug, Clone, PartialEq)]
@@ -293,6 +307,14 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         (
             "APIVersions".to_string(),
             Value::from_object(ApiVersions(opts.api_versions.clone())),
+        ),
+        (
+            "HelmVersion".to_string(),
+            GoMap::value(
+                [("Version".to_string(), Value::from(HELM_VERSION))]
+                    .into_iter()
+                    .collect(),
+            ),
         ),
     ]
     .into_iter()
