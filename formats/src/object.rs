@@ -273,25 +273,27 @@ pub fn parse_manifests(file_name: &str, text: &str) -> Result<Vec<Object>, Rende
         if is_blank_document(document.text) {
             continue;
         }
-        let value: Value = serde_saphyr::from_str(document.text).map_err(|error| {
-            let line = error
-                .location()
-                .map(|location| location.line())
-                .filter(|line| *line > 0)
-                .map(|line| line + document.first_line - 1)
-                .unwrap_or(document.first_line);
-            RenderError::InvalidYaml {
-                at: SourceLocation {
-                    file: file_name.to_owned(),
-                    document: Some(document.index),
-                    line: Some(line),
-                },
-                message: first_line_of(&error.to_string()),
-            }
-        })?;
+        let value: Value = serde_saphyr::from_str_with_options(document.text, yaml_options())
+            .map_err(|error| {
+                let line = error
+                    .location()
+                    .map(|location| location.line())
+                    .filter(|line| *line > 0)
+                    .map(|line| line + document.first_line - 1)
+                    .unwrap_or(document.first_line);
+                RenderError::InvalidYaml {
+                    at: SourceLocation {
+                        file: file_name.to_owned(),
+                        document: Some(document.index),
+                        line: Some(line),
+                    },
+                    message: first_line_of(&error.to_string()),
+                }
+            })?;
         if value.is_null() {
             continue;
         }
+        let value = integral_floats_as_integers(value);
         let origin = Origin {
             file: file_name.to_owned(),
             document: document.index,
@@ -300,6 +302,38 @@ pub fn parse_manifests(file_name: &str, text: &str) -> Result<Vec<Object>, Rende
         push_flattened(value, origin, &mut objects)?;
     }
     Ok(objects)
+}
+
+/// YAML reading options matching what kubectl and the API machinery (sigs.k8s.io/yaml, a YAML 1.1
+/// reader) make of manifests: `0644` is octal (420), as in a volume's `defaultMode: 0644`.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! { legacy_octal_numbers: true }
+}
+
+/// Whole-number floats (`1e3`, `2.0`) become integers, as they do in Kubernetes, whose YAML-to-JSON
+/// step prints a float64 without a fraction as an integer; otherwise `replicas: 1e3` would reach the
+/// API server as `1000.0` and fail to decode into an integer field.
+fn integral_floats_as_integers(value: Value) -> Value {
+    /// 2^53: beyond this an f64 no longer holds every integer exactly.
+    const EXACT_LIMIT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(number) if number.is_f64() => match number.as_f64() {
+            Some(float) if float.fract() == 0.0 && float.abs() <= EXACT_LIMIT => {
+                // Exact: the float is a whole number within ±2^53.
+                Value::from(float as i64)
+            }
+            _ => Value::Number(number),
+        },
+        Value::Array(items) => {
+            Value::Array(items.into_iter().map(integral_floats_as_integers).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, item)| (key, integral_floats_as_integers(item)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 fn push_flattened(value: Value, origin: Origin, out: &mut Vec<Object>) -> Result<(), RenderError> {
@@ -363,6 +397,19 @@ mod tests {
         assert_eq!(object.version(), "v1");
         assert_eq!(object.namespace(), Some("ns"));
         assert_eq!(object.key().to_string(), "Deployment.apps ns/d");
+    }
+
+    #[test]
+    fn numbers_read_like_kubernetes_reads_them() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\nspec: {mode: 0644, replicas: 1e3, two: 2.0, half: 0.5, hex: 0x1F, flag: yes}\n";
+        let object = &parse_manifests("n.yaml", text).unwrap()[0];
+        let spec = &object.body()["spec"];
+        assert_eq!(spec["mode"], serde_json::json!(420));
+        assert_eq!(spec["replicas"].to_string(), "1000");
+        assert_eq!(spec["two"].to_string(), "2");
+        assert_eq!(spec["half"].to_string(), "0.5");
+        assert_eq!(spec["hex"], serde_json::json!(31));
+        assert_eq!(spec["flag"], serde_json::json!(true));
     }
 
     #[test]
