@@ -4,103 +4,21 @@
 //! Each test runs its own agent confined (by `--selector`) to the BundleDeployments it labels,
 //! so tests run in parallel without agents fighting over each other's objects.
 
+#[path = "support/agent.rs"]
+mod agent;
 #[path = "support/cluster.rs"]
 mod cluster;
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use agent::{wait_condition, Agent, TEST_LABEL};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
 use serde_json::json;
-
-const TEST_LABEL: &str = "pallet.dev/test";
-
-/// A running `pallet agent`, killed when dropped.
-struct Agent {
-    child: Child,
-    log: PathBuf,
-    changes: PathBuf,
-    _cache: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(selector_value: &str) -> Agent {
-        let cache = tempfile::tempdir().unwrap();
-        // Logs outlive the test (under the state dir) so a failure can be read afterwards.
-        let logs = cluster::state_dir().join("test-agents");
-        std::fs::create_dir_all(&logs).unwrap();
-        let log = logs.join(format!("{selector_value}.log"));
-        let changes = logs.join(format!("{selector_value}.changes.jsonl"));
-        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
-            .args([
-                "agent",
-                "--namespace",
-                "pallet-system",
-                "--requeue-seconds",
-                "2",
-            ])
-            .arg("--kubeconfig")
-            .arg(cluster::kubeconfig_path())
-            .arg("--cache-dir")
-            .arg(cache.path().join("cache"))
-            .arg("--change-log")
-            .arg(&changes)
-            .arg("--selector")
-            .arg(format!("{TEST_LABEL}={selector_value}"))
-            .env("RUST_LOG", "info,pallet=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("pallet agent starts");
-        Agent {
-            child,
-            log,
-            changes,
-            _cache: cache,
-        }
-    }
-
-    /// The change-log entries so far, as (operation, reason, object name, fieldsChanged).
-    fn changes(&self) -> Vec<(String, String, String, Vec<String>)> {
-        let text = std::fs::read_to_string(&self.changes).unwrap_or_default();
-        text.lines()
-            .map(|line| {
-                let entry: serde_json::Value =
-                    serde_json::from_str(line).expect("change log lines are JSON");
-                assert_eq!(entry["schema"], "pallet.dev/change/v1");
-                let fields = entry["fieldsChanged"]
-                    .as_array()
-                    .map(|a| a.iter().map(|f| f.as_str().unwrap().to_string()).collect())
-                    .unwrap_or_default();
-                (
-                    entry["operation"].as_str().unwrap().to_string(),
-                    entry["reason"].as_str().unwrap().to_string(),
-                    entry["object"]["name"].as_str().unwrap().to_string(),
-                    fields,
-                )
-            })
-            .collect()
-    }
-
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Creates a BundleDeployment of a plain bundle from `git_url` (branch main), labelled for `test`.
 async fn create_bd(client: &Client, name: &str, test: &str, namespace: &str, git_url: &str) {
@@ -121,43 +39,6 @@ async fn create_bd(client: &Client, name: &str, test: &str, namespace: &str, git
         )
         .await
         .unwrap();
-}
-
-/// Waits until the BundleDeployment's condition `type_` has `status` and its message contains
-/// `message_part`; returns the object.
-async fn wait_condition(
-    client: &Client,
-    agent: &Agent,
-    name: &str,
-    type_: &str,
-    status: &str,
-    message_part: &str,
-) -> BundleDeployment {
-    let api: Api<BundleDeployment> = Api::all(client.clone());
-    let what = format!("{name}: {type_}={status} with {message_part:?}");
-    let deadline = Duration::from_secs(60);
-    let start = std::time::Instant::now();
-    loop {
-        let bd = api.get(name).await.unwrap();
-        let conditions = bd
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
-        if let Some(c) = find(&conditions, type_) {
-            if c.status == status && c.message.contains(message_part) {
-                return bd;
-            }
-        }
-        if start.elapsed() > deadline {
-            panic!(
-                "timed out waiting for {what}; last conditions: {:#?}\nagent log:\n{}",
-                conditions,
-                agent.log_tail()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 fn config_map(name: &str, value: &str) -> String {

@@ -1,0 +1,240 @@
+//! End-to-end: bundles of each format from each source kind, installed by the agent binary on
+//! the local control plane. (The helm format joins this matrix when it is wired into render.)
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/cluster.rs"]
+mod cluster;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agent::{wait_condition, Agent, TEST_LABEL};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use oci_client::secrets::RegistryAuth;
+use pallet::api::BundleDeployment;
+use serde_json::{json, Value};
+
+const OWNER: &str = "pallet.dev/bundle-deployment";
+
+fn argocd_bundle() -> PathBuf {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/conformance/registry-v1/argocd-operator.v0.6.0"
+    ));
+    assert!(
+        dir.is_dir(),
+        "the conformance bundle is missing at {} (shared/ beside the repo)",
+        dir.display()
+    );
+    dir
+}
+
+async fn apply_bd(client: &Client, name: &str, spec: Value) {
+    let bd = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": name, "labels": {TEST_LABEL: name}},
+        "spec": spec,
+    });
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(&bd),
+        )
+        .await
+        .unwrap();
+}
+
+async fn delete_bd(client: &Client, name: &str) {
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    cluster::poll_until(
+        "the BundleDeployment to be deleted",
+        std::time::Duration::from_secs(60),
+        || {
+            let (bds, name) = (bds.clone(), name.to_string());
+            async move {
+                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
+fn tar_gz(dir: &Path, out: &Path) {
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(out)
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn registry_v1_bundle_from_an_image_installs_the_operator() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("olm");
+    let registry = fx.registry_plain();
+    fx.push_dir_as_image(
+        registry,
+        &name,
+        "v0.6.0",
+        &argocd_bundle(),
+        &RegistryAuth::Anonymous,
+    )
+    .await
+    .unwrap();
+    let agent = Agent::start_with(&name, &["--plain-http-registry", &registry.host]);
+    apply_bd(
+        &client,
+        &name,
+        json!({
+            "installNamespace": name,
+            "sources": [{"kind": "image", "image": {"ref": format!("{}/{name}:v0.6.0", registry.host)}}],
+            "format": "registry-v1",
+        }),
+    )
+    .await;
+    // 14 objects in the AllNamespaces conformance case, CRDs first.
+    wait_condition(&client, &agent, &name, "Ready", "True", "14 objects").await;
+    let deployment: Deployment = Api::namespaced(client.clone(), &name)
+        .get("argocd-operator-controller-manager")
+        .await
+        .unwrap();
+    assert_eq!(deployment.metadata.labels.unwrap()[OWNER], name);
+    // Generated names match the reference renderer's, so objects can be handed over.
+    let role: ClusterRole = Api::all(client.clone())
+        .get("argocd-operator.v0-1dhiybrldl1gyksid1dk2dqjsc72psdybc7iyvse5gpx")
+        .await
+        .unwrap();
+    assert_eq!(role.metadata.labels.unwrap()[OWNER], name);
+    delete_bd(&client, &name).await;
+}
+
+#[tokio::test]
+async fn plain_bundle_from_an_http_tarball_and_a_single_file() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("http");
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("bundle");
+    std::fs::create_dir_all(bundle.join("manifests")).unwrap();
+    std::fs::write(
+        bundle.join("manifests/app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-tarball}\ndata: {a: \"1\"}\n",
+    )
+    .unwrap();
+    let tarball = work.path().join("bundle.tgz");
+    tar_gz(&bundle, &tarball);
+    let tgz_path = fx.put_file(
+        &format!("{name}/bundle.tgz"),
+        &std::fs::read(&tarball).unwrap(),
+    );
+    let single = fx.put_file(
+        &format!("{name}/extra.yaml"),
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-single-file}\n",
+    );
+    let agent = Agent::start(&name);
+    apply_bd(
+        &client,
+        &name,
+        json!({
+            "installNamespace": name,
+            "sources": [
+                {"kind": "http", "http": {"url": fx.http_plain().url_for(&tgz_path)}},
+                {"kind": "http", "destination": "extra", "http": {"url": fx.http_plain().url_for(&single)}},
+            ],
+            "format": "plain",
+        }),
+    )
+    .await;
+    wait_condition(&client, &agent, &name, "Ready", "True", "2 objects").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
+    assert_eq!(
+        cms.get("from-tarball")
+            .await
+            .unwrap()
+            .metadata
+            .labels
+            .unwrap()[OWNER],
+        name
+    );
+    assert!(cms.get_opt("from-single-file").await.unwrap().is_some());
+    delete_bd(&client, &name).await;
+}
+
+#[tokio::test]
+async fn plain_bundle_from_an_image_with_a_crd_and_its_objects() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("img");
+    let group = format!("{name}.example.com");
+    let work = tempfile::tempdir().unwrap();
+    std::fs::write(
+        work.path().join("crd.yaml"),
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gadgets.{group}}}\n\
+             spec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget}}\n  \
+             versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        \
+             type: object\n        x-kubernetes-preserve-unknown-fields: true\n"
+        ),
+    )
+    .unwrap();
+    // The custom resource names no namespace: the renderer cannot know its scope; the apply
+    // learns it from discovery once the CRD is established and gives it installNamespace.
+    std::fs::write(
+        work.path().join("gadget.yaml"),
+        format!(
+            "apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1}}\nspec: {{size: 2}}\n"
+        ),
+    )
+    .unwrap();
+    let registry = fx.registry_plain();
+    fx.push_dir_as_image(registry, &name, "v1", work.path(), &RegistryAuth::Anonymous)
+        .await
+        .unwrap();
+    let agent = Agent::start_with(&name, &["--plain-http-registry", &registry.host]);
+    apply_bd(
+        &client,
+        &name,
+        json!({
+            "installNamespace": name,
+            "sources": [{"kind": "image", "image": {"ref": format!("{}/{name}:v1", registry.host)}}],
+            "format": "plain",
+        }),
+    )
+    .await;
+    wait_condition(&client, &agent, &name, "Ready", "True", "2 objects").await;
+    let gadgets: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &name,
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(&group, "v1", "Gadget"),
+            "gadgets",
+        ),
+    );
+    assert_eq!(gadgets.get("g1").await.unwrap().data["spec"]["size"], 2);
+    delete_bd(&client, &name).await;
+}
