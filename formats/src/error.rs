@@ -66,6 +66,8 @@ pub enum RegistryV1Rule {
     OwnedCrdMissing,
     /// Two deployment specs in the CSV share a name.
     DuplicateDeployment,
+    /// A deployment spec's name is not a DNS-1123 subdomain.
+    InvalidDeploymentName,
     /// Two CRDs in the bundle share a name.
     DuplicateCrd,
     /// The install or watch namespace is not a valid namespace name.
@@ -90,6 +92,7 @@ impl RegistryV1Rule {
             Self::UnsupportedKind => "supported-kinds",
             Self::OwnedCrdMissing => "owned-crds-present",
             Self::DuplicateDeployment => "unique-deployment-names",
+            Self::InvalidDeploymentName => "deployment-name-dns1123",
             Self::DuplicateCrd => "unique-crd-names",
             Self::InvalidNamespace => "valid-namespace",
             Self::InstallStrategy => "deployment-install-strategy",

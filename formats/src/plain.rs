@@ -4,7 +4,7 @@
 //! relative path, so the output order does not depend on the file system. rukpak's plain layout (the
 //! manifests under `manifests/`) is just a tree whose files all sit in one directory, so both it and a
 //! bare directory work the same way. Hidden files and directories (name starting with `.`) are skipped:
-//! they are VCS or tooling metadata, not manifests.
+//! they are VCS or tooling metadata, not manifests. Symlinked directories are not entered.
 //!
 //! Each object needs apiVersion, kind and metadata.name. Two objects with the same group, kind,
 //! namespace and name are an error naming both places. Namespaced objects without a namespace get the
@@ -78,14 +78,21 @@ pub(crate) fn manifest_files(root: &Path) -> Result<Vec<(String, PathBuf)>, Rend
             } else {
                 format!("{prefix}/{name}")
             };
-            // Follows symlinks: an unpacked source never contains any (unpack rejects them), and a
-            // local tree that links to manifests means them.
-            let metadata = fs::metadata(entry.path())
+            let file_type = entry
+                .file_type()
                 .map_err(|source| io_error(&entry.path(), &relative, source))?;
-            if metadata.is_dir() {
+            if file_type.is_dir() {
                 pending.push((relative, entry.path()));
             } else if is_manifest_name(&name) {
-                files.push((relative, entry.path()));
+                // A symlinked file is read through its link (an unpacked source has none; a local tree
+                // that links a manifest means it). Symlinked directories are not entered: a link to
+                // an ancestor would never end.
+                let is_file = file_type.is_file()
+                    || (file_type.is_symlink()
+                        && fs::metadata(entry.path()).is_ok_and(|metadata| metadata.is_file()));
+                if is_file {
+                    files.push((relative, entry.path()));
+                }
             }
         }
     }

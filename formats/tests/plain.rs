@@ -184,3 +184,28 @@ fn rendering_twice_gives_identical_bytes_and_digest() {
     let other = render(Format::Plain, &testdata("tree"), &config("other")).unwrap();
     assert_ne!(first.digest(), other.digest());
 }
+
+#[cfg(unix)]
+#[test]
+fn symlinked_directories_are_not_entered_and_symlinked_files_are_read() {
+    let root = std::env::temp_dir().join(format!("pallet-plain-symlink-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(
+        root.join("sub/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: real}\n",
+    )
+    .unwrap();
+    // A link back to the root would loop forever if followed.
+    std::os::unix::fs::symlink(&root, root.join("sub/loop")).unwrap();
+    std::os::unix::fs::symlink(root.join("sub/cm.yaml"), root.join("linked.yaml")).unwrap();
+    let result = render(Format::Plain, &root, &config("demo"));
+    std::fs::remove_dir_all(&root).unwrap();
+    let error = result.unwrap_err();
+    // The linked file is read, so the same ConfigMap appears twice.
+    assert!(
+        matches!(error, RenderError::DuplicateObject { ref first, ref second, .. }
+            if first.file == "linked.yaml" && second.file == "sub/cm.yaml"),
+        "{error}"
+    );
+}

@@ -264,3 +264,13 @@ fn rendering_twice_is_byte_identical() {
     assert_eq!(first.canonical_form(), second.canonical_form());
     assert_eq!(first.digest(), second.digest());
 }
+
+#[test]
+fn invalid_deployment_name() {
+    assert_rejected(
+        "invalid-deployment-name",
+        "",
+        RegistryV1Rule::InvalidDeploymentName,
+        "registry-v1 bundle rejected (deployment-name-dns1123): ClusterServiceVersion widget-operator.v1.0.0: install strategy deployment name \"Widget_Operator\" is not a DNS-1123 subdomain",
+    );
+}
