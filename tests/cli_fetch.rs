@@ -121,7 +121,10 @@ fn bad_input_gives_a_clear_error() {
     ]);
     assert!(!result.status.success());
     let stderr = String::from_utf8_lossy(&result.stderr);
-    assert!(stderr.contains("is a ConfigMap, not a BundleDeployment"), "{stderr}");
+    assert!(
+        stderr.contains("is a ConfigMap, not a BundleDeployment"),
+        "{stderr}"
+    );
 
     let missing = pallet(&["fetch", "-f", "/nonexistent/bd.yaml", "out"]);
     assert!(String::from_utf8_lossy(&missing.stderr).contains("reading /nonexistent/bd.yaml"));
