@@ -231,3 +231,8 @@ fn schema_violation_fails_in_both_with_the_same_path() {
         "pallet: {ours}"
     );
 }
+
+#[test]
+fn quirks_chart_matches_helm_template() {
+    check_chart("quirks");
+}

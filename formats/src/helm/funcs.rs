@@ -575,11 +575,20 @@ fn empty(v: &Value) -> bool {
     !v.is_true()
 }
 
+/// Go's `int64(f)` on amd64: out-of-range and NaN give the minimum int64 (Rust saturates).
+fn go_f64_to_i64(f: f64) -> i64 {
+    if f.is_nan() || !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f) {
+        i64::MIN
+    } else {
+        f as i64
+    }
+}
+
 fn to_i64(v: &Value) -> i64 {
     match v.kind() {
         ValueKind::Number => v
             .as_i64()
-            .unwrap_or_else(|| f64::try_from(v.clone()).unwrap_or(0.0) as i64),
+            .unwrap_or_else(|| go_f64_to_i64(f64::try_from(v.clone()).unwrap_or(0.0))),
         ValueKind::Bool => i64::from(v.is_true()),
         ValueKind::String => {
             let t = v.as_str().unwrap_or_default();
@@ -828,43 +837,124 @@ pub fn to_yaml(v: &serde_json::Value) -> String {
     out
 }
 
-fn yaml_scalar(v: &serde_json::Value) -> String {
+/// A scalar as go-yaml v2 emits it (after sigs.k8s.io/yaml's JSON round trip), for a value at
+/// block `indent`. Multi-line strings become literal blocks.
+fn yaml_scalar(v: &serde_json::Value, indent: usize) -> String {
     match v {
         serde_json::Value::Null => "null".into(),
         serde_json::Value::Bool(b) => b.to_string(),
         serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => i.to_string(),
+            // JSON prints integral floats below 1e21 as integers, which YAML then reads as ints.
             (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
-            (None, Some(f)) => json_float(f),
+            (None, Some(f)) => go_float(f),
             _ => n.to_string(),
         },
-        serde_json::Value::String(s) => yaml_string(s),
+        serde_json::Value::String(s) => yaml_string(s, indent),
         serde_json::Value::Array(_) => "[]".into(),
         serde_json::Value::Object(_) => "{}".into(),
     }
 }
 
-fn yaml_string(s: &str) -> String {
-    let plain_ok = !s.is_empty()
-        && !s.starts_with(|c: char| " -?:,[]{}#&*!|>'\"%@`~".contains(c))
-        && !s.ends_with(' ')
-        && !s.contains(": ")
-        && !s.contains(" #")
-        && !s.ends_with(':')
-        && !s.chars().any(|c| c.is_control())
-        && !matches!(
-            s.to_ascii_lowercase().as_str(),
-            "true" | "false" | "yes" | "no" | "y" | "n" | "on" | "off" | "null" | "~"
-        )
-        && s.parse::<f64>().is_err()
-        && !s.starts_with("0x")
-        && !s.starts_with("0o")
-        && !s.contains('\t');
+/// Whether go-yaml v2 would read this plain scalar as something other than a string.
+fn resolves_non_string(s: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
+        "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF", "~", "null", "Null", "NULL",
+        ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
+        ".NaN", ".NAN", "<<",
+    ];
+    if s.is_empty() || WORDS.contains(&s) {
+        return true;
+    }
+    let t = s.replace('_', "");
+    let body = t.strip_prefix(['+', '-']).unwrap_or(&t);
+    let is_num = (body.starts_with("0x")
+        && body.len() > 2
+        && body[2..].bytes().all(|b| b.is_ascii_hexdigit()))
+        || (body.starts_with("0b")
+            && body.len() > 2
+            && body[2..].bytes().all(|b| b == b'0' || b == b'1'))
+        || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()))
+        || (body.bytes().any(|b| b.is_ascii_digit())
+            && body
+                .bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+            && body.parse::<f64>().is_ok());
+    // Sexagesimal numbers (`1:20`) are YAML 1.1 ints/floats too.
+    let sexagesimal = body.contains(':')
+        && body
+            .split(':')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+    is_num || sexagesimal
+}
+
+fn yaml_string(s: &str, indent: usize) -> String {
+    let special = s
+        .chars()
+        .any(|c| (c.is_control() && c != '\n') || c == '\u{feff}');
+    if s.contains('\n') {
+        if special || s.contains(" \n") || s.ends_with(' ') {
+            return serde_json::to_string(s).unwrap_or_default();
+        }
+        return literal_block(s, indent);
+    }
+    if special {
+        return serde_json::to_string(s).unwrap_or_default();
+    }
+    if resolves_non_string(s) {
+        return serde_json::to_string(s).unwrap_or_default();
+    }
+    let first = s.chars().next().unwrap_or(' ');
+    let second_is_space = s.chars().nth(1).is_none_or(|c| c == ' ');
+    // Why plain style is refused: surrounding spaces, an indicator character first, a document
+    // marker, or `: ` / ` #` / a trailing `:` that would change the parse.
+    let needs_quotes = s.starts_with(' ')
+        || s.ends_with(' ')
+        || "#,[]{}&*!|>'\"%@`".contains(first)
+        || ("-?:".contains(first) && second_is_space)
+        || s.starts_with("---")
+        || s.starts_with("...")
+        || s.contains(": ")
+        || s.contains(" #")
+        || s.ends_with(':');
+    let plain_ok = !needs_quotes;
     if plain_ok {
         s.to_string()
     } else {
-        serde_json::to_string(s).unwrap_or_default()
+        format!("'{}'", s.replace('\'', "''"))
     }
+}
+
+/// A literal block scalar (`|`, `|-`, `|+`) whose lines sit at `indent` spaces.
+fn literal_block(s: &str, indent: usize) -> String {
+    let trailing = s.len() - s.trim_end_matches('\n').len();
+    let chomp = match trailing {
+        0 => "-",
+        1 => "",
+        _ => "+",
+    };
+    let indicator = if s.starts_with(' ') { "2" } else { "" };
+    let pad = " ".repeat(indent);
+    let mut out = format!("|{indicator}{chomp}");
+    let body = if trailing == 1 {
+        &s[..s.len() - 1]
+    } else {
+        s.trim_end_matches('\n')
+    };
+    for line in body.split('\n') {
+        out.push('\n');
+        if !line.is_empty() {
+            out.push_str(&pad);
+            out.push_str(line);
+        }
+    }
+    if trailing > 1 {
+        for _ in 1..trailing {
+            out.push('\n');
+        }
+    }
+    out
 }
 
 fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: bool) {
@@ -875,7 +965,11 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                 if !(in_seq && i == 0) {
                     out.push_str(&pad);
                 }
-                out.push_str(&yaml_string(k));
+                if k.contains('\n') {
+                    out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                } else {
+                    out.push_str(&yaml_string(k, 0));
+                }
                 out.push(':');
                 match val {
                     serde_json::Value::Object(c) if !c.is_empty() => {
@@ -888,7 +982,7 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                     }
                     _ => {
                         out.push(' ');
-                        out.push_str(&yaml_scalar(val));
+                        out.push_str(&yaml_scalar(val, indent + 2));
                         out.push('\n');
                     }
                 }
@@ -908,7 +1002,7 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                         yaml_node(out, item, indent + 2, true)
                     }
                     _ => {
-                        out.push_str(&yaml_scalar(item));
+                        out.push_str(&yaml_scalar(item, indent + 2));
                         out.push('\n');
                     }
                 }
@@ -918,7 +1012,7 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
             if !in_seq {
                 out.push_str(&pad);
             }
-            out.push_str(&yaml_scalar(v));
+            out.push_str(&yaml_scalar(v, indent + 2));
             out.push('\n');
         }
     }
