@@ -162,3 +162,18 @@ fn schema_violations_name_chart_and_json_path() {
     let ok = r#"{"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}}}}"#;
     render_one("x: 1", &[("values.schema.json", ok)]).expect("valid values render");
 }
+
+#[test]
+fn comparing_int_with_float64_is_an_error_as_in_go() {
+    // Values from values.yaml are float64; a bare template literal is an int.
+    assert_err(
+        "{{ if eq .Values.a.b 1 }}x{{ end }}",
+        &[
+            "errs/templates/t.yaml:1",
+            "incompatible types for comparison: float64 and int",
+        ],
+    );
+    render_one("{{ if eq .Values.a.b 1.0 }}x: 1{{ end }}", &[])
+        .expect("float64 with float64 compares");
+    render_one("{{ if eq (int .Values.a.b) 1 }}x: 1{{ end }}", &[]).expect("int with int compares");
+}

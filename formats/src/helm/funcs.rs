@@ -640,6 +640,14 @@ fn cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
     use std::cmp::Ordering;
     match (a.kind(), b.kind()) {
         (ValueKind::Number, ValueKind::Number) => {
+            // Go compares ints with ints and floats with floats; mixing them is an error.
+            if a.is_integer() != b.is_integer() {
+                return Err(err(format!(
+                    "incompatible types for comparison: {} and {}",
+                    type_of(a),
+                    type_of(b)
+                )));
+            }
             if a.is_integer() && b.is_integer() {
                 Ok(a.as_i64().cmp(&b.as_i64()))
             } else {
