@@ -271,7 +271,9 @@ async fn drift_is_corrected_and_logged() {
         &[("app.yaml", config_map("app", "1").as_bytes())],
         "v1",
     );
-    let agent = Agent::start(&test);
+    // An hour between requeues: a correction within the test's wait can only come from the
+    // watch on owned objects.
+    let agent = Agent::start_with(&test, &["--requeue-seconds", "3600"]);
     create_bd(
         &client,
         &test,

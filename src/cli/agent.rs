@@ -11,6 +11,7 @@ use kube::{Client, Config};
 
 use crate::changelog::ChangeLog;
 use crate::reconcile::fetch::SecretPolicy;
+use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::{controller, Context};
 use crate::source::{Cache, FetchOptions, Fetcher};
 
@@ -88,6 +89,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         };
         let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
+        let (owned_tx, owned_rx) = tokio::sync::mpsc::unbounded_channel();
+        let owned = OwnedWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -96,9 +99,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             Duration::from_secs(args.requeue_seconds.max(1)),
             args.apply_parallelism.max(1),
             changelog,
+            Some(owned),
         ));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
-        controller::run(ctx, args.concurrency.max(1), args.selector.as_deref()).await;
+        controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         tracing::info!("pallet agent stopped");
         Ok(())
     })

@@ -8,8 +8,10 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::ResourceExt;
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::{cleanup, reconcile_apply, Context, Next, ReconcileError, FINALIZER};
@@ -53,16 +55,26 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Con
 }
 
 /// Runs the controller until a termination signal arrives.
-/// With a `selector`, only BundleDeployments whose labels match it are watched.
-pub async fn run(ctx: Arc<Context>, concurrency: u16, selector: Option<&str>) {
+/// With a `selector`, only BundleDeployments whose labels match it are watched. `owned_events`
+/// carries reconcile requests from the watches on applied objects (see [`super::owned`]).
+pub async fn run(
+    ctx: Arc<Context>,
+    concurrency: u16,
+    selector: Option<&str>,
+    owned_events: mpsc::UnboundedReceiver<ObjectRef<BundleDeployment>>,
+) {
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
     let config = ControllerConfig::default().concurrency(concurrency);
     let mut watch = watcher::Config::default();
     if let Some(selector) = selector {
         watch = watch.labels(selector);
     }
+    let owned_events = futures::stream::unfold(owned_events, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     Controller::new(api, watch)
         .with_config(config)
+        .reconcile_on(owned_events)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -9,6 +9,7 @@
 
 pub mod controller;
 pub mod fetch;
+pub mod owned;
 pub mod render;
 pub mod status;
 
@@ -132,6 +133,8 @@ pub struct Context {
     pub changelog: ChangeLog,
     /// Publishes summary Events on BundleDeployments.
     pub recorder: Recorder,
+    /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
+    pub owned: Option<owned::OwnedWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// Digest last applied per BundleDeployment in this process: tells a new revision's writes
@@ -150,6 +153,7 @@ impl Context {
         requeue_interval: Duration,
         apply_parallelism: usize,
         changelog: ChangeLog,
+        owned: Option<owned::OwnedWatches>,
     ) -> Self {
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
@@ -165,6 +169,7 @@ impl Context {
             requeue_interval,
             apply_parallelism,
             changelog,
+            owned,
             failures: Mutex::new(HashMap::new()),
             applied_digests: Mutex::new(HashMap::new()),
         }
@@ -350,6 +355,22 @@ async fn install(
         })
         .collect();
 
+    if let Some(owned) = &ctx.owned {
+        for a in applied
+            .iter()
+            .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        {
+            let (group, version) = a
+                .api_version
+                .rsplit_once('/')
+                .unwrap_or(("", &a.api_version));
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, &a.key.kind);
+            // Resolved moments ago by the apply, so this is a cache hit.
+            if let Ok(Some((resource, _))) = ctx.kinds.resolve(&ctx.client, &gvk).await {
+                owned.watch(&resource);
+            }
+        }
+    }
     for key in &pruned.deleted {
         tracing::info!(bundle_deployment = %bd.name_any(), object = %key, "pruned");
     }

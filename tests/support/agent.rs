@@ -43,14 +43,15 @@ impl Agent {
         std::fs::create_dir_all(&logs).unwrap();
         let log = logs.join(format!("{selector_value}.log"));
         let changes = logs.join(format!("{selector_value}.changes.jsonl"));
+        // A short requeue by default, so retries are quick; a test may set its own.
+        let requeue: &[&str] = if extra_args.contains(&"--requeue-seconds") {
+            &[]
+        } else {
+            &["--requeue-seconds", "2"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
-            .args([
-                "agent",
-                "--namespace",
-                "pallet-system",
-                "--requeue-seconds",
-                "2",
-            ])
+            .args(["agent", "--namespace", "pallet-system"])
+            .args(requeue)
             .arg("--kubeconfig")
             .arg(cluster::kubeconfig_path())
             .arg("--cache-dir")
