@@ -238,3 +238,45 @@ async fn plain_bundle_from_an_image_with_a_crd_and_its_objects() {
     assert_eq!(gadgets.get("g1").await.unwrap().data["spec"]["size"], 2);
     delete_bd(&client, &name).await;
 }
+
+#[tokio::test]
+async fn helm_chart_from_git_with_values() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("helm");
+    let chart = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/formats/testdata/helm/charts/starter"
+    ));
+    let repo = fx.git_repo(&name);
+    repo.commit_dir("main", &chart, "the helm create chart");
+    let agent = Agent::start(&name);
+    apply_bd(
+        &client,
+        &name,
+        json!({
+            "installNamespace": name,
+            "sources": [{"kind": "git", "git": {"repository": repo.url(fx.git_plain()), "ref": {"branch": "main"}}}],
+            "format": "helm",
+            "config": {"helm": {"releaseName": "web", "values": {"replicaCount": 2}}},
+        }),
+    )
+    .await;
+    wait_condition(&client, &agent, &name, "Ready", "True", "objects installed").await;
+    let deployment: Deployment = Api::namespaced(client.clone(), &name)
+        .get("web-starter")
+        .await
+        .unwrap();
+    assert_eq!(
+        deployment.spec.unwrap().replicas,
+        Some(2),
+        "values reach the templates"
+    );
+    assert_eq!(deployment.metadata.labels.as_ref().unwrap()[OWNER], name);
+    assert_eq!(
+        deployment.metadata.labels.unwrap()["app.kubernetes.io/instance"],
+        "web"
+    );
+    delete_bd(&client, &name).await;
+}
