@@ -236,3 +236,8 @@ fn schema_violation_fails_in_both_with_the_same_path() {
 fn quirks_chart_matches_helm_template() {
     check_chart("quirks");
 }
+
+#[test]
+fn tpl_files_chart_matches_helm_template() {
+    check_chart("tplfiles");
+}
