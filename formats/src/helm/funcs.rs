@@ -530,6 +530,7 @@ pub fn known() -> HashSet<&'static str> {
     FUNCS
         .iter()
         .map(|(n, _)| *n)
+        .chain(ALIASES.iter().map(|(a, _)| *a))
         .collect::<HashSet<_>>()
         .into_iter()
         .chain([
@@ -2023,6 +2024,96 @@ static FUNCS: &[(&str, F)] = &[
             &h[20..32]
         )))
     }),
+    ("regexSplit", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        let text = s(&arg(&a, 1));
+        let n = to_i64(&arg(&a, 2));
+        let parts: Vec<Value> = if n < 0 {
+            re.split(&text).map(Value::from).collect()
+        } else {
+            re.splitn(&text, n as usize).map(Value::from).collect()
+        };
+        Ok(Value::from(parts))
+    }),
+    ("regexFindAll", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        let text = s(&arg(&a, 1));
+        let n = to_i64(&arg(&a, 2));
+        let it = re.find_iter(&text).map(|m| Value::from(m.as_str()));
+        Ok(Value::from(if n < 0 {
+            it.collect::<Vec<_>>()
+        } else {
+            it.take(n as usize).collect()
+        }))
+    }),
+    ("splitn", |a| {
+        let (sep, n, text) = (s(&arg(&a, 0)), to_i64(&arg(&a, 1)), s(&arg(&a, 2)));
+        let parts: Vec<&str> = if n < 0 {
+            text.split(sep.as_str()).collect()
+        } else {
+            text.splitn(n as usize, sep.as_str()).collect()
+        };
+        Ok(GoMap::value(
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| (format!("_{i}"), Value::from(p)))
+                .collect(),
+        ))
+    }),
+    ("plural", |a| {
+        Ok(if to_i64(&arg(&a, 2)) == 1 {
+            arg(&a, 0)
+        } else {
+            arg(&a, 1)
+        })
+    }),
+    ("round", |a| {
+        // Sprig: round(value, places[, roundOn=.5]) as float64.
+        let (x, places) = (to_f64(&arg(&a, 0)), to_i64(&arg(&a, 1)).clamp(0, 15) as i32);
+        let round_on = if a.len() > 2 { to_f64(&a[2]) } else { 0.5 };
+        let pow = 10f64.powi(places);
+        let digit = x.abs() * pow;
+        let (int, frac) = (digit.trunc(), digit.fract());
+        let r = if frac >= round_on { int + 1.0 } else { int };
+        Ok(Value::from(r / pow * x.signum()))
+    }),
+    ("seq", |a| {
+        let nums: Vec<i64> = a.iter().map(to_i64).collect();
+        let (start, step, end) = match nums.as_slice() {
+            [] => return Ok(Value::from("")),
+            [e] => (1, 1, *e),
+            [st, e] => (*st, if st <= e { 1 } else { -1 }, *e),
+            [st, sp, e, ..] => (*st, *sp, *e),
+        };
+        let mut out = Vec::new();
+        let mut i = start;
+        while step != 0 && ((step > 0 && i <= end) || (step < 0 && i >= end)) {
+            out.push(i.to_string());
+            i += step;
+        }
+        Ok(Value::from(out.join(" ")))
+    }),
+    ("adler32sum", |a| {
+        let (mut x, mut y) = (1u32, 0u32);
+        for b in s(&arg(&a, 0)).bytes() {
+            x = (x + u32::from(b)) % 65_521;
+            y = (y + x) % 65_521;
+        }
+        Ok(Value::from(((y << 16) | x).to_string()))
+    }),
+    ("deepEqual", |a| {
+        Ok(Value::from(to_json(&arg(&a, 0)) == to_json(&arg(&a, 1))))
+    }),
+    ("fromJsonArray", |a| {
+        Ok(
+            match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
+                Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
+                Ok(_) => Value::from(Vec::<Value>::new()),
+                Err(e) => Value::from(vec![Value::from(e.to_string())]),
+            },
+        )
+    }),
     ("__range", |a| f_range(arg(&a, 0))),
 ];
 
@@ -2269,8 +2360,51 @@ fn f_date_in_zone(layout: String, t: Value, zone: String) -> Result<Value, Error
     f_date(layout, t)
 }
 
+/// Sprig names that are the same function as another here: the `must*` variants (our plain
+/// versions already return errors instead of panicking) and old spellings.
+const ALIASES: &[(&str, &str)] = &[
+    ("mustMerge", "merge"),
+    ("mustMergeOverwrite", "mergeOverwrite"),
+    ("mustAppend", "append"),
+    ("mustPrepend", "prepend"),
+    ("mustFirst", "first"),
+    ("mustLast", "last"),
+    ("mustRest", "rest"),
+    ("mustInitial", "initial"),
+    ("mustUniq", "uniq"),
+    ("mustWithout", "without"),
+    ("mustHas", "has"),
+    ("mustCompact", "compact"),
+    ("mustDeepCopy", "deepCopy"),
+    ("mustReverse", "reverse"),
+    ("mustSlice", "slice"),
+    ("mustRegexMatch", "regexMatch"),
+    ("mustRegexFind", "regexFind"),
+    ("mustRegexFindAll", "regexFindAll"),
+    ("mustRegexReplaceAll", "regexReplaceAll"),
+    ("mustRegexSplit", "regexSplit"),
+    ("mustToRawJson", "toRawJson"),
+    ("mustToPrettyJson", "toPrettyJson"),
+    ("biggest", "max"),
+    ("trimall", "trimAll"),
+];
+
+fn lookup_func(name: &str) -> Option<F> {
+    let target = ALIASES
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map(|(_, t)| *t)
+        .unwrap_or(name);
+    FUNCS.iter().find(|(n, _)| *n == target).map(|(_, f)| *f)
+}
+
 /// Registers the runtime on an environment.
 pub fn register(env: &mut Environment<'static>) {
+    for (alias, _) in ALIASES {
+        if let Some(f) = lookup_func(alias) {
+            env.add_function(format!("h_{alias}"), move |args: Rest<Value>| f(args));
+        }
+    }
     for (name, f) in FUNCS {
         let f = *f;
         let n = if name.starts_with("__") {
