@@ -177,3 +177,14 @@ fn comparing_int_with_float64_is_an_error_as_in_go() {
         .expect("float64 with float64 compares");
     render_one("{{ if eq (int .Values.a.b) 1 }}x: 1{{ end }}", &[]).expect("int with int compares");
 }
+
+#[test]
+fn subcharts_object_is_an_explicit_error() {
+    assert_err(
+        "a: {{ .Subcharts.child.Values.x }}",
+        &[
+            "errs/templates/t.yaml:1",
+            "unsupported construct: .Subcharts.child",
+        ],
+    );
+}

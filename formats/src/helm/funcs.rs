@@ -349,6 +349,16 @@ impl Files {
     }
 }
 
+/// A built-in object pallet does not provide yet; any use of its fields is an error naming it.
+#[derive(Debug)]
+pub struct Unsupported(pub &'static str);
+
+impl Object for Unsupported {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+}
+
 /// `.Capabilities.APIVersions`.
 #[derive(Debug, Default)]
 pub struct ApiVersions(pub Vec<String>);
@@ -400,6 +410,9 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
     }
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
         return Ok(m.lock().get(name).cloned().unwrap_or(Value::from(())));
+    }
+    if let Some(u) = v.downcast_object_ref::<Unsupported>() {
+        return Err(err(format!("unsupported construct: {}.{name}", u.0)));
     }
     if let Some(f) = v.downcast_object_ref::<Files>() {
         // Niladic methods used as fields: `(.Files.Glob "x").AsConfig`.

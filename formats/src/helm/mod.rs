@@ -340,6 +340,10 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
                 Value::from_object(Files(u.chart.files.clone())),
             ),
             ("Template".to_string(), GoMap::value(template)),
+            (
+                "Subcharts".to_string(),
+                Value::from_object(funcs::Unsupported(".Subcharts")),
+            ),
         ]
         .into_iter()
         .collect();
