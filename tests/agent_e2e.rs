@@ -768,3 +768,138 @@ async fn a_secret_in_another_namespace_needs_a_service_account_allowed_to_read_i
     );
     bds.delete(&test, &Default::default()).await.unwrap();
 }
+
+#[tokio::test]
+async fn ownership_conflict_names_the_object_and_its_owner() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("own");
+    rbac::namespace(&client, &test).await;
+    // Someone else's ConfigMap, created outside pallet but labelled as another bundle's.
+    let theirs: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "shared", "labels": {"pallet.dev/bundle-deployment": "someone-else"}},
+        "data": {"value": "theirs"},
+    }))
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    cms.create(&Default::default(), &theirs).await.unwrap();
+    let repo = fixtures.git_repo(&test);
+    let both = [config_map("mine", "1"), config_map("shared", "mine")].join("---\n");
+    repo.commit_files("main", &[("app.yaml", both.as_bytes())], "v1");
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &test,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Installed",
+        "False",
+        "owned by BundleDeployment someone-else",
+    )
+    .await;
+    let installed = find(&bd.status.unwrap().conditions, "Installed")
+        .unwrap()
+        .clone();
+    assert_eq!(installed.reason, "OwnershipConflict");
+    assert!(
+        installed
+            .message
+            .contains(&format!("ConfigMap {test}/shared")),
+        "{}",
+        installed.message
+    );
+    assert_eq!(
+        cms.get("shared").await.unwrap().data.unwrap()["value"],
+        "theirs",
+        "not taken over"
+    );
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn optional_objects_wait_for_their_kind() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("opt");
+    let group = format!("{test}.example.com");
+    let repo = fixtures.git_repo(&test);
+    let optional = format!(
+        "apiVersion: {group}/v1\nkind: Monitor\nmetadata:\n  name: m1\n  annotations: {{pallet.dev/optional: \"true\"}}\nspec: {{}}\n"
+    );
+    repo.commit_files(
+        "main",
+        &[
+            ("app.yaml", config_map("app", "1").as_bytes()),
+            ("monitor.yaml", optional.as_bytes()),
+        ],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &test,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+
+    // The cluster does not serve Monitor: the rest installs, the Monitor is listed as skipped.
+    let bd = wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+    let skipped = bd.status.unwrap().skipped;
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(
+        (skipped[0].kind.as_str(), skipped[0].name.as_str()),
+        ("Monitor", "m1")
+    );
+
+    // Someone installs the CRD: the next reconcile applies the Monitor.
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("monitors.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "monitors", "singular": "monitor", "kind": "Monitor"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        }))
+        .unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&Default::default(), &crd).await.unwrap();
+    let bd = wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
+    assert!(bd.status.unwrap().skipped.is_empty());
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await
+        .unwrap();
+    cluster::poll_until(
+        "the BundleDeployment to be gone",
+        Duration::from_secs(60),
+        || {
+            let (bds, name) = (Api::<BundleDeployment>::all(client.clone()), test.clone());
+            async move {
+                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    let _ = crds
+        .delete(&format!("monitors.{group}"), &Default::default())
+        .await;
+}
