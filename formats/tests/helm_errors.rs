@@ -188,3 +188,22 @@ fn subcharts_object_is_an_explicit_error() {
         ],
     );
 }
+
+#[test]
+fn runaway_include_recursion_is_an_error_not_a_crash() {
+    let e = render_one(
+        "{{ include \"loop\" . }}",
+        &[(
+            "templates/_h.tpl",
+            "{{ define \"loop\" }}{{ include \"loop\" . }}{{ end }}",
+        )],
+    )
+    .expect_err("recursion must fail");
+    assert!(e.contains("nested reference name: loop"), "{e}");
+    // Legitimate recursion within the bound works (a countdown through a dict).
+    render_one(
+        "{{ include \"down\" 20 }}",
+        &[("templates/_h.tpl", "{{ define \"down\" }}{{ if gt . 0 }}{{ include \"down\" (sub . 1) }}{{ else }}a: 1{{ end }}{{ end }}")],
+    )
+    .expect("bounded recursion renders");
+}

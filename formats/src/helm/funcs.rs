@@ -523,8 +523,25 @@ pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, E
                 "no template \"{name}\" associated with template \"gotpl\""
             ))
         })?;
-    tmpl.render(minijinja::context! { __d0 => data, __now => state.lookup("__now") })
+    // Each include is a nested render on the Rust stack, so nesting is bounded well below what
+    // would overflow a 2 MiB thread stack; helm's own bound (1000) is for runaway recursion too.
+    let depth = state
+        .lookup("__depth")
+        .and_then(|d| d.as_i64())
+        .unwrap_or(0)
+        + 1;
+    if depth > MAX_INCLUDE_DEPTH {
+        return Err(err(format!(
+            "rendering template has a nested reference name: {name}: unable to execute template (include depth over {MAX_INCLUDE_DEPTH})"
+        )));
+    }
+    tmpl.render(
+        minijinja::context! { __d0 => data, __now => state.lookup("__now"), __depth => depth },
+    )
 }
+
+/// Maximum nesting of include/template/tpl.
+pub const MAX_INCLUDE_DEPTH: i64 = 64;
 
 fn f_include(state: &State, name: String, data: Option<Value>) -> Result<Value, Error> {
     Ok(Value::from(render_define(
@@ -2462,7 +2479,11 @@ fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
     let out = state.env().render_named_str(
         &name,
         &t.main,
-        minijinja::context! { __d0 => data, __now => state.lookup("__now") },
+        minijinja::context! {
+            __d0 => data,
+            __now => state.lookup("__now"),
+            __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
+        },
     )?;
     Ok(Value::from(out))
 }
