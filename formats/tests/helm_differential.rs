@@ -241,3 +241,8 @@ fn quirks_chart_matches_helm_template() {
 fn tpl_files_chart_matches_helm_template() {
     check_chart("tplfiles");
 }
+
+#[test]
+fn legacy_v1_chart_matches_helm_template() {
+    check_chart("legacy");
+}

@@ -1,0 +1,3 @@
+{{- define "legacy.body" }}
+  overridden: {{ .Chart.Name }}
+{{- end -}}
