@@ -903,3 +903,52 @@ async fn optional_objects_wait_for_their_kind() {
         .delete(&format!("monitors.{group}"), &Default::default())
         .await;
 }
+
+#[tokio::test]
+async fn deletion_waits_until_the_bundle_objects_are_gone() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("del");
+    let bundle_ns = format!("{test}-own");
+    let repo = fixtures.git_repo(&test);
+    let manifests = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {bundle_ns}}}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: inside, namespace: {bundle_ns}}}\n"
+    );
+    repo.commit_files("main", &[("app.yaml", manifests.as_bytes())], "v1");
+    let agent = Agent::start(&test);
+    create_bd(
+        &client,
+        &test,
+        &test,
+        &test,
+        &repo.url(fixtures.git_plain()),
+    )
+    .await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
+
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    bds.delete(&test, &Default::default()).await.unwrap();
+    cluster::poll_until(
+        "the BundleDeployment to be gone",
+        Duration::from_secs(90),
+        || {
+            let (bds, name) = (bds.clone(), test.clone());
+            async move {
+                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    // The finalizer was only removed once the namespace had finished terminating.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(
+        namespaces.get_opt(&bundle_ns).await.unwrap().is_none(),
+        "the bundle's namespace is fully gone"
+    );
+    let _ = namespaces.delete(&test, &Default::default()).await;
+}

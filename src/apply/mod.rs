@@ -91,6 +91,9 @@ pub struct Pruned {
     pub deleted: Vec<ObjectKey>,
     /// Objects deliberately kept, with the reason (CRDs that still have objects).
     pub kept: Vec<(ObjectKey, String)>,
+    /// Objects already being deleted (deletionTimestamp set, finalizers pending): not deleted
+    /// again, but not gone yet either.
+    pub terminating: Vec<ObjectKey>,
 }
 
 /// Why applying (or pruning) an object failed.
@@ -550,6 +553,10 @@ impl Applier {
                 .as_ref()
                 .and_then(|l| l.get(OWNER_LABEL));
             if owner.map(String::as_str) != Some(self.owner.as_str()) {
+                continue;
+            }
+            if live.metadata.deletion_timestamp.is_some() {
+                pruned.terminating.push(key.clone());
                 continue;
             }
             if Stage::of(group, &key.kind) == Stage::Crds {

@@ -63,6 +63,9 @@ pub enum ReconcileError {
     /// A write for the bundle was forbidden by RBAC (for the impersonated ServiceAccount).
     #[error("{0}")]
     Forbidden(String),
+    /// Deleting the bundle's objects is under way; the finalizer stays until they are gone.
+    #[error("waiting for {0} to be deleted")]
+    Deleting(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -89,6 +92,7 @@ impl ReconcileError {
             ReconcileError::Render(e) => e.category().to_string(),
             ReconcileError::Apply(e) => e.category().to_string(),
             ReconcileError::Forbidden(_) => "Forbidden".to_string(),
+            ReconcileError::Deleting(_) => "Deleting".to_string(),
             ReconcileError::Kube { .. } => "KubernetesAPIError".to_string(),
         }
     }
@@ -101,7 +105,7 @@ impl ReconcileError {
             | ReconcileError::Render(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
-            ReconcileError::Kube { .. } => true,
+            ReconcileError::Kube { .. } | ReconcileError::Deleting(_) => true,
         }
     }
 
@@ -603,11 +607,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 .into_iter()
                 .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
                 .collect();
-            applier.prune(&order).await.map(|pruned| {
-                for (key, why) in &pruned.kept {
-                    tracing::warn!(bundle_deployment = %name, object = %key, "not deleted: {why}");
-                }
-            }).map_err(ReconcileError::from)
+            delete_all(&applier, &name, &order).await
         }
         DeletionPolicy::Orphan => {
             let mut result = Ok(());
@@ -643,6 +643,39 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     }
     result?;
     Ok(Next::RequeueAfter(ctx.requeue_interval))
+}
+
+/// Deletes the objects in `order` and waits briefly for them to be gone. Objects still there
+/// (terminating, e.g. a Namespace being emptied) make it return [`ReconcileError::Deleting`], so
+/// the finalizer stays and the deletion is checked again with backoff.
+async fn delete_all(
+    applier: &Applier,
+    name: &str,
+    order: &[(ObjectKey, String)],
+) -> Result<(), ReconcileError> {
+    let mut remaining = Vec::new();
+    for attempt in 0..5 {
+        let pruned = applier.prune(order).await?;
+        for (key, why) in &pruned.kept {
+            tracing::warn!(bundle_deployment = %name, object = %key, "not deleted: {why}");
+        }
+        if pruned.deleted.is_empty() && pruned.terminating.is_empty() {
+            return Ok(());
+        }
+        remaining = pruned
+            .deleted
+            .into_iter()
+            .chain(pruned.terminating)
+            .map(|k| k.to_string())
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+    }
+    let shown: Vec<&str> = remaining.iter().take(5).map(String::as_str).collect();
+    Err(ReconcileError::Deleting(format!(
+        "{} objects ({})",
+        remaining.len(),
+        shown.join(", ")
+    )))
 }
 
 async fn orphan(applier: &Applier, r: &ObjectReference) -> Result<(), ReconcileError> {
