@@ -772,7 +772,7 @@ pub fn sprintf(fmt: &str, args: &[Value]) -> String {
                     t
                 }
             }
-            'q' => serde_json::to_string(&go_fmt(a)).unwrap_or_default(),
+            'q' => go_quote(&go_fmt(a)),
             'd' => {
                 if a.kind() == ValueKind::Number && a.is_integer() {
                     let n = a.as_i64().unwrap_or(0);
@@ -846,6 +846,32 @@ pub fn sprintf(fmt: &str, args: &[Value]) -> String {
         out.push_str(&extra.join(", "));
         out.push(')');
     }
+    out
+}
+
+/// Go's `strconv.Quote` (what `%q` and Sprig's `quote` produce).
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() || c == '\u{feff}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
     out
 }
 
@@ -1390,7 +1416,7 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(
             a.0.iter()
                 .filter(|v| !v.is_none())
-                .map(|v| serde_json::to_string(&go_fmt(v)).unwrap_or_default())
+                .map(|v| go_quote(&go_fmt(v)))
                 .collect::<Vec<_>>()
                 .join(" "),
         ))
