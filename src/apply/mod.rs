@@ -477,6 +477,52 @@ impl Applier {
         })
     }
 
+    /// The API for an object already applied (from an inventory: key and apiVersion), and its
+    /// resource; `None` when the cluster no longer serves the kind.
+    pub async fn api_for_existing(
+        &self,
+        key: &ObjectKey,
+        api_version: &str,
+    ) -> Result<Option<(Api<DynamicObject>, ApiResource)>, ApplyError> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+        let Some((resource, caps)) =
+            self.kinds
+                .resolve(&self.client, &gvk)
+                .await
+                .map_err(|source| ApplyError::Transient {
+                    key: key.clone(),
+                    source,
+                })?
+        else {
+            return Ok(None);
+        };
+        let api = match (&caps.scope, &key.namespace) {
+            (Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(self.client.clone(), ns, &resource)
+            }
+            _ => Api::all_with(self.client.clone(), &resource),
+        };
+        Ok(Some((api, resource)))
+    }
+
+    /// Removes this owner's label from an applied object, leaving the object in place
+    /// (`deletionPolicy: Orphan`). An object already gone is fine.
+    pub async fn orphan(&self, key: &ObjectKey, api_version: &str) -> Result<(), ApplyError> {
+        let Some((api, _)) = self.api_for_existing(key, api_version).await? else {
+            return Ok(());
+        };
+        let patch = serde_json::json!({"metadata": {"labels": {OWNER_LABEL: null}}});
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(ApplyError::from_kube(key, e)),
+        }
+    }
+
     /// Read-only: the objects whose live state differs from the rendered one (or that are
     /// missing), each with the first differing field path. Writes nothing; used while paused to
     /// show what resuming would revert.
@@ -518,27 +564,8 @@ impl Applier {
     pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Pruned, ApplyError> {
         let mut pruned = Pruned::default();
         for (key, api_version) in keys {
-            let (group, version) = match api_version.split_once('/') {
-                Some((g, v)) => (g, v),
-                None => ("", api_version.as_str()),
-            };
-            let gvk = GroupVersionKind::gvk(group, version, &key.kind);
-            let Some((resource, caps)) =
-                self.kinds
-                    .resolve(&self.client, &gvk)
-                    .await
-                    .map_err(|source| ApplyError::Transient {
-                        key: key.clone(),
-                        source,
-                    })?
-            else {
+            let Some((api, _)) = self.api_for_existing(key, api_version).await? else {
                 continue; // the kind is gone, so are its objects
-            };
-            let api: Api<DynamicObject> = match (&caps.scope, &key.namespace) {
-                (Scope::Namespaced, Some(ns)) => {
-                    Api::namespaced_with(self.client.clone(), ns, &resource)
-                }
-                _ => Api::all_with(self.client.clone(), &resource),
             };
             let Some(live) = api
                 .get_opt(&key.name)
@@ -559,7 +586,7 @@ impl Applier {
                 pruned.terminating.push(key.clone());
                 continue;
             }
-            if Stage::of(group, &key.kind) == Stage::Crds {
+            if Stage::of(&key.group, &key.kind) == Stage::Crds {
                 if let Some(example) = self.first_custom_resource(key, &live.data).await? {
                     pruned.kept.push((
                         key.clone(),

@@ -364,13 +364,9 @@ async fn install(
             .iter()
             .filter(|a| a.outcome != ApplyOutcome::Skipped)
         {
-            let (group, version) = a
-                .api_version
-                .rsplit_once('/')
-                .unwrap_or(("", &a.api_version));
-            let gvk = kube::core::GroupVersionKind::gvk(group, version, &a.key.kind);
             // Resolved moments ago by the apply, so this is a cache hit.
-            if let Ok(Some((resource, _))) = ctx.kinds.resolve(&ctx.client, &gvk).await {
+            if let Ok(Some((_, resource))) = applier.api_for_existing(&a.key, &a.api_version).await
+            {
                 owned.watch(&resource);
             }
         }
@@ -612,8 +608,8 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         DeletionPolicy::Orphan => {
             let mut result = Ok(());
             for r in &inventory.objects {
-                if let Err(e) = orphan(&applier, r).await {
-                    result = Err(e);
+                if let Err(e) = applier.orphan(&key_of(r), &api_version_of(r)).await {
+                    result = Err(e.into());
                     break;
                 }
                 let mut entry = ctx.changelog.entry(
@@ -676,42 +672,6 @@ async fn delete_all(
         remaining.len(),
         shown.join(", ")
     )))
-}
-
-async fn orphan(applier: &Applier, r: &ObjectReference) -> Result<(), ReconcileError> {
-    use kube::core::GroupVersionKind;
-    let gvk = GroupVersionKind::gvk(&r.group, &r.version, &r.kind);
-    let key = key_of(r);
-    let Some((resource, caps)) =
-        applier
-            .kinds
-            .resolve(&applier.client, &gvk)
-            .await
-            .map_err(|e| ReconcileError::Kube {
-                context: format!("resolve {key}"),
-                source: e,
-            })?
-    else {
-        return Ok(());
-    };
-    let api: Api<kube::api::DynamicObject> = match (&caps.scope, r.namespace.is_empty()) {
-        (kube::discovery::Scope::Namespaced, false) => {
-            Api::namespaced_with(applier.client.clone(), &r.namespace, &resource)
-        }
-        _ => Api::all_with(applier.client.clone(), &resource),
-    };
-    let patch = json!({"metadata": {"labels": {plan::OWNER_LABEL: null}}});
-    match api
-        .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(ReconcileError::Kube {
-            context: format!("orphan {key}"),
-            source: e,
-        }),
-    }
 }
 
 /// Writes the status `outcome` leads to, skipping the patch when nothing changed.
