@@ -32,7 +32,7 @@ port=${PALLET_CONTROLPLANE_PORT:-16443}
 
 # Static binaries, and fixed flags so Go's build cache keys stay the same from run to run.
 export CGO_ENABLED=0
-build_flags=(-trimpath)
+build_flags=(-trimpath "-ldflags=-s -w")
 
 fingerprint() {
   (cd "$src" && cat go.mod go.sum ./*.go && go version && echo "${build_flags[*]} $CGO_ENABLED") | sha256sum | cut -d' ' -f1
@@ -48,13 +48,23 @@ cmd_build() {
     return 0
   fi
   mkdir -p "$bindir"
+  # Several checkouts or test runs may build at once; one builds, the others then reuse.
+  exec {build_lock}>"$bindir/.pallet-controlplane.lock"
+  flock "$build_lock"
+  if [ -x "$cp_bin" ] && [ -x "$kubectl_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$fp" ]; then
+    exec {build_lock}>&-
+    log "controlplane: binaries up to date in $bindir"
+    return 0
+  fi
   t0=$(now_ms)
   log "controlplane: building pallet-controlplane and kubectl (first build takes minutes)"
   (cd "$src" && go build "${build_flags[@]}" -o "$cp_bin.tmp" . &&
     go build "${build_flags[@]}" -o "$kubectl_bin.tmp" k8s.io/kubernetes/cmd/kubectl)
+  # Rename, not copy: a running control plane keeps its old inode.
   mv -f "$cp_bin.tmp" "$cp_bin"
   mv -f "$kubectl_bin.tmp" "$kubectl_bin"
   echo "$fp" >"$stamp"
+  exec {build_lock}>&-
   log "controlplane: built in $(elapsed "$t0")s"
 }
 
@@ -91,7 +101,8 @@ cmd_start() {
   t0=$(now_ms)
   # setsid: the server outlives this script and is not hit by signals aimed at the caller's
   # process group; stdin from /dev/null so it never waits on a terminal.
-  setsid "$cp_bin" --port "$port" --state-dir "$dir" </dev/null >"$logfile" 2>&1 &
+  # The state lock's descriptor is closed for it, or the lock would live as long as the server.
+  setsid "$cp_bin" --port "$port" --state-dir "$dir" </dev/null >"$logfile" 2>&1 {state_lock}>&- &
   pid=$!
   echo "$pid" >"$pidfile"
   # The program writes $dir/ready once /readyz is ok and the controller manager has created
@@ -151,13 +162,28 @@ cmd_status() {
   fi
 }
 
+# start/stop/wipe on one state dir must not interleave (two test runs starting it at once).
+lock_state() {
+  mkdir -p "$dir"
+  exec {state_lock}>"$dir/.lock"
+  flock "$state_lock"
+}
+
 case "${1:-}" in
   build) cmd_build ;;
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  wipe)
+  start)
+    lock_state
+    cmd_start
+    ;;
+  stop)
+    lock_state
     cmd_stop
-    rm -rf "$dir"
+    ;;
+  wipe)
+    lock_state
+    cmd_stop
+    # Keep the lock file itself; another waiter may hold it open.
+    find "$dir" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} +
     log "controlplane: wiped $dir"
     ;;
   status) cmd_status ;;
@@ -167,7 +193,9 @@ case "${1:-}" in
     kc "$@"
     ;;
   selftest)
+    lock_state
     cmd_start
+    exec {state_lock}>&-
     . "$PALLET_ROOT/tools/controlplane/selftest.sh"
     ;;
   *)

@@ -22,6 +22,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -109,7 +110,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	defer etcd.Close()
+	// Close panics when called twice; error paths return early via the defer.
+	var closeEtcd sync.Once
+	defer closeEtcd.Do(etcd.Close)
 	klog.InfoS("etcd ready", "url", etcdURL, "elapsed", time.Since(start))
 
 	apiOpts := apiserveroptions.NewServerRunOptions()
@@ -247,7 +250,7 @@ func run() error {
 	case <-time.After(30 * time.Second):
 		klog.InfoS("apiserver did not stop in time")
 	}
-	etcd.Close()
+	closeEtcd.Do(etcd.Close)
 	klog.InfoS("stopped")
 	return runErr
 }
@@ -284,6 +287,9 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 	cfg.InitialCluster = "pallet=" + pu.String()
 	cfg.LogLevel = "warn"
 	cfg.LogOutputs = []string{"stderr"}
+	// NewConfig leaves this at 0 (only the CLI flag has a default), which logs
+	// a warning for every single request.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	// Test data only: small quota, fewer entries kept in memory between
 	// snapshots, and no fsync (losing data on a machine crash is fine here).
 	cfg.QuotaBackendBytes = 256 << 20

@@ -23,7 +23,12 @@ expect_forbidden() {
   grep -qi forbidden <<<"$out" || fail "$what: expected Forbidden, got: $out"
   pass "$what (forbidden)"
 }
-gone() { ! kc "$@" >/dev/null 2>&1 && kc "$@" 2>&1 | grep -q NotFound; }
+# gone <kubectl args>: the get fails with NotFound (any other error is not "gone").
+gone() {
+  local out
+  if out=$(kc "$@" 2>&1); then return 1; fi
+  grep -q NotFound <<<"$out"
+}
 
 # Discovery lists built-in, CRD and RBAC APIs.
 res=$(kc api-resources -o name)
