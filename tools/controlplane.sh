@@ -190,6 +190,7 @@ case "${1:-}" in
   kubeconfig) echo "$kubeconfig" ;;
   kubectl)
     shift
+    [ -x "$kubectl_bin" ] || cmd_build
     kc "$@"
     ;;
   selftest)
