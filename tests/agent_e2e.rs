@@ -247,6 +247,9 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
         },
     )
     .await;
+    // The change log is written before the finalizer goes: once the BundleDeployment is gone,
+    // every deletion is in it.
+    agent::wait_bd_gone(&client, &test).await;
     let deletions: Vec<_> = agent
         .changes()
         .into_iter()
@@ -336,20 +339,7 @@ async fn drift_is_corrected_and_logged() {
     )
     .await;
     bds.delete(&test, &Default::default()).await.unwrap();
-    cluster::poll_until(
-        "the BundleDeployment to be gone",
-        Duration::from_secs(60),
-        || {
-            let (bds, name) = (bds.clone(), test.clone());
-            async move {
-                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(bd) => Err(format!("still there: {:?}", bd.metadata.finalizers)),
-                }
-            }
-        },
-    )
-    .await;
+    agent::wait_bd_gone(&client, &test).await;
     let left = cms.get("app").await.expect("an orphaned object stays");
     assert!(!left
         .metadata
@@ -885,20 +875,7 @@ async fn optional_objects_wait_for_their_kind() {
         .delete(&test, &Default::default())
         .await
         .unwrap();
-    cluster::poll_until(
-        "the BundleDeployment to be gone",
-        Duration::from_secs(60),
-        || {
-            let (bds, name) = (Api::<BundleDeployment>::all(client.clone()), test.clone());
-            async move {
-                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(_) => Err("still there".to_string()),
-                }
-            }
-        },
-    )
-    .await;
+    agent::wait_bd_gone(&client, &test).await;
     let _ = crds
         .delete(&format!("monitors.{group}"), &Default::default())
         .await;
@@ -930,20 +907,7 @@ async fn deletion_waits_until_the_bundle_objects_are_gone() {
 
     let bds: Api<BundleDeployment> = Api::all(client.clone());
     bds.delete(&test, &Default::default()).await.unwrap();
-    cluster::poll_until(
-        "the BundleDeployment to be gone",
-        Duration::from_secs(90),
-        || {
-            let (bds, name) = (bds.clone(), test.clone());
-            async move {
-                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(_) => Err("still there".to_string()),
-                }
-            }
-        },
-    )
-    .await;
+    agent::wait_bd_gone(&client, &test).await;
     // The finalizer was only removed once the namespace had finished terminating.
     let namespaces: Api<Namespace> = Api::all(client.clone());
     assert!(

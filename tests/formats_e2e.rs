@@ -56,21 +56,7 @@ async fn delete_bd(client: &Client, name: &str) {
         .delete(name, &Default::default())
         .await
         .unwrap();
-    let bds: Api<BundleDeployment> = Api::all(client.clone());
-    cluster::poll_until(
-        "the BundleDeployment to be deleted",
-        std::time::Duration::from_secs(60),
-        || {
-            let (bds, name) = (bds.clone(), name.to_string());
-            async move {
-                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(_) => Err("still there".to_string()),
-                }
-            }
-        },
-    )
-    .await;
+    agent::wait_bd_gone(client, name).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(name, &Default::default())
         .await;

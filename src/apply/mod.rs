@@ -220,6 +220,13 @@ pub struct KindResolver {
 }
 
 impl KindResolver {
+    /// Drops what is cached for `resource`'s kind: its API is gone (its CRD was deleted), so the
+    /// next look-up asks discovery again.
+    pub async fn forget(&self, resource: &ApiResource) {
+        let gvk = GroupVersionKind::gvk(&resource.group, &resource.version, &resource.kind);
+        self.cache.write().await.remove(&gvk);
+    }
+
     /// Resolves `gvk`; `Ok(None)` when the cluster does not serve it.
     pub async fn resolve(
         &self,
@@ -264,6 +271,7 @@ pub struct Applier {
 struct Target {
     key: ObjectKey,
     api: Api<DynamicObject>,
+    resource: ApiResource,
     desired: Value,
 }
 
@@ -341,7 +349,12 @@ impl Applier {
                 .map(str::to_string),
             ..key
         };
-        Ok(Some(Target { key, api, desired }))
+        Ok(Some(Target {
+            key,
+            api,
+            resource,
+            desired,
+        }))
     }
 
     async fn apply_one(&self, object: &Object) -> Result<Applied, ApplyError> {
@@ -362,11 +375,20 @@ impl Applier {
                 api_version: object.api_version().to_string(),
             });
         };
-        let Target { key, api, desired } = target;
-        let live = api
-            .get_opt(&key.name)
-            .await
-            .map_err(|e| ApplyError::from_kube(&key, e))?;
+        let Target {
+            key,
+            api,
+            resource,
+            desired,
+        } = target;
+        let Some(live) = self.read_live(&api, &resource, &key).await? else {
+            // Its CRD went away after discovery: reported as not served; the next look-up
+            // asks discovery again.
+            return Err(ApplyError::KindNotServed {
+                key,
+                api_version: object.api_version().to_string(),
+            });
+        };
         let live_owner = live.as_ref().map(|l| {
             l.metadata
                 .labels
@@ -432,6 +454,25 @@ impl Applier {
         };
         self.record(&applied);
         Ok(applied)
+    }
+
+    /// Reads the live object. `Ok(Some(None))`: no such object. `Ok(None)`: the API for its
+    /// kind is gone (the apiserver answers 404 for the resource path itself), and the cached
+    /// kind is dropped so that the next look-up asks discovery again.
+    async fn read_live(
+        &self,
+        api: &Api<DynamicObject>,
+        resource: &ApiResource,
+        key: &ObjectKey,
+    ) -> Result<Option<Option<DynamicObject>>, ApplyError> {
+        match api.get_opt(&key.name).await {
+            Ok(live) => Ok(Some(live)),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                self.kinds.forget(resource).await;
+                Ok(None)
+            }
+            Err(e) => Err(ApplyError::from_kube(key, e)),
+        }
     }
 
     fn record(&self, write: &Applied) {
@@ -529,13 +570,18 @@ impl Applier {
     pub async fn drift(&self, objects: &[Object]) -> Result<Vec<Drifted>, ApplyError> {
         let mut drifted = Vec::new();
         for object in objects {
-            let Some(Target { key, api, desired }) = self.resolve(object).await? else {
+            let Some(Target {
+                key,
+                api,
+                resource,
+                desired,
+            }) = self.resolve(object).await?
+            else {
                 continue;
             };
-            let live = api
-                .get_opt(&key.name)
-                .await
-                .map_err(|e| ApplyError::from_kube(&key, e))?;
+            let Some(live) = self.read_live(&api, &resource, &key).await? else {
+                continue; // the kind is gone: nothing to compare
+            };
             let message = match live {
                 None => Some("missing from the cluster".to_string()),
                 Some(live) => {
@@ -564,14 +610,11 @@ impl Applier {
     pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Pruned, ApplyError> {
         let mut pruned = Pruned::default();
         for (key, api_version) in keys {
-            let Some((api, _)) = self.api_for_existing(key, api_version).await? else {
+            let Some((api, resource)) = self.api_for_existing(key, api_version).await? else {
                 continue; // the kind is gone, so are its objects
             };
-            let Some(live) = api
-                .get_opt(&key.name)
-                .await
-                .map_err(|e| ApplyError::from_kube(key, e))?
-            else {
+            // Gone, or its whole kind is gone (a CRD deleted a moment ago): nothing to delete.
+            let Some(Some(live)) = self.read_live(&api, &resource, key).await? else {
                 continue;
             };
             let owner = live

@@ -147,3 +147,25 @@ pub async fn wait_condition(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Waits until the BundleDeployment `name` no longer exists (its finalizer has run).
+pub async fn wait_bd_gone(client: &Client, name: &str) {
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    cluster::poll_until(
+        &format!("BundleDeployment {name} to be gone"),
+        Duration::from_secs(90),
+        || {
+            let (bds, name) = (bds.clone(), name.to_string());
+            async move {
+                match bds.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(bd) => Err(format!(
+                        "still there, finalizers {:?}",
+                        bd.metadata.finalizers
+                    )),
+                }
+            }
+        },
+    )
+    .await;
+}
