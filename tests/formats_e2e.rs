@@ -74,47 +74,91 @@ fn tar_gz(dir: &Path, out: &Path) {
     assert!(status.success());
 }
 
+/// How a test publishes a bundle directory.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Git,
+    Image,
+    Http,
+}
+
+const ALL_SOURCE_KINDS: [Via; 3] = [Via::Git, Via::Image, Via::Http];
+
+/// Publishes `dir` on the fixture server for `via` under `name`; returns the BundleDeployment
+/// source and the agent flags it needs.
+async fn publish(fx: &support::Fixtures, name: &str, dir: &Path, via: Via) -> (Value, Vec<String>) {
+    match via {
+        Via::Git => {
+            let repo = fx.git_repo(name);
+            repo.commit_dir("main", dir, "bundle");
+            (
+                json!({"kind": "git", "git": {"repository": repo.url(fx.git_plain()), "ref": {"branch": "main"}}}),
+                vec![],
+            )
+        }
+        Via::Image => {
+            let registry = fx.registry_plain();
+            fx.push_dir_as_image(registry, name, "v1", dir, &RegistryAuth::Anonymous)
+                .await
+                .unwrap();
+            (
+                json!({"kind": "image", "image": {"ref": format!("{}/{name}:v1", registry.host)}}),
+                vec!["--plain-http-registry".to_string(), registry.host.clone()],
+            )
+        }
+        Via::Http => {
+            let work = tempfile::tempdir().unwrap();
+            let tarball = work.path().join("bundle.tgz");
+            tar_gz(dir, &tarball);
+            let path = fx.put_file(
+                &format!("{name}/bundle.tgz"),
+                &std::fs::read(&tarball).unwrap(),
+            );
+            (
+                json!({"kind": "http", "http": {"url": fx.http_plain().url_for(&path)}}),
+                vec![],
+            )
+        }
+    }
+}
+
+fn start_agent(name: &str, flags: &[String]) -> Agent {
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Agent::start_with(name, &flags)
+}
+
 #[tokio::test]
-async fn registry_v1_bundle_from_an_image_installs_the_operator() {
+async fn registry_v1_bundle_from_each_source_kind_installs_the_operator() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
     let fx = support::Fixtures::load();
-    let name = support::unique_name("olm");
-    let registry = fx.registry_plain();
-    fx.push_dir_as_image(
-        registry,
-        &name,
-        "v0.6.0",
-        &argocd_bundle(),
-        &RegistryAuth::Anonymous,
-    )
-    .await
-    .unwrap();
-    let agent = Agent::start_with(&name, &["--plain-http-registry", &registry.host]);
-    apply_bd(
-        &client,
-        &name,
-        json!({
-            "installNamespace": name,
-            "sources": [{"kind": "image", "image": {"ref": format!("{}/{name}:v0.6.0", registry.host)}}],
-            "format": "registry-v1",
-        }),
-    )
-    .await;
-    // 14 objects in the AllNamespaces conformance case, CRDs first.
-    wait_condition(&client, &agent, &name, "Ready", "True", "14 objects").await;
-    let deployment: Deployment = Api::namespaced(client.clone(), &name)
-        .get("argocd-operator-controller-manager")
-        .await
-        .unwrap();
-    assert_eq!(deployment.metadata.labels.unwrap()[OWNER], name);
-    // Generated names match the reference renderer's, so objects can be handed over.
-    let role: ClusterRole = Api::all(client.clone())
-        .get("argocd-operator.v0-1dhiybrldl1gyksid1dk2dqjsc72psdybc7iyvse5gpx")
-        .await
-        .unwrap();
-    assert_eq!(role.metadata.labels.unwrap()[OWNER], name);
-    delete_bd(&client, &name).await;
+    // One after the other: the operator's CRDs are cluster-scoped, and two BundleDeployments
+    // may not own the same CRD.
+    for via in ALL_SOURCE_KINDS {
+        let name = support::unique_name("olm");
+        let (source, flags) = publish(fx, &name, &argocd_bundle(), via).await;
+        let agent = start_agent(&name, &flags);
+        apply_bd(
+            &client,
+            &name,
+            json!({"installNamespace": name, "sources": [source], "format": "registry-v1"}),
+        )
+        .await;
+        // 14 objects in the AllNamespaces conformance case, CRDs first.
+        wait_condition(&client, &agent, &name, "Ready", "True", "14 objects").await;
+        let deployment: Deployment = Api::namespaced(client.clone(), &name)
+            .get("argocd-operator-controller-manager")
+            .await
+            .unwrap();
+        assert_eq!(deployment.metadata.labels.unwrap()[OWNER], name, "{via:?}");
+        // Generated names match the reference renderer's, so objects can be handed over.
+        let role: ClusterRole = Api::all(client.clone())
+            .get("argocd-operator.v0-1dhiybrldl1gyksid1dk2dqjsc72psdybc7iyvse5gpx")
+            .await
+            .unwrap();
+        assert_eq!(role.metadata.labels.unwrap()[OWNER], name, "{via:?}");
+        delete_bd(&client, &name).await;
+    }
 }
 
 #[tokio::test]
@@ -226,43 +270,42 @@ async fn plain_bundle_from_an_image_with_a_crd_and_its_objects() {
 }
 
 #[tokio::test]
-async fn helm_chart_from_git_with_values() {
+async fn helm_chart_from_each_source_kind_with_values() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
     let fx = support::Fixtures::load();
-    let name = support::unique_name("helm");
     let chart = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/formats/testdata/helm/charts/starter"
     ));
-    let repo = fx.git_repo(&name);
-    repo.commit_dir("main", &chart, "the helm create chart");
-    let agent = Agent::start(&name);
-    apply_bd(
-        &client,
-        &name,
-        json!({
-            "installNamespace": name,
-            "sources": [{"kind": "git", "git": {"repository": repo.url(fx.git_plain()), "ref": {"branch": "main"}}}],
-            "format": "helm",
-            "config": {"helm": {"releaseName": "web", "values": {"replicaCount": 2}}},
-        }),
-    )
-    .await;
-    wait_condition(&client, &agent, &name, "Ready", "True", "objects installed").await;
-    let deployment: Deployment = Api::namespaced(client.clone(), &name)
-        .get("web-starter")
-        .await
-        .unwrap();
-    assert_eq!(
-        deployment.spec.unwrap().replicas,
-        Some(2),
-        "values reach the templates"
-    );
-    assert_eq!(deployment.metadata.labels.as_ref().unwrap()[OWNER], name);
-    assert_eq!(
-        deployment.metadata.labels.unwrap()["app.kubernetes.io/instance"],
-        "web"
-    );
-    delete_bd(&client, &name).await;
+    for via in ALL_SOURCE_KINDS {
+        let name = support::unique_name("helm");
+        let (source, flags) = publish(fx, &name, &chart, via).await;
+        let agent = start_agent(&name, &flags);
+        apply_bd(
+            &client,
+            &name,
+            json!({
+                "installNamespace": name,
+                "sources": [source],
+                "format": "helm",
+                "config": {"helm": {"releaseName": "web", "values": {"replicaCount": 2}}},
+            }),
+        )
+        .await;
+        wait_condition(&client, &agent, &name, "Ready", "True", "objects installed").await;
+        let deployment: Deployment = Api::namespaced(client.clone(), &name)
+            .get("web-starter")
+            .await
+            .unwrap();
+        assert_eq!(
+            deployment.spec.unwrap().replicas,
+            Some(2),
+            "values reach the templates ({via:?})"
+        );
+        let labels = deployment.metadata.labels.unwrap();
+        assert_eq!(labels[OWNER], name);
+        assert_eq!(labels["app.kubernetes.io/instance"], "web");
+        delete_bd(&client, &name).await;
+    }
 }
