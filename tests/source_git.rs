@@ -1,4 +1,5 @@
-//! Git sources against the real fixture git servers (`git http-backend` over smart HTTP;
+//! Git sources against the real fixture git servers (`git http-backend` over smart HTTP, and an
+//! sshd serving the same repos over SSH;
 //! `tools/fixtures.sh start`).
 
 #[path = "support/sources_extra.rs"]
@@ -220,4 +221,231 @@ async fn missing_repo_missing_branch_and_server_down() {
         "took {:?}",
         start.elapsed()
     );
+}
+
+// ---- git over SSH (the fixtures' sshd, public-key auth, host key checked against known_hosts) ----
+
+/// Credentials as a `kubernetes.io/ssh-auth` Secret from `origin` carries them.
+fn ssh_creds(origin: &str, private_key: &str, known_hosts: &str) -> Credentials {
+    let data = [
+        ("ssh-privatekey", private_key),
+        ("known_hosts", known_hosts),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+    .collect();
+    Credentials::from_secret_data(origin, Some("kubernetes.io/ssh-auth"), &data).unwrap()
+}
+
+/// The git-ssh server's authorized test key and its known_hosts line.
+fn ssh_server_creds(fx: &Fixtures) -> (String, String) {
+    let git = fx.git_ssh();
+    let key_path = git
+        .ssh_private_key
+        .as_ref()
+        .expect("git-ssh has a private key");
+    let key = std::fs::read_to_string(key_path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", key_path.display()));
+    let known = git
+        .ssh_known_hosts
+        .clone()
+        .expect("git-ssh has a known_hosts line");
+    (key, known)
+}
+
+/// A fresh ed25519 key pair nobody authorized: (private key, public key line).
+fn unauthorized_ssh_key() -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("key");
+    support::RunExt::run(
+        std::process::Command::new("ssh-keygen")
+            .args([
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "pallet-tests-unauthorized",
+                "-f",
+            ])
+            .arg(&path),
+    );
+    (
+        std::fs::read_to_string(&path).unwrap(),
+        std::fs::read_to_string(path.with_extension("pub")).unwrap(),
+    )
+}
+
+/// A line of the private key's base64 body, to check errors never carry it.
+fn key_body_line(private_key: &str) -> &str {
+    private_key
+        .lines()
+        .find(|l| !l.starts_with("-----") && l.len() > 20)
+        .expect("a key body line")
+}
+
+#[tokio::test]
+async fn ssh_key_and_known_host_resolve_and_fetch_the_tree() {
+    let fx = Fixtures::load();
+    let git = fx.git_ssh();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let repo = fx.git_repo(&unique_name("git-ssh"));
+    let c1 = repo.commit_files(
+        "main",
+        &[
+            ("deploy/cm.yaml", b"v: 1\n"),
+            ("deploy/sub/x.yaml", b"x\n"),
+            ("README.md", b"hi"),
+        ],
+        "one",
+    );
+    repo.tag("v1", &c1, Some("annotated"));
+    let (key, known) = ssh_server_creds(fx);
+    let creds = with_creds(ssh_creds("secret ns/git-ssh", &key, &known));
+    let url = repo.url(git);
+    assert!(url.starts_with("ssh://"), "{url}");
+
+    let got = fetcher
+        .fetch(&git_source(&url, branch("main"), Some("deploy")), &creds)
+        .await
+        .unwrap();
+    assert_eq!(got.resolved, c1);
+    assert_eq!(list_tree(&got.path), ["cm.yaml", "sub/x.yaml"]);
+    assert_eq!(std::fs::read(got.path.join("cm.yaml")).unwrap(), b"v: 1\n");
+
+    let got = fetcher
+        .fetch(&git_source(&url, tag("v1"), None), &creds)
+        .await
+        .unwrap();
+    assert_eq!(got.resolved, c1);
+    assert_eq!(
+        list_tree(&got.path),
+        ["README.md", "deploy/cm.yaml", "deploy/sub/x.yaml"]
+    );
+
+    // A pinned commit on a fresh cache: fetched over SSH without an ls-remote.
+    let (_tmp2, fresh) = sources_extra::fetcher(Limits::default());
+    let got = fresh
+        .fetch(&git_source(&url, commit(&c1), Some("deploy/sub")), &creds)
+        .await
+        .unwrap();
+    assert_eq!(got.resolved, c1);
+    assert_eq!(list_tree(&got.path), ["x.yaml"]);
+}
+
+#[tokio::test]
+async fn ssh_unauthorized_key_is_an_auth_error_naming_the_secret() {
+    let fx = Fixtures::load();
+    let git = fx.git_ssh();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let repo = fx.git_repo(&unique_name("git-ssh-badkey"));
+    repo.commit_files("main", &[("a.yaml", b"1")], "one");
+    let (_, known) = ssh_server_creds(fx);
+    let (wrong_key, _) = unauthorized_ssh_key();
+    let src = git_source(&repo.url(git), branch("main"), None);
+
+    let start = Instant::now();
+    let err = fetcher
+        .fetch(
+            &src,
+            &with_creds(ssh_creds("secret ns/wrong-ssh", &wrong_key, &known)),
+        )
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    eprintln!("unauthorized key: {msg}");
+    assert_eq!(err.category(), "Unauthorized", "{msg}");
+    assert!(msg.contains("secret ns/wrong-ssh"), "{msg}");
+    assert!(!msg.contains(key_body_line(&wrong_key)), "{msg}");
+    assert!(
+        !msg.to_ascii_lowercase().contains("host key"),
+        "a refused key is not a host-key problem: {msg}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        start.elapsed()
+    );
+
+    // A commit pinned (no ls-remote): the fetch itself is refused the same way.
+    let err = fetcher
+        .fetch(
+            &git_source(&repo.url(git), commit(&repo.rev_parse("main")), None),
+            &with_creds(ssh_creds("secret ns/wrong-ssh", &wrong_key, &known)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "Unauthorized", "{err}");
+    assert!(err.to_string().contains("secret ns/wrong-ssh"), "{err}");
+}
+
+#[tokio::test]
+async fn ssh_host_key_not_in_known_hosts_is_refused() {
+    let fx = Fixtures::load();
+    let git = fx.git_ssh();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let repo = fx.git_repo(&unique_name("git-ssh-hostkey"));
+    repo.commit_files("main", &[("a.yaml", b"1")], "one");
+    let (key, known) = ssh_server_creds(fx);
+    let src = git_source(&repo.url(git), branch("main"), None);
+
+    // Same host and port, another key (an impostor's); and the right key under another port.
+    let host = known.split_whitespace().next().unwrap().to_string();
+    let (_, other_pub) = unauthorized_ssh_key();
+    let other_key: Vec<&str> = other_pub.split_whitespace().take(2).collect();
+    let wrong_key_line = format!("{host} {}\n", other_key.join(" "));
+    let real_key: Vec<&str> = known.split_whitespace().skip(1).take(2).collect();
+    let wrong_port_line = format!("[127.0.0.1]:{} {}\n", dead_port(), real_key.join(" "));
+
+    for (what, known_hosts) in [
+        ("other key", wrong_key_line),
+        ("other port", wrong_port_line),
+    ] {
+        let err = fetcher
+            .fetch(
+                &src,
+                &with_creds(ssh_creds("secret ns/ssh-kh", &key, &known_hosts)),
+            )
+            .await
+            .unwrap_err();
+        let msg = err.to_string();
+        eprintln!("host key, {what}: {msg}");
+        assert_eq!(err.category(), "Unauthorized", "{what}: {msg}");
+        assert!(
+            msg.contains("host key") && msg.contains("known_hosts"),
+            "{what}: {msg}"
+        );
+        assert!(msg.contains("secret ns/ssh-kh"), "{what}: {msg}");
+        assert!(!msg.contains(key_body_line(&key)), "{what}: {msg}");
+    }
+}
+
+#[tokio::test]
+async fn ssh_floating_branch_moved_resolves_to_the_new_commit() {
+    let fx = Fixtures::load();
+    let git = fx.git_ssh();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let repo = fx.git_repo(&unique_name("git-ssh-move"));
+    let c1 = repo.commit_files("main", &[("a.yaml", b"1")], "one");
+    let (key, known) = ssh_server_creds(fx);
+    let creds = with_creds(ssh_creds("secret ns/git-ssh", &key, &known));
+    let src = git_source(&repo.url(git), branch("main"), None);
+
+    let first = fetcher.fetch(&src, &creds).await.unwrap();
+    assert_eq!(first.resolved, c1);
+    assert_eq!(std::fs::read(first.path.join("a.yaml")).unwrap(), b"1");
+    // Unchanged: the same commit and the same cached tree.
+    let again = fetcher.fetch(&src, &creds).await.unwrap();
+    assert_eq!(
+        (again.resolved.as_str(), &again.path),
+        (c1.as_str(), &first.path)
+    );
+
+    let c2 = repo.commit_files("main", &[("a.yaml", b"2"), ("b.yaml", b"b")], "two");
+    assert_ne!(c1, c2);
+    let moved = fetcher.fetch(&src, &creds).await.unwrap();
+    assert_eq!(moved.resolved, c2);
+    assert_eq!(list_tree(&moved.path), ["a.yaml", "b.yaml"]);
+    assert_eq!(std::fs::read(moved.path.join("a.yaml")).unwrap(), b"2");
 }

@@ -4,6 +4,8 @@
 #     htpasswd auth; each is fronted by a counting reverse proxy so tests can count requests;
 #   - git over smart HTTP (git http-backend), without and with basic auth;
 #   - an HTTP file server with ETag/Last-Modified, without auth, with basic auth, with a bearer token;
+#   - git over SSH: an sshd (own config, host key and authorized test key, public-key auth only)
+#     serving the same bare repos with Debian's git-upload-pack;
 #   - a control port with request counters (GET /_stats, GET /_requests, POST /_reset).
 # The Go servers are one program, tools/fixtures (pallet-fixtures).
 #
@@ -22,7 +24,7 @@ die() { log "$*"; exit 1; }
 
 # Installs the Debian packages the fixtures need, when missing; apt-get update runs at most once.
 deps() {
-  local packages=(docker-registry openssl git ca-certificates) missing=() p
+  local packages=(docker-registry openssl git ca-certificates openssh-server openssh-client jq) missing=() p
   for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -36,6 +38,10 @@ deps() {
   # Where an init system runs, the package starts a registry on :5000; ours are separate instances.
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
     $sudo systemctl disable --now docker-registry || true
+  fi
+  # Likewise the system sshd on :22; ours is a separate instance with its own config.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet ssh 2>/dev/null; then
+    $sudo systemctl disable --now ssh || true
   fi
 }
 
@@ -84,6 +90,45 @@ creds() {
   [ -s "$state/htpasswd" ] || "$bin" htpasswd "$FIXTURE_USER" "$FIXTURE_PASSWORD" > "$state/htpasswd"
 }
 
+# SSH keys, made once per state dir: the sshd host key, and a test client key that is the only
+# authorized key. Both are random per state dir, so nothing real can ever match them.
+ssh_keys() {
+  local d=$state/ssh
+  [ -s "$d/client_ed25519" ] && [ -s "$d/host_ed25519" ] && [ -s "$d/authorized_keys" ] && return 0
+  mkdir -p "$d"
+  chmod 700 "$d"
+  rm -f "$d/host_ed25519" "$d/host_ed25519.pub" "$d/client_ed25519" "$d/client_ed25519.pub"
+  ssh-keygen -q -t ed25519 -N '' -C pallet-fixtures-host -f "$d/host_ed25519"
+  ssh-keygen -q -t ed25519 -N '' -C pallet-fixtures-client -f "$d/client_ed25519"
+  # restrict: no pty, no forwarding; commands (git-upload-pack, git-receive-pack) still run.
+  echo "restrict $(cat "$d/client_ed25519.pub")" > "$d/authorized_keys"
+}
+
+# sshd_config PORT: an sshd for the current user, public-key auth with the test key only.
+sshd_config() {
+  local d=$state/ssh
+  cat > "$d/sshd_config" <<EOF
+ListenAddress 127.0.0.1:$1
+HostKey "$d/host_ed25519"
+PidFile none
+AuthorizedKeysFile "$d/authorized_keys"
+AllowUsers $(id -un)
+AuthenticationMethods publickey
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PermitRootLogin prohibit-password
+StrictModes no
+UseDNS no
+PrintMotd no
+PermitTTY no
+X11Forwarding no
+AllowTcpForwarding no
+LogLevel VERBOSE
+EOF
+}
+
 # registry_config NAME PORT TLS(0|1): a docker-registry config with storage under the state dir.
 registry_config() {
   local name=$1 port=$2 tls=$3 f=$state/$1.yml
@@ -112,7 +157,7 @@ alive() {
   [ -s "$state/$1.pid" ] || return 1
   pid=$(cat "$state/$1.pid")
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'docker-registry|pallet-fixtures'
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qE 'docker-registry|pallet-fixtures|sshd'
 }
 
 # Runs a command detached from this shell (own session, no stdin), logging to <state>/NAME.log.
@@ -124,7 +169,7 @@ spawn() {
 
 status() {
   local p ok=0
-  for p in registry-plain registry-tls servers; do
+  for p in registry-plain registry-tls servers git-ssh; do
     if alive "$p"; then echo "$p: running (pid $(cat "$state/$p.pid"))"; else echo "$p: stopped"; ok=1; fi
   done
   if [ -s "$state/endpoints.json" ] && [ -x "$bin" ]; then
@@ -139,7 +184,7 @@ status() {
 
 stop() {
   local p pid
-  for p in servers registry-tls registry-plain; do
+  for p in git-ssh servers registry-tls registry-plain; do
     if alive "$p"; then
       pid=$(cat "$state/$p.pid")
       kill "$pid" 2>/dev/null || true
@@ -149,7 +194,7 @@ stop() {
     fi
     rm -f "$state/$p.pid"
   done
-  rm -f "$state/endpoints.json"
+  rm -f "$state/endpoints.json" "$state/endpoints.base.json" "$state/endpoints.json.tmp"
 }
 
 start() {
@@ -164,21 +209,29 @@ start() {
   build
   certs
   creds
-  local ports p1 p2
-  ports=$("$bin" freeport 2)
-  p1=$(sed -n 1p <<<"$ports"); p2=$(sed -n 2p <<<"$ports")
+  ssh_keys
+  local ports p1 p2 p3
+  ports=$("$bin" freeport 3)
+  p1=$(sed -n 1p <<<"$ports"); p2=$(sed -n 2p <<<"$ports"); p3=$(sed -n 3p <<<"$ports")
   registry_config registry-plain "$p1" 0
   registry_config registry-tls "$p2" 1
   spawn registry-plain docker-registry serve "$state/registry-plain.yml"
   spawn registry-tls docker-registry serve "$state/registry-tls.yml"
-  spawn servers "$bin" serve --dir "$state" --out "$state/endpoints.json" \
+  sshd_config "$p3"
+  # sshd's privilege separation directory; /run is a tmpfs, so it may be gone after a reboot.
+  if [ ! -d /run/sshd ]; then
+    if [ "$(id -u)" -eq 0 ]; then mkdir -p /run/sshd; else sudo mkdir -p /run/sshd; fi
+  fi
+  spawn git-ssh /usr/sbin/sshd -D -e -f "$state/ssh/sshd_config"
+  # pallet-fixtures writes its part; endpoints.json is that plus git-ssh, once sshd answers too.
+  spawn servers "$bin" serve --dir "$state" --out "$state/endpoints.base.json" \
     --ca "$state/tls/ca.pem" --cert "$state/tls/server.pem" --key "$state/tls/server-key.pem" \
     --registry-plain "http://127.0.0.1:$p1" --registry-tls "https://127.0.0.1:$p2" \
     --username "$FIXTURE_USER" --password "$FIXTURE_PASSWORD" --token "$FIXTURE_TOKEN"
-  # pallet-fixtures writes endpoints.json only after every server, registries included, answers.
+  # pallet-fixtures writes endpoints.base.json only after every server, registries included, answers.
   local deadline=$((SECONDS + 60)) p
-  until [ -s "$state/endpoints.json" ]; do
-    for p in registry-plain registry-tls servers; do
+  until [ -s "$state/endpoints.base.json" ] && ssh_answers "$p3"; do
+    for p in registry-plain registry-tls servers git-ssh; do
       # Just spawned by us, so the pid alone identifies it (it may not have exec'd yet).
       kill -0 "$(cat "$state/$p.pid")" 2>/dev/null || { tail -n 20 "$state/$p.log" >&2; stop; die "$p exited during start; log: $state/$p.log"; }
     done
@@ -187,7 +240,38 @@ start() {
     fi
     sleep 0.1
   done
+  write_endpoints "$p3"
   log "ready in $((SECONDS - t0))s; endpoints in $state/endpoints.json"
+}
+
+# ssh_answers PORT: something on 127.0.0.1:PORT sends an SSH version banner.
+ssh_answers() {
+  local banner=""
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  read -r -t 2 banner <&3 || true
+  exec 3>&-
+  [[ $banner == SSH-2.0-* ]]
+}
+
+# write_endpoints PORT: endpoints.json = pallet-fixtures' endpoints plus the git-ssh server, written
+# atomically (readers never see it without git-ssh). The SSH URL carries the git root's path, so
+# "<url>/<name>.git" is a repo, as on the HTTP git servers.
+write_endpoints() {
+  local d=$state/ssh known
+  known="[127.0.0.1]:$1 $(cut -d' ' -f1,2 "$d/host_ed25519.pub")"
+  jq --arg port "$1" --arg user "$(id -un)" --arg key "$d/client_ed25519" \
+    --arg pub "$d/client_ed25519.pub" --arg known "$known" \
+    '.servers["git-ssh"] = {
+       name: "git-ssh",
+       url: ("ssh://" + $user + "@127.0.0.1:" + $port + .git_root),
+       host: ("127.0.0.1:" + $port),
+       tls: false,
+       ssh_user: $user,
+       ssh_private_key: $key,
+       ssh_public_key: $pub,
+       ssh_known_hosts: $known
+     }' "$state/endpoints.base.json" > "$state/endpoints.json.tmp"
+  mv "$state/endpoints.json.tmp" "$state/endpoints.json"
 }
 
 # Prints shell exports for the endpoints, for use by hand: eval "$(tools/fixtures.sh env)".

@@ -205,6 +205,17 @@ impl Remote {
         let what = format!("git repository {}", self.url);
         let msg = e.message().to_string();
         let lower = msg.to_ascii_lowercase();
+        // libgit2 replaces the message of a refusing certificate_check callback with its own
+        // ("invalid or unknown remote ssh hostkey"), so say here what was checked against what.
+        if e.code() == git2::ErrorCode::Certificate && e.class() == git2::ErrorClass::Ssh
+            || lower.contains("ssh hostkey")
+        {
+            return SourceError::Unauthorized {
+                what,
+                credentials: self.origin(),
+                detail: format!("the server's SSH host key is not in known_hosts ({msg})"),
+            };
+        }
         if e.code() == git2::ErrorCode::Auth
             || e.class() == git2::ErrorClass::Ssh && lower.contains("auth")
             || lower.contains("401")

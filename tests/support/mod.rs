@@ -80,6 +80,12 @@ pub struct Server {
     /// For registries: the registry's own address behind the counting proxy (not counted).
     #[serde(default)]
     pub backend: Option<String>,
+    /// For git-ssh: path of the test client's private key (OpenSSH format), the only authorized key.
+    #[serde(default)]
+    pub ssh_private_key: Option<PathBuf>,
+    /// For git-ssh: the known_hosts line (`[127.0.0.1]:PORT ssh-ed25519 ...`) of the server's host key.
+    #[serde(default)]
+    pub ssh_known_hosts: Option<String>,
 }
 
 impl Server {
@@ -217,6 +223,16 @@ impl Fixtures {
     /// git smart HTTP over TLS (test CA) requiring basic auth (same repos).
     pub fn git_tls(&self) -> &Server {
         self.server("git-tls")
+    }
+    /// git over SSH (public-key auth; same repos). Its `url` ends with the git root's path, so
+    /// [`GitRepo::url`] works as for the HTTP servers.
+    pub fn git_ssh(&self) -> &Server {
+        self.endpoints.servers.get("git-ssh").unwrap_or_else(|| {
+            not_running(
+                "no git-ssh server in endpoints.json, the fixtures predate it: restart them \
+                 with `tools/fixtures.sh stop && tools/fixtures.sh start`",
+            )
+        })
     }
     /// File server without auth.
     pub fn http_plain(&self) -> &Server {
