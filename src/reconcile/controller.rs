@@ -6,10 +6,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -63,7 +66,6 @@ pub async fn run(
     selector: Option<&str>,
     owned_events: mpsc::UnboundedReceiver<ObjectRef<BundleDeployment>>,
 ) {
-    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
     let config = ControllerConfig::default().concurrency(concurrency);
     let mut watch = watcher::Config::default();
     if let Some(selector) = selector {
@@ -72,7 +74,20 @@ pub async fn run(
     let owned_events = futures::stream::unfold(owned_events, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
-    Controller::new(api, watch)
+    // Watch raw objects and decode each one here, so that one object the agent cannot read
+    // (say, written against a newer CRD) is skipped and logged instead of failing the whole
+    // list and stalling every other BundleDeployment.
+    let raw: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &ApiResource::erase::<BundleDeployment>(&()),
+    );
+    let (reader, writer) = reflector::store();
+    let bundle_deployments = watcher(raw, watch)
+        .default_backoff()
+        .filter_map(|event| std::future::ready(event.map(decode_event).transpose()))
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(bundle_deployments, reader)
         .with_config(config)
         .reconcile_on(owned_events)
         .shutdown_on_signal()
@@ -88,3 +103,61 @@ pub async fn run(
 
 /// Default interval between reconciles of an unchanged BundleDeployment.
 pub const DEFAULT_REQUEUE: Duration = Duration::from_secs(300);
+
+/// Decodes one watch event of raw objects into BundleDeployments. An object that does not decode
+/// is dropped from the event and logged with its name and the reason.
+pub fn decode_event(
+    event: watcher::Event<DynamicObject>,
+) -> Option<watcher::Event<BundleDeployment>> {
+    use watcher::Event;
+    match event {
+        Event::Apply(object) => decode(object).map(Event::Apply),
+        Event::Delete(object) => decode(object).map(Event::Delete),
+        Event::InitApply(object) => decode(object).map(Event::InitApply),
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+    }
+}
+
+fn decode(object: DynamicObject) -> Option<BundleDeployment> {
+    let name = object.name_any();
+    match serde_json::to_value(&object).and_then(serde_json::from_value) {
+        Ok(bd) => Some(bd),
+        Err(error) => {
+            tracing::warn!(bundle_deployment = %name, %error, "cannot read this BundleDeployment; skipping it");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn raw(spec: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "x"}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn readable_objects_pass_and_malformed_ones_are_dropped() {
+        let good = raw(
+            json!({"format": "plain", "sources": [{"kind": "http", "http": {"url": "http://h/x.yaml"}}]}),
+        );
+        let bad = raw(json!({"format": "plain", "sources": "not a list"}));
+        match decode_event(watcher::Event::InitApply(good)) {
+            Some(watcher::Event::InitApply(bd)) => assert_eq!(bd.name_any(), "x"),
+            other => panic!("expected the object through, got {other:?}"),
+        }
+        assert!(decode_event(watcher::Event::Apply(bad.clone())).is_none());
+        assert!(decode_event(watcher::Event::InitApply(bad)).is_none());
+        assert!(matches!(
+            decode_event(watcher::Event::InitDone),
+            Some(watcher::Event::InitDone)
+        ));
+    }
+}
