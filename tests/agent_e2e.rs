@@ -97,6 +97,33 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
             .status,
         "True"
     );
+    // A summary Event is recorded on the BundleDeployment (cluster-scoped: in "default").
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let selector = format!("involvedObject.name={test}");
+    cluster::poll_until(
+        "an Applied event on the BundleDeployment",
+        Duration::from_secs(30),
+        || {
+            let (events, selector) = (events.clone(), selector.clone());
+            async move {
+                let list = events
+                    .list(&kube::api::ListParams::default().fields(&selector))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let reasons: Vec<String> =
+                    list.items.iter().filter_map(|e| e.reason.clone()).collect();
+                let applied = list
+                    .items
+                    .iter()
+                    .find(|e| e.reason.as_deref() == Some("Applied"));
+                match applied.and_then(|e| e.message.clone()) {
+                    Some(note) if note.contains("3 created") => Ok(()),
+                    _ => Err(format!("events: {reasons:?}")),
+                }
+            }
+        },
+    )
+    .await;
     let mut installed: Vec<_> = agent
         .changes()
         .into_iter()
@@ -905,7 +932,13 @@ async fn deletion_waits_until_the_bundle_objects_are_gone() {
     .await;
     wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
 
+    // Paused first: deleting is the user's explicit request and works while paused.
     let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let pause = json!({"spec": {"paused": true}});
+    bds.patch(&test, &PatchParams::default(), &Patch::Merge(&pause))
+        .await
+        .unwrap();
+    wait_condition(&client, &agent, &test, "Paused", "True", "paused").await;
     bds.delete(&test, &Default::default()).await.unwrap();
     agent::wait_bd_gone(&client, &test).await;
     // The finalizer was only removed once the namespace had finished terminating.
@@ -915,4 +948,97 @@ async fn deletion_waits_until_the_bundle_objects_are_gone() {
         "the bundle's namespace is fully gone"
     );
     let _ = namespaces.delete(&test, &Default::default()).await;
+}
+
+#[tokio::test]
+async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("allow");
+    let (agent_ns, allowed_ns) = (format!("{test}-agent"), format!("{test}-allowed"));
+    for ns in [&test, &agent_ns, &allowed_ns] {
+        rbac::namespace(&client, ns).await;
+    }
+    let git = fixtures.git_auth();
+    let (user, password) = (
+        git.username.as_deref().unwrap(),
+        git.password.as_deref().unwrap(),
+    );
+    rbac::basic_auth_secret(&client, &agent_ns, "home-creds", user, password).await;
+    rbac::basic_auth_secret(&client, &allowed_ns, "shared-creds", user, password).await;
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let other = fixtures.git_repo(&format!("{test}-other"));
+    other.commit_files(
+        "main",
+        &[("other.yaml", config_map("other", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start_with(
+        &test,
+        &[
+            "--namespace",
+            &agent_ns,
+            "--allow-secret-namespace",
+            &allowed_ns,
+        ],
+    );
+    let bd = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
+        "spec": {
+            "installNamespace": test,
+            "format": "plain",
+            "sources": [
+                // No namespace: the agent's own.
+                {"kind": "git", "git": {"repository": repo.url(git), "ref": {"branch": "main"},
+                    "auth": {"secret": {"name": "home-creds"}}}},
+                // Another namespace, on the agent's allow-list: no ServiceAccount needed.
+                {"kind": "git", "destination": "other", "git": {"repository": other.url(git), "ref": {"branch": "main"},
+                    "auth": {"secret": {"name": "shared-creds", "namespace": allowed_ns}}}},
+            ],
+        }
+    });
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    bds.patch(
+        &test,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+        &Patch::Apply(&bd),
+    )
+    .await
+    .unwrap();
+    wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
+
+    // A missing Secret is named in the condition.
+    let mut missing = bd.clone();
+    missing["spec"]["sources"][0]["git"]["auth"]["secret"]["name"] = json!("nope");
+    bds.patch(
+        &test,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+        &Patch::Apply(&missing),
+    )
+    .await
+    .unwrap();
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        &format!("secret {agent_ns}/nope not found"),
+    )
+    .await;
+    assert_eq!(
+        find(&bd.status.unwrap().conditions, "Ready")
+            .unwrap()
+            .reason,
+        "SecretNotFound"
+    );
+    bds.delete(&test, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&client, &test).await;
 }

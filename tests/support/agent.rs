@@ -43,6 +43,12 @@ impl Agent {
         std::fs::create_dir_all(&logs).unwrap();
         let log = logs.join(format!("{selector_value}.log"));
         let changes = logs.join(format!("{selector_value}.changes.jsonl"));
+        // The agent's namespace (for source Secrets) defaults to pallet-system unless a test names one.
+        let namespace: &[&str] = if extra_args.contains(&"--namespace") {
+            &[]
+        } else {
+            &["--namespace", "pallet-system"]
+        };
         // A short requeue by default, so retries are quick; a test may set its own.
         let requeue: &[&str] = if extra_args.contains(&"--requeue-seconds") {
             &[]
@@ -50,7 +56,8 @@ impl Agent {
             &["--requeue-seconds", "2"]
         };
         let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
-            .args(["agent", "--namespace", "pallet-system"])
+            .arg("agent")
+            .args(namespace)
             .args(requeue)
             .arg("--kubeconfig")
             .arg(cluster::kubeconfig_path())
