@@ -240,16 +240,17 @@ impl Context {
         })
     }
 
-    fn applier(&self, bd: &BundleDeployment) -> Result<Applier, ReconcileError> {
-        Ok(Applier {
-            client: self.writer(bd)?,
+    /// An applier for `bd` writing through `client` (see [`Context::writer`]).
+    fn applier(&self, bd: &BundleDeployment, client: Client) -> Applier {
+        Applier {
+            client,
             kinds: self.kinds.clone(),
             owner: bd.name_any(),
             install_namespace: bd.spec.install_namespace.clone(),
             collision_protection: bd.spec.collision_protection(),
             parallelism: self.apply_parallelism,
             journal: Default::default(),
-        })
+        }
     }
 }
 
@@ -303,14 +304,9 @@ async fn observe_drift(
     bd: &BundleDeployment,
     ctx: &Context,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
-    let rendered = render::render(bd, &fetched.tree);
-    fetch::remove_tree(&fetched.tree);
-    let objects = rendered?.object_list();
+    let objects = fetch_and_render(bd, ctx).await?.object_list();
     // Reads go through the agent's own client: observing is not acting on the user's behalf.
-    let mut reader = ctx.applier(bd)?;
-    reader.client = ctx.client.clone();
-    let drifted = reader.drift(&objects).await?;
+    let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
     Ok(drifted
         .into_iter()
         .map(|d| ObjectReference {
@@ -320,22 +316,31 @@ async fn observe_drift(
         .collect())
 }
 
+/// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree.
+async fn fetch_and_render(
+    bd: &BundleDeployment,
+    ctx: &Context,
+) -> Result<pallet_formats::Rendered, ReconcileError> {
+    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
+    let rendered = render::render(bd, &fetched.tree);
+    fetch::remove_tree(&fetched.tree);
+    Ok(rendered?)
+}
+
 /// The install pipeline proper; the caller turns its result into status.
 async fn install(
     bd: &BundleDeployment,
     ctx: &Context,
     current: &BundleDeploymentStatus,
 ) -> Result<Outcome, ReconcileError> {
-    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
-    let rendered = render::render(bd, &fetched.tree);
-    fetch::remove_tree(&fetched.tree);
-    let rendered = rendered?;
+    let rendered = fetch_and_render(bd, ctx).await?;
     let objects: Vec<Object> = rendered.object_list();
 
+    let writer = ctx.writer(bd)?;
     if let Some(namespace) = &bd.spec.install_namespace {
-        ensure_namespace(&ctx.client, &ctx.writer(bd)?, namespace).await?;
+        ensure_namespace(&ctx.client, &writer, namespace).await?;
     }
-    let applier = ctx.applier(bd)?;
+    let applier = ctx.applier(bd, writer);
     let digest = rendered.digest();
     let result = apply_and_prune(&applier, &objects, current).await;
     log_writes(ctx, bd, &applier, &objects, &digest, result.as_ref().err()).await;
@@ -595,7 +600,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .iter()
         .map(|r| (key_of(r), api_version_of(r)))
         .collect();
-    let applier = ctx.applier(bd)?;
+    let applier = ctx.applier(bd, ctx.writer(bd)?);
     let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
             // prune_set against an empty set orders every object for deletion: reverse stages.
