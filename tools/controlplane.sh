@@ -139,8 +139,8 @@ cmd_stop() {
     return 0
   fi
   kill -TERM "$pid"
-  if ! retry_until 60 "controlplane pid $pid to exit" pid_gone "$pid"; then
-    log "controlplane: still running after 60s, killing pid $pid"
+  if ! retry_until 30 "controlplane pid $pid to exit" pid_gone "$pid"; then
+    log "controlplane: still running after 30s, killing pid $pid"
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -f "$pidfile" "$dir/ready"

@@ -241,13 +241,14 @@ func run() error {
 	stopKCM()
 	select {
 	case <-kcmDone:
-	case <-time.After(15 * time.Second):
+	// Short waits: this cluster holds test data only, and CI pays for every second of a stop.
+	case <-time.After(5 * time.Second):
 		klog.InfoS("controller-manager did not stop in time")
 	}
 	stopAPI()
 	select {
 	case <-apiDone:
-	case <-time.After(30 * time.Second):
+	case <-time.After(10 * time.Second):
 		klog.InfoS("apiserver did not stop in time")
 	}
 	closeEtcd.Do(etcd.Close)
