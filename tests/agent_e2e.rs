@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use agent::{wait_condition, Agent, TEST_LABEL};
+use agent::{wait_condition, Agent};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -20,25 +20,14 @@ use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
 use serde_json::json;
 
-/// Creates a BundleDeployment of a plain bundle from `git_url` (branch main), labelled for `test`.
-async fn create_bd(client: &Client, name: &str, test: &str, namespace: &str, git_url: &str) {
-    let bd = json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": name, "labels": {TEST_LABEL: test}},
-        "spec": {
-            "installNamespace": namespace,
-            "sources": [{"kind": "git", "git": {"repository": git_url, "ref": {"branch": "main"}}}],
-            "format": "plain",
-        }
+/// Creates a BundleDeployment of a plain bundle from `git_url` (branch main) for the agent of test `name`.
+async fn create_bd(client: &Client, name: &str, namespace: &str, git_url: &str) {
+    let spec = json!({
+        "installNamespace": namespace,
+        "sources": [{"kind": "git", "git": {"repository": git_url, "ref": {"branch": "main"}}}],
+        "format": "plain",
     });
-    Api::<BundleDeployment>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&bd),
-        )
-        .await
-        .unwrap();
+    agent::apply_bd(client, name, spec).await;
 }
 
 fn config_map(name: &str, value: &str) -> String {
@@ -64,14 +53,7 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
     repo.commit_files("main", &[("manifests/app.yaml", v1.as_bytes())], "v1");
 
     let agent = Agent::start(&test);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &namespace,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &namespace, &repo.url(fixtures.git_plain())).await;
 
     // Install: Ready, every object labelled with its owner.
     let bd = wait_condition(&client, &agent, &test, "Ready", "True", "3 objects").await;
@@ -304,14 +286,7 @@ async fn drift_is_corrected_and_logged() {
     // An hour between requeues: a correction within the test's wait can only come from the
     // watch on owned objects.
     let agent = Agent::start_with(&test, &["--requeue-seconds", "3600"]);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &test,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
     wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
 
@@ -421,14 +396,7 @@ async fn pause_keeps_hands_off_a_hotfix_and_resume_reverts_it() {
         "v1",
     );
     let agent = Agent::start(&test);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &test,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
     wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
 
     // The on-call engineer pauses with a reason, then hotfixes the object by hand.
@@ -618,24 +586,14 @@ async fn writes_impersonate_the_service_account_and_rbac_decides() {
         "v1",
     );
     let agent = Agent::start(&test);
-    let bd = json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
-        "spec": {
-            "installNamespace": test,
-            "serviceAccount": {"namespace": test, "name": "installer"},
-            "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
-            "format": "plain",
-        }
+    let spec = json!({
+        "installNamespace": test,
+        "serviceAccount": {"namespace": test, "name": "installer"},
+        "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
+        "format": "plain",
     });
     let bds: Api<BundleDeployment> = Api::all(client.clone());
-    bds.patch(
-        &test,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-        &Patch::Apply(&bd),
-    )
-    .await
-    .unwrap();
+    agent::apply_bd(&client, &test, spec.clone()).await;
 
     // The ServiceAccount may not touch ConfigMaps: refused, naming the object and the identity.
     let denied = wait_condition(
@@ -703,18 +661,8 @@ async fn a_secret_in_another_namespace_needs_a_service_account_allowed_to_read_i
         "repository": repo.url(git), "ref": {"branch": "main"},
         "auth": {"secret": {"name": "git-creds", "namespace": creds_ns}}}});
     let bds: Api<BundleDeployment> = Api::all(client.clone());
-    let mut bd = json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
-        "spec": {"installNamespace": test, "sources": [source], "format": "plain"}
-    });
-    bds.patch(
-        &test,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-        &Patch::Apply(&bd),
-    )
-    .await
-    .unwrap();
+    let mut spec = json!({"installNamespace": test, "sources": [source], "format": "plain"});
+    agent::apply_bd(&client, &test, spec.clone()).await;
 
     // No ServiceAccount: the agent refuses to read a Secret outside its namespace.
     let refused = wait_condition(
@@ -743,14 +691,8 @@ async fn a_secret_in_another_namespace_needs_a_service_account_allowed_to_read_i
         APPLY_VERBS,
     )
     .await;
-    bd["spec"]["serviceAccount"] = json!({"namespace": test, "name": "installer"});
-    bds.patch(
-        &test,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-        &Patch::Apply(&bd),
-    )
-    .await
-    .unwrap();
+    spec["serviceAccount"] = json!({"namespace": test, "name": "installer"});
+    agent::apply_bd(&client, &test, spec.clone()).await;
     let refused = wait_condition(
         &client,
         &agent,
@@ -805,14 +747,7 @@ async fn ownership_conflict_names_the_object_and_its_owner() {
     let both = [config_map("mine", "1"), config_map("shared", "mine")].join("---\n");
     repo.commit_files("main", &[("app.yaml", both.as_bytes())], "v1");
     let agent = Agent::start(&test);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &test,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
 
     let bd = wait_condition(
         &client,
@@ -865,14 +800,7 @@ async fn optional_objects_wait_for_their_kind() {
         "v1",
     );
     let agent = Agent::start(&test);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &test,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
 
     // The cluster does not serve Monitor: the rest installs, the Monitor is listed as skipped.
     let bd = wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
@@ -922,14 +850,7 @@ async fn deletion_waits_until_the_bundle_objects_are_gone() {
     );
     repo.commit_files("main", &[("app.yaml", manifests.as_bytes())], "v1");
     let agent = Agent::start(&test);
-    create_bd(
-        &client,
-        &test,
-        &test,
-        &test,
-        &repo.url(fixtures.git_plain()),
-    )
-    .await;
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
     wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
 
     // Paused first: deleting is the user's explicit request and works while paused.
@@ -988,42 +909,26 @@ async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
             &allowed_ns,
         ],
     );
-    let bd = json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": test, "labels": {TEST_LABEL: test}},
-        "spec": {
-            "installNamespace": test,
-            "format": "plain",
-            "sources": [
-                // No namespace: the agent's own.
-                {"kind": "git", "git": {"repository": repo.url(git), "ref": {"branch": "main"},
-                    "auth": {"secret": {"name": "home-creds"}}}},
-                // Another namespace, on the agent's allow-list: no ServiceAccount needed.
-                {"kind": "git", "destination": "other", "git": {"repository": other.url(git), "ref": {"branch": "main"},
-                    "auth": {"secret": {"name": "shared-creds", "namespace": allowed_ns}}}},
-            ],
-        }
+    let spec = json!({
+        "installNamespace": test,
+        "format": "plain",
+        "sources": [
+            // No namespace: the agent's own.
+            {"kind": "git", "git": {"repository": repo.url(git), "ref": {"branch": "main"},
+                "auth": {"secret": {"name": "home-creds"}}}},
+            // Another namespace, on the agent's allow-list: no ServiceAccount needed.
+            {"kind": "git", "destination": "other", "git": {"repository": other.url(git), "ref": {"branch": "main"},
+                "auth": {"secret": {"name": "shared-creds", "namespace": allowed_ns}}}},
+        ],
     });
     let bds: Api<BundleDeployment> = Api::all(client.clone());
-    bds.patch(
-        &test,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-        &Patch::Apply(&bd),
-    )
-    .await
-    .unwrap();
+    agent::apply_bd(&client, &test, spec.clone()).await;
     wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
 
     // A missing Secret is named in the condition.
-    let mut missing = bd.clone();
-    missing["spec"]["sources"][0]["git"]["auth"]["secret"]["name"] = json!("nope");
-    bds.patch(
-        &test,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-        &Patch::Apply(&missing),
-    )
-    .await
-    .unwrap();
+    let mut missing = spec.clone();
+    missing["sources"][0]["git"]["auth"]["secret"]["name"] = json!("nope");
+    agent::apply_bd(&client, &test, missing).await;
     let bd = wait_condition(
         &client,
         &agent,

@@ -10,11 +10,11 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agent::{wait_condition, Agent, TEST_LABEL};
+use agent::{apply_bd, wait_condition, Agent};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::Client;
 use oci_client::secrets::RegistryAuth;
 use pallet::api::BundleDeployment;
@@ -33,22 +33,6 @@ fn argocd_bundle() -> PathBuf {
         dir.display()
     );
     dir
-}
-
-async fn apply_bd(client: &Client, name: &str, spec: Value) {
-    let bd = json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": name, "labels": {TEST_LABEL: name}},
-        "spec": spec,
-    });
-    Api::<BundleDeployment>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&bd),
-        )
-        .await
-        .unwrap();
 }
 
 async fn delete_bd(client: &Client, name: &str) {

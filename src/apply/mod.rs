@@ -300,18 +300,25 @@ impl Applier {
         Ok(results)
     }
 
+    /// Resolves `gvk` for `key`'s sake; `None` when the cluster does not serve it.
+    async fn resolve_kind(
+        &self,
+        key: &ObjectKey,
+        gvk: &GroupVersionKind,
+    ) -> Result<Option<(ApiResource, ApiCapabilities)>, ApplyError> {
+        self.kinds
+            .resolve(&self.client, gvk)
+            .await
+            .map_err(|source| ApplyError::Transient {
+                key: key.clone(),
+                source,
+            })
+    }
+
     async fn resolve(&self, object: &Object) -> Result<Option<Target>, ApplyError> {
         let key = object.key();
         let gvk = GroupVersionKind::gvk(object.group(), object.version(), object.kind());
-        let Some((resource, caps)) =
-            self.kinds
-                .resolve(&self.client, &gvk)
-                .await
-                .map_err(|source| ApplyError::Transient {
-                    key: key.clone(),
-                    source,
-                })?
-        else {
+        let Some((resource, caps)) = self.resolve_kind(&key, &gvk).await? else {
             return Ok(None);
         };
         let mut desired = plan::with_owner_label(object, &self.owner);
@@ -527,15 +534,7 @@ impl Applier {
     ) -> Result<Option<(Api<DynamicObject>, ApiResource)>, ApplyError> {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, &key.kind);
-        let Some((resource, caps)) =
-            self.kinds
-                .resolve(&self.client, &gvk)
-                .await
-                .map_err(|source| ApplyError::Transient {
-                    key: key.clone(),
-                    source,
-                })?
-        else {
+        let Some((resource, caps)) = self.resolve_kind(key, &gvk).await? else {
             return Ok(None);
         };
         let api = match (&caps.scope, &key.namespace) {

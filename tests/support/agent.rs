@@ -176,3 +176,21 @@ pub async fn wait_bd_gone(client: &Client, name: &str) {
     )
     .await;
 }
+
+/// Server-side applies a BundleDeployment named `name` with `spec`, labelled for the test's
+/// agent (`TEST_LABEL=name`).
+pub async fn apply_bd(client: &Client, name: &str, spec: serde_json::Value) {
+    let bd = serde_json::json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": name, "labels": {TEST_LABEL: name}},
+        "spec": spec,
+    });
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &kube::api::Patch::Apply(&bd),
+        )
+        .await
+        .unwrap();
+}
