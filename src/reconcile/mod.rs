@@ -85,15 +85,15 @@ impl From<ApplyError> for ReconcileError {
 
 impl ReconcileError {
     /// CamelCase category: condition reason, Event reason and metric label.
-    pub fn category(&self) -> String {
+    pub fn category(&self) -> &'static str {
         match self {
-            ReconcileError::Source(e) => e.category().to_string(),
-            ReconcileError::Secret { reason, .. } => reason.to_string(),
-            ReconcileError::Render(e) => e.category().to_string(),
-            ReconcileError::Apply(e) => e.category().to_string(),
-            ReconcileError::Forbidden(_) => "Forbidden".to_string(),
-            ReconcileError::Deleting(_) => "Deleting".to_string(),
-            ReconcileError::Kube { .. } => "KubernetesAPIError".to_string(),
+            ReconcileError::Source(e) => e.category(),
+            ReconcileError::Secret { reason, .. } => reason,
+            ReconcileError::Render(e) => e.category(),
+            ReconcileError::Apply(e) => e.category(),
+            ReconcileError::Forbidden(_) => "Forbidden",
+            ReconcileError::Deleting(_) => "Deleting",
+            ReconcileError::Kube { .. } => "KubernetesAPIError",
         }
     }
 
@@ -285,7 +285,7 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
         Err(error) => {
             let outcome = Outcome::Failed {
                 phase: error.phase(),
-                reason: error.category(),
+                reason: error.category().to_string(),
                 message: error.to_string(),
                 transient: error.is_transient(),
             };
