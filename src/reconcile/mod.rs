@@ -442,6 +442,13 @@ async fn log_writes(
         .get(&name)
         .map(String::as_str)
         != Some(digest);
+    // Writes for a digest this process has not applied yet belong to a new revision; writes
+    // that re-apply the same digest can only be restoring drift.
+    let apply_reason = if new_revision {
+        Reason::NewRevision
+    } else {
+        Reason::Drift
+    };
     let writes: Vec<Applied> =
         std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
@@ -449,22 +456,8 @@ async fn log_writes(
         let (operation, reason) = match (&write.outcome, &write.adopted_from) {
             (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
             (_, Some(_)) => (Operation::Update, Reason::Adoption),
-            (ApplyOutcome::Created, _) => (
-                Operation::Create,
-                if new_revision {
-                    Reason::NewRevision
-                } else {
-                    Reason::Drift
-                },
-            ),
-            _ => (
-                Operation::Update,
-                if new_revision {
-                    Reason::NewRevision
-                } else {
-                    Reason::Drift
-                },
-            ),
+            (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
+            _ => (Operation::Update, apply_reason),
         };
         match operation {
             Operation::Create => created += 1,
@@ -496,15 +489,10 @@ async fn log_writes(
                 .find(|o| &o.key() == key)
                 .map(|o| o.api_version())
                 .unwrap_or_default();
-            let reason = if new_revision {
-                Reason::NewRevision
-            } else {
-                Reason::Drift
-            };
             let mut entry = ctx.changelog.entry(
                 &name,
                 Operation::Update,
-                reason,
+                apply_reason,
                 change_object(key, api_version),
             );
             entry.revision = Some(digest.to_string());
