@@ -246,3 +246,8 @@ fn tpl_files_chart_matches_helm_template() {
 fn legacy_v1_chart_matches_helm_template() {
     check_chart("legacy");
 }
+
+#[test]
+fn versions_chart_semver_matches_helm_template() {
+    check_chart("versions");
+}

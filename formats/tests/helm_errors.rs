@@ -207,3 +207,19 @@ fn runaway_include_recursion_is_an_error_not_a_crash() {
     )
     .expect("bounded recursion renders");
 }
+
+#[test]
+fn invalid_semver_input_names_file_and_line() {
+    assert_err(
+        "a: 1\nb: {{ semver \"not-a-version\" }}\n",
+        &["errs/templates/t.yaml:2", "Invalid Semantic Version"],
+    );
+    assert_err(
+        "a: {{ semverCompare \">=1.2\" \"1.x.y\" }}\n",
+        &["errs/templates/t.yaml:1", "Invalid Semantic Version"],
+    );
+    assert_err(
+        "a: 1\n\nb: {{ semverCompare \">=banana\" \"1.2.3\" }}\n",
+        &["errs/templates/t.yaml:3", "improper constraint: >=banana"],
+    );
+}

@@ -1206,73 +1206,6 @@ fn merge_into(dst: &mut BTreeMap<String, Value>, src: &BTreeMap<String, Value>, 
     }
 }
 
-fn semver_parse(s: &str) -> Option<(u64, u64, u64, String)> {
-    let t = s.trim().trim_start_matches('v');
-    let (core, pre) = match t.split_once('-') {
-        Some((c, p)) => (c, p.split('+').next().unwrap_or("").to_string()),
-        None => (t.split('+').next().unwrap_or(t), String::new()),
-    };
-    let mut parts = core.split('.');
-    let maj = parts.next()?.parse().ok()?;
-    let min = parts.next().map(|p| p.parse().ok()).unwrap_or(Some(0))?;
-    let pat = parts.next().map(|p| p.parse().ok()).unwrap_or(Some(0))?;
-    Some((maj, min, pat, pre))
-}
-
-fn semver_cmp(a: &(u64, u64, u64, String), b: &(u64, u64, u64, String)) -> std::cmp::Ordering {
-    (a.0, a.1, a.2)
-        .cmp(&(b.0, b.1, b.2))
-        .then_with(|| match (a.3.is_empty(), b.3.is_empty()) {
-            (true, true) => std::cmp::Ordering::Equal,
-            (true, false) => std::cmp::Ordering::Greater,
-            (false, true) => std::cmp::Ordering::Less,
-            _ => a.3.cmp(&b.3),
-        })
-}
-
-/// Masterminds/semver constraint check for the common forms (`>=1.2.3-0`, `<1.19`, `^`, `~`, ranges
-/// with `,`/space and `||`).
-fn semver_check(constraint: &str, version: &str) -> Result<bool, Error> {
-    let v = semver_parse(version)
-        .ok_or_else(|| err(format!("invalid semantic version {version:?}")))?;
-    for alt in constraint.split("||") {
-        let mut ok = true;
-        for c in alt.split([',', ' ']).filter(|c| !c.is_empty()) {
-            let (op, rest) = ["<=", ">=", "!=", "==", "<", ">", "=", "^", "~"]
-                .iter()
-                .find_map(|op| c.strip_prefix(op).map(|r| (*op, r)))
-                .unwrap_or(("=", c));
-            let cv = semver_parse(rest)
-                .ok_or_else(|| err(format!("improper constraint: {constraint}")))?;
-            // Without a prerelease in the constraint, prerelease versions never match (Masterminds).
-            if !v.3.is_empty() && cv.3.is_empty() {
-                ok = false;
-                break;
-            }
-            let o = semver_cmp(&v, &cv);
-            use std::cmp::Ordering::*;
-            let m = match op {
-                "<=" => o != Greater,
-                ">=" => o != Less,
-                "<" => o == Less,
-                ">" => o == Greater,
-                "!=" => o != Equal,
-                "^" => o != Less && v.0 == cv.0,
-                "~" => o != Less && v.0 == cv.0 && v.1 == cv.1,
-                _ => o == Equal,
-            };
-            if !m {
-                ok = false;
-                break;
-            }
-        }
-        if ok {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
 fn sha(data: &[u8], which: u8) -> String {
     use sha2::Digest as _;
     let bytes: Vec<u8> = if which == 1 {
@@ -1370,6 +1303,14 @@ static FUNCS: &[(&str, F)] = &[
         Ok(v.clone())
     }),
     ("fail", |a| Err(err(s(&arg(&a, 0))))),
+    ("semver", |a| {
+        want(&a, 1, "semver")?;
+        super::semver::semver(&s(&a[0]))
+    }),
+    ("semverCompare", |a| {
+        want(&a, 2, "semverCompare")?;
+        super::semver::semver_compare(&s(&a[0]), &s(&a[1])).map(Value::from)
+    }),
     ("toYaml", |a| {
         Ok(Value::from(to_yaml(&to_json(&arg(&a, 0)))))
     }),
@@ -1768,10 +1709,6 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("sha1sum", |a| {
         Ok(Value::from(sha(s(&arg(&a, 0)).as_bytes(), 1)))
-    }),
-    ("semverCompare", |a| {
-        want(&a, 2, "semverCompare")?;
-        Ok(Value::from(semver_check(&s(&a[0]), &s(&a[1]))?))
     }),
     ("kindIs", |a| {
         Ok(Value::from(kind_of(&arg(&a, 1)) == s(&arg(&a, 0))))
@@ -2560,9 +2497,10 @@ mod tests {
 
     #[test]
     fn semver_constraints() {
-        assert!(semver_check(">=1.19-0", "v1.30.0").unwrap());
-        assert!(!semver_check("<1.19", "1.30.0").unwrap());
-        assert!(!semver_check(">=1.19", "1.30.0-beta.1").unwrap());
+        let check = super::super::semver::semver_compare;
+        assert!(check(">=1.19-0", "v1.30.0").unwrap());
+        assert!(!check("<1.19", "1.30.0").unwrap());
+        assert!(!check(">=1.19", "1.30.0-beta.1").unwrap());
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod chart;
 pub mod funcs;
 pub mod parse;
 pub mod schema;
+pub mod semver;
 pub mod translate;
 
 use std::collections::BTreeMap;
