@@ -251,3 +251,23 @@ fn legacy_v1_chart_matches_helm_template() {
 fn versions_chart_semver_matches_helm_template() {
     check_chart("versions");
 }
+
+#[test]
+fn capabilities_chart_matches_helm_template() {
+    check_chart("capabilities");
+}
+
+#[test]
+fn json_round_trip_chart_matches_helm_template() {
+    check_chart("json");
+}
+
+#[test]
+fn tpl_values_chart_matches_helm_template() {
+    check_chart("tplvalues");
+}
+
+#[test]
+fn collections_chart_matches_helm_template() {
+    check_chart("collections");
+}

@@ -1090,6 +1090,50 @@ fn go_json(v: &serde_json::Value) -> String {
     out
 }
 
+/// Go's `json.MarshalIndent(v, "", "  ")`: HTML-escaped like `toJson`, Go number formatting.
+fn go_json_pretty(v: &serde_json::Value) -> String {
+    fn into(out: &mut String, v: &serde_json::Value, depth: usize) {
+        let pad = |out: &mut String, d: usize| {
+            out.push('\n');
+            out.push_str(&"  ".repeat(d));
+        };
+        match v {
+            serde_json::Value::Array(a) if !a.is_empty() => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    pad(out, depth + 1);
+                    into(out, x, depth + 1);
+                }
+                pad(out, depth);
+                out.push(']');
+            }
+            serde_json::Value::Object(m) if !m.is_empty() => {
+                out.push('{');
+                let mut entries: Vec<(&String, &serde_json::Value)> = m.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                for (i, (k, x)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    pad(out, depth + 1);
+                    go_json_into(out, &serde_json::Value::String(k.clone()), true);
+                    out.push_str(": ");
+                    into(out, x, depth + 1);
+                }
+                pad(out, depth);
+                out.push('}');
+            }
+            _ => go_json_into(out, v, true),
+        }
+    }
+    let mut out = String::new();
+    into(&mut out, v, 0);
+    out
+}
+
 fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
     match v {
         serde_json::Value::String(s) => {
@@ -1318,9 +1362,7 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(go_json(&to_json(&arg(&a, 0)))))
     }),
     ("toPrettyJson", |a| {
-        Ok(Value::from(
-            serde_json::to_string_pretty(&to_json(&arg(&a, 0))).unwrap_or_default(),
-        ))
+        Ok(Value::from(go_json_pretty(&to_json(&arg(&a, 0)))))
     }),
     ("fromYaml", |a| {
         Ok(match parse_yaml_value(&s(&arg(&a, 0))) {

@@ -1,0 +1,3 @@
+{{- define "tplvalues.fullname" -}}
+{{ .Release.Name }}-{{ .Values.suffix }}
+{{- end }}
