@@ -271,3 +271,13 @@ fn tpl_values_chart_matches_helm_template() {
 fn collections_chart_matches_helm_template() {
     check_chart("collections");
 }
+
+#[test]
+fn documents_chart_matches_helm_template() {
+    check_chart("documents");
+}
+
+#[test]
+fn lookups_chart_matches_helm_template() {
+    check_chart("lookups");
+}

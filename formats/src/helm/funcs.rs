@@ -1862,6 +1862,13 @@ static FUNCS: &[(&str, F)] = &[
                 .into_owned(),
         ))
     }),
+    ("regexReplaceAllLiteral", |a| {
+        let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
+        Ok(Value::from(
+            re.replace_all(&s(&arg(&a, 1)), regex::NoExpand(&s(&arg(&a, 2))))
+                .into_owned(),
+        ))
+    }),
     ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
     ("dig", |a| {
         // dig "k1" "k2" default map
@@ -2417,6 +2424,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("mustRegexFind", "regexFind"),
     ("mustRegexFindAll", "regexFindAll"),
     ("mustRegexReplaceAll", "regexReplaceAll"),
+    ("mustRegexReplaceAllLiteral", "regexReplaceAllLiteral"),
     ("mustRegexSplit", "regexSplit"),
     ("mustToRawJson", "toRawJson"),
     ("mustToPrettyJson", "toPrettyJson"),
