@@ -223,3 +223,11 @@ fn invalid_semver_input_names_file_and_line() {
         &["errs/templates/t.yaml:3", "improper constraint: >=banana"],
     );
 }
+
+#[test]
+fn unsupported_semver_method_is_an_error() {
+    assert_err(
+        "a: {{ (semver \"1.2.3\").IncMajor }}\n",
+        &["errs/templates/t.yaml:1", "IncMajor"],
+    );
+}

@@ -477,6 +477,9 @@ fn f_call(args: Rest<Value>) -> Result<Value, Error> {
     if let Some(a) = recv.downcast_object::<ApiVersions>() {
         return a.method(name, margs);
     }
+    if let Some(v) = recv.downcast_object::<super::semver::Version>() {
+        return v.method(name, margs);
+    }
     Err(err(format!(
         "unsupported construct: method call .{name} on {}",
         type_of(recv)

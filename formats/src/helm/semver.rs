@@ -97,6 +97,40 @@ impl Version {
         })
     }
 
+    /// The methods charts call on a `semver` result: `Compare`, `LessThan`, `GreaterThan`, `Equal`.
+    pub fn method(&self, name: &str, args: &[Value]) -> Result<Value, Error> {
+        let other = || -> Result<Arc<Version>, Error> {
+            match args {
+                [o] => o.downcast_object::<Version>().ok_or_else(|| {
+                    err(format!(
+                        "wrong type for value; expected *semver.Version in call to {name}"
+                    ))
+                }),
+                _ => Err(err(format!(
+                    "wrong number of args for {name}: want 1 got {}",
+                    args.len()
+                ))),
+            }
+        };
+        if !matches!(name, "Compare" | "LessThan" | "GreaterThan" | "Equal") {
+            return Err(err(format!(
+                "unsupported construct: method call .{name} on *semver.Version"
+            )));
+        }
+        let o: Arc<Version> = other()?;
+        let ord = self.compare(o.as_ref());
+        Ok(match name {
+            "Compare" => Value::from(match ord {
+                Ordering::Less => -1,
+                Ordering::Equal => 0,
+                Ordering::Greater => 1,
+            }),
+            "LessThan" => Value::from(ord == Ordering::Less),
+            "GreaterThan" => Value::from(ord == Ordering::Greater),
+            _ => Value::from(ord == Ordering::Equal),
+        })
+    }
+
     fn cmp_core(&self, o: &Version) -> Ordering {
         (self.major, self.minor, self.patch).cmp(&(o.major, o.minor, o.patch))
     }
