@@ -293,3 +293,49 @@ async fn helm_chart_from_each_source_kind_with_values() {
         delete_bd(&client, &name).await;
     }
 }
+
+#[tokio::test]
+async fn helm_capabilities_come_from_the_live_cluster() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("caps");
+    let chart = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(chart.path().join("templates")).unwrap();
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: probe\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.path().join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: capabilities\ndata:\n  \
+         version: {{ .Capabilities.KubeVersion.Version | quote }}\n  \
+         pallet: {{ .Capabilities.APIVersions.Has \"pallet.dev/v1alpha1/BundleDeployment\" | quote }}\n  \
+         missing: {{ .Capabilities.APIVersions.Has \"nothing.example.com/v1\" | quote }}\n",
+    )
+    .unwrap();
+    let (source, flags) = publish(fx, &name, chart.path(), Via::Git).await;
+    let agent = start_agent(&name, &flags);
+    apply_bd(
+        &client,
+        &name,
+        json!({"installNamespace": name, "sources": [source], "format": "helm"}),
+    )
+    .await;
+    wait_condition(&client, &agent, &name, "Ready", "True", "1 objects").await;
+    let data = Api::<ConfigMap>::namespaced(client.clone(), &name)
+        .get("capabilities")
+        .await
+        .unwrap()
+        .data
+        .unwrap();
+    let version = client.apiserver_version().await.unwrap().git_version;
+    assert_eq!(
+        data["version"], version,
+        "the cluster's version, not helm's offline default"
+    );
+    assert_eq!(data["pallet"], "true", "a CRD-served API is listed");
+    assert_eq!(data["missing"], "false");
+    delete_bd(&client, &name).await;
+}

@@ -46,6 +46,18 @@ pub struct HelmOptions {
     pub release_name: String,
     /// Values merged over the chart's values.yaml.
     pub values: serde_json::Value,
+    /// The target cluster's capabilities (`.Capabilities`); `None` renders with helm's
+    /// built-in defaults, as `helm template` without a cluster does.
+    pub capabilities: Option<HelmCapabilities>,
+}
+
+/// What `.Capabilities` reports: the cluster's version and the APIs it serves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HelmCapabilities {
+    /// `.Capabilities.KubeVersion.Version`, e.g. `v1.35.4`.
+    pub kube_version: String,
+    /// `.Capabilities.APIVersions`: every served `group/version` and `group/version/Kind`.
+    pub api_versions: Vec<String>,
 }
 
 /// Format configuration for one render.

@@ -141,6 +141,9 @@ pub struct Context {
     pub owned: Option<owned::OwnedWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The cluster's capabilities for helm charts, with when they were read.
+    capabilities:
+        tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
     /// Digest last applied per BundleDeployment in this process: tells a new revision's writes
     /// from drift corrections in the change log. (Revisions in status will replace it.)
     applied_digests: Mutex<HashMap<String, String>>,
@@ -176,7 +179,51 @@ impl Context {
             owned,
             failures: Mutex::new(HashMap::new()),
             applied_digests: Mutex::new(HashMap::new()),
+            capabilities: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The cluster's version and served APIs, for helm's `.Capabilities`. Read through discovery
+    /// at most once a minute: it costs a request per API group.
+    async fn helm_capabilities(&self) -> Result<pallet_formats::HelmCapabilities, ReconcileError> {
+        const MAX_AGE: Duration = Duration::from_secs(60);
+        let mut cached = self.capabilities.lock().await;
+        if let Some((read_at, capabilities)) = cached.as_ref() {
+            if read_at.elapsed() < MAX_AGE {
+                return Ok(capabilities.clone());
+            }
+        }
+        let kube_error = |context: &str| {
+            let context = context.to_string();
+            move |source| ReconcileError::Kube { context, source }
+        };
+        let version = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(kube_error("read the cluster's version"))?;
+        let discovery = kube::Discovery::new(self.client.clone())
+            .run()
+            .await
+            .map_err(kube_error("discover the cluster's APIs"))?;
+        let mut served = Vec::new();
+        for group in discovery.groups() {
+            for version in group.versions() {
+                for (resource, _) in group.versioned_resources(version) {
+                    served.push((resource.group, resource.version, resource.kind));
+                }
+            }
+        }
+        let capabilities = pallet_formats::HelmCapabilities {
+            kube_version: version.git_version,
+            api_versions: render::api_versions(
+                served
+                    .iter()
+                    .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
+            ),
+        };
+        *cached = Some((std::time::Instant::now(), capabilities.clone()));
+        Ok(capabilities)
     }
 
     /// Publishes an Event on `bd`; a failure to publish is logged, never fatal.
@@ -321,8 +368,13 @@ async fn fetch_and_render(
     bd: &BundleDeployment,
     ctx: &Context,
 ) -> Result<pallet_formats::Rendered, ReconcileError> {
+    // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
+    let capabilities = match bd.spec.format {
+        crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
+        _ => None,
+    };
     let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
-    let rendered = render::render(bd, &fetched.tree);
+    let rendered = render::render(bd, &fetched.tree, capabilities);
     fetch::remove_tree(&fetched.tree);
     Ok(rendered?)
 }

@@ -2,12 +2,16 @@
 
 use std::path::Path;
 
-use pallet_formats::{Format, HelmOptions, RenderConfig, RenderError, Rendered};
+use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig, RenderError, Rendered};
 
 use crate::api::{BundleDeployment, BundleFormat};
 
-/// The renderer's configuration for `bd`, with the API's defaults filled in.
-pub fn render_config(bd: &BundleDeployment) -> RenderConfig {
+/// The renderer's configuration for `bd`, with the API's defaults filled in. `capabilities`
+/// describe the target cluster for helm's `.Capabilities`.
+pub fn render_config(
+    bd: &BundleDeployment,
+    capabilities: Option<HelmCapabilities>,
+) -> RenderConfig {
     let spec = &bd.spec;
     let config = spec.config.clone().unwrap_or_default();
     let helm = config.helm.unwrap_or_default();
@@ -22,6 +26,7 @@ pub fn render_config(bd: &BundleDeployment) -> RenderConfig {
                 .release_name
                 .unwrap_or_else(|| bd.metadata.name.clone().unwrap_or_default()),
             values: helm.values.unwrap_or_else(|| serde_json::json!({})),
+            capabilities,
         },
     }
 }
@@ -35,9 +40,35 @@ pub fn format(format: BundleFormat) -> Format {
     }
 }
 
-/// Renders the tree at `tree` as `bd` asks.
-pub fn render(bd: &BundleDeployment, tree: &Path) -> Result<Rendered, RenderError> {
-    pallet_formats::render(format(bd.spec.format), tree, &render_config(bd))
+/// Renders the tree at `tree` as `bd` asks, for a cluster with `capabilities`.
+pub fn render(
+    bd: &BundleDeployment,
+    tree: &Path,
+    capabilities: Option<HelmCapabilities>,
+) -> Result<Rendered, RenderError> {
+    pallet_formats::render(
+        format(bd.spec.format),
+        tree,
+        &render_config(bd, capabilities),
+    )
+}
+
+/// helm's `.Capabilities.APIVersions` from discovery: every served `group/version` (`v1` for the
+/// core group) and `group/version/Kind`, sorted.
+pub fn api_versions<'a>(
+    served: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for (group, version, kind) in served {
+        let group_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        out.insert(format!("{group_version}/{kind}"));
+        out.insert(group_version);
+    }
+    out.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -53,10 +84,30 @@ mod tests {
                      "installNamespace": "apps", "config": {"helm": {"values": {"a": 1}}}}
         }))
         .unwrap();
-        let config = render_config(&bd);
+        let config = render_config(&bd, None);
         assert_eq!(config.helm.release_name, "argo");
         assert_eq!(config.helm.values["a"], 1);
         assert_eq!(config.install_namespace, "apps");
         assert_eq!(config.watch_namespace, "");
+        assert!(config.helm.capabilities.is_none());
+    }
+
+    #[test]
+    fn api_versions_list_group_versions_and_kinds() {
+        let served = [
+            ("", "v1", "ConfigMap"),
+            ("apps", "v1", "Deployment"),
+            ("apps", "v1", "StatefulSet"),
+        ];
+        assert_eq!(
+            api_versions(served),
+            [
+                "apps/v1",
+                "apps/v1/Deployment",
+                "apps/v1/StatefulSet",
+                "v1",
+                "v1/ConfigMap"
+            ]
+        );
     }
 }

@@ -591,12 +591,16 @@ pub fn render_bundle(
             })
         }
     };
-    let opts = RenderOptions {
+    let mut opts = RenderOptions {
         release_name: config.helm.release_name.clone(),
         namespace: config.install_namespace.clone(),
         values,
         ..RenderOptions::default()
     };
+    if let Some(capabilities) = &config.helm.capabilities {
+        opts.kube_version = capabilities.kube_version.clone();
+        opts.api_versions = capabilities.api_versions.clone();
+    }
     let files = load_dir(tree)
         .and_then(|chart| render_chart(&chart, &opts))
         .map_err(to_render_error)?;
