@@ -45,6 +45,7 @@ fn helm_format_renders_through_the_shared_entry_point() {
         helm: HelmOptions {
             release_name: "web".into(),
             values: serde_json::json!({"ingress": {"enabled": true}}),
+            ..HelmOptions::default()
         },
         ..RenderConfig::default()
     };
