@@ -8,20 +8,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use pallet::source::{Credentials, Limits, SourceSecrets};
+use pallet::source::{Credentials, Limits};
 use sources_extra::*;
 use support::{unique_name, Fixtures};
-
-fn no_secrets() -> SourceSecrets {
-    SourceSecrets::default()
-}
-
-fn with_creds(c: Credentials) -> SourceSecrets {
-    SourceSecrets {
-        credentials: Some(c),
-        ca_pem: None,
-    }
-}
 
 #[tokio::test]
 async fn branch_tag_and_commit_resolve_to_commits_and_take_only_the_directory() {

@@ -7,7 +7,7 @@ mod support;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use pallet::source::{CredentialKind, Credentials, Limits, SourceSecrets};
+use pallet::source::{CredentialKind, Credentials, Limits};
 use sources_extra::*;
 use support::{unique_name, Fixtures};
 
@@ -29,17 +29,6 @@ fn sha(data: &[u8]) -> String {
     support::sha256_digest(data)
         .trim_start_matches("sha256:")
         .to_string()
-}
-
-fn no_secrets() -> SourceSecrets {
-    SourceSecrets::default()
-}
-
-fn with_creds(c: Credentials) -> SourceSecrets {
-    SourceSecrets {
-        credentials: Some(c),
-        ca_pem: None,
-    }
 }
 
 #[tokio::test]

@@ -17,10 +17,6 @@ fn file(path: &str, data: &str) -> TarEntry {
     TarEntry::File(path.into(), data.as_bytes().to_vec())
 }
 
-fn no_secrets() -> SourceSecrets {
-    SourceSecrets::default()
-}
-
 #[tokio::test]
 async fn tag_resolves_to_digest_and_layers_apply_in_order_with_whiteouts() {
     let fx = Fixtures::load();

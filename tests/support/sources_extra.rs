@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pallet::api::{GitReference, GitSource, HttpSource, ImageSource, Source, SourceKind};
-use pallet::source::{Cache, CredentialKind, Credentials, FetchOptions, Fetcher, Limits};
+use pallet::source::{
+    Cache, CredentialKind, Credentials, FetchOptions, Fetcher, Limits, SourceSecrets,
+};
 
 use crate::support::{Fixtures, Server};
 
@@ -160,4 +162,17 @@ pub fn list_tree(dir: &std::path::Path) -> Vec<String> {
     walk(dir, dir, &mut out);
     out.sort();
     out
+}
+
+/// No credentials, no CA.
+pub fn no_secrets() -> SourceSecrets {
+    SourceSecrets::default()
+}
+
+/// Just these credentials.
+pub fn with_creds(c: Credentials) -> SourceSecrets {
+    SourceSecrets {
+        credentials: Some(c),
+        ca_pem: None,
+    }
 }
