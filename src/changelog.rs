@@ -9,7 +9,8 @@
 //! | `time` | RFC 3339 UTC time of the write |
 //! | `agent` | `{name, version}` of the agent that wrote |
 //! | `bundleDeployment` | name of the BundleDeployment |
-//! | `revision` | content digest (`sha256:…`) of the rendered set being applied, when known |
+//! | `revision` | number of the revision being applied (an integer), when known |
+//! | `digest` | content digest (`sha256:…`) of that revision's rendered set, when known |
 //! | `operation` | `create`, `update` or `delete` |
 //! | `reason` | `new-revision`, `drift`, `rollback`, `prune`, `adoption` or `deletion` |
 //! | `object` | `{apiVersion, kind, namespace?, name}` |
@@ -98,9 +99,12 @@ pub struct Entry {
     pub agent: AgentRef,
     /// For which BundleDeployment.
     pub bundle_deployment: String,
-    /// Content digest of the revision being applied.
+    /// Number of the revision being applied.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub revision: Option<String>,
+    pub revision: Option<i64>,
+    /// Content digest of that revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     /// What kind of write.
     pub operation: Operation,
     /// Why.
@@ -178,6 +182,7 @@ impl ChangeLog {
             agent: self.agent.clone(),
             bundle_deployment: bundle_deployment.to_string(),
             revision: None,
+            digest: None,
             operation,
             reason,
             object,
@@ -233,7 +238,8 @@ mod tests {
                 name: "c".into(),
             },
         );
-        entry.revision = Some("sha256:abc".into());
+        entry.revision = Some(3);
+        entry.digest = Some("sha256:abc".into());
         entry.resource_version_before = Some("1".into());
         entry.resource_version_after = Some("2".into());
         entry.fields_changed = vec![".data.a".into()];

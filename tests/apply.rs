@@ -35,6 +35,7 @@ fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProte
         collision_protection: policy,
         parallelism: 4,
         journal: Default::default(),
+        revision: None,
     }
 }
 

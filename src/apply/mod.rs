@@ -265,6 +265,8 @@ pub struct Applier {
     pub parallelism: usize,
     /// Writes made so far (see [`Journal`]).
     pub journal: Journal,
+    /// The revision being applied, recorded on every object written ([`plan::REVISION_ANNOTATION`]).
+    pub revision: Option<i64>,
 }
 
 /// An object resolved against the cluster, ready to read and write.
@@ -438,11 +440,15 @@ impl Applier {
                 });
             }
         }
+        let body = match self.revision {
+            Some(revision) => plan::with_revision_annotation(desired, revision),
+            None => desired,
+        };
         let written = api
             .patch(
                 &key.name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired),
+                &Patch::Apply(&body),
             )
             .await
             .map_err(|e| ApplyError::from_kube(&key, e))?;
@@ -560,6 +566,38 @@ impl Applier {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(e) => Err(ApplyError::from_kube(key, e)),
+        }
+    }
+
+    /// Where each object will live: its key (with the install namespace filled in for namespaced
+    /// objects that name none) and apiVersion. Objects whose kind the cluster does not serve yet
+    /// (a CRD in the same bundle) are left out.
+    pub async fn resolve_keys(
+        &self,
+        objects: &[Object],
+    ) -> Result<Vec<(ObjectKey, String)>, ApplyError> {
+        let mut keys = Vec::with_capacity(objects.len());
+        for object in objects {
+            if let Some(target) = self.resolve(object).await? {
+                keys.push((target.key, object.api_version().to_string()));
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Read-only: the live body of an applied object (key and apiVersion from an inventory);
+    /// `None` when it or its kind is gone.
+    pub async fn live_object(
+        &self,
+        key: &ObjectKey,
+        api_version: &str,
+    ) -> Result<Option<Value>, ApplyError> {
+        let Some((api, resource)) = self.api_for_existing(key, api_version).await? else {
+            return Ok(None);
+        };
+        match self.read_live(&api, &resource, key).await? {
+            Some(Some(live)) => Ok(serde_json::to_value(&live).ok()),
+            _ => Ok(None),
         }
     }
 

@@ -12,6 +12,9 @@ use crate::api::CollisionProtection;
 
 /// Label carried by every object pallet applies: the name of the owning BundleDeployment.
 pub const OWNER_LABEL: &str = "pallet.dev/bundle-deployment";
+/// Annotation naming the revision that last wrote an object (`pallet trace` reads it). Set only
+/// on writes and never compared: an unchanged object keeps the revision that last changed it.
+pub const REVISION_ANNOTATION: &str = "pallet.dev/revision";
 
 /// Apply stages, in the order they run. Later stages may depend on earlier ones: custom
 /// resources need their CRD established, namespaced objects need their Namespace, and RoleBindings
@@ -172,6 +175,25 @@ pub fn with_owner_label(object: &Object, owner: &str) -> Value {
         }
     }
     body
+}
+
+/// `desired` with [`REVISION_ANNOTATION`] set to `revision`, for the body of a write.
+pub fn with_revision_annotation(mut desired: Value, revision: i64) -> Value {
+    if let Some(metadata) = desired.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !annotations.is_object() {
+            *annotations = Value::Object(Default::default());
+        }
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(
+                REVISION_ANNOTATION.to_string(),
+                Value::String(revision.to_string()),
+            );
+        }
+    }
+    desired
 }
 
 /// What applying to an existing live object means for ownership.

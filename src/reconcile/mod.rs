@@ -11,6 +11,7 @@ pub mod controller;
 pub mod fetch;
 pub mod owned;
 pub mod render;
+pub mod rollout;
 pub mod status;
 
 use std::collections::{BTreeSet, HashMap};
@@ -24,16 +25,22 @@ use kube::{Client, Config, ResourceExt};
 use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
-use crate::api::{BundleDeployment, BundleDeploymentStatus, DeletionPolicy, ObjectReference};
+use crate::api::{
+    parse_duration, BundleDeployment, BundleDeploymentStatus, DeletionPolicy, ObjectReference,
+    OnFailure, ResolvedSource, RevisionPhase,
+};
 use crate::apply::{
     plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
 };
 use crate::changelog::{self, ChangeLog, Operation, Reason};
+use crate::health;
+use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
 use crate::source::{Fetcher, SourceError};
 use fetch::SecretPolicy;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
-use status::{FailedPhase, Outcome};
+use rollout::Decision;
+use status::{FailedPhase, HealthReport, Outcome, Transition};
 
 /// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
 pub const FINALIZER: &str = "pallet.dev/cleanup";
@@ -66,6 +73,9 @@ pub enum ReconcileError {
     /// Deleting the bundle's objects is under way; the finalizer stays until they are gone.
     #[error("waiting for {0} to be deleted")]
     Deleting(String),
+    /// A revision snapshot could not be stored or read.
+    #[error("revision snapshot: {0}")]
+    Revision(#[source] RevisionError),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -92,6 +102,7 @@ impl ReconcileError {
             ReconcileError::Render(e) => e.category(),
             ReconcileError::Apply(e) => e.category(),
             ReconcileError::Forbidden(_) => "Forbidden",
+            ReconcileError::Revision(e) => e.category(),
             ReconcileError::Deleting(_) => "Deleting",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
         }
@@ -105,6 +116,7 @@ impl ReconcileError {
             | ReconcileError::Render(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
+            ReconcileError::Revision(e) => e.is_transient(),
             ReconcileError::Kube { .. } | ReconcileError::Deleting(_) => true,
         }
     }
@@ -116,6 +128,9 @@ impl ReconcileError {
         }
     }
 }
+
+/// A stored revision's objects, shared between passes.
+type Snapshot = std::sync::Arc<Vec<Object>>;
 
 /// Everything a reconcile needs besides the object.
 pub struct Context {
@@ -144,9 +159,11 @@ pub struct Context {
     /// The cluster's capabilities for helm charts, with when they were read.
     capabilities:
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
-    /// Digest last applied per BundleDeployment in this process: tells a new revision's writes
-    /// from drift corrections in the change log. (Revisions in status will replace it.)
-    applied_digests: Mutex<HashMap<String, String>>,
+    /// Revision snapshots, in Secrets in the agent's namespace.
+    pub store: RevisionStore,
+    /// Snapshots read or written by this process, by BundleDeployment and number: a held or
+    /// rolled-back revision is re-applied at every pass without reading its Secrets again.
+    snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
 }
 
 impl Context {
@@ -168,6 +185,8 @@ impl Context {
         };
         Context {
             recorder: Recorder::new(client.clone(), reporter),
+            store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
+            snapshots: Mutex::new(HashMap::new()),
             client,
             config,
             fetcher,
@@ -178,7 +197,6 @@ impl Context {
             changelog,
             owned,
             failures: Mutex::new(HashMap::new()),
-            applied_digests: Mutex::new(HashMap::new()),
             capabilities: tokio::sync::Mutex::new(None),
         }
     }
@@ -251,6 +269,53 @@ impl Context {
         }
     }
 
+    /// Keeps a just-stored snapshot for later passes.
+    fn remember(&self, record: RevisionRecord) {
+        let Ok(objects) = snapshot_objects(&record) else {
+            return; // not cached: a load reports the error
+        };
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (record.bundle_deployment, record.number),
+                std::sync::Arc::new(objects),
+            );
+    }
+
+    /// Drops a snapshot that left the history.
+    fn forget(&self, bundle_deployment: &str, number: i64) {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(bundle_deployment.to_string(), number));
+    }
+
+    /// The objects of stored revision `number`, from memory or from its Secrets.
+    async fn load(
+        &self,
+        bundle_deployment: &str,
+        number: i64,
+    ) -> Result<Vec<Object>, ReconcileError> {
+        let key = (bundle_deployment.to_string(), number);
+        if let Some(objects) = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(objects.as_ref().clone());
+        }
+        let record = self
+            .store
+            .load(bundle_deployment, number)
+            .await
+            .map_err(ReconcileError::Revision)?;
+        let objects = snapshot_objects(&record)?;
+        self.remember(record);
+        Ok(objects)
+    }
+
     /// The next backoff for `name` (1 s doubling to 5 min), counting this failure.
     pub fn backoff(&self, name: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
@@ -297,6 +362,7 @@ impl Context {
             collision_protection: bd.spec.collision_protection(),
             parallelism: self.apply_parallelism,
             journal: Default::default(),
+            revision: None,
         }
     }
 }
@@ -308,11 +374,19 @@ pub enum Next {
     RequeueAfter(Duration),
 }
 
-/// Reconciles one BundleDeployment that is not being deleted: fetch, render, apply, prune, status.
+/// Reconciles one BundleDeployment that is not being deleted:
+///
+/// ```text
+/// requests -> fetch -> render -> revision (decide, store) -> apply + prune -> health
+///          -> (failed: roll back to the last healthy revision) -> status
+/// ```
 pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
     let name = bd.name_any();
-    let current = bd.status.clone().unwrap_or_default();
+    let mut writer = StatusWriter::new(ctx, bd);
+    let mut work = writer.written.clone();
     if bd.spec.paused {
+        // Paused: no writes to the bundle's objects and no requests handled (a rollback is a
+        // write); drift is still observed so users see what resuming would revert.
         let reason = bd.annotations().get(PAUSED_REASON_ANNOTATION).cloned();
         let drift = match observe_drift(bd, ctx).await {
             Ok(drift) => Some(drift),
@@ -321,13 +395,39 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 None
             }
         };
-        write_status(ctx, bd, &current, &Outcome::Paused { reason, drift }).await?;
+        writer
+            .write(&mut work, &Outcome::Paused { reason, drift })
+            .await?;
         return Ok(Next::RequeueAfter(ctx.requeue_interval));
     }
-    let outcome = match install(bd, ctx, &current).await {
-        Ok(outcome) => {
+    let requests = rollout::pending_requests(bd.annotations(), &work);
+    if let Some(value) = &requests.reconcile {
+        work.last_handled_reconcile = Some(value.clone());
+    }
+    if let Some(value) = &requests.retry {
+        work.last_handled_retry = Some(value.clone());
+    }
+    let mut rollback_to = None;
+    if let Some(request) = &requests.rollback {
+        work.last_handled_rollback = Some(request.value.clone());
+        match requested_rollback(&work, &request.to) {
+            Ok(to) => rollback_to = Some(to),
+            Err(why) => {
+                tracing::warn!(bundle_deployment = %name, "rollback request refused: {why}");
+                ctx.event(bd, true, "RollbackRequestRefused", "Rollback", why)
+                    .await;
+            }
+        }
+    }
+    let result = match rollback_to {
+        Some(to) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
+        None => progress(bd, ctx, &mut writer, &mut work, requests.retry.is_some()).await,
+    };
+    match result {
+        Ok((outcome, requeue)) => {
             ctx.reset_backoff(&name);
-            outcome
+            writer.write(&mut work, &outcome).await?;
+            Ok(Next::RequeueAfter(requeue))
         }
         Err(error) => {
             let outcome = Outcome::Failed {
@@ -337,70 +437,372 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 transient: error.is_transient(),
             };
             tracing::warn!(bundle_deployment = %name, reason = %error.category(), error = %error, "reconcile failed");
-            write_status(ctx, bd, &current, &outcome).await?;
-            return Err(error);
+            writer.write(&mut work, &outcome).await?;
+            Err(error)
         }
-    };
-    write_status(ctx, bd, &current, &outcome).await?;
-    Ok(Next::RequeueAfter(ctx.requeue_interval))
-}
-
-/// While paused: fetch and render as usual, then only read the live objects and list those that
-/// differ from the bundle. No write of any kind to the bundle's objects.
-async fn observe_drift(
-    bd: &BundleDeployment,
-    ctx: &Context,
-) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let objects = fetch_and_render(bd, ctx).await?.object_list();
-    // Reads go through the agent's own client: observing is not acting on the user's behalf.
-    let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
-    Ok(drifted
-        .into_iter()
-        .map(|d| ObjectReference {
-            message: Some(d.message),
-            ..reference(&d.key, &d.api_version)
-        })
-        .collect())
-}
-
-/// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree.
-async fn fetch_and_render(
-    bd: &BundleDeployment,
-    ctx: &Context,
-) -> Result<pallet_formats::Rendered, ReconcileError> {
-    // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
-    let capabilities = match bd.spec.format {
-        crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
-        _ => None,
-    };
-    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
-    let rendered = render::render(bd, &fetched.tree, capabilities);
-    fetch::remove_tree(&fetched.tree);
-    Ok(rendered?)
-}
-
-/// The install pipeline proper; the caller turns its result into status.
-async fn install(
-    bd: &BundleDeployment,
-    ctx: &Context,
-    current: &BundleDeploymentStatus,
-) -> Result<Outcome, ReconcileError> {
-    let rendered = fetch_and_render(bd, ctx).await?;
-    let objects: Vec<Object> = rendered.object_list();
-
-    let writer = ctx.writer(bd)?;
-    if let Some(namespace) = &bd.spec.install_namespace {
-        ensure_namespace(&ctx.client, &writer, namespace).await?;
     }
-    let applier = ctx.applier(bd, writer);
+}
+
+/// The revision a rollback request may go to: a number still in the history, not the active one.
+fn requested_rollback(
+    status: &BundleDeploymentStatus,
+    to: &Result<i64, String>,
+) -> Result<i64, String> {
+    let to = to.clone()?;
+    if !status.revisions.iter().any(|r| r.number == to) {
+        return Err(format!(
+            "revision {to} is not in the history (kept: {})",
+            rollout::history_numbers(status)
+        ));
+    }
+    if status.active_revision == Some(to) {
+        return Err(format!("revision {to} is already the active revision"));
+    }
+    Ok(to)
+}
+
+/// Reconcile result: the outcome to record and when to look again.
+type Progress = Result<(Outcome, Duration), ReconcileError>;
+
+/// Phases 1 to 5 for the current spec: fetch, render, decide the revision, apply, assess health,
+/// and roll back when the revision fails.
+async fn progress(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    retry: bool,
+) -> Progress {
+    let name = bd.name_any();
+    let generation = bd.metadata.generation.unwrap_or(0);
+    let (rendered, sources) = fetch_and_render(bd, ctx).await?;
     let digest = rendered.digest();
-    let result = apply_and_prune(&applier, &objects, current).await;
-    log_writes(ctx, bd, &applier, &objects, &digest, result.as_ref().err()).await;
-    let (applied, pruned) = result?;
-    ctx.applied_digests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(bd.name_any(), digest.clone());
+    let objects = rendered.object_list();
+    let now = now();
+    match rollout::decide(work, &digest, generation, retry) {
+        Decision::New { number } => {
+            let record = RevisionRecord {
+                bundle_deployment: name.clone(),
+                number,
+                generation,
+                digest: digest.clone(),
+                sources: sources.clone(),
+                objects: objects
+                    .iter()
+                    .map(|o| serde_json::Value::Object(o.body().clone()))
+                    .collect(),
+            };
+            // Stored before any write, so a rollback never needs the sources or this disk.
+            ctx.store
+                .save(&record)
+                .await
+                .map_err(ReconcileError::Revision)?;
+            ctx.remember(record);
+            let dropped = rollout::start_revision(
+                work,
+                rollout::NewRevision {
+                    number,
+                    generation,
+                    digest: &digest,
+                    sources,
+                    objects: objects.len(),
+                },
+                bd.spec.rollout().history_limit().max(1) as usize,
+                &now,
+            );
+            tracing::info!(bundle_deployment = %name, revision = number, digest = %digest, "new revision");
+            for number in dropped {
+                ctx.forget(&name, number);
+                if let Err(e) = ctx.store.delete(&name, number).await {
+                    tracing::warn!(bundle_deployment = %name, revision = number, error = %e, "could not delete an old revision snapshot");
+                }
+            }
+            roll_out(bd, ctx, writer, work, objects, Transition::NewRevision).await
+        }
+        Decision::Continue => roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await,
+        Decision::Refused { failed } => {
+            let Some(active) = rollout::active_revision(work).cloned() else {
+                return Ok((
+                    Outcome::Failed {
+                        phase: FailedPhase::Install,
+                        reason: "RevisionFailed".into(),
+                        message: format!(
+                            "this content failed as revision {failed}; waiting for a change to the spec or the sources, or a retry"
+                        ),
+                        transient: false,
+                    },
+                    ctx.requeue_interval,
+                ));
+            };
+            if active.phase == RevisionPhase::Failed {
+                // onFailure: Hold (or nothing to roll back to): leave the failed revision alone.
+                return Ok((held(&active), ctx.requeue_interval));
+            }
+            // The failed content stays out; keep the active revision as stored.
+            let objects = ctx.load(&name, active.number).await?;
+            roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await
+        }
+    }
+}
+
+/// A rollback on request: re-apply stored revision `to` (no fetch: the sources may be gone).
+async fn requested_rollback_to(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    to: i64,
+) -> Progress {
+    let from = work.active_revision;
+    let message = match from {
+        Some(from) => format!("rolled back to revision {to} on request (was revision {from})"),
+        None => format!("rolled back to revision {to} on request"),
+    };
+    let objects = ctx.load(&bd.name_any(), to).await?;
+    rollout::start_rollback(work, to, &message, &now());
+    crate::metrics_hook::rollback("request");
+    ctx.event(bd, false, "RollbackRequested", "Rollback", message.clone())
+        .await;
+    let transition = Transition::Rollback {
+        automatic: false,
+        reason: status::REASON_ROLLBACK_REQUESTED.into(),
+        message,
+    };
+    let (outcome, requeue) = roll_out(bd, ctx, writer, work, objects, transition).await?;
+    // The sources were not fetched: Unpacked keeps what the last fetch said.
+    let outcome = match outcome {
+        Outcome::Installed {
+            inventory,
+            skipped,
+            written,
+            health,
+            ..
+        } => Outcome::Installed {
+            inventory,
+            skipped,
+            written,
+            health,
+            fetched: false,
+        },
+        other => other,
+    };
+    Ok((outcome, requeue))
+}
+
+/// The outcome for a failed revision left in place.
+fn held(active: &crate::api::RevisionStatus) -> Outcome {
+    Outcome::Failed {
+        phase: FailedPhase::Install,
+        reason: active
+            .reason
+            .clone()
+            .unwrap_or_else(|| "RevisionFailed".into()),
+        message: format!(
+            "revision {} failed: {}; left in place (waiting for a change to the spec or the sources, or a retry)",
+            active.number,
+            active.message.clone().unwrap_or_default()
+        ),
+        transient: false,
+    }
+}
+
+/// Applies the active revision's `objects` (as `transition` says why), assesses health, and when
+/// the revision fails, rolls back to the last healthy revision (onFailure: Rollback) and applies
+/// that one instead, in the same pass.
+async fn roll_out(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    mut objects: Vec<Object>,
+    mut transition: Transition,
+) -> Progress {
+    let name = bd.name_any();
+    loop {
+        let (reason, message) =
+            match apply_revision(bd, ctx, writer, work, &objects, &transition).await? {
+                Step::Done(outcome, requeue) => return Ok((outcome, requeue)),
+                Step::Failed { reason, message } => (reason, message),
+            };
+        let failed = work.active_revision.unwrap_or_default();
+        rollout::mark_failed(work, &reason, &message);
+        tracing::warn!(bundle_deployment = %name, revision = failed, %reason, "revision failed: {message}");
+        ctx.event(
+            bd,
+            true,
+            &reason,
+            "Rollout",
+            format!("revision {failed} failed: {message}"),
+        )
+        .await;
+        let target = work
+            .last_healthy_revision
+            .filter(|healthy| *healthy != failed)
+            .filter(|healthy| work.revisions.iter().any(|r| r.number == *healthy));
+        let policy = bd.spec.rollout().on_failure();
+        let (Some(to), OnFailure::Rollback) = (target, policy) else {
+            let why = if policy == OnFailure::Hold {
+                "rollout.onFailure is Hold"
+            } else {
+                "no earlier healthy revision to roll back to"
+            };
+            let active = rollout::active_revision(work).cloned();
+            let outcome = match active {
+                Some(active) => held(&active),
+                None => Outcome::Failed {
+                    phase: FailedPhase::Install,
+                    reason,
+                    message,
+                    transient: false,
+                },
+            };
+            let outcome = match outcome {
+                Outcome::Failed {
+                    phase,
+                    reason,
+                    message,
+                    transient,
+                } => Outcome::Failed {
+                    phase,
+                    reason,
+                    message: format!("{message} ({why})"),
+                    transient,
+                },
+                other => other,
+            };
+            return Ok((outcome, ctx.requeue_interval));
+        };
+        let message =
+            format!("revision {failed} failed ({reason}: {message}); rolled back to revision {to}");
+        objects = ctx.load(&name, to).await?;
+        rollout::start_rollback(work, to, &message, &now());
+        crate::metrics_hook::rollback(if reason == REASON_DEADLINE {
+            "deadline"
+        } else {
+            "failure"
+        });
+        ctx.event(
+            bd,
+            true,
+            status::REASON_ROLLED_BACK,
+            "Rollback",
+            message.clone(),
+        )
+        .await;
+        transition = Transition::Rollback {
+            automatic: true,
+            reason,
+            message,
+        };
+    }
+}
+
+/// Condition and revision reason when a revision misses its progress deadline.
+pub const REASON_DEADLINE: &str = "ProgressDeadlineExceeded";
+
+/// What applying a revision came to.
+enum Step {
+    /// Applied; the outcome to record and when to look again.
+    Done(Outcome, Duration),
+    /// The revision failed (a permanent apply error, a failed object, or its deadline).
+    Failed {
+        /// CamelCase reason.
+        reason: String,
+        /// What failed, where.
+        message: String,
+    },
+}
+
+/// Environment variable naming a fault to inject, for crash tests only: `exit-after-rollback-recorded`
+/// makes the agent exit right after recording that a rollback started and before re-applying
+/// anything, as a crash at the worst moment would.
+pub const FAULT_ENV: &str = "PALLET_FAULT_INJECT";
+
+/// Applies the active revision's `objects`: records the intent first (for new revisions and
+/// rollbacks), applies in stages, prunes, then assesses health against the deadline.
+async fn apply_revision(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    objects: &[Object],
+    transition: &Transition,
+) -> Result<Step, ReconcileError> {
+    let client = ctx.writer(bd)?;
+    if let Some(namespace) = &bd.spec.install_namespace {
+        ensure_namespace(&ctx.client, &client, namespace).await?;
+    }
+    let mut applier = ctx.applier(bd, client);
+    applier.revision = work.active_revision;
+    let active = rollout::active_revision(work).cloned();
+    let on_its_way = active.as_ref().is_some_and(|r| {
+        matches!(
+            r.phase,
+            RevisionPhase::Applying | RevisionPhase::Progressing
+        )
+    });
+    if *transition != Transition::Reapply
+        || active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying)
+    {
+        // Record what is about to happen, and every object that may end up on the cluster,
+        // before the first write: after a crash the next pass finishes the job and prunes.
+        let mut inventory: BTreeSet<ObjectReference> = work
+            .inventory
+            .iter()
+            .flat_map(|i| i.objects.iter().cloned())
+            .collect();
+        for (key, api_version) in applier.resolve_keys(objects).await? {
+            inventory.insert(reference(&key, &api_version));
+        }
+        let outcome = Outcome::Applying {
+            inventory: inventory.into_iter().collect(),
+            transition: transition.clone(),
+        };
+        writer.write(work, &outcome).await?;
+        if matches!(transition, Transition::Rollback { .. })
+            && std::env::var(FAULT_ENV).as_deref() == Ok("exit-after-rollback-recorded")
+        {
+            tracing::error!("fault injected: exiting after recording the rollback");
+            std::process::exit(3);
+        }
+    }
+    let log_reason = match transition {
+        Transition::NewRevision => Reason::NewRevision,
+        Transition::Rollback { .. } => Reason::Rollback,
+        // Finishing an interrupted apply is still the revision's own apply.
+        Transition::Reapply
+            if active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying) =>
+        {
+            Reason::NewRevision
+        }
+        Transition::Reapply => Reason::Drift,
+    };
+    let digest = active
+        .as_ref()
+        .map(|r| r.digest.clone())
+        .unwrap_or_default();
+    let result = apply_and_prune(&applier, objects, work).await;
+    log_writes(
+        ctx,
+        bd,
+        &applier,
+        objects,
+        (work.active_revision, &digest),
+        log_reason,
+        result.as_ref().err(),
+    )
+    .await;
+    let (applied, pruned) = match result {
+        Ok(done) => done,
+        Err(error) if on_its_way && !error.is_transient() => {
+            return Ok(Step::Failed {
+                reason: error.category().to_string(),
+                message: error.to_string(),
+            })
+        }
+        Err(error) => return Err(error.into()),
+    };
+    rollout::mark_applied(work);
 
     let inventory: Vec<ObjectReference> = applied
         .iter()
@@ -415,7 +817,6 @@ async fn install(
             ..reference(&a.key, &a.api_version)
         })
         .collect();
-
     if let Some(owned) = &ctx.owned {
         for a in applied
             .iter()
@@ -434,17 +835,152 @@ async fn install(
     for (key, why) in &pruned.kept {
         tracing::warn!(bundle_deployment = %bd.name_any(), object = %key, "not pruned: {why}");
     }
-
     let written = applied
         .iter()
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
-    Ok(Outcome::Installed {
-        digest,
-        inventory,
-        skipped,
-        written,
+
+    let health = assess_health(&applier, &inventory, ctx.apply_parallelism).await?;
+    let now = now();
+    let deadline =
+        parse_duration(bd.spec.rollout().progress_deadline()).unwrap_or(Duration::from_secs(600));
+    let mut requeue = ctx.requeue_interval;
+    if health.healthy {
+        let was = rollout::active_revision(work).map(|r| r.phase);
+        rollout::mark_healthy(work, &now);
+        if was != Some(RevisionPhase::Healthy) {
+            if let Some(number) = work.active_revision {
+                tracing::info!(bundle_deployment = %bd.name_any(), revision = number, "revision healthy");
+            }
+        }
+    } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
+        if health.failed {
+            return Ok(Step::Failed {
+                reason: "Unhealthy".into(),
+                message: health.message,
+            });
+        }
+        if rollout::deadline_passed(work, deadline, &now) {
+            return Ok(Step::Failed {
+                reason: REASON_DEADLINE.into(),
+                message: format!(
+                    "not healthy within rollout.progressDeadline ({}): {}",
+                    bd.spec.rollout().progress_deadline(),
+                    health.message
+                ),
+            });
+        }
+        // Watches on the objects usually bring the change sooner; this bounds the wait.
+        let remaining = rollout::deadline_remaining(work, deadline, &now).unwrap_or_default();
+        requeue = requeue
+            .min(PROGRESS_POLL)
+            .min(remaining + Duration::from_millis(100));
+    }
+    Ok(Step::Done(
+        Outcome::Installed {
+            inventory,
+            skipped,
+            written,
+            health,
+            fetched: true,
+        },
+        requeue,
+    ))
+}
+
+/// How often a progressing revision is re-assessed when no watch event comes first.
+const PROGRESS_POLL: Duration = Duration::from_secs(5);
+
+/// Reads every inventory object and applies the health rules; lists the first unhealthy ones.
+async fn assess_health(
+    applier: &Applier,
+    inventory: &[ObjectReference],
+    parallelism: usize,
+) -> Result<HealthReport, ReconcileError> {
+    use futures::{StreamExt, TryStreamExt};
+    let options = &health::HealthOptions::default();
+    // Owned items: a closure over borrowed ones trips the compiler's higher-ranked lifetime
+    // check when the future must be Send (as in the controller).
+    let targets: Vec<(ObjectKey, String)> = inventory
+        .iter()
+        .map(|r| (key_of(r), api_version_of(r)))
+        .collect();
+    let assessed: Vec<(String, health::Health)> = futures::stream::iter(targets)
+        .map(|(key, api_version)| async move {
+            let live = applier.live_object(&key, &api_version).await?;
+            let health = match live {
+                Some(live) => health::assess(&live, options),
+                None => health::Health {
+                    state: health::HealthState::InProgress,
+                    message: "not found on the cluster".into(),
+                },
+            };
+            Ok::<_, ApplyError>((key.to_string(), health))
+        })
+        .buffered(parallelism.max(1))
+        .try_collect()
+        .await?;
+    let unhealthy: Vec<(String, health::Health)> = assessed
+        .iter()
+        .filter(|(_, h)| !h.is_healthy())
+        .cloned()
+        .collect();
+    Ok(HealthReport {
+        healthy: unhealthy.is_empty(),
+        failed: unhealthy
+            .iter()
+            .any(|(_, h)| h.state == health::HealthState::Failed),
+        total: assessed.len(),
+        message: health::summarize(&unhealthy, 5),
     })
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// While paused: fetch and render as usual, then only read the live objects and list those that
+/// differ from the bundle. No write of any kind to the bundle's objects.
+async fn observe_drift(
+    bd: &BundleDeployment,
+    ctx: &Context,
+) -> Result<Vec<ObjectReference>, ReconcileError> {
+    let objects = fetch_and_render(bd, ctx).await?.0.object_list();
+    // Reads go through the agent's own client: observing is not acting on the user's behalf.
+    let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
+    Ok(drifted
+        .into_iter()
+        .map(|d| ObjectReference {
+            message: Some(d.message),
+            ..reference(&d.key, &d.api_version)
+        })
+        .collect())
+}
+
+/// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree. Returns the
+/// rendered set and every source resolved.
+async fn fetch_and_render(
+    bd: &BundleDeployment,
+    ctx: &Context,
+) -> Result<(pallet_formats::Rendered, Vec<ResolvedSource>), ReconcileError> {
+    // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
+    let capabilities = match bd.spec.format {
+        crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
+        _ => None,
+    };
+    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
+    let rendered = render::render(bd, &fetched.tree, capabilities);
+    fetch::remove_tree(&fetched.tree);
+    let sources = fetched
+        .sources
+        .iter()
+        .map(|f| ResolvedSource {
+            kind: f.kind,
+            reference: f.reference.clone(),
+            resolved: f.resolved.clone(),
+        })
+        .collect();
+    Ok((rendered?, sources))
 }
 
 /// Applies `objects`, then prunes what the previous inventory had and they do not.
@@ -483,29 +1019,20 @@ async fn log_writes(
     bd: &BundleDeployment,
     applier: &Applier,
     objects: &[Object],
-    digest: &str,
+    (revision, digest): (Option<i64>, &str),
+    apply_reason: Reason,
     error: Option<&ApplyError>,
 ) {
     let name = bd.name_any();
-    let new_revision = ctx
-        .applied_digests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&name)
-        .map(String::as_str)
-        != Some(digest);
-    // Writes for a digest this process has not applied yet belong to a new revision; writes
-    // that re-apply the same digest can only be restoring drift.
-    let apply_reason = if new_revision {
-        Reason::NewRevision
-    } else {
-        Reason::Drift
-    };
     let writes: Vec<Applied> =
         std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
     for write in &writes {
         let (operation, reason) = match (&write.outcome, &write.adopted_from) {
+            // Deletions are prunes, except while rolling back, where they are the rollback.
+            (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
+                (Operation::Delete, Reason::Rollback)
+            }
             (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
             (_, Some(_)) => (Operation::Update, Reason::Adoption),
             (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
@@ -522,7 +1049,8 @@ async fn log_writes(
             reason,
             change_object(&write.key, &write.api_version),
         );
-        entry.revision = Some(digest.to_string());
+        entry.revision = revision;
+        entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
         entry.resource_version_before = write.resource_version_before.clone();
         entry.resource_version_after = write.resource_version_after.clone();
         entry.fields_changed = write.fields_changed.clone();
@@ -547,7 +1075,8 @@ async fn log_writes(
                 apply_reason,
                 change_object(key, api_version),
             );
-            entry.revision = Some(digest.to_string());
+            entry.revision = revision;
+            entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
             entry.result = "failure";
             entry.error = Some(error.to_string());
             ctx.changelog.record(&entry);
@@ -555,25 +1084,21 @@ async fn log_writes(
         ctx.event(bd, true, error.category(), "Apply", error.to_string())
             .await;
     } else if !writes.is_empty() {
-        let why = if new_revision {
-            "applied content"
-        } else {
-            "corrected drift toward content"
+        let (event_reason, why) = match apply_reason {
+            Reason::Rollback => ("RolledBack", "re-applied"),
+            Reason::Drift => ("DriftCorrected", "corrected drift toward"),
+            _ => ("Applied", "applied"),
         };
+        let name = revision.map_or("the bundle".to_string(), |n| format!("revision {n}"));
         let short = digest.get(..19).unwrap_or(digest);
-        let note = format!("{why} {short}: {created} created, {updated} updated, {deleted} pruned");
-        ctx.event(
-            bd,
-            false,
-            if new_revision {
-                "Applied"
-            } else {
-                "DriftCorrected"
-            },
-            "Apply",
-            note,
-        )
-        .await;
+        let note = format!(
+            "{why} {name} ({short}): {created} created, {updated} updated, {deleted} deleted"
+        );
+        ctx.event(bd, false, event_reason, "Apply", note).await;
+        if apply_reason == Reason::Drift {
+            crate::metrics_hook::drift_corrected(created + updated);
+        }
+        crate::metrics_hook::applied(created, updated, deleted);
     }
 }
 
@@ -683,6 +1208,11 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         ctx.changelog.record(&entry);
     }
     result?;
+    // The objects are gone (or orphaned): their revision snapshots go with the BundleDeployment.
+    ctx.store
+        .delete_all(&name)
+        .await
+        .map_err(ReconcileError::Revision)?;
     Ok(Next::RequeueAfter(ctx.requeue_interval))
 }
 
@@ -719,31 +1249,70 @@ async fn delete_all(
     )))
 }
 
-/// Writes the status `outcome` leads to, skipping the patch when nothing changed.
-async fn write_status(
-    ctx: &Context,
-    bd: &BundleDeployment,
-    current: &BundleDeploymentStatus,
-    outcome: &Outcome,
-) -> Result<(), ReconcileError> {
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let next = status::next_status(current, bd.metadata.generation, outcome, &now);
-    if &next == current {
-        return Ok(());
+/// Writes status for one reconcile: remembers what is on the server, so that a pass that
+/// writes several times (before applying, after) patches only what changed.
+struct StatusWriter<'a> {
+    ctx: &'a Context,
+    bd: &'a BundleDeployment,
+    /// The status as last written (or read).
+    written: BundleDeploymentStatus,
+}
+
+impl<'a> StatusWriter<'a> {
+    fn new(ctx: &'a Context, bd: &'a BundleDeployment) -> Self {
+        StatusWriter {
+            ctx,
+            bd,
+            written: bd.status.clone().unwrap_or_default(),
+        }
     }
-    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
-    let patch = json!({"status": status_merge_patch(current, &next)});
-    api.patch_status(
-        &bd.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await
-    .map_err(|e| ReconcileError::Kube {
-        context: "write status".into(),
-        source: e,
-    })?;
-    Ok(())
+
+    /// Applies `outcome` to `work` (see [`status::next_status`]) and patches the difference.
+    async fn write(
+        &mut self,
+        work: &mut BundleDeploymentStatus,
+        outcome: &Outcome,
+    ) -> Result<(), ReconcileError> {
+        *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
+        if *work == self.written {
+            return Ok(());
+        }
+        let api: Api<BundleDeployment> = Api::all(self.ctx.client.clone());
+        let patch = json!({"status": status_merge_patch(&self.written, work)});
+        api.patch_status(
+            &self.bd.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map_err(|e| ReconcileError::Kube {
+            context: "write status".into(),
+            source: e,
+        })?;
+        self.written = work.clone();
+        Ok(())
+    }
+}
+
+/// A stored revision's objects, ready to apply again (an entry that is not an object is an
+/// error naming the snapshot, never skipped).
+fn snapshot_objects(record: &RevisionRecord) -> Result<Vec<Object>, pallet_formats::RenderError> {
+    record
+        .objects
+        .iter()
+        .enumerate()
+        .map(|(document, body)| {
+            let origin = pallet_formats::Origin {
+                file: format!(
+                    "snapshot of revision {} of {}",
+                    record.number, record.bundle_deployment
+                ),
+                document,
+                line: 0,
+            };
+            Object::new(body.clone(), origin)
+        })
+        .collect()
 }
 
 /// The JSON merge patch from `current` to `next`: `next` itself, plus an explicit null for every

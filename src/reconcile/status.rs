@@ -3,8 +3,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::conditions::{set_condition, types, NewCondition};
-use crate::api::{BundleDeploymentStatus, Drift, Inventory, ObjectReference};
+use crate::api::conditions::{find, set_condition, types, NewCondition};
+use crate::api::{BundleDeploymentStatus, Drift, Inventory, ObjectReference, RevisionPhase};
 
 /// At most this many objects are listed in `status.inventory.objects`; the count is always exact.
 /// Keeps the status of a very large bundle well under the object size limit.
@@ -13,16 +13,27 @@ pub const INVENTORY_LIST_LIMIT: usize = 2000;
 /// What one reconcile came to.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    /// Every object of the rendered set is applied.
+    /// The active revision's objects are applied (and were assessed for health). The revision
+    /// bookkeeping (`status.revisions`, `activeRevision`, …) is already in the status passed in.
     Installed {
-        /// Digest of the rendered set.
-        digest: String,
         /// The applied objects.
         inventory: Vec<ObjectReference>,
         /// Objects skipped because the cluster does not serve their kind.
         skipped: Vec<ObjectReference>,
         /// How many objects were written (created or updated) in this pass.
         written: usize,
+        /// The health of the applied objects.
+        health: HealthReport,
+        /// False when the sources were not fetched in this pass (a rollback request).
+        fetched: bool,
+    },
+    /// A revision is about to be applied: recorded before the first write, so that an agent
+    /// that dies midway knows on restart what it was doing and what may need pruning.
+    Applying {
+        /// Every object that may be on the cluster: the previous inventory plus the revision's.
+        inventory: Vec<ObjectReference>,
+        /// What started.
+        transition: Transition,
     },
     /// `spec.paused`: nothing was written.
     Paused {
@@ -44,6 +55,42 @@ pub enum Outcome {
         transient: bool,
     },
 }
+
+/// Why a revision is being applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// A new revision: any earlier rollback is over.
+    NewRevision,
+    /// An earlier revision is being re-applied.
+    Rollback {
+        /// True after a failure (automatic), false on request.
+        automatic: bool,
+        /// CamelCase reason: the failure's, or RollbackRequested.
+        reason: String,
+        /// Which revision failed or was replaced, why, and which one returns.
+        message: String,
+    },
+    /// The active revision is applied again (drift correction, or finishing after a restart).
+    Reapply,
+}
+
+/// Health of the active revision's objects.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct HealthReport {
+    /// Every object is healthy.
+    pub healthy: bool,
+    /// Some object has failed for good (not merely in progress).
+    pub failed: bool,
+    /// How many objects were assessed.
+    pub total: usize,
+    /// The first unhealthy objects and why; empty when healthy.
+    pub message: String,
+}
+
+/// Condition reason of an automatic rollback (RolledBack=True, Stalled=True).
+pub const REASON_ROLLED_BACK: &str = "RolledBack";
+/// Condition reason of a rollback on request (RolledBack=True, not stalled).
+pub const REASON_ROLLBACK_REQUESTED: &str = "RollbackRequested";
 
 /// The phase a failure belongs to, which decides the condition it is reported on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +120,10 @@ pub fn next_status(
 ) -> BundleDeploymentStatus {
     let mut status = current.clone();
     status.observed_generation = generation;
+    // Read before the conditions are borrowed for writing: an automatic rollback in force.
+    let rolled_back = find(&status.conditions, types::ROLLED_BACK)
+        .filter(|c| c.status == "True" && c.reason == REASON_ROLLED_BACK)
+        .map(|c| c.message.clone());
     let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
         set_condition(
             &mut status.conditions,
@@ -88,46 +139,142 @@ pub fn next_status(
     };
     match outcome {
         Outcome::Installed {
-            digest,
             inventory,
             skipped,
             written,
+            health,
+            fetched,
         } => {
-            set(
-                types::UNPACKED,
-                true,
-                "Unpacked",
-                "all sources fetched and resolved".into(),
-            );
-            let short = digest.get(..19).unwrap_or(digest);
+            if *fetched {
+                set(
+                    types::UNPACKED,
+                    true,
+                    "Unpacked",
+                    "all sources fetched and resolved".into(),
+                );
+            }
+            let active = status.active_revision;
+            let revision = status
+                .revisions
+                .iter()
+                .find(|r| Some(r.number) == active)
+                .cloned();
+            let name = active.map_or("the bundle".to_string(), |n| format!("revision {n}"));
+            let content = revision
+                .as_ref()
+                .map(|r| format!("; content {}", r.digest.get(..19).unwrap_or(&r.digest)))
+                .unwrap_or_default();
             set(
                 types::INSTALLED,
                 true,
                 "Installed",
                 format!(
-                    "{} objects applied ({written} written in the last pass); content {short}",
+                    "{name}: {} objects applied ({written} written in the last pass){content}",
                     inventory.len()
                 ),
             );
-            set(
-                types::READY,
-                true,
-                "Installed",
-                format!("{} objects installed", inventory.len()),
-            );
-            set(
-                types::RECONCILING,
-                false,
-                "Idle",
-                "nothing in progress".into(),
-            );
-            set(types::STALLED, false, "Progressing", "not stalled".into());
+            if health.healthy {
+                set(
+                    types::HEALTHY,
+                    true,
+                    "Healthy",
+                    format!("{name}: all {} objects healthy", health.total),
+                );
+            } else {
+                let reason = if health.failed {
+                    "Unhealthy"
+                } else {
+                    "Progressing"
+                };
+                set(
+                    types::HEALTHY,
+                    false,
+                    reason,
+                    format!("{name}: {}", health.message),
+                );
+            }
             set(
                 types::PAUSED,
                 false,
                 "Active",
                 "reconciling normally".into(),
             );
+            let rolled_back = rolled_back.clone();
+            let phase = revision.as_ref().map(|r| r.phase);
+            match (phase, rolled_back) {
+                (Some(RevisionPhase::Failed), _) => {
+                    let (reason, message) = revision
+                        .as_ref()
+                        .map(|r| {
+                            (
+                                r.reason.clone().unwrap_or_else(|| "RevisionFailed".into()),
+                                format!("{name} failed: {}", r.message.clone().unwrap_or_default()),
+                            )
+                        })
+                        .unwrap_or_default();
+                    set(types::READY, false, &reason, message.clone());
+                    set(types::STALLED, true, &reason, message);
+                    set(
+                        types::RECONCILING,
+                        false,
+                        "Held",
+                        "rollout.onFailure is Hold: waiting for a change to the spec or the sources, or a retry"
+                            .into(),
+                    );
+                }
+                (Some(RevisionPhase::Applying | RevisionPhase::Progressing), rolled_back) => {
+                    set(
+                        types::READY,
+                        false,
+                        "Progressing",
+                        format!("{name} progressing: {}", health.message),
+                    );
+                    set(
+                        types::RECONCILING,
+                        true,
+                        "Progressing",
+                        format!("waiting for {name} to become healthy"),
+                    );
+                    match rolled_back {
+                        Some(message) => set(types::STALLED, true, REASON_ROLLED_BACK, message),
+                        None => set(types::STALLED, false, "Progressing", "not stalled".into()),
+                    }
+                }
+                (_, Some(message)) => {
+                    set(types::READY, false, REASON_ROLLED_BACK, message.clone());
+                    set(types::STALLED, true, REASON_ROLLED_BACK, message);
+                    set(
+                        types::RECONCILING,
+                        false,
+                        REASON_ROLLED_BACK,
+                        "waiting for a change to the spec or the sources, or a retry".into(),
+                    );
+                }
+                _ => {
+                    if health.healthy {
+                        set(
+                            types::READY,
+                            true,
+                            "Healthy",
+                            format!("{name} healthy: {} objects installed", inventory.len()),
+                        );
+                    } else {
+                        set(
+                            types::READY,
+                            false,
+                            "Unhealthy",
+                            format!("{name}: {}", health.message),
+                        );
+                    }
+                    set(
+                        types::RECONCILING,
+                        false,
+                        "Idle",
+                        "nothing in progress".into(),
+                    );
+                    set(types::STALLED, false, "Idle", "not stalled".into());
+                }
+            }
             status.inventory = Some(Inventory {
                 count: inventory.len() as i64,
                 objects: inventory
@@ -139,6 +286,59 @@ pub fn next_status(
             status.skipped = skipped.clone();
             // Everything was just applied: whatever drifted has been corrected.
             status.drift = None;
+        }
+        Outcome::Applying {
+            inventory,
+            transition,
+        } => {
+            let name = status
+                .active_revision
+                .map_or("the bundle".to_string(), |n| format!("revision {n}"));
+            match transition {
+                Transition::NewRevision => {
+                    set(
+                        types::ROLLED_BACK,
+                        false,
+                        "NewRevision",
+                        format!("{name} is the newest revision"),
+                    );
+                    set(types::STALLED, false, "Progressing", "not stalled".into());
+                }
+                Transition::Rollback {
+                    automatic,
+                    reason,
+                    message,
+                } => {
+                    let condition_reason = if *automatic {
+                        REASON_ROLLED_BACK
+                    } else {
+                        REASON_ROLLBACK_REQUESTED
+                    };
+                    set(types::ROLLED_BACK, true, condition_reason, message.clone());
+                    if *automatic {
+                        set(types::STALLED, true, reason, message.clone());
+                    } else {
+                        set(types::STALLED, false, "Progressing", "not stalled".into());
+                    }
+                }
+                Transition::Reapply => {}
+            }
+            set(
+                types::RECONCILING,
+                true,
+                "Applying",
+                format!("applying {name}"),
+            );
+            set(types::READY, false, "Applying", format!("applying {name}"));
+            // A superset of what is on the cluster: a restart prunes what the revision lacks.
+            status.inventory = Some(Inventory {
+                count: inventory.len() as i64,
+                objects: inventory
+                    .iter()
+                    .take(INVENTORY_LIST_LIMIT)
+                    .cloned()
+                    .collect(),
+            });
         }
         Outcome::Paused { reason, drift } => {
             if let Some(drift) = drift {
@@ -211,7 +411,7 @@ pub fn next_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::conditions::find;
+    use crate::reconcile::rollout;
 
     fn time(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -230,21 +430,166 @@ mod tests {
 
     fn installed() -> Outcome {
         Outcome::Installed {
-            digest: "sha256:0123456789abcdef0123".into(),
             inventory: vec![object("a"), object("b")],
             skipped: vec![],
             written: 2,
+            health: HealthReport {
+                healthy: true,
+                failed: false,
+                total: 2,
+                message: String::new(),
+            },
+            fetched: true,
         }
+    }
+
+    fn progressing() -> Outcome {
+        Outcome::Installed {
+            inventory: vec![object("a")],
+            skipped: vec![],
+            written: 1,
+            health: HealthReport {
+                healthy: false,
+                failed: false,
+                total: 1,
+                message: "Deployment ns/web: 0 of 1 updated replicas available".into(),
+            },
+            fetched: true,
+        }
+    }
+
+    /// Revision 1 healthy, revision 2 failed, rollback to 1 started automatically.
+    fn rolled_back_status() -> BundleDeploymentStatus {
+        let mut status = BundleDeploymentStatus::default();
+        for (n, digest) in [(1, "sha256:one"), (2, "sha256:two")] {
+            rollout::start_revision(
+                &mut status,
+                rollout::NewRevision {
+                    number: n,
+                    generation: n,
+                    digest,
+                    sources: vec![],
+                    objects: 1,
+                },
+                5,
+                &time(n),
+            );
+            rollout::mark_applied(&mut status);
+            if n == 1 {
+                rollout::mark_healthy(&mut status, &time(1));
+            }
+        }
+        rollout::mark_failed(&mut status, "ProgressDeadlineExceeded", "web unavailable");
+        assert!(rollout::start_rollback(
+            &mut status,
+            1,
+            "revision 2 failed",
+            &time(3)
+        ));
+        let applying = Outcome::Applying {
+            inventory: vec![object("a")],
+            transition: Transition::Rollback {
+                automatic: true,
+                reason: "ProgressDeadlineExceeded".into(),
+                message: "revision 2 failed (ProgressDeadlineExceeded: web unavailable); rolled back to revision 1".into(),
+            },
+        };
+        next_status(&status, Some(2), &applying, &time(3))
+    }
+
+    fn condition(status: &BundleDeploymentStatus, type_: &str) -> (String, String) {
+        let c = find(&status.conditions, type_).unwrap();
+        (c.status.clone(), c.reason.clone())
+    }
+
+    #[test]
+    fn a_progressing_revision_is_reconciling_and_not_ready() {
+        let mut status = BundleDeploymentStatus::default();
+        rollout::start_revision(
+            &mut status,
+            rollout::NewRevision {
+                number: 1,
+                generation: 1,
+                digest: "sha256:one",
+                sources: vec![],
+                objects: 1,
+            },
+            5,
+            &time(1),
+        );
+        rollout::mark_applied(&mut status);
+        let after = next_status(&status, Some(1), &progressing(), &time(2));
+        assert_eq!(
+            condition(&after, types::READY),
+            ("False".into(), "Progressing".into())
+        );
+        assert_eq!(condition(&after, types::RECONCILING).0, "True");
+        assert_eq!(
+            condition(&after, types::HEALTHY),
+            ("False".into(), "Progressing".into())
+        );
+        assert!(find(&after.conditions, types::HEALTHY)
+            .unwrap()
+            .message
+            .contains("ns/web"));
+    }
+
+    #[test]
+    fn an_automatic_rollback_is_stalled_and_not_ready_even_when_healthy() {
+        let mut status = rolled_back_status();
+        assert_eq!(
+            condition(&status, types::ROLLED_BACK),
+            ("True".into(), REASON_ROLLED_BACK.into())
+        );
+        assert_eq!(
+            condition(&status, types::STALLED),
+            ("True".into(), "ProgressDeadlineExceeded".into())
+        );
+        rollout::mark_applied(&mut status);
+        rollout::mark_healthy(&mut status, &time(4));
+        let after = next_status(&status, Some(2), &installed(), &time(4));
+        assert_eq!(
+            condition(&after, types::READY),
+            ("False".into(), REASON_ROLLED_BACK.into())
+        );
+        assert_eq!(condition(&after, types::STALLED).0, "True");
+        assert_eq!(condition(&after, types::HEALTHY).0, "True");
+        assert!(find(&after.conditions, types::READY)
+            .unwrap()
+            .message
+            .contains("revision 2 failed"));
+        // A new revision ends the rolled-back state.
+        let mut status = after.clone();
+        rollout::start_revision(
+            &mut status,
+            rollout::NewRevision {
+                number: 3,
+                generation: 3,
+                digest: "sha256:three",
+                sources: vec![],
+                objects: 1,
+            },
+            5,
+            &time(5),
+        );
+        let applying = Outcome::Applying {
+            inventory: vec![object("a")],
+            transition: Transition::NewRevision,
+        };
+        let status = next_status(&status, Some(3), &applying, &time(5));
+        assert_eq!(condition(&status, types::ROLLED_BACK).0, "False");
+        assert_eq!(condition(&status, types::STALLED).0, "False");
     }
 
     #[test]
     fn installed_sets_ready_and_inventory() {
         let status = next_status(&Default::default(), Some(3), &installed(), &time(1));
+        assert_eq!(condition(&status, types::HEALTHY).0, "True");
         assert_eq!(status.observed_generation, Some(3));
         let ready = find(&status.conditions, types::READY).unwrap();
         assert_eq!(
             (ready.status.as_str(), ready.reason.as_str()),
-            ("True", "Installed")
+            ("True", "Healthy")
         );
         assert_eq!(ready.observed_generation, Some(3));
         assert_eq!(status.inventory.as_ref().unwrap().count, 2);
