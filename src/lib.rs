@@ -8,5 +8,6 @@ pub mod apply;
 pub mod changelog;
 pub mod cli;
 pub mod reconcile;
+pub mod revision;
 pub mod source;
 pub mod tls;
