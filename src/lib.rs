@@ -7,6 +7,7 @@ pub mod api;
 pub mod apply;
 pub mod changelog;
 pub mod cli;
+pub mod health;
 pub mod reconcile;
 pub mod revision;
 pub mod source;
