@@ -60,7 +60,8 @@ pub fn encode_with_chunk_size(
         .into_iter()
         .enumerate()
         .map(|(index, piece)| {
-            let mut chunk = format!("{MAGIC}{FORMAT_VERSION} {index} {count} {sha256}\n").into_bytes();
+            let mut chunk =
+                format!("{MAGIC}{FORMAT_VERSION} {index} {count} {sha256}\n").into_bytes();
             chunk.extend_from_slice(piece);
             chunk
         })
@@ -273,7 +274,10 @@ mod tests {
         );
         chunks.remove(1);
         let e = decode(&chunks).unwrap_err();
-        assert!(matches!(e, RevisionError::Corrupt { chunk: Some(_), .. }), "{e}");
+        assert!(
+            matches!(e, RevisionError::Corrupt { chunk: Some(_), .. }),
+            "{e}"
+        );
     }
 
     #[test]

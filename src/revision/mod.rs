@@ -32,7 +32,8 @@
 //! - **Annotations**: [`ANNOTATION_REVISION_OF`] = the full BundleDeployment name (the label may be
 //!   a hash; a read checks the annotation, so a hash collision can never mix two bundles),
 //!   [`ANNOTATION_FORMAT`], [`ANNOTATION_SHA256`] (of the whole compressed blob),
-//!   [`ANNOTATION_CHUNKS`] (count), [`ANNOTATION_SIZE`] (compressed bytes), and for people reading
+//!   [`ANNOTATION_CHUNKS`] (count), [`ANNOTATION_SIZE`] (compressed bytes),
+//!   [`ANNOTATION_CHUNK_SHA256`] (of this Secret's chunk, to name the damaged one), and for people reading
 //!   the cluster [`ANNOTATION_DIGEST`] (the rendered set's digest) and [`ANNOTATION_GENERATION`].
 //!
 //! # Crash and concurrency safety
@@ -76,6 +77,9 @@ pub const ANNOTATION_FORMAT: &str = "pallet.dev/revision-format";
 pub const ANNOTATION_SHA256: &str = "pallet.dev/revision-sha256";
 /// Annotation: number of chunks of the blob.
 pub const ANNOTATION_CHUNKS: &str = "pallet.dev/revision-chunks";
+/// Annotation: hex sha256 of this Secret's chunk (header included), so that a load names the
+/// exact Secret whose data is damaged.
+pub const ANNOTATION_CHUNK_SHA256: &str = "pallet.dev/chunk-sha256";
 /// Annotation: size of the whole compressed blob in bytes.
 pub const ANNOTATION_SIZE: &str = "pallet.dev/revision-size";
 /// Annotation: the rendered set's digest (informative).
@@ -181,7 +185,9 @@ pub enum RevisionError {
         detail: String,
     },
     /// A Secret with the revision's name exists and cannot be replaced.
-    #[error("revision {number} of BundleDeployment {bundle_deployment}: Secret {secret}: {detail}")]
+    #[error(
+        "revision {number} of BundleDeployment {bundle_deployment}: Secret {secret}: {detail}"
+    )]
     Conflict {
         /// The BundleDeployment.
         bundle_deployment: String,
@@ -203,9 +209,9 @@ pub enum RevisionError {
         action: &'static str,
         /// `Secret namespace/name`, or the selector listed.
         target: String,
-        /// The underlying error.
+        /// The underlying error (boxed: it is large and errors travel in every `Result`).
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -251,10 +257,9 @@ impl RevisionError {
             RevisionError::UnsupportedFormat { .. } => "RevisionFormatUnsupported",
             RevisionError::Invalid { .. } => "RevisionInvalid",
             RevisionError::Conflict { .. } => "RevisionConflict",
-            RevisionError::Kube {
-                source: kube::Error::Api(status),
-                ..
-            } if status.code == 403 => "Forbidden",
+            RevisionError::Kube { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403) => {
+                "Forbidden"
+            }
             RevisionError::Kube { .. } => "RevisionStoreFailed",
         }
     }
@@ -263,11 +268,12 @@ impl RevisionError {
     /// and throttling. A missing or corrupt revision stays so until someone saves it again.
     pub fn is_transient(&self) -> bool {
         match self {
-            RevisionError::Kube {
-                source: kube::Error::Api(status),
-                ..
-            } => !((400..500).contains(&status.code) && status.code != 409 && status.code != 429),
-            RevisionError::Kube { .. } => true,
+            RevisionError::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(status) => {
+                    !((400..500).contains(&status.code) && status.code != 409 && status.code != 429)
+                }
+                _ => true,
+            },
             _ => false,
         }
     }
@@ -291,7 +297,10 @@ mod tests {
         let key = bundle_key(&long);
         assert!(key.len() <= 63, "{key}");
         assert!(key.starts_with(&"a".repeat(35)));
-        assert!(key.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()));
+        assert!(key
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric()));
         // Another long name with the same prefix gets another key.
         let other = format!("{}.example-{}", "a".repeat(35), "c".repeat(200));
         assert_ne!(bundle_key(&other), key);
@@ -324,6 +333,8 @@ mod tests {
             number: 2,
             namespace: "agent".into(),
         };
-        assert!(e.to_string().contains("pallet.dev/revision-of=web,pallet.dev/revision=2"));
+        assert!(e
+            .to_string()
+            .contains("pallet.dev/revision-of=web,pallet.dev/revision=2"));
     }
 }

@@ -12,14 +12,11 @@ use kube::Client;
 use super::codec::{hex_sha256, split_chunk};
 use super::{
     bundle_key, decode, encode, secret_name, RevisionError, RevisionRecord, ANNOTATION_CHUNKS,
-    ANNOTATION_DIGEST, ANNOTATION_FORMAT, ANNOTATION_GENERATION, ANNOTATION_REVISION_OF,
-    ANNOTATION_SHA256, ANNOTATION_SIZE, DATA_KEY, FORMAT_VERSION, LABEL_CHUNK, LABEL_REVISION,
-    LABEL_REVISION_OF, SECRET_TYPE,
+    ANNOTATION_CHUNK_SHA256, ANNOTATION_DIGEST, ANNOTATION_FORMAT, ANNOTATION_GENERATION,
+    ANNOTATION_REVISION_OF, ANNOTATION_SHA256, ANNOTATION_SIZE, DATA_KEY, FORMAT_VERSION,
+    LABEL_CHUNK, LABEL_REVISION, LABEL_REVISION_OF, SECRET_TYPE,
 };
 
-/// Annotation: hex sha256 of this Secret's chunk (header included), so that a load names the
-/// exact Secret whose data is damaged.
-const ANNOTATION_CHUNK_SHA256: &str = "pallet.dev/chunk-sha256";
 /// How many times `save` replaces a chunk that keeps being recreated under it.
 const CREATE_ATTEMPTS: usize = 3;
 
@@ -94,15 +91,14 @@ impl RevisionStore {
                 namespace: self.namespace.clone(),
             });
         }
-        let corrupt = |secret: String, chunk: Option<usize>, detail: String| {
-            RevisionError::Corrupt {
+        let corrupt =
+            |secret: String, chunk: Option<usize>, detail: String| RevisionError::Corrupt {
                 bundle_deployment: Some(bundle_deployment.to_string()),
                 number: Some(number),
                 secret: Some(format!("{}/{secret}", self.namespace)),
                 chunk,
                 detail,
-            }
-        };
+            };
         // Index the Secrets by chunk; all must describe the same blob.
         let mut by_chunk: BTreeMap<usize, &Secret> = BTreeMap::new();
         let mut blob: Option<(String, usize, String)> = None; // (sha256, count, from which Secret)
@@ -111,10 +107,18 @@ impl RevisionStore {
             let annotation = |key: &str| annotation(&secret.metadata, key).unwrap_or_default();
             let chunk = label(&secret.metadata, LABEL_CHUNK)
                 .and_then(|c| c.parse::<usize>().ok())
-                .ok_or_else(|| corrupt(name.clone(), None, format!("no valid {LABEL_CHUNK} label")))?;
-            let count = annotation(ANNOTATION_CHUNKS).parse::<usize>().map_err(|_| {
-                corrupt(name.clone(), Some(chunk), format!("no valid {ANNOTATION_CHUNKS} annotation"))
-            })?;
+                .ok_or_else(|| {
+                    corrupt(name.clone(), None, format!("no valid {LABEL_CHUNK} label"))
+                })?;
+            let count = annotation(ANNOTATION_CHUNKS)
+                .parse::<usize>()
+                .map_err(|_| {
+                    corrupt(
+                        name.clone(),
+                        Some(chunk),
+                        format!("no valid {ANNOTATION_CHUNKS} annotation"),
+                    )
+                })?;
             let sha = annotation(ANNOTATION_SHA256).to_string();
             match &blob {
                 None => blob = Some((sha, count, name.clone())),
@@ -155,7 +159,13 @@ impl RevisionStore {
                 .data
                 .as_ref()
                 .and_then(|d| d.get(DATA_KEY))
-                .ok_or_else(|| corrupt(expected.clone(), Some(index), format!("no data key {DATA_KEY:?}")))?;
+                .ok_or_else(|| {
+                    corrupt(
+                        expected.clone(),
+                        Some(index),
+                        format!("no data key {DATA_KEY:?}"),
+                    )
+                })?;
             let sha = hex_sha256(&data.0);
             let said = annotation(&secret.metadata, ANNOTATION_CHUNK_SHA256).unwrap_or_default();
             if sha != said {
@@ -173,7 +183,11 @@ impl RevisionStore {
                 number: Some(number),
                 secret: Some(match chunk {
                     Some(index) => {
-                        format!("{}/{}", self.namespace, secret_name(bundle_deployment, number, index))
+                        format!(
+                            "{}/{}",
+                            self.namespace,
+                            secret_name(bundle_deployment, number, index)
+                        )
                     }
                     None => format!(
                         "{}/{}…c{}",
@@ -188,7 +202,11 @@ impl RevisionStore {
             RevisionError::UnsupportedFormat { version, .. } => RevisionError::UnsupportedFormat {
                 bundle_deployment: Some(bundle_deployment.to_string()),
                 number: Some(number),
-                secret: Some(format!("{}/{}", self.namespace, secret_name(bundle_deployment, number, 0))),
+                secret: Some(format!(
+                    "{}/{}",
+                    self.namespace,
+                    secret_name(bundle_deployment, number, 0)
+                )),
                 version,
             },
             other => other,
@@ -245,7 +263,11 @@ impl RevisionStore {
     ) -> Result<Vec<Secret>, RevisionError> {
         let size: usize = chunks
             .iter()
-            .map(|c| split_chunk(c).map(|(_, payload)| payload.len()).unwrap_or(0))
+            .map(|c| {
+                split_chunk(c)
+                    .map(|(_, payload)| payload.len())
+                    .unwrap_or(0)
+            })
             .sum();
         chunks
             .iter()
@@ -257,19 +279,28 @@ impl RevisionStore {
                     detail,
                 })?;
                 let labels = BTreeMap::from([
-                    (LABEL_REVISION_OF.to_string(), bundle_key(&record.bundle_deployment)),
+                    (
+                        LABEL_REVISION_OF.to_string(),
+                        bundle_key(&record.bundle_deployment),
+                    ),
                     (LABEL_REVISION.to_string(), record.number.to_string()),
                     (LABEL_CHUNK.to_string(), index.to_string()),
                 ]);
                 let annotations = BTreeMap::from([
-                    (ANNOTATION_REVISION_OF.to_string(), record.bundle_deployment.clone()),
+                    (
+                        ANNOTATION_REVISION_OF.to_string(),
+                        record.bundle_deployment.clone(),
+                    ),
                     (ANNOTATION_FORMAT.to_string(), FORMAT_VERSION.to_string()),
                     (ANNOTATION_SHA256.to_string(), header.sha256),
                     (ANNOTATION_CHUNKS.to_string(), header.count.to_string()),
                     (ANNOTATION_SIZE.to_string(), size.to_string()),
                     (ANNOTATION_CHUNK_SHA256.to_string(), hex_sha256(chunk)),
                     (ANNOTATION_DIGEST.to_string(), record.digest.clone()),
-                    (ANNOTATION_GENERATION.to_string(), record.generation.to_string()),
+                    (
+                        ANNOTATION_GENERATION.to_string(),
+                        record.generation.to_string(),
+                    ),
                 ]);
                 Ok(Secret {
                     metadata: ObjectMeta {
@@ -305,7 +336,7 @@ impl RevisionStore {
             number: Some(number),
             action,
             target: format!("Secret {}/{name}", self.namespace),
-            source,
+            source: Box::new(source),
         };
         for _ in 0..CREATE_ATTEMPTS {
             match self.secrets.create(&PostParams::default(), secret).await {
@@ -381,7 +412,7 @@ impl RevisionStore {
                 number,
                 action: "delete",
                 target: format!("Secret {}/{name}", self.namespace),
-                source,
+                source: Box::new(source),
             }),
         }
     }
@@ -404,7 +435,7 @@ impl RevisionStore {
                 self.namespace,
                 Self::selector(bd, number)
             ),
-            source,
+            source: Box::new(source),
         }
     }
 
