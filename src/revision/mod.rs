@@ -22,8 +22,8 @@
 //!   ([`bundle_key`]) is the BundleDeployment's name when it fits in a label value (63
 //!   characters), else its first 40 characters (trailing `-`/`.` trimmed) plus `-` and 16 hex
 //!   digits of the name's sha256. The suffix `-r<digits>-c<digits>` is parsed from the right, so
-//!   two different (key, number, chunk) triples never share a name; the longest name is 92
-//!   characters, far below the 253 a Secret name may have.
+//!   two different (key, number, chunk) triples never share a name; a name has at most 11 + 63 + 2 + 19 + 2 + 5
+//!   characters (prefix, key, revision, chunk), far below the 253 a Secret name may have.
 //! - **Type**: [`SECRET_TYPE`] (`pallet.dev/revision`), `immutable: true`, one data key
 //!   [`DATA_KEY`] (`chunk`).
 //! - **Labels** (for selection): [`LABEL_REVISION_OF`] = `<key>`, [`LABEL_REVISION`] = the
@@ -265,7 +265,8 @@ impl RevisionError {
     }
 
     /// True when retrying without a change may succeed: network and server errors, conflicts
-    /// and throttling. A missing or corrupt revision stays so until someone saves it again.
+    /// and throttling. A missing or corrupt revision stays so until someone saves it again, and
+    /// a [`RevisionError::Conflict`] needs someone to move the Secret in the way.
     pub fn is_transient(&self) -> bool {
         match self {
             RevisionError::Kube { source, .. } => match source.as_ref() {
