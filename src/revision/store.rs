@@ -1,0 +1,527 @@
+//! [`RevisionStore`]: revision records in immutable Secrets of the agent's namespace. The layout
+//! and the crash/concurrency rules are in the [module documentation](super).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::Client;
+
+use super::codec::{hex_sha256, split_chunk};
+use super::{
+    bundle_key, decode, encode, secret_name, RevisionError, RevisionRecord, ANNOTATION_CHUNKS,
+    ANNOTATION_CHUNK_SHA256, ANNOTATION_DIGEST, ANNOTATION_FORMAT, ANNOTATION_GENERATION,
+    ANNOTATION_REVISION_OF, ANNOTATION_SHA256, ANNOTATION_SIZE, DATA_KEY, FORMAT_VERSION,
+    LABEL_CHUNK, LABEL_REVISION, LABEL_REVISION_OF, SECRET_TYPE,
+};
+
+/// How many times `save` replaces a chunk that keeps being recreated under it.
+const CREATE_ATTEMPTS: usize = 3;
+
+/// Revision records of BundleDeployments, in one namespace (the agent's).
+#[derive(Clone)]
+pub struct RevisionStore {
+    secrets: Api<Secret>,
+    namespace: String,
+}
+
+impl RevisionStore {
+    /// A store writing Secrets in `namespace` through `client`.
+    pub fn new(client: kube::Client, namespace: impl Into<String>) -> Self {
+        let namespace = namespace.into();
+        RevisionStore {
+            secrets: Api::namespaced(client, &namespace),
+            namespace,
+        }
+    }
+
+    /// A store like this one with another client (e.g. one with other credentials).
+    pub fn with_client(&self, client: Client) -> Self {
+        RevisionStore::new(client, self.namespace.clone())
+    }
+
+    /// The namespace the Secrets live in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Stores `record`. Idempotent: Secrets already holding exactly the right chunk are kept,
+    /// partial or mismatched ones (from a crashed or different earlier save) are deleted and
+    /// recreated, and a concurrent identical save is not an error.
+    pub async fn save(&self, record: &RevisionRecord) -> Result<(), RevisionError> {
+        validate(record)?;
+        let chunks = encode(record)?;
+        let wanted = self.chunk_secrets(record, &chunks)?;
+        let bd = &record.bundle_deployment;
+        let number = record.number;
+        let mut present = vec![false; wanted.len()];
+        for live in self.list_secrets(bd, Some(number)).await? {
+            let name = live.metadata.name.clone().unwrap_or_default();
+            match wanted
+                .iter()
+                .position(|w| w.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                Some(i) if same_content(&live, &wanted[i]) => present[i] = true,
+                _ => self.delete_secret(bd, Some(number), &live, true).await?,
+            }
+        }
+        for (secret, present) in wanted.iter().zip(present) {
+            if !present {
+                self.create_chunk(bd, number, secret).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads revision `number` of `bundle_deployment`: [`RevisionError::NotFound`] when none of
+    /// it is stored, [`RevisionError::Corrupt`] naming the Secret when a chunk is missing,
+    /// damaged or from another save.
+    pub async fn load(
+        &self,
+        bundle_deployment: &str,
+        number: i64,
+    ) -> Result<RevisionRecord, RevisionError> {
+        let secrets = self.list_secrets(bundle_deployment, Some(number)).await?;
+        if secrets.is_empty() {
+            return Err(RevisionError::NotFound {
+                bundle_deployment: bundle_deployment.to_string(),
+                number,
+                namespace: self.namespace.clone(),
+            });
+        }
+        let corrupt =
+            |secret: String, chunk: Option<usize>, detail: String| RevisionError::Corrupt {
+                bundle_deployment: Some(bundle_deployment.to_string()),
+                number: Some(number),
+                secret: Some(format!("{}/{secret}", self.namespace)),
+                chunk,
+                detail,
+            };
+        // Index the Secrets by chunk; all must describe the same blob.
+        let mut by_chunk: BTreeMap<usize, &Secret> = BTreeMap::new();
+        let mut blob: Option<(String, usize, String)> = None; // (sha256, count, from which Secret)
+        for secret in &secrets {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let annotation = |key: &str| annotation(&secret.metadata, key).unwrap_or_default();
+            let chunk = label(&secret.metadata, LABEL_CHUNK)
+                .and_then(|c| c.parse::<usize>().ok())
+                .ok_or_else(|| {
+                    corrupt(name.clone(), None, format!("no valid {LABEL_CHUNK} label"))
+                })?;
+            let count = annotation(ANNOTATION_CHUNKS)
+                .parse::<usize>()
+                .map_err(|_| {
+                    corrupt(
+                        name.clone(),
+                        Some(chunk),
+                        format!("no valid {ANNOTATION_CHUNKS} annotation"),
+                    )
+                })?;
+            let sha = annotation(ANNOTATION_SHA256).to_string();
+            match &blob {
+                None => blob = Some((sha, count, name.clone())),
+                Some((first_sha, first_count, first)) => {
+                    if *first_sha != sha || *first_count != count {
+                        return Err(corrupt(
+                            name,
+                            Some(chunk),
+                            format!(
+                                "from another save than Secret {first} (blob sha256 {sha}, {count} chunks; {first} says {first_sha}, {first_count} chunks); save the revision again to repair it"
+                            ),
+                        ));
+                    }
+                }
+            }
+            by_chunk.insert(chunk, secret);
+        }
+        let count = blob.map(|(_, count, _)| count).unwrap_or_default();
+        if let Some((&extra, secret)) = by_chunk.range(count..).next() {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            return Err(corrupt(
+                name,
+                Some(extra),
+                format!("chunk {extra} of a {count}-chunk revision"),
+            ));
+        }
+        let mut chunks = Vec::with_capacity(count);
+        for index in 0..count {
+            let expected = secret_name(bundle_deployment, number, index);
+            let secret = by_chunk.get(&index).ok_or_else(|| {
+                corrupt(
+                    expected.clone(),
+                    Some(index),
+                    format!("chunk {index} of {count} is missing (a save was interrupted?); save the revision again to repair it"),
+                )
+            })?;
+            let data = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(DATA_KEY))
+                .ok_or_else(|| {
+                    corrupt(
+                        expected.clone(),
+                        Some(index),
+                        format!("no data key {DATA_KEY:?}"),
+                    )
+                })?;
+            let sha = hex_sha256(&data.0);
+            let said = annotation(&secret.metadata, ANNOTATION_CHUNK_SHA256).unwrap_or_default();
+            if sha != said {
+                return Err(corrupt(
+                    expected,
+                    Some(index),
+                    format!("its data has sha256 {sha}, its {ANNOTATION_CHUNK_SHA256} annotation says {said:?}"),
+                ));
+            }
+            chunks.push(data.0.clone());
+        }
+        let record = decode(&chunks).map_err(|e| match e {
+            RevisionError::Corrupt { chunk, detail, .. } => RevisionError::Corrupt {
+                bundle_deployment: Some(bundle_deployment.to_string()),
+                number: Some(number),
+                secret: Some(match chunk {
+                    Some(index) => {
+                        format!(
+                            "{}/{}",
+                            self.namespace,
+                            secret_name(bundle_deployment, number, index)
+                        )
+                    }
+                    None => format!(
+                        "{}/{}…c{}",
+                        self.namespace,
+                        secret_name(bundle_deployment, number, 0),
+                        count.saturating_sub(1)
+                    ),
+                }),
+                chunk,
+                detail,
+            },
+            RevisionError::UnsupportedFormat { version, .. } => RevisionError::UnsupportedFormat {
+                bundle_deployment: Some(bundle_deployment.to_string()),
+                number: Some(number),
+                secret: Some(format!(
+                    "{}/{}",
+                    self.namespace,
+                    secret_name(bundle_deployment, number, 0)
+                )),
+                version,
+            },
+            other => other,
+        })?;
+        if record.bundle_deployment != bundle_deployment || record.number != number {
+            return Err(corrupt(
+                secret_name(bundle_deployment, number, 0),
+                None,
+                format!(
+                    "holds revision {} of BundleDeployment {}",
+                    record.number, record.bundle_deployment
+                ),
+            ));
+        }
+        Ok(record)
+    }
+
+    /// Revision numbers of `bundle_deployment` with at least one chunk stored (complete or not),
+    /// ascending.
+    pub async fn list(&self, bundle_deployment: &str) -> Result<Vec<i64>, RevisionError> {
+        let numbers: BTreeSet<i64> = self
+            .list_metadata(bundle_deployment, None)
+            .await?
+            .iter()
+            .filter_map(|meta| label(meta, LABEL_REVISION)?.parse().ok())
+            .collect();
+        Ok(numbers.into_iter().collect())
+    }
+
+    /// Deletes every chunk of revision `number`; a revision not stored is not an error.
+    pub async fn delete(&self, bundle_deployment: &str, number: i64) -> Result<(), RevisionError> {
+        for meta in self.list_metadata(bundle_deployment, Some(number)).await? {
+            self.delete_name(bundle_deployment, Some(number), &meta, false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every stored revision of `bundle_deployment`.
+    pub async fn delete_all(&self, bundle_deployment: &str) -> Result<(), RevisionError> {
+        for meta in self.list_metadata(bundle_deployment, None).await? {
+            let number = label(&meta, LABEL_REVISION).and_then(|n| n.parse().ok());
+            self.delete_name(bundle_deployment, number, &meta, false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The Secrets `save` wants for `chunks` of `record`.
+    fn chunk_secrets(
+        &self,
+        record: &RevisionRecord,
+        chunks: &[Vec<u8>],
+    ) -> Result<Vec<Secret>, RevisionError> {
+        let size: usize = chunks
+            .iter()
+            .map(|c| {
+                split_chunk(c)
+                    .map(|(_, payload)| payload.len())
+                    .unwrap_or(0)
+            })
+            .sum();
+        chunks
+            .iter()
+            .enumerate()
+            .map(|(index, chunk)| {
+                let (header, _) = split_chunk(chunk).map_err(|detail| RevisionError::Invalid {
+                    bundle_deployment: record.bundle_deployment.clone(),
+                    number: record.number,
+                    detail,
+                })?;
+                let labels = BTreeMap::from([
+                    (
+                        LABEL_REVISION_OF.to_string(),
+                        bundle_key(&record.bundle_deployment),
+                    ),
+                    (LABEL_REVISION.to_string(), record.number.to_string()),
+                    (LABEL_CHUNK.to_string(), index.to_string()),
+                ]);
+                let annotations = BTreeMap::from([
+                    (
+                        ANNOTATION_REVISION_OF.to_string(),
+                        record.bundle_deployment.clone(),
+                    ),
+                    (ANNOTATION_FORMAT.to_string(), FORMAT_VERSION.to_string()),
+                    (ANNOTATION_SHA256.to_string(), header.sha256),
+                    (ANNOTATION_CHUNKS.to_string(), header.count.to_string()),
+                    (ANNOTATION_SIZE.to_string(), size.to_string()),
+                    (ANNOTATION_CHUNK_SHA256.to_string(), hex_sha256(chunk)),
+                    (ANNOTATION_DIGEST.to_string(), record.digest.clone()),
+                    (
+                        ANNOTATION_GENERATION.to_string(),
+                        record.generation.to_string(),
+                    ),
+                ]);
+                Ok(Secret {
+                    metadata: ObjectMeta {
+                        name: Some(secret_name(&record.bundle_deployment, record.number, index)),
+                        namespace: Some(self.namespace.clone()),
+                        labels: Some(labels),
+                        annotations: Some(annotations),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some(SECRET_TYPE.to_string()),
+                    immutable: Some(true),
+                    data: Some(BTreeMap::from([(
+                        DATA_KEY.to_string(),
+                        ByteString(chunk.clone()),
+                    )])),
+                    ..Secret::default()
+                })
+            })
+            .collect()
+    }
+
+    /// Creates `secret`; an existing Secret of that name with the same content counts as
+    /// created, one with other content of the same BundleDeployment is replaced.
+    async fn create_chunk(
+        &self,
+        bd: &str,
+        number: i64,
+        secret: &Secret,
+    ) -> Result<(), RevisionError> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let kube = |action, source| RevisionError::Kube {
+            bundle_deployment: bd.to_string(),
+            number: Some(number),
+            action,
+            target: format!("Secret {}/{name}", self.namespace),
+            source: Box::new(source),
+        };
+        for _ in 0..CREATE_ATTEMPTS {
+            match self.secrets.create(&PostParams::default(), secret).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+                Err(e) => return Err(kube("create", e)),
+            }
+            let live = match self.secrets.get_opt(&name).await {
+                Ok(Some(live)) => live,
+                Ok(None) => continue, // deleted meanwhile: create again
+                Err(e) => return Err(kube("get", e)),
+            };
+            if same_content(&live, secret) {
+                return Ok(()); // a concurrent identical save got there first
+            }
+            if annotation(&live.metadata, ANNOTATION_REVISION_OF) != Some(bd) {
+                return Err(RevisionError::Conflict {
+                    bundle_deployment: bd.to_string(),
+                    number,
+                    secret: format!("{}/{name}", self.namespace),
+                    detail: format!(
+                        "the name is taken by a Secret that is not a revision of this BundleDeployment ({ANNOTATION_REVISION_OF}: {:?})",
+                        annotation(&live.metadata, ANNOTATION_REVISION_OF).unwrap_or_default()
+                    ),
+                });
+            }
+            self.delete_secret(bd, Some(number), &live, true).await?;
+        }
+        Err(RevisionError::Conflict {
+            bundle_deployment: bd.to_string(),
+            number,
+            secret: format!("{}/{name}", self.namespace),
+            detail: format!(
+                "replaced {CREATE_ATTEMPTS} times and recreated with other content each time (another save of different content is running?)"
+            ),
+        })
+    }
+
+    /// Deletes a listed Secret; gone already is fine. With `same_uid`, only that very object
+    /// (not one recreated under the same name since).
+    async fn delete_secret(
+        &self,
+        bd: &str,
+        number: Option<i64>,
+        secret: &Secret,
+        same_uid: bool,
+    ) -> Result<(), RevisionError> {
+        self.delete_name(bd, number, &secret.metadata, same_uid)
+            .await
+    }
+
+    async fn delete_name(
+        &self,
+        bd: &str,
+        number: Option<i64>,
+        meta: &ObjectMeta,
+        same_uid: bool,
+    ) -> Result<(), RevisionError> {
+        let name = meta.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            preconditions: same_uid.then(|| Preconditions {
+                uid: meta.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.secrets.delete(&name, &params).await {
+            Ok(_) => Ok(()),
+            // 404: gone already; 409: the UID precondition failed, someone replaced it.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+            Err(source) => Err(RevisionError::Kube {
+                bundle_deployment: bd.to_string(),
+                number,
+                action: "delete",
+                target: format!("Secret {}/{name}", self.namespace),
+                source: Box::new(source),
+            }),
+        }
+    }
+
+    fn selector(bd: &str, number: Option<i64>) -> String {
+        let mut selector = format!("{LABEL_REVISION_OF}={}", bundle_key(bd));
+        if let Some(n) = number {
+            selector.push_str(&format!(",{LABEL_REVISION}={n}"));
+        }
+        selector
+    }
+
+    fn list_error(&self, bd: &str, number: Option<i64>, source: kube::Error) -> RevisionError {
+        RevisionError::Kube {
+            bundle_deployment: bd.to_string(),
+            number,
+            action: "list",
+            target: format!(
+                "Secrets in {} labelled {}",
+                self.namespace,
+                Self::selector(bd, number)
+            ),
+            source: Box::new(source),
+        }
+    }
+
+    /// The revision Secrets (with data) of `bd`, of one revision or all; those of another
+    /// BundleDeployment whose key collides are left out.
+    async fn list_secrets(
+        &self,
+        bd: &str,
+        number: Option<i64>,
+    ) -> Result<Vec<Secret>, RevisionError> {
+        let params = ListParams::default().labels(&Self::selector(bd, number));
+        let list = self
+            .secrets
+            .list(&params)
+            .await
+            .map_err(|e| self.list_error(bd, number, e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|s| annotation(&s.metadata, ANNOTATION_REVISION_OF) == Some(bd))
+            .collect())
+    }
+
+    /// Like `list_secrets`, metadata only.
+    async fn list_metadata(
+        &self,
+        bd: &str,
+        number: Option<i64>,
+    ) -> Result<Vec<ObjectMeta>, RevisionError> {
+        let params = ListParams::default().labels(&Self::selector(bd, number));
+        let list = self
+            .secrets
+            .list_metadata(&params)
+            .await
+            .map_err(|e| self.list_error(bd, number, e))?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|p| p.metadata)
+            .filter(|m| annotation(m, ANNOTATION_REVISION_OF) == Some(bd))
+            .collect())
+    }
+}
+
+/// Refuses records that cannot be named or labelled.
+fn validate(record: &RevisionRecord) -> Result<(), RevisionError> {
+    let invalid = |detail: &str| RevisionError::Invalid {
+        bundle_deployment: record.bundle_deployment.clone(),
+        number: record.number,
+        detail: detail.to_string(),
+    };
+    if record.bundle_deployment.is_empty() {
+        return Err(invalid("the BundleDeployment name is empty"));
+    }
+    if record.number < 0 {
+        return Err(invalid("revision numbers are not negative"));
+    }
+    Ok(())
+}
+
+/// True when `live` is exactly the Secret `save` would write as `wanted`.
+fn same_content(live: &Secret, wanted: &Secret) -> bool {
+    let same = |get: for<'a, 'b> fn(&'a ObjectMeta, &'b str) -> Option<&'a str>, keys: &[&str]| {
+        keys.iter()
+            .all(|key| get(&live.metadata, key) == get(&wanted.metadata, key))
+    };
+    live.type_ == wanted.type_
+        && live.immutable == Some(true)
+        && live.data == wanted.data
+        && same(label, &[LABEL_REVISION_OF, LABEL_REVISION, LABEL_CHUNK])
+        && same(
+            annotation,
+            &[
+                ANNOTATION_REVISION_OF,
+                ANNOTATION_FORMAT,
+                ANNOTATION_SHA256,
+                ANNOTATION_CHUNKS,
+                ANNOTATION_CHUNK_SHA256,
+            ],
+        )
+}
+
+fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
