@@ -854,12 +854,8 @@ async fn apply_revision(
             }
         }
     } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
-        if health.failed {
-            return Ok(Step::Failed {
-                reason: "Unhealthy".into(),
-                message: health.message,
-            });
-        }
+        // An object reported Failed (a Pod in CrashLoopBackOff) can still recover, so only the
+        // deadline fails a revision: the contract users tune with progressDeadline.
         if rollout::deadline_passed(work, deadline, &now) {
             return Ok(Step::Failed {
                 reason: REASON_DEADLINE.into(),

@@ -37,6 +37,15 @@ impl Agent {
 
     /// Like [`Agent::start`], with extra flags.
     pub fn start_with(selector_value: &str, extra_args: &[&str]) -> Agent {
+        Agent::start_with_env(selector_value, extra_args, &[])
+    }
+
+    /// Like [`Agent::start_with`], with extra environment variables.
+    pub fn start_with_env(
+        selector_value: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
         let cache = tempfile::tempdir().unwrap();
         // Logs outlive the test (under the state dir) so a failure can be read afterwards.
         let logs = cluster::state_dir().join("test-agents");
@@ -69,6 +78,7 @@ impl Agent {
             .arg(format!("{TEST_LABEL}={selector_value}"))
             .args(extra_args)
             .env("RUST_LOG", "info,pallet=debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -100,6 +110,26 @@ impl Agent {
                     fields,
                 )
             })
+            .collect()
+    }
+
+    /// Waits (up to `timeout`) for the agent process to exit on its own; its exit code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// The change-log entries so far, as JSON.
+    pub fn change_entries(&self) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&self.changes).unwrap_or_default();
+        text.lines()
+            .map(|line| serde_json::from_str(line).expect("change log lines are JSON"))
             .collect()
     }
 
