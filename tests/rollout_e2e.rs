@@ -848,3 +848,55 @@ async fn rollback_works_from_the_snapshot_after_the_source_image_is_deleted() {
         "revision 1 records the image digest it came from: {sources:?}"
     );
 }
+
+#[tokio::test]
+async fn on_failure_hold_leaves_the_failed_revision_in_place_and_stalled() {
+    let s = Scenario::new("rb-hold").await;
+    s.commit(docs(&[config_map("app", "1")]), "v1");
+    let agent = Agent::start(&s.name);
+    s.create_bd(json!({"onFailure": "Hold", "progressDeadline": "3s"}))
+        .await;
+    s.wait_status(
+        &agent,
+        "revision 1 healthy",
+        Duration::from_secs(60),
+        |st| healthy(st, 1),
+    )
+    .await;
+    // No kubelet runs for this namespace: the Deployment never becomes available.
+    s.commit(
+        docs(&[config_map("app", "2"), deployment("example.invalid/web:v1")]),
+        "v2",
+    );
+    let status = s
+        .wait_status(
+            &agent,
+            "revision 2 failed and held",
+            Duration::from_secs(60),
+            |st| {
+                check(
+                    st.active_revision == Some(2) && phase(st, 2) == Some(RevisionPhase::Failed),
+                    "not failed yet",
+                )
+            },
+        )
+        .await;
+    assert_eq!(condition(&status, "Stalled").0, "True");
+    let (ready, reason, message) = condition(&status, "Ready");
+    assert_eq!(
+        (ready, reason),
+        ("False", "ProgressDeadlineExceeded"),
+        "{message}"
+    );
+    assert_ne!(condition(&status, "RolledBack").0, "True");
+    assert_eq!(status.last_healthy_revision, Some(1));
+    assert_eq!(
+        s.config_map_value("app").await.as_deref(),
+        Some("2"),
+        "the failed revision's objects stay"
+    );
+    // Later passes leave it held: no rollback, no new revision.
+    let later = s.reconcile_now(&agent, "held-1").await;
+    assert_eq!(later.active_revision, Some(2));
+    assert_eq!(later.revisions.len(), 2);
+}

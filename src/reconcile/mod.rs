@@ -534,9 +534,11 @@ async fn progress(
                     ctx.requeue_interval,
                 ));
             };
-            if active.phase == RevisionPhase::Failed {
-                // onFailure: Hold (or nothing to roll back to): leave the failed revision alone.
-                return Ok((held(&active), ctx.requeue_interval));
+            if active.number == failed {
+                // Held in place (onFailure: Hold, or nothing to roll back to): keep applying it
+                // at the requeue interval, so that a cause fixed outside the bundle (RBAC, a
+                // missing namespace) heals it without flapping between versions.
+                return roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await;
             }
             // The failed content stays out; keep the active revision as stored.
             let objects = ctx.load(&name, active.number).await?;
@@ -598,7 +600,7 @@ fn held(active: &crate::api::RevisionStatus) -> Outcome {
             .clone()
             .unwrap_or_else(|| "RevisionFailed".into()),
         message: format!(
-            "revision {} failed: {}; left in place (waiting for a change to the spec or the sources, or a retry)",
+            "revision {} failed: {}; left in place and re-applied at every pass until it is healthy",
             active.number,
             active.message.clone().unwrap_or_default()
         ),
@@ -619,6 +621,8 @@ async fn roll_out(
 ) -> Progress {
     let name = bd.name_any();
     loop {
+        let was_failed =
+            rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Failed);
         let (reason, message) =
             match apply_revision(bd, ctx, writer, work, &objects, &transition).await? {
                 Step::Done(outcome, requeue) => return Ok((outcome, requeue)),
@@ -626,15 +630,18 @@ async fn roll_out(
             };
         let failed = work.active_revision.unwrap_or_default();
         rollout::mark_failed(work, &reason, &message);
-        tracing::warn!(bundle_deployment = %name, revision = failed, %reason, "revision failed: {message}");
-        ctx.event(
-            bd,
-            true,
-            &reason,
-            "Rollout",
-            format!("revision {failed} failed: {message}"),
-        )
-        .await;
+        if !was_failed {
+            // A held revision failing again on a later pass is no news: no repeated Event.
+            tracing::warn!(bundle_deployment = %name, revision = failed, %reason, "revision failed: {message}");
+            ctx.event(
+                bd,
+                true,
+                &reason,
+                "Rollout",
+                format!("revision {failed} failed: {message}"),
+            )
+            .await;
+        }
         let target = work
             .last_healthy_revision
             .filter(|healthy| *healthy != failed)

@@ -219,11 +219,16 @@ pub fn trim_history(status: &mut BundleDeploymentStatus, limit: usize) -> Vec<i6
     dropped
 }
 
-/// The active revision's objects are applied: Applying becomes Progressing.
+/// The active revision's objects are applied: Applying becomes Progressing. So does a Failed
+/// revision held in place whose apply now went through (say, after RBAC was granted): its health
+/// decides again, and with its deadline long past, it is Healthy or Failed at once.
 pub fn mark_applied(status: &mut BundleDeploymentStatus) {
     if let Some(number) = status.active_revision {
         if let Some(revision) = revision_mut(status, number) {
-            if revision.phase == RevisionPhase::Applying {
+            if matches!(
+                revision.phase,
+                RevisionPhase::Applying | RevisionPhase::Failed
+            ) {
                 revision.phase = RevisionPhase::Progressing;
             }
         }
