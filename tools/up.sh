@@ -4,6 +4,12 @@
 # local git server, creates the example BundleDeployment, waits until it is Ready and shows it
 # with `kubectl get bd` and the objects it installed.
 #
+# Then a narrated demo (skip it with PALLET_DEMO=0): an upgrade to a broken version whose Pods
+# crash, the automatic rollback when its progress deadline passes, a pause for a hotfix by hand,
+# the drift the pause reports, and the resume that reverts it. Pods become Ready through the
+# control plane's fake kubelet, which serves namespaces labelled pallet.dev/fake-kubelet=on and
+# reports images tagged *broken as crashing.
+#
 # Leaves everything running so you can look around (`tools/down.sh` stops it):
 #   export KUBECONFIG=$(tools/controlplane.sh kubeconfig)
 #   ~/.cache/pallet/bin/kubectl get bd -o yaml
@@ -54,9 +60,11 @@ mkdir -p "$state/agent"
 if [ -s "$state/agent/agent.pid" ] && kill -0 "$(cat "$state/agent/agent.pid")" 2>/dev/null; then
   kill "$(cat "$state/agent/agent.pid")" || true   # restart it on the binary just built
 fi
+kubectl create namespace pallet-system --dry-run=client -o yaml | kubectl apply --server-side --field-manager=pallet-up -f - >/dev/null
 nohup "$pallet" agent --kubeconfig "$KUBECONFIG" --namespace pallet-system \
   --cache-dir "$state/agent/cache" --requeue-seconds 30 --selector '!pallet.dev/test' \
-  >"$state/agent/agent.log" 2>&1 </dev/null &
+  --change-log "$state/agent/changes.jsonl" \
+  >/dev/null 2>"$state/agent/agent.log" </dev/null &
 echo $! >"$state/agent/agent.pid"
 
 say "publishing testdata/bundles/hello-plain to the local git server"
@@ -66,17 +74,28 @@ trap 'rm -rf "$work"' EXIT
 [ -d "$repo" ] || git init -q --bare --initial-branch=main "$repo"
 cp -r testdata/bundles/hello-plain/. "$work/"
 git -C "$work" init -q --initial-branch=main
-git -C "$work" add -A
-git -C "$work" -c user.name=pallet -c user.email=pallet@localhost commit -q -m "hello-plain example bundle"
-git -C "$work" push -q --force "$repo" main
+# publish MESSAGE: commits the work tree and force-pushes it as main.
+publish() {
+  git -C "$work" add -A
+  git -C "$work" -c user.name=pallet -c user.email=pallet@localhost commit -q -m "$1"
+  git -C "$work" push -q --force "$repo" main
+  echo "published $(git -C "$work" rev-parse --short HEAD): $1"
+}
+publish "hello-plain example bundle"
 git_url="$(endpoint servers git-plain url)/hello.git"
-echo "published $git_url at $(git -C "$work" rev-parse HEAD)"
+
+# The demo's Pods become Ready through the control plane's fake kubelet (see the header).
+kubectl create namespace hello --dry-run=client -o yaml |
+  kubectl apply --server-side --field-manager=pallet-up -f - >/dev/null
+kubectl label namespace hello pallet.dev/fake-kubelet=on --overwrite >/dev/null
 
 say "creating the example BundleDeployment (testdata/examples/hello-plain.yaml)"
 sed "s|\${GIT_URL}|$git_url|" testdata/examples/hello-plain.yaml |
   kubectl apply --server-side --field-manager=pallet-up -f -
 
 say "waiting for the agent to install it"
+# A pass right away, whatever state an earlier run left.
+kubectl annotate bd hello pallet.dev/requested-reconcile="$(date -u +%FT%T.%NZ)" --overwrite >/dev/null
 if ! kubectl wait --for=condition=Ready --timeout=120s bd/hello; then
   kubectl get bd hello -o yaml
   tail -n 30 "$state/agent/agent.log"
@@ -87,10 +106,78 @@ say "kubectl get bd"
 kubectl get bd
 say "the objects it installed"
 kubectl get configmaps,deployments -n hello -l pallet.dev/bundle-deployment=hello
+
+if [ "${PALLET_DEMO:-1}" != 0 ]; then
+  # show: one line per condition of bd/hello, and its revisions.
+  show() {
+    kubectl get bd hello -o go-template='{{range .status.conditions}}  {{printf "%-12s" .type}} {{printf "%-6s" .status}} {{.reason}}: {{.message}}{{"\n"}}{{end}}  revisions:{{range .status.revisions}} {{.number}}={{.phase}}{{end}}  (active {{.status.activeRevision}}, last healthy {{.status.lastHealthyRevision}}){{"\n"}}'
+  }
+  reconcile_now() {
+    kubectl annotate bd hello pallet.dev/requested-reconcile="$(date -u +%FT%T.%NZ)" --overwrite >/dev/null
+  }
+  # wait_for WHAT JSONPATH VALUE: polls bd/hello until JSONPATH equals VALUE (up to 3 minutes).
+  wait_for() {
+    local deadline=$((SECONDS + 180))
+    until [ "$(kubectl get bd hello -o jsonpath="$2")" = "$3" ]; do
+      if [ $SECONDS -ge $deadline ]; then
+        echo "timed out waiting for $1"; show; tail -n 30 "$state/agent/agent.log"; exit 1
+      fi
+      sleep 1
+    done
+  }
+  start=$(wc -l <"$state/agent/changes.jsonl" 2>/dev/null || echo 0)
+
+  say "demo 1/3: upgrade to a broken version"
+  echo "The new version changes the greeting and runs the image tag 3.10-broken, whose Pods crash."
+  echo "The BundleDeployment gives a new revision 30 s (rollout.progressDeadline) to become healthy."
+  sed -i -e 's/greeting: .*/greeting: hello from version 2/' -e 's|pause:3.10$|pause:3.10-broken|' \
+    "$work/manifests/hello.yaml"
+  publish "version 2 (broken)"
+  reconcile_now
+  wait_for "the new revision to progress" '{.status.revisions[0].phase}' Progressing
+  show
+  echo "Waiting for the deadline: the Deployment never becomes available..."
+  wait_for "the automatic rollback" '{.status.conditions[?(@.type=="RolledBack")].status}' True
+  wait_for "the previous revision to be healthy again" \
+    '{.status.revisions[?(@.number==1)].phase}' Healthy
+  show
+  echo "The live objects are revision 1's again:"
+  kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
+  kubectl get deployment hello -n hello -o jsonpath='  image: {.spec.template.spec.containers[0].image}{"\n"}'
+  echo "What the agent wrote for the rollback (its change log, reason rollback):"
+  tail -n +"$((start + 1))" "$state/agent/changes.jsonl" | grep '"reason":"rollback"' |
+    python3 -c 'import json,sys
+for line in sys.stdin:
+    e = json.loads(line); o = e["object"]
+    print("  %s %s %s/%s revision %s fields %s" % (e["operation"], o["kind"], o.get("namespace", ""), o["name"], e.get("revision"), ",".join(e.get("fieldsChanged", []))))'
+
+  say "demo 2/3: pause for a hotfix by hand"
+  echo "The broken version goes away upstream; then an on-call engineer pauses the bundle to hotfix it."
+  git -C "$work" checkout -q HEAD~1 -- manifests/hello.yaml
+  publish "back to version 1"
+  kubectl annotate bd hello pallet.dev/paused-reason="hotfix INC-42" --overwrite >/dev/null
+  kubectl patch bd hello --type merge -p '{"spec":{"paused":true}}' >/dev/null
+  wait_for "the pause" '{.status.conditions[?(@.type=="Paused")].status}' True
+  kubectl patch configmap hello-config -n hello --type merge -p '{"data":{"greeting":"hotfixed by hand"}}' >/dev/null
+  echo "Hotfixed hello-config by hand. The agent keeps its hands off and reports the drift:"
+  reconcile_now
+  wait_for "the drift report" '{.status.drift.count}' 1
+  kubectl get bd hello -o jsonpath='{range .status.drift.objects[*]}  {.kind} {.namespace}/{.name}: {.message}{"\n"}{end}'
+  kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
+
+  say "demo 3/3: resume"
+  kubectl patch bd hello --type merge -p '{"spec":{"paused":false}}' >/dev/null
+  kubectl annotate bd hello pallet.dev/paused-reason- >/dev/null
+  wait_for "the resume" '{.status.conditions[?(@.type=="Ready")].status}' True
+  echo "Resumed: the bundle wins again."
+  kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
+  show
+fi
 cat <<MSG
 
 The local control plane, the fixture servers and the agent keep running. To look around:
   export KUBECONFIG=$KUBECONFIG
   $PALLET_CACHE_DIR/bin/kubectl get bd hello -o yaml
+Agent log: $state/agent/agent.log; change log: $state/agent/changes.jsonl.
 Stop everything with tools/down.sh.
 MSG

@@ -479,7 +479,7 @@ async fn progress(
     let digest = rendered.digest();
     let objects = rendered.object_list();
     let now = now();
-    match rollout::decide(work, &digest, generation, retry) {
+    let (outcome, requeue) = match rollout::decide(work, &digest, generation, retry) {
         Decision::New { number } => {
             let record = RevisionRecord {
                 bundle_deployment: name.clone(),
@@ -538,13 +538,16 @@ async fn progress(
                 // Held in place (onFailure: Hold, or nothing to roll back to): keep applying it
                 // at the requeue interval, so that a cause fixed outside the bundle (RBAC, a
                 // missing namespace) heals it without flapping between versions.
-                return roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await;
+                roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await
+            } else {
+                // The failed content stays out; keep the active revision as stored.
+                let objects = ctx.load(&name, active.number).await?;
+                roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await
             }
-            // The failed content stays out; keep the active revision as stored.
-            let objects = ctx.load(&name, active.number).await?;
-            roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await
         }
-    }
+    }?;
+    let current = rollout::active_revision(work).is_some_and(|r| r.digest == digest);
+    Ok((with_flags(outcome, true, current), requeue))
 }
 
 /// A rollback on request: re-apply stored revision `to` (no fetch: the sources may be gone).
@@ -572,7 +575,13 @@ async fn requested_rollback_to(
     };
     let (outcome, requeue) = roll_out(bd, ctx, writer, work, objects, transition).await?;
     // The sources were not fetched: Unpacked keeps what the last fetch said.
-    let outcome = match outcome {
+    Ok((with_flags(outcome, false, false), requeue))
+}
+
+/// Sets what [`apply_revision`] cannot know on an Installed outcome: whether the sources were
+/// fetched in this pass, and whether the active revision is what they render.
+fn with_flags(outcome: Outcome, fetched_now: bool, current: bool) -> Outcome {
+    match outcome {
         Outcome::Installed {
             inventory,
             skipped,
@@ -584,11 +593,11 @@ async fn requested_rollback_to(
             skipped,
             written,
             health,
-            fetched: false,
+            fetched: fetched_now,
+            spec_current: current,
         },
         other => other,
-    };
-    Ok((outcome, requeue))
+    }
 }
 
 /// The outcome for a failed revision left in place.
@@ -886,6 +895,7 @@ async fn apply_revision(
             written,
             health,
             fetched: true,
+            spec_current: false,
         },
         requeue,
     ))

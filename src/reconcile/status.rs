@@ -26,6 +26,9 @@ pub enum Outcome {
         health: HealthReport,
         /// False when the sources were not fetched in this pass (a rollback request).
         fetched: bool,
+        /// The active revision is what the spec and sources render now: a rollback in force
+        /// (automatic or requested) is over.
+        spec_current: bool,
     },
     /// A revision is about to be applied: recorded before the first write, so that an agent
     /// that dies midway knows on restart what it was doing and what may need pruning.
@@ -101,6 +104,10 @@ pub enum FailedPhase {
     Install,
 }
 
+fn find_status(status: &Option<String>, value: &str) -> bool {
+    status.as_deref() == Some(value)
+}
+
 /// At most this many drifted objects are listed; the count is always exact.
 pub const DRIFT_LIST_LIMIT: usize = 50;
 
@@ -124,6 +131,7 @@ pub fn next_status(
     let rolled_back = find(&status.conditions, types::ROLLED_BACK)
         .filter(|c| c.status == "True" && c.reason == REASON_ROLLED_BACK)
         .map(|c| c.message.clone());
+    let rolled_back_status = find(&status.conditions, types::ROLLED_BACK).map(|c| c.status.clone());
     let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
         set_condition(
             &mut status.conditions,
@@ -144,6 +152,7 @@ pub fn next_status(
             written,
             health,
             fetched,
+            spec_current,
         } => {
             if *fetched {
                 set(
@@ -199,7 +208,19 @@ pub fn next_status(
                 "Active",
                 "reconciling normally".into(),
             );
-            let rolled_back = rolled_back.clone();
+            let rolled_back = if *spec_current {
+                if find_status(&rolled_back_status, "True") {
+                    set(
+                        types::ROLLED_BACK,
+                        false,
+                        "UpToDate",
+                        format!("{name} is what the spec and the sources render"),
+                    );
+                }
+                None
+            } else {
+                rolled_back.clone()
+            };
             let phase = revision.as_ref().map(|r| r.phase);
             match (phase, rolled_back) {
                 (Some(RevisionPhase::Failed), _) => {
@@ -440,6 +461,7 @@ mod tests {
                 message: String::new(),
             },
             fetched: true,
+            spec_current: true,
         }
     }
 
@@ -455,6 +477,7 @@ mod tests {
                 message: "Deployment ns/web: 0 of 1 updated replicas available".into(),
             },
             fetched: true,
+            spec_current: true,
         }
     }
 
@@ -547,7 +570,11 @@ mod tests {
         );
         rollout::mark_applied(&mut status);
         rollout::mark_healthy(&mut status, &time(4));
-        let after = next_status(&status, Some(2), &installed(), &time(4));
+        let mut still_rolled_back = installed();
+        if let Outcome::Installed { spec_current, .. } = &mut still_rolled_back {
+            *spec_current = false;
+        }
+        let after = next_status(&status, Some(2), &still_rolled_back, &time(4));
         assert_eq!(
             condition(&after, types::READY),
             ("False".into(), REASON_ROLLED_BACK.into())
@@ -558,6 +585,17 @@ mod tests {
             .unwrap()
             .message
             .contains("revision 2 failed"));
+        // Sources that render revision 1 again end the rolled-back state too.
+        let mut reverted = installed();
+        if let Outcome::Installed { spec_current, .. } = &mut reverted {
+            *spec_current = true;
+        }
+        let back_to_normal = next_status(&after, Some(3), &reverted, &time(5));
+        assert_eq!(
+            condition(&back_to_normal, types::ROLLED_BACK),
+            ("False".into(), "UpToDate".into())
+        );
+        assert_eq!(condition(&back_to_normal, types::READY).0, "True");
         // A new revision ends the rolled-back state.
         let mut status = after.clone();
         rollout::start_revision(
