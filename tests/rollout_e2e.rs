@@ -159,6 +159,18 @@ impl Scenario {
         }
     }
 
+    /// Waits until revision `number` is active and Healthy.
+    async fn wait_healthy(
+        &self,
+        agent: &Agent,
+        number: i64,
+        timeout: Duration,
+    ) -> BundleDeploymentStatus {
+        let what = format!("revision {number} active and healthy");
+        self.wait_status(agent, &what, timeout, |st| healthy(st, number))
+            .await
+    }
+
     /// Asks for a reconcile and waits until the agent handled it: a whole pass has run since.
     async fn reconcile_now(&self, agent: &Agent, token: &str) -> BundleDeploymentStatus {
         self.annotate(pallet::api::REQUESTED_RECONCILE_ANNOTATION, token)
@@ -256,14 +268,7 @@ async fn an_apply_error_midway_rolls_back_to_the_last_healthy_revision() {
     );
     let agent = Agent::start(&s.name);
     s.create_bd(json!({})).await;
-    let v1 = s
-        .wait_status(
-            &agent,
-            "revision 1 healthy",
-            Duration::from_secs(60),
-            |st| healthy(st, 1),
-        )
-        .await;
+    let v1 = s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
     assert_eq!(condition(&v1, "Ready").0, "True");
     let v1_app = s.config_maps().get("app").await.unwrap();
     assert_eq!(
@@ -352,14 +357,7 @@ async fn an_apply_error_midway_rolls_back_to_the_last_healthy_revision() {
         docs(&[config_map("app", "3"), config_map("other", "1")]),
         "v3",
     );
-    let fixed = s
-        .wait_status(
-            &agent,
-            "revision 3 healthy",
-            Duration::from_secs(60),
-            |st| healthy(st, 3),
-        )
-        .await;
+    let fixed = s.wait_healthy(&agent, 3, Duration::from_secs(60)).await;
     assert_eq!(condition(&fixed, "RolledBack").0, "False");
     assert_eq!(condition(&fixed, "Ready").0, "True");
     assert_eq!(s.config_map_value("app").await.as_deref(), Some("3"));
@@ -372,13 +370,7 @@ async fn a_deployment_that_never_becomes_available_is_rolled_back_at_the_deadlin
     s.commit(docs(&[deployment("example.invalid/web:v1")]), "v1");
     let agent = Agent::start(&s.name);
     s.create_bd(json!({"progressDeadline": "8s"})).await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(90),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(90)).await;
 
     // v2's Pods crash: the Deployment never becomes available.
     s.commit(docs(&[deployment("example.invalid/web:v2")]), "v2");
@@ -459,13 +451,7 @@ async fn a_new_revision_supersedes_one_still_progressing_without_waiting() {
     let agent = Agent::start(&s.name);
     // A deadline far beyond the test's patience: only superseding can end revision 2's wait.
     s.create_bd(json!({"progressDeadline": "30m"})).await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(90),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(90)).await;
     s.commit(docs(&[deployment("example.invalid/web:v2")]), "v2 (broken)");
     s.wait_status(
         &agent,
@@ -481,14 +467,7 @@ async fn a_new_revision_supersedes_one_still_progressing_without_waiting() {
     .await;
     let fix_pushed = Instant::now();
     s.commit(docs(&[deployment("example.invalid/web:v3")]), "v3 (fix)");
-    let status = s
-        .wait_status(
-            &agent,
-            "revision 3 healthy",
-            Duration::from_secs(90),
-            |st| healthy(st, 3),
-        )
-        .await;
+    let status = s.wait_healthy(&agent, 3, Duration::from_secs(90)).await;
     eprintln!(
         "fix healthy {:?} after it was pushed (deadline 30m)",
         fix_pushed.elapsed()
@@ -509,13 +488,7 @@ async fn an_agent_killed_in_the_middle_of_a_rollback_finishes_it_after_restart()
         &[("PALLET_FAULT_INJECT", "exit-after-rollback-recorded")],
     );
     s.create_bd(json!({})).await;
-    s.wait_status(
-        &crashing,
-        "revision 1 healthy",
-        Duration::from_secs(60),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&crashing, 1, Duration::from_secs(60)).await;
     s.commit(
         docs(&[
             namespace(&extra),
@@ -565,24 +538,12 @@ async fn requested_rollback_to_an_earlier_revision_and_forward_again() {
     s.commit(docs(&[config_map("app", "1")]), "v1");
     let agent = Agent::start(&s.name);
     s.create_bd(json!({})).await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(60),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
     s.commit(
         docs(&[config_map("app", "2"), config_map("new", "2")]),
         "v2",
     );
-    s.wait_status(
-        &agent,
-        "revision 2 healthy",
-        Duration::from_secs(60),
-        |st| healthy(st, 2),
-    )
-    .await;
+    s.wait_healthy(&agent, 2, Duration::from_secs(60)).await;
 
     s.annotate(pallet::api::REQUESTED_ROLLBACK_ANNOTATION, "1@first")
         .await;
@@ -657,13 +618,7 @@ async fn history_is_bounded_and_old_snapshots_are_deleted() {
     s.commit(docs(&[config_map("app", "1")]), "v1");
     let agent = Agent::start(&s.name);
     s.create_bd(json!({"historyLimit": 2})).await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(60),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
     for n in 2..=4 {
         s.commit(docs(&[config_map("app", &n.to_string())]), &format!("v{n}"));
         s.wait_status(
@@ -712,13 +667,7 @@ async fn a_five_megabyte_bundle_is_stored_and_restored() {
     s.commit(v1, "v1");
     let agent = Agent::start(&s.name);
     s.create_bd(json!({"progressDeadline": "5s"})).await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(120),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(120)).await;
     let store = RevisionStore::new(s.client.clone(), AGENT_NAMESPACE);
     let stored = store.load(&s.name, 1).await.unwrap();
     assert_eq!(stored.objects.len(), 50);
@@ -856,13 +805,7 @@ async fn on_failure_hold_leaves_the_failed_revision_in_place_and_stalled() {
     let agent = Agent::start(&s.name);
     s.create_bd(json!({"onFailure": "Hold", "progressDeadline": "3s"}))
         .await;
-    s.wait_status(
-        &agent,
-        "revision 1 healthy",
-        Duration::from_secs(60),
-        |st| healthy(st, 1),
-    )
-    .await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
     // No kubelet runs for this namespace: the Deployment never becomes available.
     s.commit(
         docs(&[config_map("app", "2"), deployment("example.invalid/web:v1")]),

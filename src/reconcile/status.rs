@@ -104,6 +104,14 @@ pub enum FailedPhase {
     Install,
 }
 
+/// The inventory for `objects`: the exact count, the list cut at [`INVENTORY_LIST_LIMIT`].
+fn bounded_inventory(objects: &[ObjectReference]) -> Inventory {
+    Inventory {
+        count: objects.len() as i64,
+        objects: objects.iter().take(INVENTORY_LIST_LIMIT).cloned().collect(),
+    }
+}
+
 fn find_status(status: &Option<String>, value: &str) -> bool {
     status.as_deref() == Some(value)
 }
@@ -296,14 +304,7 @@ pub fn next_status(
                     set(types::STALLED, false, "Idle", "not stalled".into());
                 }
             }
-            status.inventory = Some(Inventory {
-                count: inventory.len() as i64,
-                objects: inventory
-                    .iter()
-                    .take(INVENTORY_LIST_LIMIT)
-                    .cloned()
-                    .collect(),
-            });
+            status.inventory = Some(bounded_inventory(inventory));
             status.skipped = skipped.clone();
             // Everything was just applied: whatever drifted has been corrected.
             status.drift = None;
@@ -352,14 +353,7 @@ pub fn next_status(
             );
             set(types::READY, false, "Applying", format!("applying {name}"));
             // A superset of what is on the cluster: a restart prunes what the revision lacks.
-            status.inventory = Some(Inventory {
-                count: inventory.len() as i64,
-                objects: inventory
-                    .iter()
-                    .take(INVENTORY_LIST_LIMIT)
-                    .cloned()
-                    .collect(),
-            });
+            status.inventory = Some(bounded_inventory(inventory));
         }
         Outcome::Paused { reason, drift } => {
             if let Some(drift) = drift {
