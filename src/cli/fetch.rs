@@ -117,7 +117,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
     })
 }
 
-fn dirs_cache() -> PathBuf {
+pub(super) fn dirs_cache() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
