@@ -63,10 +63,11 @@ impl Progress {
                 total,
                 label,
             } => {
-                guard.current = Some((
-                    format!("fetching [{}/{total}] {label}", index + 1),
-                    Instant::now(),
-                ))
+                // Drawn at once, then redrawn by the ticker with the time spent so far.
+                let line = format!("fetching [{}/{total}] {label}", index + 1);
+                eprint!("\r\x1b[2K{line} …");
+                let _ = std::io::stderr().flush();
+                guard.current = Some((line, Instant::now()))
             }
             FetchEvent::Finished { .. } => guard.current = None,
         }
