@@ -792,11 +792,8 @@ pub fn rule_flags(
             .iter()
             .any(|v| v == "*" || wanted.contains(&v.as_str()))
     };
-    let has_resource = |wanted: &str| {
-        resources.iter().any(|r| {
-            r == "*" || r == wanted || r.split('/').next() == Some(wanted) && wanted.contains('/')
-        })
-    };
+    // Named resources only: a `*` is flagged as a wildcard once rather than as every danger it implies.
+    let has_resource = |wanted: &str| resources.iter().any(|r| r == wanted);
     for verb in ["escalate", "bind", "impersonate"] {
         if verbs.iter().any(|v| v == verb) {
             flags.push(format!("escalation-prone verb {verb}"));
@@ -813,7 +810,7 @@ pub fn rule_flags(
         "nodes/proxy",
     ] {
         if has_resource(sub) && has_verb(&["create", "get"]) {
-            flags.push(format!("{sub}"));
+            flags.push(sub.to_string());
         }
     }
     if has_resource("serviceaccounts/token") && has_verb(&["create"]) {
