@@ -597,7 +597,7 @@ async fn plan_one(
             };
             return Ok(planned(
                 key,
-                Change::CreateUnchecked(format!("namespace {ns} does not exist yet; {by}")),
+                Change::CreateUnchecked(format!("namespace {ns} is new: {by}")),
                 None,
             ));
         }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::api::BundleDeployment;
@@ -22,9 +21,9 @@ pub struct FetchArgs {
     pub file: PathBuf,
     /// Directory to assemble the bundle tree into (created; must be empty if it exists).
     pub dir: PathBuf,
-    /// Kubeconfig, used only to read Secrets the sources name.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    /// Cluster, used only to read Secrets the sources name.
+    #[command(flatten)]
+    pub kube: super::KubeArgs,
     /// Namespace of Secrets whose reference names none (the agent's namespace).
     #[arg(long, default_value = "pallet-system")]
     pub namespace: String,
@@ -77,20 +76,14 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
                 || s.git.as_ref().is_some_and(|g| g.auth.is_some())
                 || s.http.as_ref().is_some_and(|h| h.auth.is_some())
         });
-        let client = match (&args.kubeconfig, needs_secrets) {
-            (Some(path), _) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let config =
-                    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                        .await?;
-                Client::try_from(config)?
-            }
-            (None, true) => Client::try_default().await.context(
-                "a source names a Secret: a cluster is needed to read it (--kubeconfig)",
-            )?,
+        let client = if needs_secrets {
+            args.kube
+                .client()
+                .await
+                .context("a source names a Secret: a cluster is needed to read it (--kubeconfig)")?
+        } else {
             // No Secrets to read: a client is never used, but the fetch phase takes one.
-            (None, false) => Client::try_from(Config::new("http://127.0.0.1:1".parse()?))?,
+            Client::try_from(Config::new("http://127.0.0.1:1".parse()?))?
         };
         let cache = Cache::open(&cache_dir, 4 * 1024 * 1024 * 1024)
             .with_context(|| format!("opening the cache at {}", cache_dir.display()))?;

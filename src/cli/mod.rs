@@ -121,11 +121,19 @@ pub enum Output {
     Json,
 }
 
+/// `value` as YAML, long strings kept on one line (a digest reference folded over two lines is
+/// valid YAML but hard to read and to grep), multi-line strings as literal blocks.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    Ok(serde_saphyr::to_string_with_options(value, options)?)
+}
+
 /// Prints `value` as YAML or JSON.
 pub fn print_data(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        _ => print!("{}", serde_saphyr::to_string(value)?),
+        _ => print!("{}", to_yaml(value)?),
     }
     Ok(())
 }

@@ -129,7 +129,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             let value = report_json(&report);
             match output {
                 Output::Json => format!("{}\n", serde_json::to_string_pretty(&value)?),
-                _ => serde_saphyr::to_string(&value)?,
+                _ => super::to_yaml(&value)?,
             }
         }
     };
@@ -148,7 +148,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     }
     if args.pin {
         preview::pin(&mut doc, &report.fetched)?;
-        print!("{}", serde_saphyr::to_string(&doc)?);
+        print!("{}", super::to_yaml(&doc)?);
     }
     Ok(())
 }
@@ -156,7 +156,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
 fn action(change: &Change) -> (&'static str, String) {
     match change {
         Change::Create => ("create", String::new()),
-        Change::CreateUnchecked(why) => ("create", format!("not checked: {why}")),
+        Change::CreateUnchecked(why) => ("create", format!("{why}; not checked by the server")),
         Change::Update(paths) => ("update", paths.join(", ")),
         Change::Unchanged => ("unchanged", String::new()),
         Change::Conflict(why) => ("conflict", why.clone()),

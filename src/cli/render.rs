@@ -136,7 +136,7 @@ pub fn format_rendered(rendered: &Rendered, output: RenderOutput) -> anyhow::Res
             let mut out = String::new();
             for object in &objects {
                 out.push_str("---\n");
-                out.push_str(&serde_saphyr::to_string(object)?);
+                out.push_str(&super::to_yaml(object)?);
             }
             out
         }
