@@ -183,15 +183,14 @@ async fn plan_shows_changes_prunes_and_rbac_and_writes_nothing() {
     // A dry run writes nothing.
     assert!(cms.get_opt("new").await.unwrap().is_none());
     assert_eq!(cms.get("changed").await.unwrap().data.unwrap()["v"], "old");
-    assert!(cms
+    assert!(!cms
         .get("adopted")
         .await
         .unwrap()
         .metadata
         .labels
         .unwrap()
-        .get("pallet.dev/bundle-deployment")
-        .is_none());
+        .contains_key("pallet.dev/bundle-deployment"));
 
     // An object owned by another BundleDeployment is a conflict: shown, and plan fails.
     seed(

@@ -190,6 +190,9 @@ fn phase_name(revision: &RevisionStatus) -> String {
         .unwrap_or_default()
 }
 
+/// Reads the status field that records a handled request.
+type HandledField = fn(&BundleDeploymentStatus) -> Option<&String>;
+
 /// Waits until `handled(status)` equals `value`, polling every half second until `timeout`.
 async fn wait_handled(
     client: &Client,
@@ -197,7 +200,7 @@ async fn wait_handled(
     value: &str,
     timeout: Duration,
     what: &str,
-    handled: fn(&BundleDeploymentStatus) -> Option<&String>,
+    handled: HandledField,
 ) -> anyhow::Result<BundleDeployment> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -467,15 +470,14 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
 
 /// Runs `pallet retry` or `pallet reconcile`.
 pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
-    let (annotation, what, handled): (&str, &str, fn(&BundleDeploymentStatus) -> Option<&String>) =
-        match kind {
-            Request::Retry => (REQUESTED_RETRY_ANNOTATION, "retry", |s| {
-                s.last_handled_retry.as_ref()
-            }),
-            Request::Reconcile => (REQUESTED_RECONCILE_ANNOTATION, "reconcile", |s| {
-                s.last_handled_reconcile.as_ref()
-            }),
-        };
+    let (annotation, what, handled): (&str, &str, HandledField) = match kind {
+        Request::Retry => (REQUESTED_RETRY_ANNOTATION, "retry", |s| {
+            s.last_handled_retry.as_ref()
+        }),
+        Request::Reconcile => (REQUESTED_RECONCILE_ANNOTATION, "reconcile", |s| {
+            s.last_handled_reconcile.as_ref()
+        }),
+    };
     super::block_on(async {
         let client = args.kube.client().await?;
         get_bd(&client, &args.name).await?;
