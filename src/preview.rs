@@ -18,13 +18,10 @@ use pallet_formats::{Object, ObjectKey, Rendered};
 use serde_json::Value;
 
 use crate::api::{BundleDeployment, CollisionProtection, ObjectReference, Source, SourceKind};
-use crate::apply::plan::{self, Ownership, OWNER_LABEL};
+use crate::apply::plan::{self, Ownership, OWNER_LABEL, REVISION_ANNOTATION};
 use crate::apply::{KindResolver, FIELD_MANAGER};
 use crate::reconcile::fetch::{source_secrets, SecretPolicy};
 use crate::source::{assemble, Fetched, Fetcher, SourceError, SourceSecrets};
-
-/// Annotation the agent sets on every object it writes: the revision that last wrote it.
-pub const REVISION_ANNOTATION: &str = "pallet.dev/revision";
 
 /// At most this many changed field paths are listed per object.
 pub const PATHS_LIMIT: usize = 20;
@@ -578,6 +575,17 @@ async fn plan_one(
                 .unwrap_or_else(|| "no owner".into()),
         ),
         Ownership::Create | Ownership::Ours => None,
+    };
+    // The agent writes the revision number with every change; keeping the live one here means
+    // the dry-run shows content changes only.
+    let live_revision = live
+        .as_ref()
+        .and_then(|l| l.metadata.annotations.as_ref())
+        .and_then(|a| a.get(REVISION_ANNOTATION))
+        .and_then(|v| v.parse::<i64>().ok());
+    let desired = match live_revision {
+        Some(revision) => plan::with_revision_annotation(desired, revision),
+        None => desired,
     };
     let params = PatchParams::apply(FIELD_MANAGER).force().dry_run();
     let after = match api.patch(&key.name, &params, &Patch::Apply(&desired)).await {

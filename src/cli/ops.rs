@@ -22,8 +22,8 @@ use crate::api::{
     BundleDeployment, BundleDeploymentStatus, RevisionStatus, REQUESTED_RECONCILE_ANNOTATION,
     REQUESTED_RETRY_ANNOTATION, REQUESTED_ROLLBACK_ANNOTATION,
 };
-use crate::apply::plan::OWNER_LABEL;
-use crate::preview::{self, REVISION_ANNOTATION};
+use crate::apply::plan::{OWNER_LABEL, REVISION_ANNOTATION};
+use crate::preview;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::PAUSED_REASON_ANNOTATION;
 
@@ -123,6 +123,10 @@ pub struct TraceArgs {
     /// Namespace of a namespaced object (default: the context's namespace).
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// The agent's namespace, where revision snapshots are stored (read when the revision is no
+    /// longer in the BundleDeployment's status).
+    #[arg(long, default_value = "pallet-system")]
+    pub store_namespace: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: Output,
@@ -681,12 +685,36 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
         })?;
         let status = bd.status.clone().unwrap_or_default();
         let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
+        // Beyond the status list: the stored snapshot still names its sources and digest.
+        let stored = match (revision, &found) {
+            (Some(n), None) => {
+                let store = crate::revision::RevisionStore::new(
+                    client.clone(),
+                    args.store_namespace.clone(),
+                );
+                match store.load(&owner, n).await {
+                    Ok(record) => Some(json!({
+                        "number": record.number, "generation": record.generation,
+                        "digest": record.digest, "sources": record.sources,
+                        "objects": record.objects.len(),
+                    })),
+                    Err(crate::revision::RevisionError::NotFound { .. }) => None,
+                    Err(e) => {
+                        return Err(anyhow!(
+                            "reading revision {n} of {owner} from the store: {e}"
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(json!({
             "object": what,
             "bundleDeployment": owner,
             "revision": revision,
             "activeRevision": status.active_revision,
             "revisionStatus": found,
+            "storedRevision": stored,
         }))
     })?;
     if args.output != Output::Table {
@@ -730,10 +758,34 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                     }
                 }
                 Err(_) => {
-                    let _ = writeln!(
-                        out,
-                        "                  revision {n} is no longer in status.revisions (beyond rollout.historyLimit)"
-                    );
+                    match report["storedRevision"].as_object() {
+                        Some(stored) => {
+                            let _ = writeln!(out, "Phase:            (not in status.revisions; from the revision store)");
+                            let _ = writeln!(
+                                out,
+                                "Content digest:   {}",
+                                stored["digest"].as_str().unwrap_or("")
+                            );
+                            let _ = writeln!(out, "Generation:       {}", stored["generation"]);
+                            let _ = writeln!(out, "Sources:");
+                            for s in stored["sources"].as_array().into_iter().flatten() {
+                                let _ = writeln!(
+                                    out,
+                                    "  {} {} -> {}",
+                                    s["kind"].as_str().unwrap_or(""),
+                                    s["ref"].as_str().unwrap_or(""),
+                                    s["resolved"].as_str().unwrap_or("")
+                                );
+                            }
+                        }
+                        None => {
+                            let _ = writeln!(
+                            out,
+                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {})",
+                            args.store_namespace
+                        );
+                        }
+                    }
                 }
             }
         }
