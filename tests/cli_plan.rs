@@ -365,22 +365,25 @@ async fn pinned_plan_applied_installs_exactly_what_was_previewed() {
     for cm in ["from-image", "from-git", "from-http"] {
         assert_eq!(value_of(&pinned_cms, cm).await.unwrap(), "v1", "{cm}");
     }
-    // Once the agent records revisions, the recorded resolved refs are the previewed ones.
-    if let Some(revision) = bd.status.as_ref().and_then(|s| s.revisions.first()) {
-        let resolved: Vec<&str> = revision
-            .sources
-            .iter()
-            .map(|s| s.resolved.as_str())
-            .collect();
-        assert_eq!(
-            resolved,
-            [
-                image_v1.as_str(),
-                commit_v1.as_str(),
-                &format!("sha256:{http_sha}")
-            ]
-        );
-    }
+    // The revision the agent recorded resolved to exactly the previewed refs.
+    let revision = bd
+        .status
+        .as_ref()
+        .and_then(|s| s.revisions.first())
+        .expect("the agent records a revision");
+    let resolved: Vec<&str> = revision
+        .sources
+        .iter()
+        .map(|s| s.resolved.as_str())
+        .collect();
+    assert_eq!(
+        resolved,
+        [
+            image_v1.as_str(),
+            commit_v1.as_str(),
+            &format!("sha256:{http_sha}")
+        ]
+    );
 
     // Upstream moves: the tag and the branch now point at v2.
     push("v2");
@@ -411,10 +414,16 @@ async fn pinned_plan_applied_installs_exactly_what_was_previewed() {
         assert_eq!(value_of(&pinned_cms, cm).await.unwrap(), "v1", "{cm}");
     }
     let bd = cli::get_bd(&client, &name).await;
-    let ready = pallet::api::conditions::find(&bd.status.unwrap().conditions, "Ready")
+    let status = bd.status.unwrap();
+    let ready = pallet::api::conditions::find(&status.conditions, "Ready")
         .cloned()
         .unwrap();
     assert_eq!(ready.status, "True", "{}", ready.message);
+    assert_eq!(
+        status.revisions.len(),
+        1,
+        "the pinned BundleDeployment made a new revision"
+    );
 
     for bd in [&name, &floating] {
         delete_bd(&client, bd).await;

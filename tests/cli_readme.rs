@@ -154,41 +154,44 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
         &["--plain-http-registry", &registry.host],
     );
 
-    for step in &steps {
-        match step {
-            Step::File(file, content) => {
-                let dest = work.join(substitute(file));
-                std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-                std::fs::write(dest, substitute(content)).unwrap();
-            }
-            Step::Run(command, expected) => {
-                let command = substitute(command);
-                let out = Command::new("bash")
-                    .args(["-o", "pipefail", "-c", &command])
-                    .current_dir(&work)
-                    .env("PATH", &path)
-                    .env("KUBECONFIG", cluster::kubeconfig_path())
-                    .env("PALLET_FETCH_CACHE", scratch.path().join("cache"))
-                    .output()
-                    .unwrap();
-                let stdout = String::from_utf8_lossy(&out.stdout);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                assert!(
-                    out.status.success(),
-                    "README command failed: {command}\nstderr: {stderr}\nstdout: {stdout}\nagent log:\n{}",
-                    agent.log_tail()
-                );
-                let expected: Vec<String> = expected.iter().map(|l| substitute(l)).collect();
-                let actual: Vec<&str> = stdout.lines().collect();
-                assert!(
-                    output_matches(&expected, &actual),
-                    "README output differs for: {command}\nexpected:\n{}\nactual:\n{stdout}",
-                    expected.join("\n")
-                );
+    // A failing step must not leave the BundleDeployment behind with its finalizer and no agent:
+    // catch the failure, clean up while the agent still runs, then fail.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for step in &steps {
+            match step {
+                Step::File(file, content) => {
+                    let dest = work.join(substitute(file));
+                    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+                    std::fs::write(dest, substitute(content)).unwrap();
+                }
+                Step::Run(command, expected) => {
+                    let command = substitute(command);
+                    let out = Command::new("bash")
+                        .args(["-o", "pipefail", "-c", &command])
+                        .current_dir(&work)
+                        .env("PATH", &path)
+                        .env("KUBECONFIG", cluster::kubeconfig_path())
+                        .env("PALLET_FETCH_CACHE", scratch.path().join("cache"))
+                        .output()
+                        .unwrap();
+                    let stdout = String::from_utf8_lossy(&out.stdout);
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    assert!(
+                        out.status.success(),
+                        "README command failed: {command}\nstderr: {stderr}\nstdout: {stdout}\nagent log:\n{}",
+                        agent.log_tail()
+                    );
+                    let expected: Vec<String> = expected.iter().map(|l| substitute(l)).collect();
+                    let actual: Vec<&str> = stdout.lines().collect();
+                    assert!(
+                        output_matches(&expected, &actual),
+                        "README output differs for: {command}\nexpected:\n{}\nactual:\n{stdout}",
+                        expected.join("\n")
+                    );
+                }
             }
         }
-    }
-
+    }));
     let _ = Api::<BundleDeployment>::all(client.clone())
         .delete(&name, &DeleteParams::default())
         .await;
@@ -197,4 +200,7 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&name, &DeleteParams::default())
         .await;
+    if let Err(panic) = run {
+        std::panic::resume_unwind(panic);
+    }
 }
