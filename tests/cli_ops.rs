@@ -459,3 +459,73 @@ async fn trace_names_the_bundle_deployment_revision_and_sources() {
     delete_bd(&client, &name).await;
     let _ = namespaces.delete(&name, &DeleteParams::default()).await;
 }
+
+#[tokio::test]
+async fn trace_falls_back_to_the_revision_store() {
+    let client = cluster::client().await;
+    let name = support::unique_name("cli-trace-store");
+    bd_with_history(&client, &name).await;
+    // Revision 7 is no longer in the status list, but its snapshot is in the store.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let store = pallet::revision::RevisionStore::new(client.clone(), name.clone());
+    store
+        .save(&pallet::revision::RevisionRecord {
+            bundle_deployment: name.clone(),
+            number: 7,
+            generation: 5,
+            digest: format!("sha256:{}", "7".repeat(64)),
+            sources: vec![pallet::api::ResolvedSource {
+                kind: pallet::api::SourceKind::Git,
+                reference: "v7".into(),
+                resolved: "f".repeat(40),
+            }],
+            objects: vec![
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old"}}),
+            ],
+        })
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), &name)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "old",
+                "labels": {"pallet.dev/bundle-deployment": name},
+                "annotations": {"pallet.dev/revision": "7"}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let out = pallet_ok(&[
+        "trace",
+        "configmap/old",
+        "-n",
+        &name,
+        "--store-namespace",
+        &name,
+    ]);
+    for expected in [
+        "Revision:         7\n".to_string(),
+        "(not in status.revisions; from the revision store)".to_string(),
+        format!("Content digest:   sha256:{}", "7".repeat(64)),
+        "Generation:       5".to_string(),
+        format!("git v7 -> {}", "f".repeat(40)),
+    ] {
+        assert!(out.contains(&expected), "missing {expected:?} in:\n{out}");
+    }
+    // Without the snapshot (another store namespace), trace says the revision is gone.
+    let out = pallet_ok(&["trace", "configmap/old", "-n", &name]);
+    assert!(
+        out.contains("revision 7 is neither in status.revisions nor in the revision store (namespace pallet-system)"),
+        "{out}"
+    );
+    delete_bd(&client, &name).await;
+    let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+}
