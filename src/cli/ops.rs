@@ -184,7 +184,7 @@ fn age(time: Option<&Time>) -> String {
 
 fn short_digest(digest: &str) -> String {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
-    format!("sha256:{}", &hex[..hex.len().min(12)])
+    format!("sha256:{}", hex.chars().take(12).collect::<String>())
 }
 
 fn phase_name(revision: &RevisionStatus) -> String {
