@@ -9,6 +9,8 @@ pub mod changelog;
 pub mod cli;
 pub mod health;
 pub mod metrics_hook;
+pub mod preview;
+pub mod push;
 pub mod reconcile;
 pub mod revision;
 pub mod source;

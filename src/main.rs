@@ -1,9 +1,7 @@
 //! The `pallet` binary: a thin shell over the library's CLI.
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
-    let cli = pallet::cli::Cli::parse();
+    let cli = pallet::cli::parse();
     match pallet::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {

@@ -3,16 +3,13 @@
 //! cluster under the same namespace rule as the agent's).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 
-use crate::api::BundleDeployment;
-use crate::reconcile::fetch::{fetch_sources, SecretPolicy};
-use crate::source::{assemble, Cache, FetchOptions, Fetcher};
+use super::progress::Progress;
+use crate::reconcile::fetch::SecretPolicy;
+use crate::source::assemble;
 
 /// Flags of `pallet fetch`.
 #[derive(Args, Debug)]
@@ -22,9 +19,9 @@ pub struct FetchArgs {
     pub file: PathBuf,
     /// Directory to assemble the bundle tree into (created; must be empty if it exists).
     pub dir: PathBuf,
-    /// Kubeconfig, used only to read Secrets the sources name.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    /// Cluster, used only to read Secrets the sources name.
+    #[command(flatten)]
+    pub kube: super::KubeArgs,
     /// Namespace of Secrets whose reference names none (the agent's namespace).
     #[arg(long, default_value = "pallet-system")]
     pub namespace: String,
@@ -38,72 +35,43 @@ pub struct FetchArgs {
 
 /// Runs `pallet fetch`.
 pub fn run(args: FetchArgs) -> anyhow::Result<()> {
-    let text = if args.file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading stdin")?
-    } else {
-        std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?
-    };
-    let value: serde_json::Value = serde_saphyr::from_str(&text)
-        .with_context(|| format!("{} is not valid YAML", args.file.display()))?;
-    let kind = value
-        .get("kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or("document without a kind");
-    if kind != "BundleDeployment" {
-        bail!(
-            "{} is a {kind}, not a BundleDeployment",
-            args.file.display()
-        );
-    }
-    let bd: BundleDeployment = serde_json::from_value(value)
-        .with_context(|| format!("{} is not a valid BundleDeployment", args.file.display()))?;
+    let text = super::render::read_manifest(&args.file)?;
+    let (_, bd) = crate::preview::parse_bundle_deployment(&text, &args.file.display().to_string())?;
     if args.dir.exists() && std::fs::read_dir(&args.dir)?.next().is_some() {
         bail!("{} is not empty", args.dir.display());
     }
-    let cache_dir = match args.cache_dir.clone() {
-        Some(dir) => dir,
-        None => dirs_cache().join("fetch"),
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async move {
-        crate::tls::install_crypto_provider();
-        let needs_secrets = bd.spec.sources.iter().any(|s| {
-            s.image
-                .as_ref()
-                .is_some_and(|i| i.auth.is_some() || i.ca_secret.is_some())
-                || s.git.as_ref().is_some_and(|g| g.auth.is_some())
-                || s.http.as_ref().is_some_and(|h| h.auth.is_some())
-        });
-        let client = match (&args.kubeconfig, needs_secrets) {
-            (Some(path), _) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                let config =
-                    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                        .await?;
-                Client::try_from(config)?
-            }
-            (None, true) => Client::try_default().await.context(
+    let fetcher = super::FetchFlags {
+        cache_dir: args.cache_dir.clone(),
+        plain_http_registries: args.plain_http_registries.clone(),
+    }
+    .fetcher()?;
+    super::block_on(async move {
+        let needs_secrets = bd
+            .spec
+            .sources
+            .iter()
+            .any(|s| crate::preview::named_secret(s).is_some());
+        // Only a source naming a Secret needs the cluster.
+        let client = if needs_secrets {
+            Some(args.kube.client().await.context(
                 "a source names a Secret: a cluster is needed to read it (--kubeconfig)",
-            )?,
-            // No Secrets to read: a client is never used, but the fetch phase takes one.
-            (None, false) => Client::try_from(Config::new("http://127.0.0.1:1".parse()?))?,
+            )?)
+        } else {
+            None
         };
-        let cache = Cache::open(&cache_dir, 4 * 1024 * 1024 * 1024)
-            .with_context(|| format!("opening the cache at {}", cache_dir.display()))?;
-        let options = FetchOptions {
-            plain_http_registries: args.plain_http_registries.clone(),
-            ..Default::default()
-        };
-        let fetcher = Fetcher::new(Arc::new(cache), options);
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
             allowed_namespaces: Vec::new(),
         };
-        let fetched = fetch_sources(&client, &fetcher, &policy, &bd).await?;
+        let progress = Progress::stderr();
+        let fetched = crate::preview::fetch_sources(
+            client.as_ref().map(|c| (c, &policy)),
+            &fetcher,
+            &bd,
+            &|e| progress.event(e),
+        )
+        .await?;
+        drop(progress);
         assemble(&fetched, &args.dir)?;
         for source in &fetched {
             let destination = if source.destination.is_empty() {
@@ -117,7 +85,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
     })
 }
 
-fn dirs_cache() -> PathBuf {
+pub(super) fn dirs_cache() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))

@@ -1,9 +1,23 @@
 //! The `pallet` command line: one subcommand per user-facing task.
+//!
+//! Cluster commands take kubectl's `--kubeconfig`/`--context`; commands whose output is data take
+//! `-o table|yaml|json`. The binary also works as the kubectl plugin `kubectl pallet` (invoked
+//! through a `kubectl-pallet` link), see [`command_for`].
 
 mod agent;
 mod fetch;
+mod ops;
+mod plan;
+mod progress;
+mod push;
+mod render;
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
 
 /// pallet: a bundle deployment agent for Kubernetes.
 #[derive(Parser, Debug)]
@@ -23,6 +37,173 @@ pub enum Command {
     Fetch(fetch::FetchArgs),
     /// Run the agent: watch BundleDeployments and keep their bundles applied.
     Agent(Box<agent::AgentArgs>),
+    /// Render a BundleDeployment's sources (or a local tree) to objects, without a cluster.
+    Render(render::RenderArgs),
+    /// Preview what applying a BundleDeployment would do: per-object diff (server-side dry-run),
+    /// prunes and the RBAC it grants; `--pin` prints it with every source pinned.
+    Plan(plan::PlanArgs),
+    /// Show a BundleDeployment's conditions, revisions, drift and unhealthy objects.
+    Status(ops::StatusArgs),
+    /// List a BundleDeployment's revisions.
+    History(ops::StatusArgs),
+    /// Ask the agent to roll back to a stored revision.
+    Rollback(ops::RollbackArgs),
+    /// Ask the agent to retry a failed revision now.
+    Retry(ops::RequestArgs),
+    /// Ask the agent to reconcile now (re-resolve floating refs, correct drift).
+    Reconcile(ops::RequestArgs),
+    /// Pause a BundleDeployment: the agent stops writing to its objects.
+    Pause(ops::PauseArgs),
+    /// Resume a paused BundleDeployment (`--dry-run`: show what resuming would revert).
+    Resume(ops::ResumeArgs),
+    /// Show which BundleDeployment and revision wrote an object, and where that came from.
+    Trace(ops::TraceArgs),
+    /// Publish a directory as an OCI bundle image.
+    Push(push::PushArgs),
+    /// Print a shell completion script.
+    Completion(CompletionArgs),
+}
+
+/// Flags of `pallet completion`.
+#[derive(Args, Debug)]
+pub struct CompletionArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+/// kubectl-style cluster flags, on every command that talks to a cluster.
+#[derive(Args, Debug, Clone, Default)]
+pub struct KubeArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl KubeArgs {
+    /// The client configuration these flags select.
+    pub async fn config(&self) -> anyhow::Result<Config> {
+        crate::tls::install_crypto_provider();
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                Ok(Config::from_custom_kubeconfig(kubeconfig, &options).await?)
+            }
+            None if self.context.is_some() => Ok(Config::from_kubeconfig(&options).await?),
+            None => Ok(Config::infer()
+                .await
+                .context("no cluster configured (--kubeconfig, $KUBECONFIG or ~/.kube/config)")?),
+        }
+    }
+
+    /// A client for the selected cluster.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        Ok(Client::try_from(self.config().await?)?)
+    }
+}
+
+/// How data is printed.
+#[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Output {
+    /// Human-readable text.
+    #[default]
+    Table,
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// `value` as YAML, long strings kept on one line (a digest reference folded over two lines is
+/// valid YAML but hard to read and to grep), multi-line strings as literal blocks.
+pub fn to_yaml<T: serde::Serialize>(value: &T) -> anyhow::Result<String> {
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    Ok(serde_saphyr::to_string_with_options(value, options)?)
+}
+
+/// Prints `value` as YAML or JSON.
+pub fn print_data(output: Output, value: &serde_json::Value) -> anyhow::Result<()> {
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        _ => print!("{}", to_yaml(value)?),
+    }
+    Ok(())
+}
+
+/// Source-fetch flags shared by the commands that fetch (render, plan, resume --dry-run).
+#[derive(Args, Debug, Clone)]
+pub struct FetchFlags {
+    /// Source cache directory (default ~/.cache/pallet/fetch).
+    #[arg(long, env = "PALLET_FETCH_CACHE")]
+    pub cache_dir: Option<PathBuf>,
+    /// Registries (host:port) spoken to over plain HTTP (repeatable).
+    #[arg(long = "plain-http-registry")]
+    pub plain_http_registries: Vec<String>,
+}
+
+impl FetchFlags {
+    /// A fetcher over the cache these flags name.
+    pub fn fetcher(&self) -> anyhow::Result<crate::source::Fetcher> {
+        let dir = self
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| fetch::dirs_cache().join("fetch"));
+        let cache = crate::source::Cache::open(&dir, 4 * 1024 * 1024 * 1024)
+            .with_context(|| format!("opening the cache at {}", dir.display()))?;
+        Ok(crate::source::Fetcher::new(
+            std::sync::Arc::new(cache),
+            crate::source::FetchOptions {
+                plain_http_registries: self.plain_http_registries.clone(),
+                ..Default::default()
+            },
+        ))
+    }
+}
+
+/// Runs `future` to completion on a fresh runtime.
+pub fn block_on<T>(
+    future: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(future)
+}
+
+/// The clap command, named for how the binary was invoked: `kubectl pallet` when run through a
+/// `kubectl-pallet` link (kubectl's plugin mechanism), so help and errors show the right usage.
+pub fn command_for(argv0: Option<&std::ffi::OsStr>) -> clap::Command {
+    let invoked = argv0
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("pallet");
+    let command = Cli::command();
+    if invoked.starts_with("kubectl-pallet") {
+        command.bin_name("kubectl pallet").name("kubectl-pallet")
+    } else {
+        command
+    }
+}
+
+/// Parses the process's arguments (see [`command_for`]).
+pub fn parse() -> Cli {
+    use clap::FromArgMatches as _;
+    let argv0 = std::env::args_os().next();
+    let matches = command_for(argv0.as_deref()).get_matches();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    }
 }
 
 /// Runs the parsed command line.
@@ -34,5 +215,23 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Agent(args) => agent::run(*args),
         Command::Fetch(args) => fetch::run(args),
+        Command::Render(args) => render::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Status(args) => ops::status(args),
+        Command::History(args) => ops::history(args),
+        Command::Rollback(args) => ops::rollback(args),
+        Command::Retry(args) => ops::request(ops::Request::Retry, args),
+        Command::Reconcile(args) => ops::request(ops::Request::Reconcile, args),
+        Command::Pause(args) => ops::pause(args),
+        Command::Resume(args) => ops::resume(args),
+        Command::Trace(args) => ops::trace(args),
+        Command::Push(args) => push::run(args),
+        Command::Completion(args) => {
+            let argv0 = std::env::args_os().next();
+            let mut command = command_for(argv0.as_deref());
+            let name = command.get_bin_name().unwrap_or("pallet").replace(' ', "-");
+            clap_complete::generate(args.shell, &mut command, name, &mut std::io::stdout());
+            Ok(())
+        }
     }
 }

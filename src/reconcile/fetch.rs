@@ -74,7 +74,8 @@ pub fn remove_tree(tree: &Path) {
     }
 }
 
-async fn source_secrets(
+/// Reads the Secrets `source` names (credentials, CA) under the policy; none named, none read.
+pub async fn source_secrets(
     client: &Client,
     policy: &SecretPolicy,
     service_account: Option<&ServiceAccountReference>,

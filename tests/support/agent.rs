@@ -46,6 +46,28 @@ impl Agent {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
+        Agent::start_selecting_env(
+            &format!("{TEST_LABEL}={selector_value}"),
+            selector_value,
+            extra_args,
+            env,
+        )
+    }
+
+    /// An agent watching BundleDeployments that match the label `selector`; logs are named
+    /// after `log_name`.
+    pub fn start_selecting(selector: &str, log_name: &str, extra_args: &[&str]) -> Agent {
+        Agent::start_selecting_env(selector, log_name, extra_args, &[])
+    }
+
+    /// Like [`Agent::start_selecting`], with extra environment variables.
+    pub fn start_selecting_env(
+        selector: &str,
+        log_name: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Agent {
+        let selector_value = log_name;
         let cache = tempfile::tempdir().unwrap();
         // Logs outlive the test (under the state dir) so a failure can be read afterwards.
         let logs = cluster::state_dir().join("test-agents");
@@ -75,7 +97,7 @@ impl Agent {
             .arg("--change-log")
             .arg(&changes)
             .arg("--selector")
-            .arg(format!("{TEST_LABEL}={selector_value}"))
+            .arg(selector)
             .args(extra_args)
             .env("RUST_LOG", "info,pallet=debug")
             .envs(env.iter().copied())

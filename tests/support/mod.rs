@@ -383,7 +383,7 @@ impl Fixtures {
     }
 
     /// Pushes `dir` as an OCI image with one tar+gzip layer to `registry`/`repo`:`tag`; returns
-    /// the manifest digest.
+    /// the manifest digest. The same code as `pallet push` ([`pallet::push::push_dir`]).
     pub async fn push_dir_as_image(
         &self,
         registry: &Server,
@@ -391,11 +391,16 @@ impl Fixtures {
         tag: &str,
         dir: &Path,
         auth: &RegistryAuth,
-    ) -> Result<String, oci_client::errors::OciDistributionError> {
-        let image = Image::oci().layer(Layer::tar_gz_dir(dir));
-        self.push_image(registry, repo, tag, &image, auth)
-            .await
-            .map(|d| d.digest)
+    ) -> Result<String, pallet::push::PushError> {
+        let options = pallet::push::PushOptions {
+            plain_http: !registry.tls,
+            ca_pem: Some(self.ca_pem()),
+            basic_auth: match auth {
+                RegistryAuth::Basic(user, password) => Some((user.clone(), password.clone())),
+                _ => None,
+            },
+        };
+        pallet::push::push_dir(&format!("{}/{repo}:{tag}", registry.host), dir, &options).await
     }
 
     /// Pushes `image` (blobs, then manifest) to `registry`/`repo` under `reference` (a tag or a
@@ -675,37 +680,11 @@ impl Layer {
     }
 }
 
+/// `dir` as a deterministic tar, as `pallet push` lays it out.
 fn tar_dir(dir: &Path) -> Vec<u8> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<TarEntry>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            let rel = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            if meta.file_type().is_symlink() {
-                let target = std::fs::read_link(&path).unwrap();
-                out.push(TarEntry::Symlink(
-                    rel,
-                    target.to_string_lossy().into_owned(),
-                ));
-            } else if meta.is_dir() {
-                out.push(TarEntry::Dir(rel));
-                walk(root, &path, out);
-            } else {
-                out.push(TarEntry::File(rel, std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    let mut entries = Vec::new();
-    walk(dir, dir, &mut entries);
-    tar_entries(&entries)
+    let entries =
+        pallet::push::dir_entries(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()));
+    pallet::push::tar(&entries).unwrap()
 }
 
 fn tar_entries(entries: &[TarEntry]) -> Vec<u8> {

@@ -1,0 +1,795 @@
+//! Day-to-day commands on a live BundleDeployment: `status`, `history`, `rollback`, `retry`,
+//! `reconcile`, `pause`, `resume` and `trace`.
+//!
+//! Requests to the agent (rollback, retry, reconcile) are one-shot annotations whose value the
+//! agent copies into the matching `status.lastHandled*` field once it has acted; `--wait` polls
+//! for that with a deadline.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use clap::Args;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::Scope;
+use kube::Client;
+use serde_json::{json, Value};
+
+use super::progress::Progress;
+use super::{print_data, FetchFlags, KubeArgs, Output};
+use crate::api::{
+    BundleDeployment, BundleDeploymentStatus, RevisionStatus, REQUESTED_RECONCILE_ANNOTATION,
+    REQUESTED_RETRY_ANNOTATION, REQUESTED_ROLLBACK_ANNOTATION,
+};
+use crate::apply::plan::{OWNER_LABEL, REVISION_ANNOTATION};
+use crate::preview;
+use crate::reconcile::fetch::SecretPolicy;
+use crate::reconcile::PAUSED_REASON_ANNOTATION;
+
+/// Field manager of the CLI's own writes to BundleDeployments.
+const CLI_FIELD_MANAGER: &str = "pallet-cli";
+
+/// Flags of `pallet status` and `pallet history`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The BundleDeployment.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Flags of `pallet retry` and `pallet reconcile`.
+#[derive(Args, Debug)]
+pub struct RequestArgs {
+    /// The BundleDeployment.
+    pub name: String,
+    /// Wait until the agent has handled the request, then report.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits (seconds).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Flags of `pallet rollback`.
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    /// The BundleDeployment.
+    pub name: String,
+    /// The stored revision to return to.
+    #[arg(long = "to", value_name = "N")]
+    pub to: i64,
+    /// Wait until the agent has handled the request, then report.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits (seconds).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Flags of `pallet pause`.
+#[derive(Args, Debug)]
+pub struct PauseArgs {
+    /// The BundleDeployment.
+    pub name: String,
+    /// Why (shown in the Paused condition and `pallet status`).
+    #[arg(long)]
+    pub reason: String,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Flags of `pallet resume`.
+#[derive(Args, Debug)]
+pub struct ResumeArgs {
+    /// The BundleDeployment.
+    pub name: String,
+    /// Change nothing: print the objects that differ from the bundle (what resuming would
+    /// revert) and their differing field paths.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The agent's namespace: where Secrets named without a namespace are read (`--dry-run`).
+    #[arg(long, default_value = "pallet-system")]
+    pub namespace: String,
+    /// Output format of `--dry-run`.
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Fetch settings (`--dry-run`).
+    #[command(flatten)]
+    pub fetch: FetchFlags,
+}
+
+/// Flags of `pallet trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// The object, as `KIND/NAME` (`configmap/app`, `deployments.apps/web`, `Deployment/web`).
+    #[arg(value_name = "KIND/NAME")]
+    pub object: String,
+    /// Namespace of a namespaced object (default: the context's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// The agent's namespace, where revision snapshots are stored (read when the revision is no
+    /// longer in the BundleDeployment's status).
+    #[arg(long, default_value = "pallet-system")]
+    pub store_namespace: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t)]
+    pub output: Output,
+    /// Cluster.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// The one-shot requests without arguments.
+#[derive(Clone, Copy, Debug)]
+pub enum Request {
+    /// `pallet retry`.
+    Retry,
+    /// `pallet reconcile`.
+    Reconcile,
+}
+
+async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
+    Api::<BundleDeployment>::all(client.clone())
+        .get_opt(name)
+        .await
+        .with_context(|| format!("reading BundleDeployment {name}"))?
+        .ok_or_else(|| anyhow!("BundleDeployment {name} not found"))
+}
+
+async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(CLI_FIELD_MANAGER),
+            &Patch::Merge(patch),
+        )
+        .await
+        .with_context(|| format!("updating BundleDeployment {name}"))?;
+    Ok(())
+}
+
+/// An RFC 3339 UTC timestamp: the token that makes each request distinct.
+fn token() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+fn age(time: Option<&Time>) -> String {
+    let Some(time) = time else {
+        return "-".into();
+    };
+    let seconds = (k8s_openapi::jiff::Timestamp::now().as_second() - time.0.as_second()).max(0);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn short_digest(digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    format!("sha256:{}", hex.chars().take(12).collect::<String>())
+}
+
+fn phase_name(revision: &RevisionStatus) -> String {
+    serde_json::to_value(revision.phase)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Reads the status field that records a handled request.
+type HandledField = fn(&BundleDeploymentStatus) -> Option<&String>;
+
+/// Waits until `handled(status)` equals `value`, polling every half second until `timeout`.
+async fn wait_handled(
+    client: &Client,
+    name: &str,
+    value: &str,
+    timeout: Duration,
+    what: &str,
+    handled: HandledField,
+) -> anyhow::Result<BundleDeployment> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let bd = get_bd(client, name).await?;
+        let status = bd.status.clone().unwrap_or_default();
+        if handled(&status).map(String::as_str) == Some(value) {
+            return Ok(bd);
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "timed out after {}s waiting for the agent to handle the {what} request {value:?} on {name} (last handled: {:?}); is the agent running?",
+                timeout.as_secs(),
+                handled(&status)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn ready_line(bd: &BundleDeployment) -> String {
+    let status = bd.status.clone().unwrap_or_default();
+    let ready = crate::api::conditions::find(&status.conditions, "Ready");
+    let active = status
+        .active_revision
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| "none".into());
+    match ready {
+        Some(c) => format!(
+            "active revision {active}; Ready={} {}: {}",
+            c.status, c.reason, c.message
+        ),
+        None => format!("active revision {active}; no Ready condition yet"),
+    }
+}
+
+/// Runs `pallet status`.
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let bd = super::block_on(async { get_bd(&args.kube.client().await?, &args.name).await })?;
+    let status = bd.status.clone().unwrap_or_default();
+    let reason = bd
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PAUSED_REASON_ANNOTATION))
+        .cloned();
+    if args.output != Output::Table {
+        return print_data(
+            args.output,
+            &json!({
+                "name": args.name,
+                "paused": bd.spec.paused,
+                "pausedReason": reason,
+                "generation": bd.metadata.generation,
+                "status": status,
+            }),
+        );
+    }
+    print!("{}", format_status(&args.name, &bd, reason.as_deref()));
+    Ok(())
+}
+
+/// `pallet status` as text.
+pub fn format_status(name: &str, bd: &BundleDeployment, paused_reason: Option<&str>) -> String {
+    let status = bd.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    let opt = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "none".into());
+    let _ = writeln!(out, "Name:                  {name}");
+    let _ = writeln!(out, "Format:                {}", format_name(bd));
+    let _ = writeln!(
+        out,
+        "Paused:                {}{}",
+        bd.spec.paused,
+        paused_reason.map(|r| format!(" ({r})")).unwrap_or_default()
+    );
+    let _ = writeln!(
+        out,
+        "Generation:            {} (observed {})",
+        opt(bd.metadata.generation),
+        opt(status.observed_generation)
+    );
+    let _ = writeln!(
+        out,
+        "Active revision:       {}",
+        opt(status.active_revision)
+    );
+    let _ = writeln!(
+        out,
+        "Last healthy revision: {}",
+        opt(status.last_healthy_revision)
+    );
+    let _ = writeln!(out, "\nConditions:");
+    if status.conditions.is_empty() {
+        let _ = writeln!(out, "  none yet");
+    } else {
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<7} {:<22} {:<5} MESSAGE",
+            "TYPE", "STATUS", "REASON", "AGE"
+        );
+        for c in &status.conditions {
+            let _ = writeln!(
+                out,
+                "  {:<12} {:<7} {:<22} {:<5} {}",
+                c.type_,
+                c.status,
+                c.reason,
+                age(Some(&c.last_transition_time)),
+                c.message
+            );
+        }
+    }
+    let _ = writeln!(out, "\nRevisions:");
+    out.push_str(&indent(&format_revisions(&status), "  "));
+    if let Some(healthy) = crate::api::conditions::find(&status.conditions, "Healthy") {
+        if healthy.status != "True" && !healthy.message.is_empty() {
+            let _ = writeln!(out, "\nUnhealthy objects:\n  {}", healthy.message);
+        }
+    }
+    if let Some(drift) = status.drift.as_ref().filter(|d| d.count > 0) {
+        let _ = writeln!(
+            out,
+            "\nDrift: {} object(s) differ from the bundle",
+            drift.count
+        );
+        for object in &drift.objects {
+            let _ = writeln!(
+                out,
+                "  {}: {}",
+                super::plan::reference_text(object),
+                object.message.as_deref().unwrap_or("differs")
+            );
+        }
+        if drift.count as usize > drift.objects.len() {
+            let _ = writeln!(
+                out,
+                "  … and {} more",
+                drift.count as usize - drift.objects.len()
+            );
+        }
+    }
+    if !status.skipped.is_empty() {
+        let _ = writeln!(out, "\nSkipped (optional, kind not served):");
+        for object in &status.skipped {
+            let _ = writeln!(out, "  {}", super::plan::reference_text(object));
+        }
+    }
+    out
+}
+
+fn indent(text: &str, prefix: &str) -> String {
+    text.lines().map(|l| format!("{prefix}{l}\n")).collect()
+}
+
+fn format_name(bd: &BundleDeployment) -> String {
+    serde_json::to_value(bd.spec.format)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The revisions table (newest first); `*` marks the active revision.
+pub fn format_revisions(status: &BundleDeploymentStatus) -> String {
+    if status.revisions.is_empty() {
+        return "none recorded yet\n".into();
+    }
+    let mut out = format!(
+        "  {:<8} {:<11} {:<4} {:<19} {:<7} {:<7} {:<7} SOURCES / MESSAGE\n",
+        "REVISION", "PHASE", "GEN", "DIGEST", "OBJECTS", "APPLIED", "HEALTHY"
+    );
+    for r in &status.revisions {
+        let marker = if Some(r.number) == status.active_revision {
+            '*'
+        } else {
+            ' '
+        };
+        let sources: Vec<String> = r
+            .sources
+            .iter()
+            .map(|s| format!("{} -> {}", s.reference, s.resolved))
+            .collect();
+        let _ = write!(
+            out,
+            "{marker} {:<8} {:<11} {:<4} {:<19} {:<7} {:<7} {:<7} {}",
+            r.number,
+            phase_name(r),
+            r.generation,
+            short_digest(&r.digest),
+            r.objects,
+            age(r.applied_at.as_ref()),
+            age(r.healthy_at.as_ref()),
+            sources.join(", ")
+        );
+        if let Some(message) = &r.message {
+            let _ = write!(out, " ({message})");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs `pallet history`.
+pub fn history(args: StatusArgs) -> anyhow::Result<()> {
+    let bd = super::block_on(async { get_bd(&args.kube.client().await?, &args.name).await })?;
+    let status = bd.status.unwrap_or_default();
+    match args.output {
+        Output::Table => print!("{}", format_revisions(&status)),
+        output => print_data(output, &serde_json::to_value(&status.revisions)?)?,
+    }
+    Ok(())
+}
+
+/// Runs `pallet rollback`.
+pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
+    super::block_on(async {
+        let client = args.kube.client().await?;
+        let bd = get_bd(&client, &args.name).await?;
+        let status = bd.status.clone().unwrap_or_default();
+        if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == args.to) {
+            let known: Vec<String> = status
+                .revisions
+                .iter()
+                .map(|r| r.number.to_string())
+                .collect();
+            bail!(
+                "BundleDeployment {} has no stored revision {}; stored: {}",
+                args.name,
+                args.to,
+                known.join(", ")
+            );
+        }
+        let value = format!("{}@{}", args.to, token());
+        patch_bd(
+            &client,
+            &args.name,
+            &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
+        )
+        .await?;
+        println!(
+            "requested rollback of {} to revision {} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
+            args.name, args.to
+        );
+        if args.wait {
+            let bd = wait_handled(
+                &client,
+                &args.name,
+                &value,
+                Duration::from_secs(args.timeout),
+                "rollback",
+                |s| s.last_handled_rollback.as_ref(),
+            )
+            .await?;
+            println!("handled: {}", ready_line(&bd));
+            let active = bd.status.as_ref().and_then(|s| s.active_revision);
+            if active != Some(args.to) {
+                bail!(
+                    "the agent handled the request but revision {} is active, not {}",
+                    active
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| "none".into()),
+                    args.to
+                );
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Runs `pallet retry` or `pallet reconcile`.
+pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
+    let (annotation, what, handled): (&str, &str, HandledField) = match kind {
+        Request::Retry => (REQUESTED_RETRY_ANNOTATION, "retry", |s| {
+            s.last_handled_retry.as_ref()
+        }),
+        Request::Reconcile => (REQUESTED_RECONCILE_ANNOTATION, "reconcile", |s| {
+            s.last_handled_reconcile.as_ref()
+        }),
+    };
+    super::block_on(async {
+        let client = args.kube.client().await?;
+        get_bd(&client, &args.name).await?;
+        let value = token();
+        patch_bd(
+            &client,
+            &args.name,
+            &json!({"metadata": {"annotations": {annotation: value}}}),
+        )
+        .await?;
+        println!("requested {what} of {} ({annotation}={value})", args.name);
+        if args.wait {
+            let bd = wait_handled(
+                &client,
+                &args.name,
+                &value,
+                Duration::from_secs(args.timeout),
+                what,
+                handled,
+            )
+            .await?;
+            println!("handled: {}", ready_line(&bd));
+        }
+        Ok(())
+    })
+}
+
+/// Runs `pallet pause`.
+pub fn pause(args: PauseArgs) -> anyhow::Result<()> {
+    super::block_on(async {
+        let client = args.kube.client().await?;
+        get_bd(&client, &args.name).await?;
+        patch_bd(
+            &client,
+            &args.name,
+            &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: args.reason}},
+                    "spec": {"paused": true}}),
+        )
+        .await?;
+        println!("paused {}: {}", args.name, args.reason);
+        Ok(())
+    })
+}
+
+/// Runs `pallet resume`.
+pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
+    super::block_on(async {
+        let config = args.kube.config().await?;
+        let client = Client::try_from(config)?;
+        let bd = get_bd(&client, &args.name).await?;
+        if !args.dry_run {
+            patch_bd(
+                &client,
+                &args.name,
+                &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: null}},
+                        "spec": {"paused": false}}),
+            )
+            .await?;
+            println!("resumed {}", args.name);
+            return Ok(());
+        }
+        let fetcher = args.fetch.fetcher()?;
+        let policy = SecretPolicy {
+            agent_namespace: args.namespace.clone(),
+            allowed_namespaces: Vec::new(),
+        };
+        let progress = Progress::stderr();
+        let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
+            progress.event(e)
+        })
+        .await?;
+        drop(progress);
+        let capabilities = match bd.spec.format {
+            crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
+            _ => None,
+        };
+        let rendered = preview::assemble_and_render(&fetcher, &bd, &fetched, capabilities)?;
+        let target = preview::Target {
+            client: &client,
+            owner: &args.name,
+            install_namespace: bd.spec.install_namespace.as_deref(),
+            collision_protection: bd.spec.collision_protection(),
+        };
+        let drifted = preview::drift(&target, &rendered.object_list()).await?;
+        if args.output != Output::Table {
+            let list: Vec<Value> = drifted
+                .iter()
+                .map(|d| {
+                    json!({"kind": d.key.kind, "group": d.key.group, "namespace": d.key.namespace,
+                           "name": d.key.name, "missing": d.missing, "fields": d.paths})
+                })
+                .collect();
+            return print_data(
+                args.output,
+                &json!({"name": args.name, "paused": bd.spec.paused, "wouldRevert": list}),
+            );
+        }
+        if !bd.spec.paused {
+            println!(
+                "{} is not paused; the agent already keeps it as the bundle says.",
+                args.name
+            );
+        }
+        if drifted.is_empty() {
+            println!(
+                "resuming {} would revert nothing: every object matches the bundle",
+                args.name
+            );
+        } else {
+            println!(
+                "resuming {} would revert {} object(s):",
+                args.name,
+                drifted.len()
+            );
+            for d in &drifted {
+                if d.missing {
+                    println!("  {}: missing, would be created", d.key);
+                } else {
+                    println!("  {}: {}", d.key, d.paths.join(", "));
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Finds the API resource for a kubectl-style kind (`configmap`, `configmaps`, `ConfigMap`,
+/// `deployments.apps`, `Deployment.apps`).
+async fn find_resource(
+    client: &Client,
+    kind: &str,
+) -> anyhow::Result<(kube::discovery::ApiResource, Scope)> {
+    let discovery = kube::Discovery::new(client.clone())
+        .run()
+        .await
+        .context("discovering the cluster's APIs")?;
+    let wanted = kind.to_ascii_lowercase();
+    let (name, group) = match wanted.split_once('.') {
+        Some((name, group)) => (name.to_string(), Some(group.to_string())),
+        None => (wanted.clone(), None),
+    };
+    for api_group in discovery.groups() {
+        if group.as_deref().is_some_and(|g| g != api_group.name()) {
+            continue;
+        }
+        for (resource, caps) in api_group.recommended_resources() {
+            let kind_lower = resource.kind.to_ascii_lowercase();
+            if name == kind_lower || name == resource.plural {
+                return Ok((resource, caps.scope));
+            }
+        }
+    }
+    bail!("the cluster serves no kind {kind:?}")
+}
+
+/// Runs `pallet trace`.
+pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
+    let (kind, name) = args
+        .object
+        .split_once('/')
+        .ok_or_else(|| anyhow!("give the object as KIND/NAME, e.g. configmap/app"))?;
+    let report = super::block_on(async {
+        let config = args.kube.config().await?;
+        let default_namespace = config.default_namespace.clone();
+        let client = Client::try_from(config)?;
+        let (resource, scope) = find_resource(&client, kind).await?;
+        let api: Api<DynamicObject> = match scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                args.namespace.as_deref().unwrap_or(&default_namespace),
+                &resource,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        let object = api
+            .get_opt(name)
+            .await?
+            .ok_or_else(|| anyhow!("{} {name} not found", resource.kind))?;
+        let namespace = object.metadata.namespace.clone();
+        let what = match &namespace {
+            Some(ns) => format!("{} {ns}/{name}", resource.kind),
+            None => format!("{} {name}", resource.kind),
+        };
+        let owner = object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .cloned()
+            .ok_or_else(|| {
+                anyhow!("{what} carries no {OWNER_LABEL} label: pallet did not write it")
+            })?;
+        let revision: Option<i64> = object
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION_ANNOTATION))
+            .and_then(|v| v.parse().ok());
+        let bd = get_bd(&client, &owner).await.with_context(|| {
+            format!("{what} is labelled as written by BundleDeployment {owner}")
+        })?;
+        let status = bd.status.clone().unwrap_or_default();
+        let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
+        // Beyond the status list: the stored snapshot still names its sources and digest.
+        let stored = match (revision, &found) {
+            (Some(n), None) => {
+                let store = crate::revision::RevisionStore::new(
+                    client.clone(),
+                    args.store_namespace.clone(),
+                );
+                match store.load(&owner, n).await {
+                    Ok(record) => Some(json!({
+                        "number": record.number, "generation": record.generation,
+                        "digest": record.digest, "sources": record.sources,
+                        "objects": record.objects.len(),
+                    })),
+                    Err(crate::revision::RevisionError::NotFound { .. }) => None,
+                    Err(e) => {
+                        return Err(anyhow!(
+                            "reading revision {n} of {owner} from the store: {e}"
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok(json!({
+            "object": what,
+            "bundleDeployment": owner,
+            "revision": revision,
+            "activeRevision": status.active_revision,
+            "revisionStatus": found,
+            "storedRevision": stored,
+        }))
+    })?;
+    if args.output != Output::Table {
+        return print_data(args.output, &report);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Object:           {}",
+        report["object"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(
+        out,
+        "BundleDeployment: {}",
+        report["bundleDeployment"].as_str().unwrap_or("")
+    );
+    let active = report["activeRevision"].as_i64();
+    match report["revision"].as_i64() {
+        None => {
+            let _ = writeln!(
+                out,
+                "Revision:         unknown (no {REVISION_ANNOTATION} annotation); active revision {}",
+                active.map(|n| n.to_string()).unwrap_or_else(|| "none".into())
+            );
+        }
+        Some(n) => {
+            let marker = if Some(n) == active { " (active)" } else { "" };
+            let _ = writeln!(out, "Revision:         {n}{marker}");
+            match serde_json::from_value::<RevisionStatus>(report["revisionStatus"].clone()) {
+                Ok(r) => {
+                    let _ = writeln!(out, "Phase:            {}", phase_name(&r));
+                    let _ = writeln!(out, "Content digest:   {}", r.digest);
+                    let _ = writeln!(out, "Generation:       {}", r.generation);
+                    let _ = writeln!(out, "Sources:");
+                    for s in &r.sources {
+                        let kind = serde_json::to_value(s.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default();
+                        let _ = writeln!(out, "  {kind} {} -> {}", s.reference, s.resolved);
+                    }
+                }
+                Err(_) => {
+                    match report["storedRevision"].as_object() {
+                        Some(stored) => {
+                            let _ = writeln!(out, "Phase:            (not in status.revisions; from the revision store)");
+                            let _ = writeln!(
+                                out,
+                                "Content digest:   {}",
+                                stored["digest"].as_str().unwrap_or("")
+                            );
+                            let _ = writeln!(out, "Generation:       {}", stored["generation"]);
+                            let _ = writeln!(out, "Sources:");
+                            for s in stored["sources"].as_array().into_iter().flatten() {
+                                let _ = writeln!(
+                                    out,
+                                    "  {} {} -> {}",
+                                    s["kind"].as_str().unwrap_or(""),
+                                    s["ref"].as_str().unwrap_or(""),
+                                    s["resolved"].as_str().unwrap_or("")
+                                );
+                            }
+                        }
+                        None => {
+                            let _ = writeln!(
+                            out,
+                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {})",
+                            args.store_namespace
+                        );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    print!("{out}");
+    Ok(())
+}

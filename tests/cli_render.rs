@@ -1,0 +1,188 @@
+//! `pallet render`: a local tree by format, and a BundleDeployment's sources fetched from the
+//! real fixture servers, with no cluster; a source naming a Secret fails clearly; the progress
+//! display shows on a terminal and never on a pipe.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn pallet(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args(args)
+        // No cluster anywhere: render must not need one.
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .expect("pallet runs")
+}
+
+fn ok(args: &[&str]) -> (String, String) {
+    let out = pallet(args);
+    assert!(
+        out.status.success(),
+        "pallet {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    yaml.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect()
+}
+
+fn write_bundle(dir: &Path) {
+    std::fs::create_dir_all(dir.join("manifests")).unwrap();
+    std::fs::write(
+        dir.join("manifests/app.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app}\ndata: {greeting: hi}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {name: extra}\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn renders_a_local_tree_by_format() {
+    let work = tempfile::tempdir().unwrap();
+    write_bundle(work.path());
+    let dir = work.path().to_str().unwrap();
+    let (yaml, _) = ok(&[
+        "render",
+        "--format",
+        "plain",
+        dir,
+        "--install-namespace",
+        "demo",
+    ]);
+    let objects = docs(&yaml);
+    assert_eq!(objects.len(), 2, "{yaml}");
+    assert_eq!(objects[0]["kind"], "ConfigMap");
+    assert_eq!(objects[0]["metadata"]["namespace"], "demo");
+    assert_eq!(objects[0]["data"]["greeting"], "hi");
+    assert_eq!(objects[1]["kind"], "Namespace");
+    assert!(objects[1]["metadata"].get("namespace").is_none());
+
+    let (json, _) = ok(&["render", "--format", "plain", dir, "-o", "json"]);
+    let list: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+
+    // A helm chart, with a release name and a values file.
+    let chart = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/formats/testdata/helm/charts/starter"
+    );
+    let values = work.path().join("values.yaml");
+    std::fs::write(&values, "replicaCount: 3\n").unwrap();
+    let (yaml, _) = ok(&[
+        "render",
+        "--format",
+        "helm",
+        chart,
+        "--release-name",
+        "demo",
+        "--install-namespace",
+        "web",
+        "--values",
+        values.to_str().unwrap(),
+    ]);
+    let deployment = docs(&yaml)
+        .into_iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("no Deployment in:\n{yaml}"));
+    assert_eq!(deployment["metadata"]["name"], "demo-starter");
+    assert_eq!(deployment["metadata"]["namespace"], "web");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+
+    let bad = pallet(&["render", "--format", "plain"]);
+    assert!(!bad.status.success());
+}
+
+#[test]
+fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("render");
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("bundle");
+    write_bundle(&bundle);
+    let repo = fx.git_repo(&name);
+    repo.commit_dir("main", &bundle, "bundle");
+    let http_path = fx.put_file(
+        &format!("{name}/extra.yaml"),
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: from-http}\n",
+    );
+    let manifest = work.path().join("bd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata: {{name: {name}}}\n\
+             spec:\n  installNamespace: demo\n  format: plain\n  sources:\n\
+             \x20 - kind: git\n    git: {{repository: \"{}\", ref: {{branch: main}}}}\n\
+             \x20 - kind: http\n    destination: extra\n    http: {{url: \"{}\"}}\n",
+            repo.url(fx.git_plain()),
+            fx.http_plain().url_for(&http_path)
+        ),
+    )
+    .unwrap();
+    let cache = work.path().join("cache");
+    let (yaml, stderr) = ok(&[
+        "render",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    let names: Vec<String> = docs(&yaml)
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["from-http", "app", "extra"], "{yaml}");
+    // stderr is a pipe here: no progress display.
+    assert_eq!(stderr, "");
+
+    // On a terminal the fetch shows its progress (through `script`, which gives it a pty).
+    let command = format!(
+        "{} render -f {} --cache-dir {} >/dev/null",
+        env!("CARGO_BIN_EXE_pallet"),
+        manifest.display(),
+        work.path().join("cache2").display()
+    );
+    let tty = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("script (bsdutils) runs");
+    let shown = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{shown}");
+    assert!(
+        shown.contains("fetching [1/2] git ") && shown.contains("fetching [2/2] http "),
+        "{shown:?}"
+    );
+
+    // A source naming a Secret cannot be rendered without a cluster, and says so.
+    let with_secret = work.path().join("secret.yaml");
+    std::fs::write(
+        &with_secret,
+        format!(
+            "apiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata: {{name: {name}}}\n\
+             spec:\n  format: plain\n  sources:\n\
+             \x20 - kind: git\n    git: {{repository: \"{}\", ref: {{branch: main}}, auth: {{secret: {{name: creds}}}}}}\n",
+            repo.url(fx.git_plain())
+        ),
+    )
+    .unwrap();
+    let out = pallet(&["render", "-f", with_secret.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("source 0 (git ")
+            && stderr.contains("names Secret creds: reading it needs a cluster"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,103 @@
+//! Running the built `pallet` binary against the local control plane, for the CLI tests.
+//! Used with `#[path = "support/cli.rs"] mod cli;` next to `mod cluster;`.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::process::{Command, Output, Stdio};
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use pallet::api::BundleDeployment;
+use serde_json::Value;
+
+use crate::cluster;
+
+/// A `pallet` command with `--kubeconfig` pointing at the local control plane appended.
+pub fn pallet_cmd(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pallet"));
+    command
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(cluster::kubeconfig_path())
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `pallet args… --kubeconfig <local>`; returns the output.
+pub fn pallet(args: &[&str]) -> Output {
+    pallet_cmd(args).output().expect("pallet runs")
+}
+
+/// Runs `pallet` and returns stdout, panicking with stderr when it fails.
+pub fn pallet_ok(args: &[&str]) -> String {
+    let out = pallet(args);
+    assert!(
+        out.status.success(),
+        "pallet {args:?} failed: {}\nstdout: {}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `pallet` expecting failure; returns stderr.
+pub fn pallet_err(args: &[&str]) -> String {
+    let out = pallet(args);
+    assert!(
+        !out.status.success(),
+        "pallet {args:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// Creates (server-side applies) a BundleDeployment `name` with `spec`; no agent watches it
+/// unless the test starts one with a matching label.
+pub async fn create_bd(client: &Client, name: &str, spec: Value, labels: Value) {
+    let bd = serde_json::json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    });
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER).force(),
+            &Patch::Apply(&bd),
+        )
+        .await
+        .unwrap();
+}
+
+/// Writes `status` (a merge patch of the status subresource), standing in for the agent.
+pub async fn write_status(client: &Client, name: &str, status: Value) {
+    Api::<BundleDeployment>::all(client.clone())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The BundleDeployment `name`.
+pub async fn get_bd(client: &Client, name: &str) -> BundleDeployment {
+    Api::<BundleDeployment>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+}
+
+/// Deletes the BundleDeployment `name` (best effort: cleanup).
+pub async fn delete_bd(client: &Client, name: &str) {
+    let _ = Api::<BundleDeployment>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
+/// A metav1.Condition as JSON.
+pub fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    serde_json::json!({"type": type_, "status": status, "reason": reason, "message": message,
+                       "lastTransitionTime": "2026-01-01T00:00:00Z"})
+}
