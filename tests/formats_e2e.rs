@@ -5,6 +5,8 @@
 mod agent;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/kubelet.rs"]
+mod kubelet;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -122,6 +124,9 @@ async fn registry_v1_bundle_from_each_source_kind_installs_the_operator() {
         let name = support::unique_name("olm");
         let (source, flags) = publish(fx, &name, &argocd_bundle(), via).await;
         let agent = start_agent(&name, &flags);
+        // No kubelet in the local control plane: this one reports the operator's Pod running,
+        // so its Deployment becomes available and the revision healthy.
+        let _kubelet = kubelet::FakeKubelet::start(&client, &name, &["*"]);
         apply_bd(
             &client,
             &name,
@@ -266,6 +271,8 @@ async fn helm_chart_from_each_source_kind_with_values() {
         let name = support::unique_name("helm");
         let (source, flags) = publish(fx, &name, &chart, via).await;
         let agent = start_agent(&name, &flags);
+        // Reports the chart's Pods running (no kubelet here), so the Deployment becomes available.
+        let _kubelet = kubelet::FakeKubelet::start(&client, &name, &["*"]);
         apply_bd(
             &client,
             &name,

@@ -25,7 +25,8 @@ pub struct FakeKubelet {
 }
 
 impl FakeKubelet {
-    /// Starts reporting for Pods in `namespace`; images in `allowed` run and become Ready.
+    /// Starts reporting for Pods in `namespace`; images in `allowed` run and become Ready
+    /// (`"*"` allows every image).
     pub fn start(client: &Client, namespace: &str, allowed: &[&str]) -> FakeKubelet {
         let allowed = Arc::new(Mutex::new(
             allowed
@@ -70,7 +71,9 @@ async fn report(pods: &Api<Pod>, pod: &Pod, allowed: &Mutex<HashSet<String>>) {
         let allowed = allowed.lock().unwrap();
         spec.containers
             .iter()
-            .all(|c| c.image.as_deref().is_some_and(|i| allowed.contains(i)))
+            .all(|c| {
+                allowed.contains("*") || c.image.as_deref().is_some_and(|i| allowed.contains(i))
+            })
     };
     let ready_now = pod
         .status
