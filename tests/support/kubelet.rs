@@ -69,11 +69,9 @@ async fn report(pods: &Api<Pod>, pod: &Pod, allowed: &Mutex<HashSet<String>>) {
     }
     let runs = {
         let allowed = allowed.lock().unwrap();
-        spec.containers
-            .iter()
-            .all(|c| {
-                allowed.contains("*") || c.image.as_deref().is_some_and(|i| allowed.contains(i))
-            })
+        spec.containers.iter().all(|c| {
+            allowed.contains("*") || c.image.as_deref().is_some_and(|i| allowed.contains(i))
+        })
     };
     let ready_now = pod
         .status
