@@ -8,6 +8,8 @@ pub mod apply;
 pub mod changelog;
 pub mod cli;
 pub mod health;
+pub mod leader;
+pub mod metrics;
 pub mod metrics_hook;
 pub mod preview;
 pub mod push;

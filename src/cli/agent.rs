@@ -10,6 +10,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::changelog::ChangeLog;
+use crate::leader::{self, Attempt, Elector, LeaseConfig};
+use crate::metrics::METRICS;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::{controller, Context};
@@ -58,6 +60,22 @@ pub struct AgentArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
+    /// Run the controller only while holding a Lease, so that one of several replicas writes.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "pallet-agent")]
+    pub lease_name: String,
+    /// Namespace of the leader-election Lease; default: the agent's namespace.
+    #[arg(long)]
+    pub lease_namespace: Option<String>,
+    /// How long the Lease stays valid without renewal, in whole seconds (`15s`); the leader
+    /// renews every third of it.
+    #[arg(long, default_value = "15s", value_parser = leader::parse_seconds)]
+    pub lease_duration: Duration,
+    /// Address (ip:port) of the /metrics, /healthz and /readyz server; "" disables it.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub metrics_addr: String,
 }
 
 /// Log output format.
@@ -89,6 +107,32 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         };
         let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
+        // Health first: a standby must answer its probes while it waits for the Lease.
+        if !args.metrics_addr.is_empty() {
+            let bound = crate::metrics::serve(&args.metrics_addr).await?;
+            tracing::info!(address = %bound, "metrics server listening");
+        }
+        let mut elector = if args.leader_elect {
+            let config = LeaseConfig {
+                name: args.lease_name.clone(),
+                namespace: args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone()),
+                identity: leader::identity(),
+                duration: args.lease_duration,
+            };
+            let mut elector = Elector::new(client.clone(), config);
+            if !wait_for_leadership(&mut elector).await {
+                tracing::info!("pallet agent stopped before leading");
+                return Ok(());
+            }
+            Some(elector)
+        } else {
+            METRICS.set_leader(true);
+            None
+        };
+        // Nothing below runs (and nothing writes) before this process leads.
+        let renewer = elector.as_ref().map(|e| {
+            tokio::spawn(keep_renewing(Elector::new(client.clone(), e.config().clone())))
+        });
         let (owned_tx, owned_rx) = tokio::sync::mpsc::unbounded_channel();
         let owned = OwnedWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
@@ -103,9 +147,105 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         ));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
+        // The controller has finished its in-flight reconciles: stop renewing, then hand the
+        // Lease over at once instead of letting the next leader wait for it to expire.
+        if let Some(renewer) = renewer {
+            renewer.abort();
+        }
+        if let Some(elector) = elector.as_mut() {
+            match elector.release().await {
+                Ok(()) => tracing::info!(lease = %elector.config().name, "released the leader lease"),
+                Err(error) => tracing::warn!(%error, "could not release the leader lease; it expires by itself"),
+            }
+            METRICS.set_leader(false);
+        }
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Tries for the Lease until this process holds it (true) or a termination signal arrives (false).
+async fn wait_for_leadership(elector: &mut Elector) -> bool {
+    use tokio::signal::unix::{signal, SignalKind};
+    let config = elector.config().clone();
+    tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "waiting to lead");
+    // Without a handler the signal would kill the process, which is fine for a standby too; the
+    // handler only makes the exit clean and logged.
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut last_holder: Option<Option<String>> = None;
+    loop {
+        match elector.try_acquire_or_renew().await {
+            Ok(Attempt::Leading) => {
+                METRICS.set_leader(true);
+                tracing::info!(identity = %config.identity, lease = %config.name, "became the leader");
+                return true;
+            }
+            Ok(Attempt::Following { holder }) => {
+                METRICS.set_leader(false);
+                if holder.is_some() && last_holder.as_ref() != Some(&holder) {
+                    tracing::info!(
+                        leader = holder.as_deref().unwrap_or(""),
+                        "following the leader"
+                    );
+                    last_holder = Some(holder);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "leader election attempt failed"),
+        }
+        let wait = tokio::time::sleep(elector.next_attempt_in());
+        let terminated = async {
+            match term.as_mut() {
+                Some(term) => term.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = wait => {}
+            _ = tokio::signal::ctrl_c() => return false,
+            _ = terminated => return false,
+        }
+    }
+}
+
+/// Renews the Lease every retry period. Losing it (another holder, or no successful renewal
+/// within the renew deadline) ends the process at once with status 1: in-flight writes stop
+/// with it, and the Deployment restarts the container as a candidate. Exiting is the simplest
+/// way to be sure nothing writes after another replica may have taken over.
+async fn keep_renewing(mut elector: Elector) {
+    let config = elector.config().clone();
+    let mut last_renewal = tokio::time::Instant::now();
+    let mut pause = config.retry_period();
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = config.retry_period();
+        let left = config
+            .renew_deadline()
+            .saturating_sub(last_renewal.elapsed());
+        let outcome = tokio::time::timeout(left, elector.try_acquire_or_renew()).await;
+        let lost = match outcome {
+            Ok(Ok(Attempt::Leading)) => {
+                last_renewal = tokio::time::Instant::now();
+                None
+            }
+            Ok(Ok(Attempt::Following { holder })) => Some(format!(
+                "the lease is held by {}",
+                holder.as_deref().unwrap_or("another agent")
+            )),
+            Ok(Err(error)) if last_renewal.elapsed() < config.renew_deadline() => {
+                tracing::warn!(%error, "renewing the leader lease failed; retrying");
+                // Retry sooner than the period: there is a deadline to meet.
+                pause = (config.retry_period() / 4).max(Duration::from_millis(200));
+                None
+            }
+            Ok(Err(error)) => Some(format!("renewal failed past the deadline: {error}")),
+            Err(_) => Some("renewal timed out past the deadline".to_string()),
+        };
+        if let Some(why) = lost {
+            METRICS.set_leader(false);
+            tracing::error!(lease = %config.name, reason = %why, "lost the leader lease; exiting");
+            std::process::exit(1);
+        }
+    }
 }
 
 async fn client_config(args: &AgentArgs) -> anyhow::Result<Config> {

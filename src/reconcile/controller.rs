@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::{cleanup, reconcile_apply, Context, Next, ReconcileError, FINALIZER};
 use crate::api::BundleDeployment;
+use crate::metrics::METRICS;
 
 /// Errors surfaced to the controller runtime.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,8 @@ async fn reconcile(
     bd: Arc<BundleDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
+    let _in_flight = METRICS.reconcile_started();
+    let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
     let span = tracing::info_span!("reconcile", bundle_deployment = %bd.name_any());
     let result = finalizer(&api, FINALIZER, bd, |event| async {
@@ -41,6 +44,7 @@ async fn reconcile(
     })
     .instrument(span)
     .await;
+    METRICS.reconciled(result.is_ok(), started.elapsed());
     result.map_err(|e| ControllerError(Box::new(e)))
 }
 
@@ -85,6 +89,12 @@ pub async fn run(
     let bundle_deployments = watcher(raw, watch)
         .default_backoff()
         .filter_map(|event| std::future::ready(event.map(decode_event).transpose()))
+        .inspect(|event| {
+            // The first complete list: /readyz may report ready (see `metrics`).
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                METRICS.set_synced();
+            }
+        })
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(bundle_deployments, reader)

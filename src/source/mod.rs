@@ -268,7 +268,18 @@ impl Fetcher {
 
     /// Resolves `source` to an immutable ref and returns its cached content, downloading and
     /// unpacking it first when it is not cached. A pinned ref that is cached costs no network call.
+    /// Every call is counted in the `pallet_fetches_total` metric by kind and result.
     pub async fn fetch(
+        &self,
+        source: &Source,
+        secrets: &SourceSecrets,
+    ) -> Result<Fetched, SourceError> {
+        let result = self.fetch_uncounted(source, secrets).await;
+        crate::metrics::METRICS.fetched(kind_name(source.kind), result.is_ok());
+        result
+    }
+
+    async fn fetch_uncounted(
         &self,
         source: &Source,
         secrets: &SourceSecrets,

@@ -1,0 +1,490 @@
+//! Prometheus metrics, readiness state, and the small HTTP server that serves them with the
+//! health endpoints (`/metrics`, `/healthz`, `/readyz`).
+//!
+//! One process-global [`METRICS`] holds every metric, so any part of the agent can count what it
+//! does without threading a handle through. The server is a tiny HTTP/1.0-style handler on a
+//! tokio listener (one request per connection, then close): Prometheus scrapes and kubelet probes
+//! need nothing more, and it adds no HTTP server crate to the build.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The process-global metrics and readiness state.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Label set `result="success|error"`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// Label set of a fetch: source kind and result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FetchLabels {
+    kind: &'static str,
+    result: &'static str,
+}
+
+/// Label set `operation="created|updated"`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabel {
+    operation: &'static str,
+}
+
+/// Label set `trigger="apply-error|deadline|request"`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabel {
+    trigger: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    // 10ms .. ~164s: a cached no-op reconcile up to a slow chart install.
+    Histogram::new(exponential_buckets(0.01, 2.0, 15))
+}
+
+/// The agent's role, for readiness.
+const ROLE_STARTING: u8 = 0;
+const ROLE_STANDBY: u8 = 1;
+const ROLE_LEADER: u8 = 2;
+
+/// Every metric the agent exports (names in [`Metrics::new`]), plus readiness state.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ResultLabel, Counter>,
+    reconcile_duration: HistogramFamily<ResultLabel>,
+    fetches: Family<FetchLabels, Counter>,
+    applied: Family<OperationLabel, Counter>,
+    pruned: Counter,
+    revisions: Counter,
+    rollbacks: Family<TriggerLabel, Counter>,
+    drift: Counter,
+    in_flight: Gauge,
+    leader: Gauge,
+    role: AtomicU8,
+    synced: AtomicBool,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("pallet");
+        let reconciles = Family::<ResultLabel, Counter>::default();
+        let reconcile_duration: HistogramFamily<ResultLabel> =
+            Family::new_with_constructor(duration_histogram);
+        let fetches = Family::<FetchLabels, Counter>::default();
+        let applied = Family::<OperationLabel, Counter>::default();
+        let rollbacks = Family::<TriggerLabel, Counter>::default();
+        let (pruned, revisions, drift) =
+            (Counter::default(), Counter::default(), Counter::default());
+        let (in_flight, leader) = (Gauge::default(), Gauge::default());
+        // Counters get `_total` appended by the encoder; names below are without it.
+        registry.register(
+            "reconciles",
+            "Reconciles finished, by result (success|error)",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles, by result (success|error)",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "fetches",
+            "Source fetches, by source kind (image|git|http) and result (success|error)",
+            fetches.clone(),
+        );
+        registry.register(
+            "applied_objects",
+            "Objects written by applies, by operation (created|updated)",
+            applied.clone(),
+        );
+        registry.register(
+            "pruned_objects",
+            "Objects deleted because a new revision no longer has them",
+            pruned.clone(),
+        );
+        registry.register(
+            "revisions_created",
+            "Revisions recorded (a new set of resolved sources and rendered objects applied)",
+            revisions.clone(),
+        );
+        registry.register(
+            "rollbacks",
+            "Rollbacks to an earlier revision, by trigger (apply-error|deadline|request)",
+            rollbacks.clone(),
+        );
+        registry.register(
+            "drift_corrections",
+            "Objects rewritten because they drifted from the applied revision",
+            drift.clone(),
+        );
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now (the queue depth the agent can see: kube's controller does \
+             not expose the requests waiting in its scheduler)",
+            in_flight.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this agent holds the leader Lease (or runs without leader election), else 0",
+            leader.clone(),
+        );
+        // Series for every known label value exist from the start (at 0), so that rates and
+        // alerts work before the first event of a kind.
+        for result in ["success", "error"] {
+            let label = ResultLabel { result };
+            reconciles.get_or_create(&label);
+            reconcile_duration.get_or_create(&label);
+            for kind in ["image", "git", "http"] {
+                fetches.get_or_create(&FetchLabels { kind, result });
+            }
+        }
+        for operation in ["created", "updated"] {
+            applied.get_or_create(&OperationLabel { operation });
+        }
+        for trigger in ["apply-error", "deadline", "request"] {
+            rollbacks.get_or_create(&TriggerLabel {
+                trigger: trigger.to_string(),
+            });
+        }
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_duration,
+            fetches,
+            applied,
+            pruned,
+            revisions,
+            rollbacks,
+            drift,
+            in_flight,
+            leader,
+            role: AtomicU8::new(ROLE_STARTING),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts one finished reconcile and its duration.
+    pub fn reconciled(&self, success: bool, duration: Duration) {
+        let label = ResultLabel {
+            result: if success { "success" } else { "error" },
+        };
+        self.reconciles.get_or_create(&label).inc();
+        self.reconcile_duration
+            .get_or_create(&label)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// Marks a reconcile as running until the returned guard is dropped.
+    pub fn reconcile_started(&self) -> InFlight<'_> {
+        self.in_flight.inc();
+        InFlight(&self.in_flight)
+    }
+
+    /// Counts one source fetch of `kind` (`image`, `git`, `http`).
+    pub fn fetched(&self, kind: &'static str, success: bool) {
+        let labels = FetchLabels {
+            kind,
+            result: if success { "success" } else { "error" },
+        };
+        self.fetches.get_or_create(&labels).inc();
+    }
+
+    /// Counts objects written by an apply.
+    pub fn applied(&self, created: u64, updated: u64) {
+        let created_label = OperationLabel {
+            operation: "created",
+        };
+        let updated_label = OperationLabel {
+            operation: "updated",
+        };
+        self.applied.get_or_create(&created_label).inc_by(created);
+        self.applied.get_or_create(&updated_label).inc_by(updated);
+    }
+
+    /// Counts objects pruned.
+    pub fn pruned(&self, n: u64) {
+        self.pruned.inc_by(n);
+    }
+
+    /// Counts one revision recorded.
+    pub fn revision_created(&self) {
+        self.revisions.inc();
+    }
+
+    /// Counts one rollback; `trigger` is `apply-error`, `deadline` or `request`.
+    pub fn rollback(&self, trigger: &str) {
+        self.rollbacks
+            .get_or_create(&TriggerLabel {
+                trigger: trigger.to_string(),
+            })
+            .inc();
+    }
+
+    /// Counts objects rewritten to correct drift.
+    pub fn drift_corrected(&self, n: u64) {
+        self.drift.inc_by(n);
+    }
+
+    /// Records that this process leads (runs the controller) or not.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+        let role = if leading { ROLE_LEADER } else { ROLE_STANDBY };
+        self.role.store(role, Ordering::SeqCst);
+        if !leading {
+            self.synced.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Records that the controller's BundleDeployment watch has listed everything once.
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::SeqCst);
+    }
+
+    /// Ready: a leader whose watch has synced, or a standby (which proves it can reach the API
+    /// server by its lease attempts: the elector only calls [`Metrics::set_leader`]`(false)`
+    /// after a successful read of the Lease).
+    pub fn is_ready(&self) -> bool {
+        match self.role.load(Ordering::SeqCst) {
+            ROLE_LEADER => self.synced.load(Ordering::SeqCst),
+            ROLE_STANDBY => true,
+            _ => false,
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an error here would be an encoder bug, so answer
+        // with what was written so far rather than failing the scrape.
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics");
+        }
+        out
+    }
+}
+
+/// Decrements the in-flight gauge when a reconcile ends (also on cancellation).
+pub struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Errors starting the metrics server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address does not parse as host:port.
+    #[error("metrics address {addr:?} is not an IP address and port: {source}")]
+    Address {
+        /// The address as given.
+        addr: String,
+        /// Why it does not parse.
+        source: std::net::AddrParseError,
+    },
+    /// The listener could not bind.
+    #[error("cannot listen on {addr} for metrics: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Binds the metrics and health server on `addr` and serves it on a background task; returns
+/// the bound address (with the real port when `addr` asked for port 0).
+pub async fn serve(addr: &str) -> Result<SocketAddr, ServerError> {
+    let parsed: SocketAddr = addr.parse().map_err(|source| ServerError::Address {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let listener = TcpListener::bind(parsed)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: parsed,
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: parsed,
+        source,
+    })?;
+    tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    tokio::spawn(async move {
+                        if let Err(e) = handle(stream).await {
+                            tracing::debug!(error = %e, "metrics connection");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting a metrics connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(bound)
+}
+
+/// Answers one request and closes the connection.
+async fn handle(mut stream: TcpStream) -> std::io::Result<()> {
+    const MAX_HEAD: usize = 8 * 1024;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    // A slow or idle client must not hold a task forever.
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+    if !matches!(read, Ok(Ok(()))) {
+        return Ok(());
+    }
+    let (status, content_type, body) = respond(&head);
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The status line, content type and body for a request head (pure, for tests).
+fn respond(head: &[u8]) -> (&'static str, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    if method != "GET" {
+        return ("405 Method Not Allowed", TEXT, "only GET\n".into());
+    }
+    match path {
+        "/metrics" => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            METRICS.encode(),
+        ),
+        "/healthz" => ("200 OK", TEXT, "ok\n".into()),
+        "/readyz" if METRICS.is_ready() => ("200 OK", TEXT, "ready\n".into()),
+        "/readyz" => (
+            "503 Service Unavailable",
+            TEXT,
+            "not ready: leading but the BundleDeployment watch has not synced yet, or not \
+             started\n"
+                .into(),
+        ),
+        _ => ("404 Not Found", TEXT, "not found\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_show_up_with_their_labels() {
+        let metrics = Metrics::new();
+        metrics.reconciled(true, Duration::from_millis(30));
+        metrics.reconciled(false, Duration::from_millis(5));
+        metrics.fetched("git", true);
+        metrics.applied(3, 1);
+        metrics.pruned(2);
+        metrics.revision_created();
+        metrics.rollback("deadline");
+        metrics.drift_corrected(4);
+        let text = metrics.encode();
+        for line in [
+            "pallet_reconciles_total{result=\"success\"} 1",
+            "pallet_reconciles_total{result=\"error\"} 1",
+            "pallet_reconcile_duration_seconds_count{result=\"success\"} 1",
+            "pallet_fetches_total{kind=\"git\",result=\"success\"} 1",
+            "pallet_applied_objects_total{operation=\"created\"} 3",
+            "pallet_applied_objects_total{operation=\"updated\"} 1",
+            "pallet_pruned_objects_total 2",
+            "pallet_revisions_created_total 1",
+            "pallet_rollbacks_total{trigger=\"deadline\"} 1",
+            "pallet_drift_corrections_total 4",
+            "pallet_reconciles_in_flight 0",
+            "pallet_leader 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn in_flight_gauge_follows_guards() {
+        let metrics = Metrics::new();
+        let a = metrics.reconcile_started();
+        let b = metrics.reconcile_started();
+        assert_eq!(metrics.in_flight.get(), 2);
+        drop(a);
+        assert_eq!(metrics.in_flight.get(), 1);
+        drop(b);
+        assert_eq!(metrics.in_flight.get(), 0);
+    }
+
+    #[test]
+    fn readiness_by_role() {
+        let metrics = Metrics::new();
+        assert!(!metrics.is_ready(), "not ready before the elector has run");
+        metrics.set_leader(false);
+        assert!(metrics.is_ready(), "a standby is ready");
+        metrics.set_leader(true);
+        assert!(
+            !metrics.is_ready(),
+            "a new leader waits for its watch to sync"
+        );
+        metrics.set_synced();
+        assert!(metrics.is_ready());
+        assert_eq!(metrics.leader.get(), 1);
+        metrics.set_leader(false);
+        assert_eq!(metrics.leader.get(), 0);
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(respond(b"GET /healthz HTTP/1.1\r\n\r\n").0, "200 OK");
+        assert_eq!(respond(b"GET /nope HTTP/1.1\r\n\r\n").0, "404 Not Found");
+        assert_eq!(
+            respond(b"POST /metrics HTTP/1.1\r\n\r\n").0,
+            "405 Method Not Allowed"
+        );
+        let (status, content_type, body) = respond(b"GET /metrics?x=1 HTTP/1.1\r\n\r\n");
+        assert_eq!(status, "200 OK");
+        assert!(content_type.starts_with("application/openmetrics-text"));
+        assert!(
+            body.contains("pallet_reconciles_total{result=\"error\"} "),
+            "every known series is there from the start:\n{body}"
+        );
+    }
+}
