@@ -145,17 +145,17 @@ impl Metrics {
         // alerts work before the first event of a kind.
         for result in ["success", "error"] {
             let label = ResultLabel { result };
-            reconciles.get_or_create(&label);
-            reconcile_duration.get_or_create(&label);
+            let _ = reconciles.get_or_create(&label);
+            let _ = reconcile_duration.get_or_create(&label);
             for kind in ["image", "git", "http"] {
-                fetches.get_or_create(&FetchLabels { kind, result });
+                let _ = fetches.get_or_create(&FetchLabels { kind, result });
             }
         }
         for operation in ["created", "updated"] {
-            applied.get_or_create(&OperationLabel { operation });
+            let _ = applied.get_or_create(&OperationLabel { operation });
         }
         for trigger in ["apply-error", "deadline", "request"] {
-            rollbacks.get_or_create(&TriggerLabel {
+            let _ = rollbacks.get_or_create(&TriggerLabel {
                 trigger: trigger.to_string(),
             });
         }

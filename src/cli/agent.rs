@@ -269,6 +269,8 @@ fn init_logging(format: LogFormat) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,kube=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only on a terminal: not in log files or a container's log stream.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),

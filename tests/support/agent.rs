@@ -86,12 +86,20 @@ impl Agent {
         } else {
             &["--requeue-seconds", "2"]
         };
+        // Agents of parallel tests must not fight over one metrics port: any free port unless
+        // a test picks one.
+        let metrics: &[&str] = if extra_args.contains(&"--metrics-addr") {
+            &[]
+        } else {
+            &["--metrics-addr", "127.0.0.1:0"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
             .arg("agent")
             .args(namespace)
             .args(requeue)
+            .args(metrics)
             .arg("--kubeconfig")
-            .arg(cluster::kubeconfig_path())
+            .arg(agent_kubeconfig())
             .arg("--cache-dir")
             .arg(cache.path().join("cache"))
             .arg("--change-log")
@@ -160,6 +168,16 @@ impl Agent {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+/// The kubeconfig agents run with: `PALLET_E2E_AGENT_KUBECONFIG` when set (the token of
+/// deploy/'s ServiceAccount, written by tools/rbac-kubeconfig.sh, to prove its RBAC sufficient),
+/// else the admin kubeconfig. Test code itself always uses the admin one.
+pub fn agent_kubeconfig() -> PathBuf {
+    match std::env::var_os("PALLET_E2E_AGENT_KUBECONFIG") {
+        Some(path) if !path.is_empty() => PathBuf::from(path),
+        _ => cluster::kubeconfig_path(),
     }
 }
 
