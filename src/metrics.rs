@@ -203,20 +203,24 @@ impl Metrics {
     }
 
     /// Counts objects written by an apply.
-    pub fn applied(&self, created: u64, updated: u64) {
+    pub fn applied(&self, created: usize, updated: usize) {
         let created_label = OperationLabel {
             operation: "created",
         };
         let updated_label = OperationLabel {
             operation: "updated",
         };
-        self.applied.get_or_create(&created_label).inc_by(created);
-        self.applied.get_or_create(&updated_label).inc_by(updated);
+        self.applied
+            .get_or_create(&created_label)
+            .inc_by(count(created));
+        self.applied
+            .get_or_create(&updated_label)
+            .inc_by(count(updated));
     }
 
     /// Counts objects pruned.
-    pub fn pruned(&self, n: u64) {
-        self.pruned.inc_by(n);
+    pub fn pruned(&self, n: usize) {
+        self.pruned.inc_by(count(n));
     }
 
     /// Counts one revision recorded.
@@ -234,8 +238,8 @@ impl Metrics {
     }
 
     /// Counts objects rewritten to correct drift.
-    pub fn drift_corrected(&self, n: u64) {
-        self.drift.inc_by(n);
+    pub fn drift_corrected(&self, n: usize) {
+        self.drift.inc_by(count(n));
     }
 
     /// Records that this process leads (runs the controller) or not.
@@ -274,6 +278,10 @@ impl Metrics {
         }
         out
     }
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// Decrements the in-flight gauge when a reconcile ends (also on cancellation).

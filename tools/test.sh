@@ -61,4 +61,15 @@ tools/controlplane.sh selftest
 step "cargo test"
 cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}"
 
+step "RBAC is sufficient: the agent end-to-end tests again, the agent as deploy/'s ServiceAccount"
+# Every test file that starts agents (through tests/support/agent.rs) runs them with the token
+# of pallet-system/pallet-agent instead of the admin's; the test code itself stays admin.
+rbac_kubeconfig=$(tools/rbac-kubeconfig.sh)
+agent_tests=()
+for file in $(grep -l 'support/agent.rs' tests/*.rs); do
+  agent_tests+=(--test "$(basename "$file" .rs)")
+done
+PALLET_E2E_AGENT_KUBECONFIG=$rbac_kubeconfig \
+  cargo test --locked "${agent_tests[@]}" -- --test-threads="${PALLET_TEST_THREADS:-4}"
+
 step "done"
