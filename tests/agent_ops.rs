@@ -449,3 +449,56 @@ async fn metrics_count_a_reconcile_and_health_endpoints_answer() {
         .unwrap();
     agent::wait_bd_gone(&client, &test).await;
 }
+
+#[tokio::test]
+async fn a_leader_that_loses_the_lease_exits_at_once() {
+    const LEASE: u64 = 3;
+    let client = cluster::client().await;
+    let test = support::unique_name("opslost");
+    create_namespace(&client, &test).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &test);
+    let mut replica = Replica::start(&test, "a", LEASE);
+    wait_holder(
+        &leases,
+        &test,
+        &[replica.identity.as_str()],
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // Another holder takes the Lease (as if this replica had stalled past the duration).
+    let mut lease = leases.get(&test).await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("intruder".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace(&test, &PostParams::default(), &lease)
+        .await
+        .unwrap();
+
+    // Its next renewal (a third of the duration later) finds the intruder: it exits 1.
+    let deadline = Instant::now() + Duration::from_secs(LEASE);
+    let status = loop {
+        if let Some(status) = replica.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running {LEASE}s after losing the lease:\n{}",
+            replica.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(1), "{}", replica.log_tail());
+    assert_eq!(
+        replica.log_events("lost the leader lease; exiting").len(),
+        1
+    );
+    // It did not take the Lease back.
+    assert_eq!(
+        holder(&leases, &test).await.unwrap().as_deref(),
+        Some("intruder")
+    );
+}
