@@ -252,14 +252,23 @@ impl Metrics {
         }
     }
 
+    /// Records that a standby could not read the Lease: not ready until it can again.
+    pub fn set_lease_unreachable(&self) {
+        let _ = self.role.compare_exchange(
+            ROLE_STANDBY,
+            ROLE_STARTING,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+
     /// Records that the controller's BundleDeployment watch has listed everything once.
     pub fn set_synced(&self) {
         self.synced.store(true, Ordering::SeqCst);
     }
 
-    /// Ready: a leader whose watch has synced, or a standby (which proves it can reach the API
-    /// server by its lease attempts: the elector only calls [`Metrics::set_leader`]`(false)`
-    /// after a successful read of the Lease).
+    /// Ready: a leader whose watch has synced, or a standby whose last read of the Lease
+    /// succeeded (so it can reach the API server and take over when needed).
     pub fn is_ready(&self) -> bool {
         match self.role.load(Ordering::SeqCst) {
             ROLE_LEADER => self.synced.load(Ordering::SeqCst),
@@ -403,8 +412,8 @@ fn respond(head: &[u8]) -> (&'static str, &'static str, String) {
         "/readyz" => (
             "503 Service Unavailable",
             TEXT,
-            "not ready: leading but the BundleDeployment watch has not synced yet, or not \
-             started\n"
+            "not ready: neither a leader whose BundleDeployment watch has synced nor a standby \
+             that can read the Lease\n"
                 .into(),
         ),
         _ => ("404 Not Found", TEXT, "not found\n".into()),
@@ -467,6 +476,12 @@ mod tests {
         assert!(!metrics.is_ready(), "not ready before the elector has run");
         metrics.set_leader(false);
         assert!(metrics.is_ready(), "a standby is ready");
+        metrics.set_lease_unreachable();
+        assert!(
+            !metrics.is_ready(),
+            "a standby that cannot read the Lease is not"
+        );
+        metrics.set_leader(false);
         metrics.set_leader(true);
         assert!(
             !metrics.is_ready(),

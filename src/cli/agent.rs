@@ -151,6 +151,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         // Lease over at once instead of letting the next leader wait for it to expire.
         if let Some(renewer) = renewer {
             renewer.abort();
+            // Wait for it to stop, so no renewal races the release below.
+            let _ = renewer.await;
         }
         if let Some(elector) = elector.as_mut() {
             match elector.release().await {
@@ -190,7 +192,10 @@ async fn wait_for_leadership(elector: &mut Elector) -> bool {
                     last_holder = Some(holder);
                 }
             }
-            Err(error) => tracing::warn!(%error, "leader election attempt failed"),
+            Err(error) => {
+                METRICS.set_lease_unreachable();
+                tracing::warn!(%error, "leader election attempt failed");
+            }
         }
         let wait = tokio::time::sleep(elector.next_attempt_in());
         let terminated = async {
