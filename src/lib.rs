@@ -10,7 +10,6 @@ pub mod cli;
 pub mod health;
 pub mod leader;
 pub mod metrics;
-pub mod metrics_hook;
 pub mod preview;
 pub mod push;
 pub mod reconcile;

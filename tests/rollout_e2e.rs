@@ -331,6 +331,15 @@ async fn an_apply_error_midway_rolls_back_to_the_last_healthy_revision() {
         rollback_ops.contains(&("delete".to_string(), extra.clone())),
         "the change log shows the rollback's deletion: {rollback_ops:?}"
     );
+    let metrics = agent.metrics().await;
+    assert!(
+        metrics.contains("pallet_rollbacks_total{trigger=\"apply-error\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("pallet_revisions_created_total 2"),
+        "{metrics}"
+    );
     for entry in agent
         .change_entries()
         .iter()

@@ -34,6 +34,7 @@ use crate::apply::{
 };
 use crate::changelog::{self, ChangeLog, Operation, Reason};
 use crate::health;
+use crate::metrics::METRICS;
 use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
 use crate::source::{Fetcher, SourceError};
 use fetch::SecretPolicy;
@@ -511,6 +512,7 @@ async fn progress(
                 &now,
             );
             tracing::info!(bundle_deployment = %name, revision = number, digest = %digest, "new revision");
+            METRICS.revision_created();
             for number in dropped {
                 ctx.forget(&name, number);
                 if let Err(e) = ctx.store.delete(&name, number).await {
@@ -565,7 +567,7 @@ async fn requested_rollback_to(
     };
     let objects = ctx.load(&bd.name_any(), to).await?;
     rollout::start_rollback(work, to, &message, &now());
-    crate::metrics_hook::rollback("request");
+    METRICS.rollback("request");
     ctx.event(bd, false, "RollbackRequested", "Rollback", message.clone())
         .await;
     let transition = Transition::Rollback {
@@ -692,10 +694,10 @@ async fn roll_out(
             format!("revision {failed} failed ({reason}: {message}); rolled back to revision {to}");
         objects = ctx.load(&name, to).await?;
         rollout::start_rollback(work, to, &message, &now());
-        crate::metrics_hook::rollback(if reason == REASON_DEADLINE {
+        METRICS.rollback(if reason == REASON_DEADLINE {
             "deadline"
         } else {
-            "failure"
+            "apply-error"
         });
         ctx.event(
             bd,
@@ -1109,9 +1111,10 @@ async fn log_writes(
         );
         ctx.event(bd, false, event_reason, "Apply", note).await;
         if apply_reason == Reason::Drift {
-            crate::metrics_hook::drift_corrected(created + updated);
+            METRICS.drift_corrected(created + updated);
         }
-        crate::metrics_hook::applied(created, updated, deleted);
+        METRICS.applied(created, updated);
+        METRICS.pruned(deleted);
     }
 }
 

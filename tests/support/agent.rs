@@ -163,6 +163,30 @@ impl Agent {
             .collect()
     }
 
+    /// The agent's `/metrics` text. Test agents listen on a free port, logged at start.
+    pub async fn metrics(&self) -> String {
+        let address = cluster::poll_until(
+            "the agent's metrics address in its log",
+            Duration::from_secs(30),
+            || async {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                log.lines()
+                    .find(|l| l.contains("metrics server listening"))
+                    .and_then(|l| l.split("address=").nth(1))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(|a| a.trim_matches('"').to_string())
+                    .ok_or_else(|| "not logged yet".to_string())
+            },
+        )
+        .await;
+        reqwest::get(format!("http://{address}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The last lines of the agent's log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
