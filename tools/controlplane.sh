@@ -13,15 +13,21 @@
 #   tools/controlplane.sh kubectl ... run the built kubectl against the control plane
 #   tools/controlplane.sh selftest    check the control plane behaves like a real cluster
 #
+# No scheduler; a fake kubelet runs Pods only in namespaces labelled pallet.dev/fake-kubelet=on:
+# Running and Ready, or CrashLoopBackOff when an image tag ends in "broken" (e.g. app:v2-broken).
+#
 # Environment: PALLET_CACHE_DIR (binaries, default ~/.cache/pallet), PALLET_STATE_DIR (default
-# <repo>/.pallet), PALLET_CONTROLPLANE_PORT (apiserver port, default 16443).
+# <repo>/.pallet), PALLET_CONTROLPLANE_PORT (apiserver port, default 16443),
+# PALLET_CONTROLPLANE_BIN (run this prebuilt binary, named pallet-controlplane, instead of building).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 export PATH="/usr/local/go/bin:$PATH"
 src="$PALLET_ROOT/tools/controlplane"
 bindir="$PALLET_CACHE/bin"
-cp_bin="$bindir/pallet-controlplane"
+built_bin="$bindir/pallet-controlplane"
+# What start runs; build always writes built_bin, never a chosen binary.
+cp_bin="${PALLET_CONTROLPLANE_BIN:-$built_bin}"
 kubectl_bin="$bindir/kubectl"
 stamp="$bindir/.pallet-controlplane.stamp"
 dir="$PALLET_STATE/controlplane"
@@ -43,7 +49,7 @@ cmd_build() {
   fp=$(fingerprint)
   # Linking these two binaries costs far more than checking a hash, so skip it when the
   # sources, toolchain and flags are unchanged.
-  if [ -x "$cp_bin" ] && [ -x "$kubectl_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$fp" ]; then
+  if [ -x "$built_bin" ] && [ -x "$kubectl_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$fp" ]; then
     log "controlplane: binaries up to date in $bindir"
     return 0
   fi
@@ -51,17 +57,17 @@ cmd_build() {
   # Several checkouts or test runs may build at once; one builds, the others then reuse.
   exec {build_lock}>"$bindir/.pallet-controlplane.lock"
   flock "$build_lock"
-  if [ -x "$cp_bin" ] && [ -x "$kubectl_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$fp" ]; then
+  if [ -x "$built_bin" ] && [ -x "$kubectl_bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$fp" ]; then
     exec {build_lock}>&-
     log "controlplane: binaries up to date in $bindir"
     return 0
   fi
   t0=$(now_ms)
   log "controlplane: building pallet-controlplane and kubectl (first build takes minutes)"
-  (cd "$src" && go build "${build_flags[@]}" -o "$cp_bin.tmp" . &&
+  (cd "$src" && go build "${build_flags[@]}" -o "$built_bin.tmp" . &&
     go build "${build_flags[@]}" -o "$kubectl_bin.tmp" k8s.io/kubernetes/cmd/kubectl)
   # Rename, not copy: a running control plane keeps its old inode.
-  mv -f "$cp_bin.tmp" "$cp_bin"
+  mv -f "$built_bin.tmp" "$built_bin"
   mv -f "$kubectl_bin.tmp" "$kubectl_bin"
   echo "$fp" >"$stamp"
   exec {build_lock}>&-
@@ -94,7 +100,13 @@ cmd_start() {
     log "controlplane: running but not ready; restarting"
     cmd_stop
   fi
-  cmd_build
+  # A chosen binary (a branch's build under test) runs as is, leaving the shared one alone.
+  if [ -n "${PALLET_CONTROLPLANE_BIN:-}" ]; then
+    [ -x "$cp_bin" ] || die "controlplane: PALLET_CONTROLPLANE_BIN=$cp_bin is not an executable"
+    [ -x "$kubectl_bin" ] || die "controlplane: no kubectl in $bindir; run tools/controlplane.sh build"
+  else
+    cmd_build
+  fi
   mkdir -p "$dir"
   rm -f "$dir/ready" "$pidfile"
   local t0 pid
@@ -200,7 +212,7 @@ case "${1:-}" in
     . "$PALLET_ROOT/tools/controlplane/selftest.sh"
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

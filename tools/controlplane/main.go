@@ -1,6 +1,7 @@
 // pallet-controlplane runs a real Kubernetes control plane for pallet's tests:
 // an embedded etcd, kube-apiserver and kube-controller-manager, all in this one
-// process, built from the official Kubernetes modules. No scheduler or kubelet.
+// process, built from the official Kubernetes modules. No scheduler; a fake
+// kubelet (kubelet.go) runs pods only in namespaces labelled pallet.dev/fake-kubelet=on.
 //
 // The apiserver and controller manager are driven through their Options/Run
 // APIs rather than their cobra commands, because each command installs its
@@ -212,6 +213,12 @@ func run() error {
 	}
 	kcmDone := make(chan error, 1)
 	go func() { kcmDone <- kcmapp.Run(kcmCtx, kcmConfig.Complete()) }()
+	// Stopped with the controllers; it only acts on namespaces that opt in.
+	go func() {
+		if err := runFakeKubelet(kcmCtx, adminKubeconfig); err != nil {
+			klog.ErrorS(err, "fake kubelet stopped")
+		}
+	}()
 
 	// Ready means usable by tests: the serviceaccount controller has created
 	// the default ServiceAccount, which proves the controller manager runs.

@@ -171,9 +171,72 @@ retry_until 60 "ReplicaSet for deployment web" has_rs ||
   fail "deployment controller"
 pass "deployment controller created a ReplicaSet"
 
-# Namespace deletion removes everything in it, custom resources included, then the namespace.
-kc delete namespace "$ns" --wait=false >/dev/null
+# Fake kubelet: Pods run only in namespaces labelled pallet.dev/fake-kubelet=on. A Pod in the
+# unlabelled $ns, created first, must still be Pending once the labelled Deployment is Available.
+kc -n "$ns" run idle --image=x.invalid/a:v1 >/dev/null
+kns="$id-kubelet"
+kc create namespace "$kns" >/dev/null
+kc label namespace "$kns" pallet.dev/fake-kubelet=on >/dev/null
+kc -n "$kns" create deployment app --image=x.invalid/a:v1 --replicas=2 >/dev/null
+kc -n "$kns" wait --for=condition=Available --timeout=60s deployment/app >/dev/null ||
+  fail "fake kubelet: deployment app not Available: $(kc -n "$kns" get pods -o wide 2>&1)"
+[ "$(kc -n "$kns" get deployment app -o jsonpath='{.status.readyReplicas}')" = 2 ] ||
+  fail "fake kubelet: Available but not 2 ready replicas"
+pod_json=$(kc -n "$kns" get pods -l app=app -o jsonpath='{.items[0].status.phase} {.items[0].status.podIP} {.items[0].status.containerStatuses[0].state.running.startedAt}')
+read -r phase ip started <<<"$pod_json"
+[ "$phase" = Running ] && [ -n "$ip" ] && [ -n "$started" ] || fail "fake kubelet: pod status is '$pod_json'"
+pass "fake kubelet: deployment with x.invalid/a:v1 Available, pods Running ($ip)"
+[ "$(kc -n "$ns" get pod idle -o jsonpath='{.status.phase}')" = Pending ] ||
+  fail "fake kubelet touched a pod in unlabelled namespace $ns"
+[ -z "$(kc -n "$ns" get pod idle -o jsonpath='{.status.containerStatuses}')" ] ||
+  fail "fake kubelet wrote container statuses in unlabelled namespace $ns"
+pass "fake kubelet: pod in an unlabelled namespace stays Pending"
+
+# A "broken" image crash-loops: the rollout stalls with the new pod unready while the old
+# ReplicaSet keeps serving (maxUnavailable rounds down to 0 for 2 replicas).
+old_rs=$(kc -n "$kns" get replicasets -l app=app -o name)
+kc -n "$kns" set image deployment/app a=x.invalid/a:v2-broken >/dev/null
+crashloop() {
+  kc -n "$kns" get pods -l app=app -o jsonpath='{range .items[*]}{.spec.containers[0].image} {.status.phase} {.status.containerStatuses[0].state.waiting.reason} {.status.containerStatuses[0].restartCount} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    grep -qx "x.invalid/a:v2-broken Running CrashLoopBackOff [1-9][0-9]* False"
+}
+retry_until 60 "a CrashLoopBackOff pod for the v2-broken image" crashloop ||
+  fail "fake kubelet: no crash-looping pod for the broken image"
+# updatedReplicas readyReplicas unavailableReplicas Available
+stalled() {
+  [ "$(kc -n "$kns" get deployment app -o jsonpath='{.status.updatedReplicas} {.status.readyReplicas} {.status.unavailableReplicas} {.status.conditions[?(@.type=="Available")].status}')" = "1 2 1 True" ]
+}
+retry_until 30 "deployment app to report 1 updated, 2 ready, 1 unavailable, Available" stalled ||
+  fail "fake kubelet: unexpected status for the broken rollout"
+rv1=$(kc -n "$kns" get pods -l app=app -o jsonpath='{.items[*].metadata.resourceVersion}')
+# A fixed pause, not a wait for something: nothing may change in it (the fake kubelet writes a
+# status only when it differs).
+sleep 2
+rv2=$(kc -n "$kns" get pods -l app=app -o jsonpath='{.items[*].metadata.resourceVersion}')
+[ "$rv1" = "$rv2" ] || fail "fake kubelet: pods keep changing ($rv1 -> $rv2): a status write loop?"
+stalled || fail "fake kubelet: the broken rollout moved on"
+[ "$(kc -n "$kns" get "$old_rs" -o jsonpath='{.status.readyReplicas}')" = 2 ] ||
+  fail "fake kubelet: old ReplicaSet $old_rs no longer serves 2 ready pods"
+if kc -n "$kns" rollout status deployment/app --timeout=2s >/dev/null 2>&1; then
+  fail "fake kubelet: the broken rollout completed"
+fi
+pass "fake kubelet: v2-broken crash-loops, rollout stalls, old ReplicaSet still serves, no write loop"
+
+# A Pod bound to a node is deleted gracefully; the fake kubelet confirms it, as a kubelet would
+# (unbound Pods are removed by the apiserver at once).
+kc -n "$kns" run bound --image=x.invalid/a:v1 --overrides='{"spec":{"nodeName":"fake-node"}}' >/dev/null
+kc -n "$kns" wait --for=condition=Ready --timeout=30s pod/bound >/dev/null || fail "fake kubelet: bound pod not Ready"
+kc -n "$kns" delete pod bound --wait=false >/dev/null
+retry_until 10 "deletion of the bound pod to be confirmed" gone -n "$kns" get pod bound ||
+  fail "fake kubelet: graceful deletion not confirmed (30s grace period would still run)"
+pass "fake kubelet: graceful pod deletion confirmed"
+
+# Namespace deletion removes everything in it, custom resources and running pods included,
+# then the namespace.
+kc delete namespace "$ns" "$kns" --wait=false >/dev/null
 retry_until 120 "namespace $ns to be deleted" gone get namespace "$ns" || fail "namespace deletion"
+retry_until 120 "namespace $kns to be deleted" gone get namespace "$kns" ||
+  fail "namespace deletion with fake-kubelet pods"
 pass "namespace deletion"
 
 kc delete crd "$crd" >/dev/null
