@@ -361,6 +361,23 @@ async fn an_apply_error_midway_rolls_back_to_the_last_healthy_revision() {
     );
     assert_eq!(s.config_map_value("app").await.as_deref(), Some("1"));
 
+    // A pause and a resume change the generation, not what to deploy: still refused.
+    for paused in [true, false] {
+        let patch = json!({"spec": {"paused": paused}});
+        s.bds()
+            .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let resumed = s.reconcile_now(&agent, "after-resume").await;
+    assert_eq!(
+        resumed.revisions.len(),
+        2,
+        "no new revision: {}",
+        summary(&resumed)
+    );
+    assert_eq!(resumed.active_revision, Some(1));
+
     // A fixed version moves on.
     s.commit(
         docs(&[config_map("app", "3"), config_map("other", "1")]),

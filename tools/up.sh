@@ -102,8 +102,8 @@ if ! kubectl wait --for=condition=Ready --timeout=120s bd/hello; then
   exit 1
 fi
 
-say "kubectl get bd"
-kubectl get bd
+say "kubectl get bd hello"
+kubectl get bd hello
 say "the objects it installed"
 kubectl get configmaps,deployments -n hello -l pallet.dev/bundle-deployment=hello
 
@@ -141,6 +141,8 @@ if [ "${PALLET_DEMO:-1}" != 0 ]; then
   wait_for "the previous revision to be healthy again" \
     '{.status.revisions[?(@.number==1)].phase}' Healthy
   show
+  echo "pallet history hello:"
+  "$pallet" history hello | sed 's/^/  /'
   echo "The live objects are revision 1's again:"
   kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
   kubectl get deployment hello -n hello -o jsonpath='  image: {.spec.template.spec.containers[0].image}{"\n"}'
@@ -155,8 +157,8 @@ for line in sys.stdin:
   echo "The broken version goes away upstream; then an on-call engineer pauses the bundle to hotfix it."
   git -C "$work" checkout -q HEAD~1 -- manifests/hello.yaml
   publish "back to version 1"
-  kubectl annotate bd hello pallet.dev/paused-reason="hotfix INC-42" --overwrite >/dev/null
-  kubectl patch bd hello --type merge -p '{"spec":{"paused":true}}' >/dev/null
+  echo "\$ pallet pause hello --reason \"hotfix INC-42\""
+  "$pallet" pause hello --reason "hotfix INC-42" | sed 's/^/  /'
   wait_for "the pause" '{.status.conditions[?(@.type=="Paused")].status}' True
   kubectl patch configmap hello-config -n hello --type merge -p '{"data":{"greeting":"hotfixed by hand"}}' >/dev/null
   echo "Hotfixed hello-config by hand. The agent keeps its hands off and reports the drift:"
@@ -164,14 +166,17 @@ for line in sys.stdin:
   wait_for "the drift report" '{.status.drift.count}' 1
   kubectl get bd hello -o jsonpath='{range .status.drift.objects[*]}  {.kind} {.namespace}/{.name}: {.message}{"\n"}{end}'
   kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
+  echo "\$ pallet resume hello --dry-run    # what resuming would revert; changes nothing"
+  "$pallet" resume hello --dry-run | sed 's/^/  /'
 
   say "demo 3/3: resume"
-  kubectl patch bd hello --type merge -p '{"spec":{"paused":false}}' >/dev/null
-  kubectl annotate bd hello pallet.dev/paused-reason- >/dev/null
+  echo "\$ pallet resume hello"
+  "$pallet" resume hello | sed 's/^/  /'
   wait_for "the resume" '{.status.conditions[?(@.type=="Ready")].status}' True
   echo "Resumed: the bundle wins again."
   kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
-  show
+  echo "\$ pallet status hello"
+  "$pallet" status hello | sed 's/^/  /'
 fi
 cat <<MSG
 

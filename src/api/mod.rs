@@ -422,6 +422,21 @@ pub enum DeletionPolicy {
     Orphan,
 }
 
+impl BundleDeploymentSpec {
+    /// `sha256:` of the spec as JSON with `paused` left out: what to deploy, not whether to.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.remove("paused");
+        }
+        // serde_json's maps are sorted by key, so the text is canonical.
+        let hash = Sha256::digest(value.to_string().as_bytes());
+        let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    }
+}
+
 /// Parses a Go duration (`90s`, `10m`, `1h30m`, `1.5h`, `500ms`) as the schema's pattern accepts it.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let invalid = || format!("{text:?} is not a duration (examples: 90s, 10m, 1h30m)");
@@ -514,6 +529,10 @@ pub struct RevisionStatus {
     pub number: i64,
     /// The BundleDeployment generation that produced it.
     pub generation: i64,
+    /// Digest of the spec that produced it, `paused` left out (a pause and a resume change the
+    /// generation but not what to deploy): failed content is retried only when this changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_digest: Option<String>,
     /// Digest of the canonical rendered object set (`sha256:…`).
     pub digest: String,
     /// Every source resolved to an immutable ref.

@@ -480,7 +480,12 @@ async fn progress(
     let digest = rendered.digest();
     let objects = rendered.object_list();
     let now = now();
-    let (outcome, requeue) = match rollout::decide(work, &digest, generation, retry) {
+    let spec_digest = bd.spec.digest();
+    let spec = rollout::SpecVersion {
+        generation,
+        digest: &spec_digest,
+    };
+    let (outcome, requeue) = match rollout::decide(work, &digest, &spec, retry) {
         Decision::New { number } => {
             let record = RevisionRecord {
                 bundle_deployment: name.clone(),
@@ -504,6 +509,7 @@ async fn progress(
                 rollout::NewRevision {
                     number,
                     generation,
+                    spec_digest: &spec_digest,
                     digest: &digest,
                     sources,
                     objects: objects.len(),

@@ -96,11 +96,31 @@ pub enum Decision {
     },
 }
 
-/// Decides what to do with rendered `digest` at `generation`; `retry` is a pending retry request.
+/// Which spec rendered a digest: its generation and [`crate::api::BundleDeploymentSpec::digest`].
+#[derive(Clone, Copy, Debug)]
+pub struct SpecVersion<'a> {
+    /// metadata.generation.
+    pub generation: i64,
+    /// The spec's digest, `paused` left out.
+    pub digest: &'a str,
+}
+
+impl SpecVersion<'_> {
+    /// True when `revision` came from this spec (by digest; by generation for revisions recorded
+    /// before spec digests were).
+    fn same_as(&self, revision: &RevisionStatus) -> bool {
+        match &revision.spec_digest {
+            Some(digest) => digest == self.digest,
+            None => revision.generation == self.generation,
+        }
+    }
+}
+
+/// Decides what to do with rendered `digest` for `spec`; `retry` is a pending retry request.
 pub fn decide(
     status: &BundleDeploymentStatus,
     digest: &str,
-    generation: i64,
+    spec: &SpecVersion<'_>,
     retry: bool,
 ) -> Decision {
     let next_number = status.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1;
@@ -110,8 +130,7 @@ pub fn decide(
         .iter()
         .find(|r| r.digest == digest)
         .filter(|r| {
-            matches!(r.phase, RevisionPhase::Failed | RevisionPhase::RolledBack)
-                && r.generation == generation
+            matches!(r.phase, RevisionPhase::Failed | RevisionPhase::RolledBack) && spec.same_as(r)
         });
     let active = active_revision(status);
     match (active, refused_by) {
@@ -141,6 +160,8 @@ pub struct NewRevision<'a> {
     pub number: i64,
     /// The generation that rendered it.
     pub generation: i64,
+    /// The digest of the spec that rendered it.
+    pub spec_digest: &'a str,
     /// Its content digest.
     pub digest: &'a str,
     /// Its resolved sources.
@@ -178,6 +199,7 @@ pub fn start_revision(
         RevisionStatus {
             number: new.number,
             generation: new.generation,
+            spec_digest: Some(new.spec_digest.to_string()),
             digest: new.digest.to_string(),
             sources: new.sources,
             phase: RevisionPhase::Applying,
@@ -368,6 +390,7 @@ mod tests {
             NewRevision {
                 number,
                 generation,
+                spec_digest: spec_of(generation),
                 digest,
                 sources: vec![],
                 objects: 1,
@@ -375,6 +398,26 @@ mod tests {
             3,
             &time(number * 100),
         )
+    }
+
+    /// Specs 1, 2, 3…: each generation a different spec.
+    fn spec_of(generation: i64) -> &'static str {
+        [
+            "sha256:s0",
+            "sha256:s1",
+            "sha256:s2",
+            "sha256:s3",
+            "sha256:s4",
+            "sha256:s5",
+            "sha256:s6",
+        ][generation as usize]
+    }
+
+    fn spec(generation: i64) -> SpecVersion<'static> {
+        SpecVersion {
+            generation,
+            digest: spec_of(generation),
+        }
     }
 
     fn phase(status: &BundleDeploymentStatus, number: i64) -> RevisionPhase {
@@ -421,18 +464,21 @@ mod tests {
     fn new_digest_makes_a_new_revision_and_the_same_one_continues() {
         let mut status = BundleDeploymentStatus::default();
         assert_eq!(
-            decide(&status, "sha256:a", 1, false),
+            decide(&status, "sha256:a", &spec(1), false),
             Decision::New { number: 1 }
         );
         start(&mut status, 1, 1, "sha256:a");
-        assert_eq!(decide(&status, "sha256:a", 1, false), Decision::Continue);
         assert_eq!(
-            decide(&status, "sha256:a", 2, false),
+            decide(&status, "sha256:a", &spec(1), false),
+            Decision::Continue
+        );
+        assert_eq!(
+            decide(&status, "sha256:a", &spec(2), false),
             Decision::Continue,
             "a spec change that renders the same content is no new revision"
         );
         assert_eq!(
-            decide(&status, "sha256:b", 1, false),
+            decide(&status, "sha256:b", &spec(1), false),
             Decision::New { number: 2 }
         );
     }
@@ -454,20 +500,29 @@ mod tests {
         assert_eq!(phase(&status, 2), RevisionPhase::Failed);
         assert_eq!(status.active_revision, Some(1));
         assert_eq!(
-            decide(&status, "sha256:bad", 2, false),
+            decide(&status, "sha256:bad", &spec(2), false),
             Decision::Refused { failed: 2 }
         );
         assert_eq!(
-            decide(&status, "sha256:bad", 2, true),
+            decide(&status, "sha256:bad", &spec(2), true),
             Decision::New { number: 3 }
         );
         assert_eq!(
-            decide(&status, "sha256:bad", 3, false),
+            decide(&status, "sha256:bad", &spec(3), false),
             Decision::New { number: 3 }
         );
         assert_eq!(
-            decide(&status, "sha256:fix", 2, false),
+            decide(&status, "sha256:fix", &spec(2), false),
             Decision::New { number: 3 }
+        );
+        // A pause and a resume bump the generation, not the spec: still refused.
+        let resumed = SpecVersion {
+            generation: 4,
+            digest: spec_of(2),
+        };
+        assert_eq!(
+            decide(&status, "sha256:bad", &resumed, false),
+            Decision::Refused { failed: 2 }
         );
     }
 

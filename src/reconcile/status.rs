@@ -484,6 +484,7 @@ mod tests {
                 rollout::NewRevision {
                     number: n,
                     generation: n,
+                    spec_digest: "sha256:spec",
                     digest,
                     sources: vec![],
                     objects: 1,
@@ -527,6 +528,7 @@ mod tests {
             rollout::NewRevision {
                 number: 1,
                 generation: 1,
+                spec_digest: "sha256:spec",
                 digest: "sha256:one",
                 sources: vec![],
                 objects: 1,
@@ -597,6 +599,7 @@ mod tests {
             rollout::NewRevision {
                 number: 3,
                 generation: 3,
+                spec_digest: "sha256:spec",
                 digest: "sha256:three",
                 sources: vec![],
                 objects: 1,
