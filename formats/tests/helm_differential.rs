@@ -281,3 +281,155 @@ fn documents_chart_matches_helm_template() {
 fn lookups_chart_matches_helm_template() {
     check_chart("lookups");
 }
+
+/// A one-template chart in a temp dir: `out: <expr>` with `values`.
+fn probe_chart(expr: &str, values: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("probe");
+    std::fs::create_dir_all(root.join("templates")).expect("mkdir");
+    std::fs::write(
+        root.join("Chart.yaml"),
+        "apiVersion: v2\nname: probe\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(root.join("values.yaml"), values).expect("write");
+    std::fs::write(
+        root.join("templates/cm.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n  out: {expr}\n"
+        ),
+    )
+    .expect("write");
+    dir
+}
+
+/// Renders a probe chart with both; `Ok(data.out)` or `Err(message)` for each.
+fn probe_both(expr: &str, values: &str) -> (Result<String, String>, Result<String, String>) {
+    let dir = probe_chart(expr, values);
+    let chart = dir.path().join("probe");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .env("TZ", "UTC")
+        .output()
+        .expect("running helm");
+    let helm = if out.status.success() {
+        let docs = split_docs(&String::from_utf8_lossy(&out.stdout));
+        Ok(docs
+            .first()
+            .map(|d| d["data"]["out"].to_string())
+            .unwrap_or_default())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let ours = helm::render(&chart, &RenderOptions::default())
+        .map(|objs| {
+            objs.first()
+                .map(|d| d["data"]["out"].to_string())
+                .unwrap_or_default()
+        })
+        .map_err(|e| e.to_string());
+    (ours, helm)
+}
+
+const PROBE_VALUES: &str =
+    "a:\n  b: 1\n  s: text\nnum: 3\nlist: [x, y]\nnested:\n  a:\n    b: leaf\n";
+
+/// Expressions helm rejects (argument types, `dig` on `.Values`, `get` on a non-map, `.Files`
+/// or a struct where a map is wanted): pallet must reject them too, naming the same type
+/// mismatch, instead of returning something.
+#[test]
+fn pallet_fails_where_helm_fails() {
+    let cases: &[(&str, &str)] = &[
+        (r#"{{ dig "a" "b" 0 .Values }}"#, "chartutil.Values"),
+        (
+            r#"{{ dig "a" "b" 0 (dict "a" .Values) }}"#,
+            "chartutil.Values",
+        ),
+        (r#"{{ dig "a" "b" "c" 0 .Values.nested }}"#, "is string"),
+        (r#"{{ dig "a" "b" 0 (dict "a" nil) }}"#, "is nil"),
+        (r#"{{ dig "x" 0 .Files }}"#, "engine.files"),
+        (r#"{{ keys .Files }}"#, "expected map[string]interface {}"),
+        (r#"{{ keys .Chart }}"#, "expected map[string]interface {}"),
+        (
+            r#"{{ get .Capabilities "KubeVersion" }}"#,
+            "expected map[string]interface {}",
+        ),
+        (r#"{{ get "x" "a" }}"#, "map[string]interface {}"),
+        (
+            r#"{{ get .Values.a.b "a" }}"#,
+            "expected map[string]interface {}; got float64",
+        ),
+        (r#"{{ get .Values.missing "a" }}"#, "got interface {}"),
+        (r#"{{ hasKey .Values.missing "a" }}"#, "got interface {}"),
+        (r#"{{ pluck "a" .Values "x" }}"#, "map[string]interface {}"),
+        (
+            r#"{{ upper .Values.missing }}"#,
+            "expected string; got interface {}",
+        ),
+        (r#"{{ .Values.missing | nindent 4 }}"#, "expected string"),
+        (r#"{{ upper .Values.a.b }}"#, "expected string; got float64"),
+        (
+            r#"{{ trunc .Values.num "abc" }}"#,
+            "expected int; got float64",
+        ),
+        (
+            r#"{{ indent .Values.num "x" }}"#,
+            "expected int; got float64",
+        ),
+        (r#"{{ until .Values.num }}"#, "expected int; got float64"),
+        (r#"{{ contains "a" 12 }}"#, "expected string"),
+        (r#"{{ b64enc 12 }}"#, "expected string"),
+        (r#"{{ replace "a" "b" true }}"#, "expected string"),
+        (
+            r#"{{ trim (list 1) }}"#,
+            "expected string; got []interface {}",
+        ),
+        (r#"{{ upper (int 3) }}"#, "expected string; got int"),
+        (r#"{{ printf 3 }}"#, "expected string"),
+        (r#"{{ tpl 3 . }}"#, "expected string"),
+        (r#"{{ include 3 . }}"#, "expected string"),
+        (r#"{{ ternary 1 2 "true" }}"#, "expected bool"),
+        (r#"{{ upper "a" "b" }}"#, "wrong number of args for upper"),
+    ];
+    let mut wrong = Vec::new();
+    for (expr, want) in cases {
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
+        match (&ours, &helm) {
+            (Err(o), Err(h)) if o.contains(want) && h.contains(want) => {}
+            _ => wrong.push(format!(
+                "{expr}: want both to fail with {want:?}\n  pallet: {ours:?}\n  helm: {helm:?}"
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The accepted neighbours of those cases give helm's output: `.Values` is a map for `keys`,
+/// `get`, `pick`, `hasKey`, `merge`; `dig` works on plain maps; `typeOf` names helm's types.
+#[test]
+fn typed_arguments_accepted_by_helm_give_helms_output() {
+    let cases = [
+        r#"{{ keys .Values | sortAlpha | join "," }}"#,
+        r#"{{ get .Values "a" }}"#,
+        r#"{{ get .Values.a "s" }}"#,
+        r#"{{ hasKey .Values "list" }}"#,
+        r#"{{ pick .Values "num" }}"#,
+        r#"{{ dig "a" "b" "dflt" .Values.nested }}"#,
+        r#"{{ dig "a" "zz" "dflt" .Values.nested }}"#,
+        r#"{{ dig "a" "b" 0 (.Values | toYaml | fromYaml) }}"#,
+        r#"{{ dig "x" "b" 0 (dict "a" .Values) }}"#,
+        r#"{{ trunc (int .Values.num) "abcdef" }}"#,
+        r#"{{ quote nil }}"#,
+        r#"{{ typeOf .Values }}/{{ typeOf .Files }}/{{ typeOf .Chart }}/{{ typeOf .Capabilities }}/{{ typeOf .Template }}/{{ typeOf (deepCopy .Values) }}/{{ typeOf .Values.a }}"#,
+        r#"{{ kindOf .Chart }}/{{ kindOf .Capabilities }}/{{ kindOf .Values }}"#,
+    ];
+    let mut wrong = Vec::new();
+    for expr in cases {
+        let (ours, helm) = probe_both(&format!("{expr:?}").replace("\\\"", "\""), PROBE_VALUES);
+        if ours != helm || helm.is_err() {
+            wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

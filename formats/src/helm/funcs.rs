@@ -24,12 +24,30 @@ fn err(msg: impl Into<String>) -> Error {
 
 /// A Go `map[string]interface{}`: shared, mutable, sorted.
 #[derive(Debug, Default)]
-pub struct GoMap(pub Mutex<BTreeMap<String, Value>>);
+pub struct GoMap(pub Mutex<BTreeMap<String, Value>>, pub GoType);
+
+/// The Go type behind a [`GoMap`]: functions that accept one but not the others (`dig`, the
+/// map-typed parameters) and `typeOf` need to tell them apart.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum GoType {
+    /// A plain `map[string]interface{}`.
+    #[default]
+    Map,
+    /// `chartutil.Values` (`.Values`): assignable to map parameters, but `dig` fails on it.
+    Values,
+    /// A Go struct or pointer to one (`.Chart`, `.Capabilities`, ...), named as `typeOf`
+    /// prints it; not a map at all for functions.
+    Struct(&'static str),
+}
 
 impl GoMap {
     /// Wraps a map as a template value.
     pub fn value(m: BTreeMap<String, Value>) -> Value {
-        Value::from_object(GoMap(Mutex::new(m)))
+        Self::typed(m, GoType::Map)
+    }
+    /// Wraps a map standing for the Go type `ty`.
+    pub fn typed(m: BTreeMap<String, Value>, ty: GoType) -> Value {
+        Value::from_object(GoMap(Mutex::new(m), ty))
     }
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Value>> {
         // A poisoned lock only means another render panicked; the map itself is still valid.
@@ -645,6 +663,16 @@ fn to_f64(v: &Value) -> f64 {
 }
 
 fn type_of(v: &Value) -> &'static str {
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        match m.1 {
+            GoType::Values => return "chartutil.Values",
+            GoType::Struct(name) => return name,
+            GoType::Map => {}
+        }
+    }
+    if v.downcast_object_ref::<Files>().is_some() {
+        return "engine.files";
+    }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "<nil>",
         ValueKind::Bool => "bool",
@@ -658,6 +686,15 @@ fn type_of(v: &Value) -> &'static str {
 }
 
 fn kind_of(v: &Value) -> &'static str {
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        if let GoType::Struct(name) = m.1 {
+            return if name.starts_with('*') {
+                "ptr"
+            } else {
+                "struct"
+            };
+        }
+    }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "invalid",
         ValueKind::Bool => "bool",
@@ -1215,7 +1252,15 @@ fn str_list(v: &Value) -> Vec<Value> {
 }
 
 fn deep_copy(v: &Value) -> Value {
-    from_json_keep_ints(&to_json(v))
+    let copy = from_json_keep_ints(&to_json(v));
+    // copystructure keeps the named type: a copy of `.Values` is still a chartutil.Values.
+    match (
+        v.downcast_object_ref::<GoMap>(),
+        copy.downcast_object_ref::<GoMap>(),
+    ) {
+        (Some(orig), Some(c)) if orig.1 != GoType::Map => GoMap::typed(c.snapshot(), orig.1),
+        _ => copy,
+    }
 }
 
 fn from_json_keep_ints(v: &serde_json::Value) -> Value {
@@ -1874,19 +1919,46 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
     ("dig", |a| {
-        // dig "k1" "k2" default map
+        // dig "k1" "k2" default map. Sprig type-asserts every step to a plain
+        // map[string]interface{}, so `.Values` itself, nil or a scalar on the path fail.
         let n = a.len();
         if n < 3 {
             return Err(err("wrong number of args for dig"));
         }
-        let mut cur = a[n - 1].clone();
-        for k in &a[..n - 2] {
-            match map_entries(&cur).and_then(|m| m.get(&s(k)).cloned()) {
-                Some(v) => cur = v,
-                None => return Ok(a[n - 2].clone()),
+        let as_plain_map = |v: &Value| -> Result<BTreeMap<String, Value>, Error> {
+            match v.downcast_object_ref::<GoMap>() {
+                Some(m) if m.1 == GoType::Map => Ok(m.snapshot()),
+                _ => Err(err(format!(
+                    "interface conversion: interface {{}} is {}, not map[string]interface {{}}",
+                    match type_of(v) {
+                        "<nil>" => "nil",
+                        t => t,
+                    }
+                ))),
             }
+        };
+        let keys = a[..n - 2]
+            .iter()
+            .map(|k| {
+                k.as_str().map(str::to_string).ok_or_else(|| {
+                    err(format!(
+                        "interface conversion: interface {{}} is {}, not string",
+                        type_of(k)
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cur = as_plain_map(&a[n - 1])?;
+        for (i, k) in keys.iter().enumerate() {
+            let Some(step) = cur.get(k).cloned() else {
+                return Ok(a[n - 2].clone());
+            };
+            if i + 1 == keys.len() {
+                return Ok(step);
+            }
+            cur = as_plain_map(&step)?;
         }
-        Ok(cur)
+        Ok(a[n - 2].clone())
     }),
     ("pick", |a| {
         let m = map_entries(&arg(&a, 0)).unwrap_or_default();
@@ -2444,30 +2516,212 @@ fn lookup_func(name: &str) -> Option<F> {
     FUNCS.iter().find(|(n, _)| *n == target).map(|(_, f)| *f)
 }
 
+/// Go parameter types of the functions, one letter per parameter: `S` string, `I` int, `B`
+/// bool, `M` map[string]interface{}, `A` interface{}; a trailing `*` makes the last one
+/// variadic. text/template checks arguments against these before calling, so passing a float64
+/// from values where an int is wanted, or a missing value (a nil interface) where a string is
+/// wanted, is an error in helm; it must be one here too, never a silent conversion. Functions
+/// not listed take `interface{}` arguments and check for themselves.
+const SIGNATURES: &[(&str, &str)] = &[
+    ("ternary", "AAB"),
+    ("required", "SA"),
+    ("fail", "S"),
+    ("semver", "S"),
+    ("semverCompare", "SS"),
+    ("fromYaml", "S"),
+    ("fromYamlArray", "S"),
+    ("fromJson", "S"),
+    ("fromJsonArray", "S"),
+    ("indent", "IS"),
+    ("nindent", "IS"),
+    ("trim", "S"),
+    ("trimAll", "SS"),
+    ("trimPrefix", "SS"),
+    ("trimSuffix", "SS"),
+    ("trunc", "IS"),
+    ("upper", "S"),
+    ("lower", "S"),
+    ("title", "S"),
+    ("replace", "SSS"),
+    ("contains", "SS"),
+    ("hasPrefix", "SS"),
+    ("hasSuffix", "SS"),
+    ("repeat", "IS"),
+    ("splitList", "SS"),
+    ("split", "SS"),
+    ("splitn", "SIS"),
+    ("join", "SA"),
+    ("get", "MS"),
+    ("set", "MSA"),
+    ("unset", "MS"),
+    ("hasKey", "MS"),
+    ("keys", "M*"),
+    ("values", "M"),
+    ("pluck", "SM*"),
+    ("merge", "MA*"),
+    ("mergeOverwrite", "MA*"),
+    ("pick", "MS*"),
+    ("omit", "MS*"),
+    ("append", "AA"),
+    ("prepend", "AA"),
+    ("has", "AA"),
+    ("until", "I"),
+    ("untilStep", "III"),
+    ("sub", "AA"),
+    ("div", "AA"),
+    ("mod", "AA"),
+    ("atoi", "S"),
+    ("b64enc", "S"),
+    ("b64dec", "S"),
+    ("sha256sum", "S"),
+    ("sha1sum", "S"),
+    ("adler32sum", "S"),
+    ("kindIs", "SA"),
+    ("typeIs", "SA"),
+    ("printf", "SA*"),
+    ("regexMatch", "SS"),
+    ("regexFind", "SS"),
+    ("regexFindAll", "SSI"),
+    ("regexSplit", "SSI"),
+    ("regexReplaceAll", "SSS"),
+    ("regexReplaceAllLiteral", "SSS"),
+    ("lookup", "SSSS"),
+    ("nospace", "S"),
+    ("substr", "IIS"),
+    ("abbrev", "IS"),
+    ("snakecase", "S"),
+    ("kebabcase", "S"),
+    ("camelcase", "S"),
+    ("randAlphaNum", "I"),
+    ("randAlpha", "I"),
+    ("randNumeric", "I"),
+    ("randAscii", "I"),
+    ("uuidv4", ""),
+    ("plural", "SSI"),
+    ("round", "AIA*"),
+    ("seq", "I*"),
+    ("deepEqual", "AA"),
+    ("wrap", "IS"),
+    ("wrapWith", "ISS"),
+    ("include", "SA"),
+    ("tpl", "SA"),
+    ("date", "SA"),
+    ("dateInZone", "SAS"),
+    ("htmlDate", "A"),
+    ("now", ""),
+];
+
+/// The Go type name of a value as text/template's argument errors print it: a missing map key
+/// is a nil `interface {}`.
+fn arg_type_name(v: &Value) -> &'static str {
+    if v.is_none() || v.is_undefined() {
+        "interface {}"
+    } else {
+        type_of(v)
+    }
+}
+
+/// Checks `args` against the Go signature of `name` (see [`SIGNATURES`]), as text/template does.
+pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
+    let target = ALIASES
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map(|(_, t)| *t)
+        .unwrap_or(name);
+    let Some((_, sig)) = SIGNATURES.iter().find(|(n, _)| *n == target) else {
+        return Ok(());
+    };
+    let variadic = sig.ends_with('*');
+    let params: Vec<char> = sig.trim_end_matches('*').chars().collect();
+    let fixed = if variadic {
+        params.len() - 1
+    } else {
+        params.len()
+    };
+    if (!variadic && args.len() != fixed) || (variadic && args.len() < fixed) {
+        return Err(err(format!(
+            "wrong number of args for {name}: want {}{} got {}",
+            if variadic { "at least " } else { "" },
+            fixed,
+            args.len()
+        )));
+    }
+    for (i, a) in args.iter().enumerate() {
+        let p = params.get(i).or(params.last()).copied().unwrap_or('A');
+        let ok = match p {
+            'S' => a.kind() == ValueKind::String,
+            'I' => a.kind() == ValueKind::Number && a.is_integer(),
+            'B' => a.kind() == ValueKind::Bool,
+            'M' => matches!(
+                a.downcast_object_ref::<GoMap>(),
+                Some(m) if !matches!(m.1, GoType::Struct(_))
+            ),
+            _ => true,
+        };
+        if !ok {
+            let want = match p {
+                'S' => "string",
+                'I' => "int",
+                'B' => "bool",
+                _ => "map[string]interface {}",
+            };
+            return Err(err(format!(
+                "wrong type for value; expected {want}; got {} (argument {} of {name})",
+                arg_type_name(a),
+                i + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Registers the runtime on an environment.
 pub fn register(env: &mut Environment<'static>) {
     for (alias, _) in ALIASES {
         if let Some(f) = lookup_func(alias) {
-            env.add_function(format!("h_{alias}"), move |args: Rest<Value>| f(args));
+            let name: &'static str = alias;
+            env.add_function(format!("h_{alias}"), move |args: Rest<Value>| {
+                check_args(name, &args)?;
+                f(args)
+            });
         }
     }
     for (name, f) in FUNCS {
         let f = *f;
+        let name: &'static str = name;
         let n = if name.starts_with("__") {
             name.to_string()
         } else {
             format!("h_{name}")
         };
-        env.add_function(n, move |args: Rest<Value>| f(args));
+        env.add_function(n, move |args: Rest<Value>| {
+            check_args(name, &args)?;
+            f(args)
+        });
     }
     env.add_function("__f", f_field);
     env.add_function("__call", f_call);
-    env.add_function("h_include", f_include);
+    env.add_function("h_include", |state: &State, args: Rest<Value>| {
+        check_args("include", &args)?;
+        f_include(state, s(&args[0]), Some(args[1].clone()))
+    });
     env.add_function("__template", f_template);
-    env.add_function("h_tpl", f_tpl);
-    env.add_function("h_now", f_now);
-    env.add_function("h_date", f_date);
-    env.add_function("h_dateInZone", f_date_in_zone);
+    env.add_function("h_tpl", |state: &State, args: Rest<Value>| {
+        check_args("tpl", &args)?;
+        f_tpl(state, s(&args[0]), args[1].clone())
+    });
+    env.add_function("h_now", |state: &State, args: Rest<Value>| {
+        check_args("now", &args)?;
+        f_now(state)
+    });
+    env.add_function("h_date", |args: Rest<Value>| {
+        check_args("date", &args)?;
+        f_date(s(&args[0]), args[1].clone())
+    });
+    env.add_function("h_dateInZone", |args: Rest<Value>| {
+        check_args("dateInZone", &args)?;
+        f_date_in_zone(s(&args[0]), args[1].clone(), s(&args[2]))
+    });
     env.add_function("h_unixEpoch", |t: Value| -> Result<Value, Error> {
         Ok(Value::from(as_time(&t)?.secs.to_string()))
     });

@@ -36,7 +36,18 @@ use std::path::Path;
 use minijinja::value::Value;
 use minijinja::Environment;
 
-use funcs::{from_json, ApiVersions, Files, GoMap};
+use funcs::{from_json, ApiVersions, Files, GoMap, GoType};
+
+/// `.Values` as helm passes it: a `chartutil.Values`, whose nested maps are plain maps.
+fn values_object(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Object(o) => GoMap::typed(
+            o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect(),
+            GoType::Values,
+        ),
+        other => from_json(other),
+    }
+}
 
 /// Errors of the helm format. Template errors name the file and line.
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +197,7 @@ fn chart_object(meta: &serde_json::Value, is_root: bool) -> Value {
         m.entry(k.to_string()).or_insert_with(|| Value::from(""));
     }
     m.insert("IsRoot".to_string(), Value::from(is_root));
-    GoMap::value(m)
+    GoMap::typed(m, GoType::Struct("struct { chart.Metadata; IsRoot bool }"))
 }
 
 fn kube_version_object(v: &str) -> Value {
@@ -202,7 +213,7 @@ fn kube_version_object(v: &str) -> Value {
     ]
     .into_iter()
     .collect();
-    GoMap::value(m)
+    GoMap::typed(m, GoType::Struct("chartutil.KubeVersion"))
 }
 
 /// A template to render, with the scope helm gives it.
@@ -311,10 +322,11 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         ),
         (
             "HelmVersion".to_string(),
-            GoMap::value(
+            GoMap::typed(
                 [("Version".to_string(), Value::from(HELM_VERSION))]
                     .into_iter()
                     .collect(),
+                GoType::Struct("version.BuildInfo"),
             ),
         ),
     ]
@@ -329,18 +341,24 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         .into_iter()
         .collect();
         let top: BTreeMap<String, Value> = [
-            ("Values".to_string(), from_json(&u.values)),
+            ("Values".to_string(), values_object(&u.values)),
             ("Release".to_string(), GoMap::value(release.clone())),
             (
                 "Chart".to_string(),
                 chart_object(&u.chart.metadata, u.is_root),
             ),
-            ("Capabilities".to_string(), GoMap::value(caps.clone())),
+            (
+                "Capabilities".to_string(),
+                GoMap::typed(caps.clone(), GoType::Struct("*chartutil.Capabilities")),
+            ),
             (
                 "Files".to_string(),
                 Value::from_object(Files(u.chart.files.clone())),
             ),
-            ("Template".to_string(), GoMap::value(template)),
+            (
+                "Template".to_string(),
+                GoMap::typed(template, GoType::Values),
+            ),
             (
                 "Subcharts".to_string(),
                 Value::from_object(funcs::Unsupported(".Subcharts")),
