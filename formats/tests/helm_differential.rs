@@ -433,3 +433,10 @@ fn typed_arguments_accepted_by_helm_give_helms_output() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Only the top chart's `.helmignore` applies (to subchart paths too); a directory subchart's
+/// own `.helmignore` is not read by helm when rendering the parent.
+#[test]
+fn ignores_chart_helmignore_scope_matches_helm_template() {
+    check_chart("ignores");
+}

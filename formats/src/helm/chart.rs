@@ -164,22 +164,29 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), H
     Ok(())
 }
 
-/// Loads a chart directory (with its subcharts).
+/// Loads a chart directory (with its subcharts), skipping what its `.helmignore` lists.
+///
+/// As in helm's `LoadDir`, only the top chart's `.helmignore` applies, to every path under it
+/// (`charts/sub/...` included); a directory subchart's own `.helmignore` is not read (helm
+/// applies it only when packaging that subchart, and an archive is loaded as it is).
 pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
     let mut files = Vec::new();
     walk(dir, "", &mut files)?;
-    load_files(&dir.display().to_string(), files)
-}
-
-/// Loads a chart from its files (paths relative to the chart root).
-pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, HelmError> {
+    let label = dir.display().to_string();
     let ignore = helmignore(
-        label,
+        &label,
         files
             .iter()
             .find(|(p, _)| p == ".helmignore")
             .map(|(_, d)| d.as_slice()),
     )?;
+    files.retain(|(p, _)| !ignored(&ignore, p));
+    load_files(&label, files)
+}
+
+/// Loads a chart from its files (paths relative to the chart root), as helm's `LoadFiles`:
+/// every file given is used (no `.helmignore`).
+pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, HelmError> {
     let mut chart = Chart {
         metadata: Json::Null,
         values: Json::Object(Map::new()),
@@ -195,9 +202,6 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
         String::from_utf8(data).map_err(|_| chart_err(label, format!("{path} is not UTF-8")))
     };
     for (path, data) in files {
-        if ignored(&ignore, &path) {
-            continue;
-        }
         match path.as_str() {
             "Chart.yaml" => chart.metadata = read_yaml(label, &data, "Chart.yaml")?,
             "values.yaml" => chart.values = read_yaml(label, &data, "values.yaml")?,
