@@ -440,3 +440,78 @@ fn typed_arguments_accepted_by_helm_give_helms_output() {
 fn ignores_chart_helmignore_scope_matches_helm_template() {
     check_chart("ignores");
 }
+
+/// The agent's hook policy against helm: the objects `helm install` makes part of the release
+/// (`helm template --no-hooks`) plus the hooks helm runs on install or upgrade, applied as
+/// ordinary objects; test, delete and rollback hooks are left out; hooks with an event helm
+/// does not know are dropped by helm itself (absent from `helm template` too).
+#[test]
+fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
+    use pallet_formats::{render, Format, HelmOptions, RenderConfig};
+    for name in ["documents", "starter"] {
+        let chart = testdata().join("charts").join(name);
+        let values = std::fs::read_dir(testdata().join("values").join(name))
+            .expect("values dir")
+            .map(|e| e.expect("entry").path())
+            .min()
+            .expect("a values file");
+        let helm_with = |extra: &[&str]| -> Vec<serde_json::Value> {
+            let out = Command::new(helm_bin())
+                .args(["template", RELEASE])
+                .arg(&chart)
+                .args(["--namespace", NAMESPACE, "-f"])
+                .arg(&values)
+                .args(extra)
+                .output()
+                .expect("running helm");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            split_docs(&String::from_utf8_lossy(&out.stdout))
+        };
+        let all = helm_with(&[]);
+        let mut want: Vec<String> = helm_with(&["--no-hooks"]).iter().map(key).collect();
+        let install_events = ["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+        let mut hooks_seen = 0;
+        for o in &all {
+            let Some(h) = o["metadata"]["annotations"]["helm.sh/hook"].as_str() else {
+                continue;
+            };
+            hooks_seen += 1;
+            let h = h.to_lowercase();
+            if h.split(',').any(|e| install_events.contains(&e.trim())) {
+                want.push(key(o));
+            }
+        }
+        assert!(hooks_seen >= 1, "{name}: the chart must have hooks");
+        want.sort();
+        let text = std::fs::read_to_string(&values).expect("values");
+        let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+        let config = RenderConfig {
+            install_namespace: NAMESPACE.into(),
+            helm: HelmOptions {
+                release_name: RELEASE.into(),
+                values: if v.is_null() {
+                    serde_json::json!({})
+                } else {
+                    v
+                },
+                ..HelmOptions::default()
+            },
+            ..RenderConfig::default()
+        };
+        let rendered = render(Format::Helm, &chart, &config).expect("render");
+        let mut got: Vec<String> = rendered
+            .objects
+            .iter()
+            .map(|o| {
+                let body = serde_json::Value::Object(o.object.body().clone());
+                key(&body)
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{name}: agent object set under the hook policy");
+    }
+}

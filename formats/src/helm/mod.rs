@@ -551,6 +551,9 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
             })?;
             match v {
                 serde_json::Value::Null => {}
+                // helm drops hooks with an unknown event even from `helm template`.
+                serde_json::Value::Object(ref o)
+                    if hook_disposition(o) == HookDisposition::Unknown => {}
                 serde_json::Value::Object(_) => out.push(v),
                 _ => {
                     return Err(HelmError::template(
@@ -624,9 +627,71 @@ pub fn render_bundle(
         .map_err(to_render_error)?;
     let mut objects = Vec::new();
     for f in &files {
-        objects.extend(crate::parse_manifests(&f.source, &f.content)?);
+        objects.extend(
+            crate::parse_manifests(&f.source, &f.content)?
+                .into_iter()
+                .filter(|o| {
+                    matches!(
+                        hook_disposition(o.body()),
+                        HookDisposition::NotHook | HookDisposition::Apply
+                    )
+                }),
+        );
     }
     crate::plain::finish(objects, &config.install_namespace)
+}
+
+/// What the agent does with a rendered object, by its `helm.sh/hook` annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookDisposition {
+    /// Not a hook: part of the release's objects.
+    NotHook,
+    /// An install or upgrade hook (`pre-install`, `post-install`, `pre-upgrade`,
+    /// `post-upgrade`): applied as an ordinary object. The hook lifecycle (running before or
+    /// after the other objects, `hook-weight`, `hook-delete-policy`) is not reproduced.
+    Apply,
+    /// Not applied: test hooks (`test`, `test-success`; helm runs them only on `helm test`)
+    /// and hooks that only run on delete or rollback.
+    Skip,
+    /// A hook naming an event helm 3 does not know (`crd-install`, `test-failure`, typos):
+    /// helm skips the object entirely, even in `helm template`, and so does pallet.
+    Unknown,
+}
+
+/// The agent's hook policy for one object (see [`HookDisposition`]). `helm template` prints
+/// hooks like any object; [`render`] keeps them all (it is `helm template`), the agent's
+/// [`render_bundle`] applies this policy.
+pub fn hook_disposition(body: &serde_json::Map<String, serde_json::Value>) -> HookDisposition {
+    let Some(hook) = body
+        .get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get("helm.sh/hook"))
+    else {
+        return HookDisposition::NotHook;
+    };
+    // helm reads the annotation as a comma-separated, case-insensitive list of events.
+    let text = hook.as_str().unwrap_or_default().to_lowercase();
+    let events: Vec<&str> = text.split(',').map(str::trim).collect();
+    const INSTALL: &[&str] = &["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+    const OTHER: &[&str] = &[
+        "pre-delete",
+        "post-delete",
+        "pre-rollback",
+        "post-rollback",
+        "test",
+        "test-success",
+    ];
+    if events
+        .iter()
+        .any(|e| !INSTALL.contains(e) && !OTHER.contains(e))
+    {
+        return HookDisposition::Unknown;
+    }
+    if events.iter().any(|e| INSTALL.contains(e)) {
+        HookDisposition::Apply
+    } else {
+        HookDisposition::Skip
+    }
 }
 
 fn to_render_error(e: HelmError) -> crate::RenderError {
