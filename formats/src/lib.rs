@@ -49,6 +49,28 @@ pub struct HelmOptions {
     /// The target cluster's capabilities (`.Capabilities`); `None` renders with helm's
     /// built-in defaults, as `helm template` without a cluster does.
     pub capabilities: Option<HelmCapabilities>,
+    /// What `now` returns, as Unix seconds (UTC). Pinned by the caller, never the wall clock,
+    /// so a chart using `now` renders the same objects (and digest) on every reconcile.
+    pub now: i64,
+    /// Seed of the random functions (`randAlphaNum`, `uuidv4`, ...): their output is stable
+    /// for a given seed. The agent derives it with [`HelmOptions::seed_for`].
+    pub seed: u64,
+}
+
+impl HelmOptions {
+    /// The seed for a BundleDeployment's spec generation: random output then changes only when
+    /// the spec does (a new generation), not on every reconcile.
+    pub fn seed_for(name: &str, generation: i64) -> u64 {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(generation.to_le_bytes());
+        let d = h.finalize();
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[..8]);
+        u64::from_le_bytes(b)
+    }
 }
 
 /// What `.Capabilities` reports: the cluster's version and the APIs it serves.

@@ -27,6 +27,17 @@ pub fn render_config(
                 .unwrap_or_else(|| bd.metadata.name.clone().unwrap_or_default()),
             values: helm.values.unwrap_or_else(|| serde_json::json!({})),
             capabilities,
+            // `now` and the random functions are pinned so the rendered digest is stable:
+            // `now` is the object's creation time, random output changes with the generation.
+            now: bd
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+            seed: HelmOptions::seed_for(
+                bd.metadata.name.as_deref().unwrap_or_default(),
+                bd.metadata.generation.unwrap_or_default(),
+            ),
         },
     }
 }

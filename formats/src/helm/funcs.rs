@@ -556,9 +556,12 @@ pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, E
             "rendering template has a nested reference name: {name}: unable to execute template (include depth over {MAX_INCLUDE_DEPTH})"
         )));
     }
-    tmpl.render(
-        minijinja::context! { __d0 => data, __now => state.lookup("__now"), __depth => depth },
-    )
+    tmpl.render(minijinja::context! {
+        __d0 => data,
+        __now => state.lookup("__now"),
+        __rng => state.lookup("__rng"),
+        __depth => depth,
+    })
 }
 
 /// Maximum nesting of include/template/tpl.
@@ -595,6 +598,12 @@ pub fn known() -> HashSet<&'static str> {
             "dateInZone",
             "unixEpoch",
             "htmlDate",
+            "randAlphaNum",
+            "randAlpha",
+            "randNumeric",
+            "randAscii",
+            "randInt",
+            "uuidv4",
         ])
         .collect()
 }
@@ -2106,41 +2115,6 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("ceil", |a| Ok(Value::from(to_f64(&arg(&a, 0)).ceil()))),
     ("floor", |a| Ok(Value::from(to_f64(&arg(&a, 0)).floor()))),
-    ("randAlphaNum", |a| {
-        Ok(Value::from(random_string(
-            to_i64(&arg(&a, 0)),
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-        )))
-    }),
-    ("randAlpha", |a| {
-        Ok(Value::from(random_string(
-            to_i64(&arg(&a, 0)),
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz",
-        )))
-    }),
-    ("randNumeric", |a| {
-        Ok(Value::from(random_string(
-            to_i64(&arg(&a, 0)),
-            b"0123456789",
-        )))
-    }),
-    ("uuidv4", |_a| {
-        let mut b = [0u8; 16];
-        for chunk in b.chunks_mut(8) {
-            chunk.copy_from_slice(&random_u64().to_le_bytes());
-        }
-        b[6] = (b[6] & 0x0f) | 0x40;
-        b[8] = (b[8] & 0x3f) | 0x80;
-        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        Ok(Value::from(format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )))
-    }),
     ("regexSplit", |a| {
         let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
         let text = s(&arg(&a, 1));
@@ -2263,18 +2237,99 @@ fn raw_json(v: &serde_json::Value) -> String {
 
 /// Random numbers for Sprig's rand* and uuidv4: seeded per process by the standard library's
 /// hasher keys (non-deterministic, as in helm; no extra dependency).
-fn random_u64() -> u64 {
-    use std::hash::BuildHasher as _;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    std::collections::hash_map::RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
+/// The per-render random source behind `randAlphaNum`, `uuidv4`, ...: SplitMix64 seeded from
+/// [`super::RenderOptions::seed`], so one render's random output is a function of the seed and
+/// the chart alone (the rendered digest must not change on every reconcile). Calls happen in
+/// the fixed render order, so the same seed gives the same strings.
+#[derive(Debug)]
+pub struct Rng(Mutex<u64>);
+
+impl Rng {
+    /// A random source for one render.
+    pub fn value(seed: u64) -> Value {
+        Value::from_object(Rng(Mutex::new(seed)))
+    }
+    fn next(&self) -> u64 {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// A uniform value in `0..n` (n > 0), without modulo bias.
+    fn below(&self, n: u64) -> u64 {
+        let zone = u64::MAX - (u64::MAX % n);
+        loop {
+            let x = self.next();
+            if x < zone {
+                return x % n;
+            }
+        }
+    }
 }
 
-fn random_string(n: i64, alphabet: &[u8]) -> String {
-    (0..n.max(0))
-        .map(|_| alphabet[(random_u64() % alphabet.len() as u64) as usize] as char)
-        .collect()
+impl Object for Rng {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
 }
+
+fn rng(state: &State) -> Result<Arc<Rng>, Error> {
+    state
+        .lookup("__rng")
+        .and_then(|v| v.downcast_object::<Rng>())
+        .ok_or_else(|| err("internal: no random source in this render"))
+}
+
+fn random_string(
+    state: &State,
+    name: &str,
+    args: &[Value],
+    alphabet: &[u8],
+) -> Result<Value, Error> {
+    check_args(name, args)?;
+    let r = rng(state)?;
+    let n = args[0].as_i64().unwrap_or(0).max(0);
+    Ok(Value::from(
+        (0..n)
+            .map(|_| alphabet[r.below(alphabet.len() as u64) as usize] as char)
+            .collect::<String>(),
+    ))
+}
+
+fn f_uuidv4(state: &State, args: Rest<Value>) -> Result<Value, Error> {
+    check_args("uuidv4", &args)?;
+    let r = rng(state)?;
+    let mut b = [0u8; 16];
+    for chunk in b.chunks_mut(8) {
+        chunk.copy_from_slice(&r.next().to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(Value::from(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )))
+}
+
+fn f_rand_int(state: &State, args: Rest<Value>) -> Result<Value, Error> {
+    check_args("randInt", &args)?;
+    // Sprig: rand.Intn(max-min) + min, which panics (an error) unless max > min.
+    let (min, max) = (args[0].as_i64().unwrap_or(0), args[1].as_i64().unwrap_or(0));
+    let span = max
+        .checked_sub(min)
+        .filter(|s| *s > 0)
+        .ok_or_else(|| err("randInt: invalid argument to Intn (max must be greater than min)"))?;
+    Ok(Value::from(min + rng(state)?.below(span as u64) as i64))
+}
+
+const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A Go `time.Time` (UTC only), as returned by `now`.
 #[derive(Debug, Clone, Copy)]
@@ -2597,6 +2652,7 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("randNumeric", "I"),
     ("randAscii", "I"),
     ("uuidv4", ""),
+    ("randInt", "II"),
     ("plural", "SSI"),
     ("round", "AIA*"),
     ("seq", "I*"),
@@ -2706,6 +2762,21 @@ pub fn register(env: &mut Environment<'static>) {
         f_include(state, s(&args[0]), Some(args[1].clone()))
     });
     env.add_function("__template", f_template);
+    env.add_function("h_randAlphaNum", |state: &State, args: Rest<Value>| {
+        random_string(state, "randAlphaNum", &args, ALNUM)
+    });
+    env.add_function("h_randAlpha", |state: &State, args: Rest<Value>| {
+        random_string(state, "randAlpha", &args, &ALNUM[..52])
+    });
+    env.add_function("h_randNumeric", |state: &State, args: Rest<Value>| {
+        random_string(state, "randNumeric", &args, &ALNUM[52..])
+    });
+    env.add_function("h_randAscii", |state: &State, args: Rest<Value>| {
+        let printable: Vec<u8> = (32u8..=126).collect();
+        random_string(state, "randAscii", &args, &printable)
+    });
+    env.add_function("h_uuidv4", f_uuidv4);
+    env.add_function("h_randInt", f_rand_int);
     env.add_function("h_tpl", |state: &State, args: Rest<Value>| {
         check_args("tpl", &args)?;
         f_tpl(state, s(&args[0]), args[1].clone())
@@ -2752,6 +2823,7 @@ fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
         minijinja::context! {
             __d0 => data,
             __now => state.lookup("__now"),
+            __rng => state.lookup("__rng"),
             __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
         },
     )?;

@@ -117,6 +117,9 @@ pub struct RenderOptions {
     /// The clock for `now`, as Unix seconds (UTC); `None` reads the system clock. Injected so
     /// renders can be reproducible.
     pub now: Option<i64>,
+    /// Seed of the render's random source (`randAlphaNum`, `randAlpha`, `randNumeric`,
+    /// `randAscii`, `randInt`, `uuidv4`): the same seed and chart give the same output.
+    pub seed: u64,
 }
 
 impl Default for RenderOptions {
@@ -131,6 +134,7 @@ impl Default for RenderOptions {
             is_upgrade: false,
             revision: 1,
             now: None,
+            seed: 0,
         }
     }
 }
@@ -333,6 +337,8 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     .into_iter()
     .collect();
     let mut out = crds;
+    // One random source for the whole render, drawn from in helm's render order.
+    let rng = funcs::Rng::value(opts.seed);
     for u in units.iter().filter(|u| u.render) {
         let template: BTreeMap<String, Value> = [
             ("Name".to_string(), Value::from(u.name.as_str())),
@@ -370,7 +376,11 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
             .get_template(&u.name)
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
         let content = tmpl
-            .render(minijinja::context! { __d0 => GoMap::value(top), __now => opts.now })
+            .render(minijinja::context! {
+                __d0 => GoMap::value(top),
+                __now => opts.now,
+                __rng => rng.clone(),
+            })
             .map_err(|e| render_error(&u.name, &e))?;
         if u.name.ends_with("NOTES.txt") {
             continue;
@@ -616,6 +626,8 @@ pub fn render_bundle(
         release_name: config.helm.release_name.clone(),
         namespace: config.install_namespace.clone(),
         values,
+        now: Some(config.helm.now),
+        seed: config.helm.seed,
         ..RenderOptions::default()
     };
     if let Some(capabilities) = &config.helm.capabilities {
