@@ -2115,6 +2115,22 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("ceil", |a| Ok(Value::from(to_f64(&arg(&a, 0)).ceil()))),
     ("floor", |a| Ok(Value::from(to_f64(&arg(&a, 0)).floor()))),
+    ("wrap", |a| {
+        Ok(Value::from(wrap_custom(
+            &s(&a[1]),
+            a[0].as_i64().unwrap_or(1),
+            "",
+            false,
+        )))
+    }),
+    ("wrapWith", |a| {
+        Ok(Value::from(wrap_custom(
+            &s(&a[2]),
+            a[0].as_i64().unwrap_or(1),
+            &s(&a[1]),
+            true,
+        )))
+    }),
     ("regexSplit", |a| {
         let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
         let text = s(&arg(&a, 1));
@@ -2327,6 +2343,50 @@ fn f_rand_int(state: &State, args: Rest<Value>) -> Result<Value, Error> {
         .filter(|s| *s > 0)
         .ok_or_else(|| err("randInt: invalid argument to Intn (max must be greater than min)"))?;
     Ok(Value::from(min + rng(state)?.below(span as u64) as i64))
+}
+
+/// goutils' `WrapCustom` (Sprig's `wrap` and `wrapWith`): byte-based, wraps at the last space
+/// within `width`, drops a space at a line start; long words are split only when `split_long`.
+fn wrap_custom(text: &str, width: i64, newline: &str, split_long: bool) -> String {
+    let s = text.as_bytes();
+    if s.is_empty() {
+        return String::new();
+    }
+    let newline = if newline.is_empty() { "\n" } else { newline };
+    let width = usize::try_from(width.max(1)).unwrap_or(1);
+    let mut out: Vec<u8> = Vec::with_capacity(s.len() + 16);
+    let mut offset = 0;
+    while s.len() - offset > width {
+        if s[offset] == b' ' {
+            offset += 1;
+            continue;
+        }
+        let window = &s[offset..offset + width + 1];
+        if let Some(sp) = window.iter().rposition(|b| *b == b' ') {
+            out.extend_from_slice(&s[offset..offset + sp]);
+            out.extend_from_slice(newline.as_bytes());
+            offset += sp + 1;
+        } else if split_long {
+            out.extend_from_slice(&s[offset..offset + width]);
+            out.extend_from_slice(newline.as_bytes());
+            offset += width;
+        } else {
+            let end = offset + width;
+            match s[end..].iter().position(|b| *b == b' ') {
+                Some(i) => {
+                    out.extend_from_slice(&s[offset..end + i]);
+                    out.extend_from_slice(newline.as_bytes());
+                    offset = end + i + 1;
+                }
+                None => {
+                    out.extend_from_slice(&s[offset..]);
+                    offset = s.len();
+                }
+            }
+        }
+    }
+    out.extend_from_slice(&s[offset..]);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
