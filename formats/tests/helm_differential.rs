@@ -515,3 +515,11 @@ fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
         assert_eq!(got, want, "{name}: agent object set under the hook policy");
     }
 }
+
+/// `import-values` in both forms (string: `exports.<name>`; map: `child`/`parent`), through an
+/// alias, a condition, a nested subchart's imports re-imported, priorities against the
+/// parent's and the user's values, and skipped non-table/missing children.
+#[test]
+fn imports_chart_import_values_match_helm_template() {
+    check_chart("imports");
+}

@@ -302,6 +302,7 @@ pub fn resolve_dependencies(chart: &Chart, user: &Json) -> Result<Chart, HelmErr
     let cvals = coalesce_mode(&aliased, user, true);
     let mut out = aliased;
     prune(&mut out, &cvals, "")?;
+    import_values(&mut out)?;
     let cvals = coalesce_mode(&out, user, true);
     bake(&mut out, &cvals);
     Ok(out)
@@ -315,12 +316,6 @@ fn apply_aliases(chart: &Chart) -> Result<Chart, HelmError> {
     let mut used = vec![false; chart.subcharts.len()];
     for dep in &deps {
         let dname = dep.get("name").and_then(|v| v.as_str()).unwrap_or_default();
-        if dep.get("import-values").is_some() {
-            return Err(chart_err(
-                &name,
-                format!("unsupported construct: import-values on dependency {dname}"),
-            ));
-        }
         let Some(i) = chart.subcharts.iter().position(|c| c.name() == dname) else {
             return Err(chart_err(
                 &name,
@@ -343,6 +338,92 @@ fn apply_aliases(chart: &Chart) -> Result<Chart, HelmError> {
         }
     }
     Ok(out)
+}
+
+/// helm's `processDependencyImportValues`, deepest charts first: each enabled dependency's
+/// `import-values` copy tables from the subchart's values into the parent's. The string form
+/// `- name` imports the child's `exports.name` table at the parent's top level; the map form
+/// `- {child: a.b, parent: x.y}` imports the child's `a.b` table at `x.y`. Imports come from
+/// the charts' own values (not the user's) and have lower priority than the parent's values;
+/// an earlier import wins over a later one. A missing or non-table child path is skipped, as
+/// helm does (with a warning there).
+fn import_values(chart: &mut Chart) -> Result<(), HelmError> {
+    for sub in &mut chart.subcharts {
+        import_values(sub)?;
+    }
+    let name = chart.name();
+    let deps = chart.dependencies();
+    let mut imports = Map::new();
+    let mut any = false;
+    for sub in &chart.subcharts {
+        let sname = sub.name();
+        let Some(dep) = deps.iter().find(|d| {
+            d.get("alias")
+                .and_then(|v| v.as_str())
+                .or_else(|| d.get("name").and_then(|v| v.as_str()))
+                == Some(sname.as_str())
+        }) else {
+            continue;
+        };
+        let Some(list) = dep.get("import-values") else {
+            continue;
+        };
+        let list = list.as_array().ok_or_else(|| {
+            chart_err(
+                &name,
+                format!("import-values of dependency {sname} must be a list"),
+            )
+        })?;
+        any = true;
+        // The child's values as helm's MergeValues(parent) scopes them: its own values.yaml,
+        // under whatever the parent sets for it.
+        let parent_vals = coalesce_mode(chart, &Json::Object(Map::new()), true);
+        let child_vals = parent_vals.get(&sname).cloned().unwrap_or(Json::Null);
+        for entry in list {
+            let (child, parent) = match entry {
+                Json::String(s) => (format!("exports.{s}"), ".".to_string()),
+                Json::Object(m) => match (
+                    m.get("child").and_then(|v| v.as_str()),
+                    m.get("parent").and_then(|v| v.as_str()),
+                ) {
+                    (Some(c), Some(p)) => (c.to_string(), p.to_string()),
+                    _ => {
+                        return Err(chart_err(
+                            &name,
+                            format!(
+                                "import-values of dependency {sname}: a map entry needs string `child` and `parent`"
+                            ),
+                        ))
+                    }
+                },
+                other => {
+                    return Err(chart_err(
+                        &name,
+                        format!("import-values of dependency {sname}: unsupported entry {other}"),
+                    ))
+                }
+            };
+            let Some(Json::Object(table)) = path_value(&child_vals, &child) else {
+                continue;
+            };
+            let mut value = table.clone();
+            if parent != "." {
+                for key in parent.split('.').rev() {
+                    value = Map::from_iter([(key.to_string(), Json::Object(value))]);
+                }
+            }
+            coalesce_tables(&mut imports, &value, true);
+        }
+    }
+    if any {
+        let mut values = match coalesce_mode(chart, &Json::Object(Map::new()), true) {
+            Json::Object(m) => m,
+            _ => Map::new(),
+        };
+        coalesce_tables(&mut values, &imports, true);
+        chart.values = Json::Object(values);
+    }
+    Ok(())
 }
 
 fn path_value<'a>(v: &'a Json, path: &str) -> Option<&'a Json> {
