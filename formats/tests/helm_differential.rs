@@ -523,3 +523,62 @@ fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
 fn imports_chart_import_values_match_helm_template() {
     check_chart("imports");
 }
+
+/// values.schema.json keywords (2020-12 by default, draft-07 in a subchart): valid values
+/// render as helm renders them.
+#[test]
+fn schemas_chart_valid_values_match_helm_template() {
+    check_chart("schemas");
+}
+
+/// Every invalid values file in testdata/helm/invalid/schemas fails in both, and pallet names
+/// the JSON path helm names. helm's validator reports two paths relative to the sub-check
+/// (items after `prefixItems`/tuple `items`, and `propertyNames`); there pallet gives the
+/// full path, and the test checks the failure only (listed explicitly below).
+#[test]
+fn schemas_chart_invalid_values_fail_in_both_at_the_same_path() {
+    let chart = testdata().join("charts/schemas");
+    let relative_in_helm = ["bad-19.yaml", "bad-21.yaml", "bad-25.yaml"];
+    let mut files: Vec<PathBuf> = std::fs::read_dir(testdata().join("invalid/schemas"))
+        .expect("invalid dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    assert!(files.len() >= 20);
+    let mut wrong = Vec::new();
+    for values in files {
+        let out = Command::new(helm_bin())
+            .args(["template", RELEASE])
+            .arg(&chart)
+            .arg("-f")
+            .arg(&values)
+            .output()
+            .expect("running helm");
+        let helm_err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let helm_path = helm_err
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("- at '"))
+            .and_then(|l| l.split('\'').next())
+            .map(str::to_string);
+        let text = std::fs::read_to_string(&values).expect("values");
+        let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+        let opts = RenderOptions {
+            values: v,
+            ..RenderOptions::default()
+        };
+        let ours = helm::render(&chart, &opts).map_err(|e| e.to_string());
+        let name = values.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let ok = match (&ours, out.status.success(), &helm_path) {
+            (Err(o), false, Some(p)) => {
+                relative_in_helm.contains(&name) || o.contains(&format!("at '{p}'"))
+            }
+            _ => false,
+        };
+        if !ok {
+            wrong.push(format!(
+                "{name} ({text:?}):\n  pallet: {ours:?}\n  helm: {helm_err}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -122,9 +122,33 @@ fn incompatible_comparison_is_an_error() {
 
 #[test]
 fn unsupported_chart_features_are_errors() {
-    let e = render_one("a: 1", &[("values.schema.json", r#"{"anyOf": []}"#)])
-        .expect_err("schema keyword");
-    assert!(e.contains("values.schema.json keyword anyOf"), "{e}");
+    let e = render_one(
+        "a: 1",
+        &[("values.schema.json", r#"{"unevaluatedProperties": false}"#)],
+    )
+    .expect_err("schema keyword");
+    assert!(
+        e.contains("values.schema.json keyword unevaluatedProperties"),
+        "{e}"
+    );
+    let e = render_one(
+        "a: 1",
+        &[(
+            "values.schema.json",
+            r#"{"$ref": "https://example.com/s.json"}"#,
+        )],
+    )
+    .expect_err("remote $ref");
+    assert!(e.contains("only local references"), "{e}");
+    let e = render_one(
+        "a: 1",
+        &[(
+            "values.schema.json",
+            r##"{"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}"##,
+        )],
+    )
+    .expect_err("self-referencing $ref");
+    assert!(e.contains("$ref nesting"), "{e}");
     let e =
         render_one("a: 1", &[("requirements.yaml", "dependencies: []")]).expect_err("requirements");
     assert!(e.contains("requirements.yaml"), "{e}");
