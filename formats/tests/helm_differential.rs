@@ -32,6 +32,16 @@ fn helm_bin() -> PathBuf {
     bin
 }
 
+/// YAML read as helm and Kubernetes read it (sigs.k8s.io/yaml, YAML 1.1): `0644` is octal,
+/// a repeated key keeps its last value. Used for helm's output and for values files (which
+/// helm reads with `-f`, and which reach pallet already parsed, as the CR's JSON).
+fn yaml11() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+    }
+}
+
 fn split_docs(s: &str) -> Vec<serde_json::Value> {
     let mut docs = vec![String::new()];
     for line in s.split_inclusive('\n') {
@@ -44,7 +54,7 @@ fn split_docs(s: &str) -> Vec<serde_json::Value> {
     docs.iter()
         .filter(|d| !d.trim().is_empty())
         .filter_map(|d| {
-            let v: serde_json::Value = serde_saphyr::from_str(d)
+            let v: serde_json::Value = serde_saphyr::from_str_with_options(d, yaml11())
                 .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
             (!v.is_null()).then_some(v)
         })
@@ -124,7 +134,8 @@ fn oracle(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
 
 fn ours(chart: &Path, values: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(values).expect("reading values file");
-    let v: serde_json::Value = serde_saphyr::from_str(&text).expect("values file is YAML");
+    let v: serde_json::Value =
+        serde_saphyr::from_str_with_options(&text, yaml11()).expect("values file is YAML");
     let opts = RenderOptions {
         release_name: RELEASE.into(),
         namespace: NAMESPACE.into(),
@@ -219,7 +230,7 @@ fn schema_violation_fails_in_both_with_the_same_path() {
         "helm: {helm_err}"
     );
     let text = std::fs::read_to_string(&values).expect("values");
-    let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+    let v: serde_json::Value = serde_saphyr::from_str_with_options(&text, yaml11()).expect("yaml");
     let opts = RenderOptions {
         values: v,
         ..RenderOptions::default()
@@ -488,7 +499,8 @@ fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
         assert!(hooks_seen >= 1, "{name}: the chart must have hooks");
         want.sort();
         let text = std::fs::read_to_string(&values).expect("values");
-        let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+        let v: serde_json::Value =
+            serde_saphyr::from_str_with_options(&text, yaml11()).expect("yaml");
         let config = RenderConfig {
             install_namespace: NAMESPACE.into(),
             helm: HelmOptions {
@@ -561,7 +573,8 @@ fn schemas_chart_invalid_values_fail_in_both_at_the_same_path() {
             .and_then(|l| l.split('\'').next())
             .map(str::to_string);
         let text = std::fs::read_to_string(&values).expect("values");
-        let v: serde_json::Value = serde_saphyr::from_str(&text).expect("yaml");
+        let v: serde_json::Value =
+            serde_saphyr::from_str_with_options(&text, yaml11()).expect("yaml");
         let opts = RenderOptions {
             values: v,
             ..RenderOptions::default()
@@ -581,4 +594,11 @@ fn schemas_chart_invalid_values_fail_in_both_at_the_same_path() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// values.yaml and fromYaml read as YAML 1.1, as helm does: octal numbers, yes/no/on/off
+/// booleans, the last of repeated keys; a literal `0644` in a template is 420 in the object.
+#[test]
+fn yaml11_chart_matches_helm_template() {
+    check_chart("yaml11");
 }

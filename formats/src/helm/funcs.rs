@@ -1230,11 +1230,25 @@ fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
     }
 }
 
+/// Raises (rather than returns in `Error`) the YAML 1.1 boolean-key case: see
+/// [`super::yaml11_bool_key`]. Parse errors stay in the result, as helm returns them.
+fn no_yaml11_bool_keys(
+    r: Result<serde_json::Value, String>,
+) -> Result<Result<serde_json::Value, String>, Error> {
+    if let Ok(v) = &r {
+        if let Some(path) = super::yaml11_bool_key(v, "") {
+            return Err(err(super::yaml11_bool_key_error("fromYaml", &path)));
+        }
+    }
+    Ok(r)
+}
+
 fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
-    serde_saphyr::from_str::<serde_json::Value>(s).map_err(|e| e.to_string())
+    serde_saphyr::from_str_with_options::<serde_json::Value>(s, super::yaml_options())
+        .map_err(|e| e.to_string())
 }
 
 fn indent_str(n: i64, s: &str) -> String {
@@ -1422,22 +1436,26 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(go_json_pretty(&to_json(&arg(&a, 0)))))
     }),
     ("fromYaml", |a| {
-        Ok(match parse_yaml_value(&s(&arg(&a, 0))) {
-            Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
-            Ok(_) => GoMap::value(BTreeMap::new()),
-            Err(e) => GoMap::value(
-                [("Error".to_string(), Value::from(e))]
-                    .into_iter()
-                    .collect(),
-            ),
-        })
+        Ok(
+            match no_yaml11_bool_keys(parse_yaml_value(&s(&arg(&a, 0))))? {
+                Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
+                Ok(_) => GoMap::value(BTreeMap::new()),
+                Err(e) => GoMap::value(
+                    [("Error".to_string(), Value::from(e))]
+                        .into_iter()
+                        .collect(),
+                ),
+            },
+        )
     }),
     ("fromYamlArray", |a| {
-        Ok(match parse_yaml_value(&s(&arg(&a, 0))) {
-            Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-            Ok(_) => Value::from(Vec::<Value>::new()),
-            Err(e) => Value::from(vec![Value::from(e)]),
-        })
+        Ok(
+            match no_yaml11_bool_keys(parse_yaml_value(&s(&arg(&a, 0))))? {
+                Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
+                Ok(_) => Value::from(Vec::<Value>::new()),
+                Err(e) => Value::from(vec![Value::from(e)]),
+            },
+        )
     }),
     ("fromJson", |a| {
         Ok(

@@ -542,6 +542,49 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
     )
 }
 
+/// YAML reading options matching helm's reader (sigs.k8s.io/yaml over go-yaml v2, YAML 1.1):
+/// `0644` is octal (420), as in a `defaultMode: 0644` in values.yaml, and a repeated key keeps
+/// its last value.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+    }
+}
+
+/// The first mapping key (as a path) that YAML 1.1 reads as a boolean (`on`, `yes`, `n`, ...).
+/// helm's reader turns such an unquoted key into `"true"`/`"false"`; the YAML 1.2 reader here
+/// keeps the word and cannot tell whether it was quoted, so such keys are reported as an error
+/// instead of silently producing a different key.
+pub(crate) fn yaml11_bool_key(v: &serde_json::Value, path: &str) -> Option<String> {
+    const WORDS: &[&str] = &[
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+        "OFF",
+    ];
+    match v {
+        serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
+            let p = format!("{path}.{k}");
+            if WORDS.contains(&k.as_str()) {
+                Some(p)
+            } else {
+                yaml11_bool_key(x, &p)
+            }
+        }),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| yaml11_bool_key(x, &format!("{path}[{i}]"))),
+        _ => None,
+    }
+}
+
+/// The error for [`yaml11_bool_key`].
+pub(crate) fn yaml11_bool_key_error(what: &str, path: &str) -> String {
+    format!(
+        "unsupported construct: {what} key {path}: YAML 1.1 (helm) reads this unquoted key as a boolean and names it \"true\" or \"false\"; pallet cannot tell whether it was quoted, so rename the key"
+    )
+}
+
 /// Splits rendered files into objects (YAML documents that are non-empty mappings).
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
@@ -552,13 +595,14 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
             if doc.trim().is_empty() {
                 continue;
             }
-            let v: serde_json::Value = serde_saphyr::from_str(&doc).map_err(|e| {
-                HelmError::template(
-                    &f.source,
-                    0,
-                    format!("rendered output is not valid YAML: {e}"),
-                )
-            })?;
+            let v: serde_json::Value = serde_saphyr::from_str_with_options(&doc, yaml_options())
+                .map_err(|e| {
+                    HelmError::template(
+                        &f.source,
+                        0,
+                        format!("rendered output is not valid YAML: {e}"),
+                    )
+                })?;
             match v {
                 serde_json::Value::Null => {}
                 // helm drops hooks with an unknown event even from `helm template`.
