@@ -306,8 +306,9 @@ fn probe_chart(expr: &str, values: &str) -> tempfile::TempDir {
     std::fs::write(root.join("values.yaml"), values).expect("write");
     std::fs::write(
         root.join("templates/cm.yaml"),
+        // A block scalar: any one-line output is a string in both.
         format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n  out: {expr}\n"
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: probe\ndata:\n  out: |-\n    {expr}\n"
         ),
     )
     .expect("write");
@@ -402,6 +403,64 @@ fn pallet_fails_where_helm_fails() {
         (r#"{{ include 3 . }}"#, "expected string"),
         (r#"{{ ternary 1 2 "true" }}"#, "expected bool"),
         (r#"{{ upper "a" "b" }}"#, "wrong number of args for upper"),
+        // Sprig list functions on nil or a non-list.
+        (
+            r#"{{ first .Values.a.s }}"#,
+            "Cannot find first on type string",
+        ),
+        (r#"{{ first .Values.missing }}"#, "nil pointer dereference"),
+        (r#"{{ last "abc" }}"#, "Cannot find last on type string"),
+        (r#"{{ rest .Values.a }}"#, "Cannot find rest on type map"),
+        (r#"{{ initial 3 }}"#, "Cannot find initial on type int"),
+        (r#"{{ uniq "abc" }}"#, "Cannot find uniq on type string"),
+        (
+            r#"{{ reverse .Values.a }}"#,
+            "Cannot find reverse on type map",
+        ),
+        (r#"{{ has 1 "abc" }}"#, "Cannot find has on type string"),
+        (
+            r#"{{ without "abc" 1 }}"#,
+            "Cannot find without on type string",
+        ),
+        (r#"{{ compact "abc" }}"#, "Cannot compact on type string"),
+        (
+            r#"{{ concat .Values.list "x" }}"#,
+            "Cannot concat type string as list",
+        ),
+        (
+            r#"{{ concat .Values.list nil }}"#,
+            "nil pointer dereference",
+        ),
+        // Bounds and counts Go rejects.
+        (
+            r#"{{ substr 2 1 "hello" }}"#,
+            "slice bounds out of range [2:1]",
+        ),
+        (
+            r#"{{ substr 9 99 "hello" }}"#,
+            "slice bounds out of range [9:5]",
+        ),
+        (r#"{{ repeat -1 "x" }}"#, "negative Repeat count"),
+        (r#"{{ nindent -1 "a" }}"#, "negative Repeat count"),
+        (r#"{{ indent -2 "a" }}"#, "negative Repeat count"),
+        (
+            r#"{{ deepCopy nil }}"#,
+            "reflect: call of reflect.Value.Type on zero Value",
+        ),
+        (r#"{{ lt true false }}"#, "invalid type for comparison"),
+        (r#"{{ merge .Values.a "x" }}"#, "map[string]interface {}"),
+        // Typed maps and structs.
+        (r#"{{ keys (split "," "a,b") }}"#, "got map[string]string"),
+        (
+            r#"{{ dig "_0" "d" (split "," "a,b") }}"#,
+            "is map[string]string",
+        ),
+        (r#"{{ keys .Chart.Annotations }}"#, "got map[string]string"),
+        (r#"{{ .Chart.Foo }}"#, "can't evaluate field Foo"),
+        (
+            r#"{{ .Capabilities.KubeVersion.Foo }}"#,
+            "can't evaluate field Foo in type chartutil.KubeVersion",
+        ),
     ];
     let mut wrong = Vec::new();
     for (expr, want) in cases {
@@ -437,7 +496,7 @@ fn typed_arguments_accepted_by_helm_give_helms_output() {
     ];
     let mut wrong = Vec::new();
     for expr in cases {
-        let (ours, helm) = probe_both(&format!("{expr:?}").replace("\\\"", "\""), PROBE_VALUES);
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
         if ours != helm || helm.is_err() {
             wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
         }
@@ -601,4 +660,47 @@ fn schemas_chart_invalid_values_fail_in_both_at_the_same_path() {
 #[test]
 fn yaml11_chart_matches_helm_template() {
     check_chart("yaml11");
+}
+
+/// Sprig and Go corner cases where helm returns a value: pallet returns the same one
+/// (conversions like spf13/cast, Go's printf verbs, xstrings' snakecase, Go's strings
+/// functions, encoding/json numbers, the fields of `.Chart`).
+#[test]
+fn sprig_and_go_corner_cases_give_helms_output() {
+    let cases = [
+        r#"{{ int "0x1F" }} {{ int "1e3" }} {{ int64 "077" }} {{ int "3.0" }} {{ int "3.5" }} {{ int "-0b101" }} {{ int "1_000" }} {{ int " 3" }} {{ int 3.9 }} {{ int -3.9 }} {{ int true }} {{ int nil }}"#,
+        r#"{{ atoi " 12" }} {{ atoi "+12" }} {{ atoi "0x1F" }} {{ float64 "1e3" }} {{ add "1" 2 }} {{ sub 5 "2" }} {{ max 1 "5" 3 }}"#,
+        r#"{{ toString nil }} {{ toString .Values.list }} {{ toStrings "ab" }} {{ toStrings nil }} {{ toStrings (list 1 nil "a") }}"#,
+        r#"{{ sortAlpha "cba" }} {{ sortAlpha .Values.a }} {{ sortAlpha (list 3 nil "a" 1.5) }} {{ has 1 nil }}"#,
+        r#"{{ until -3 }} {{ until 0 }} {{ untilStep 10 0 -3 }} {{ untilStep 0 10 0 }}"#,
+        r#"{{ seq 0 }}|{{ seq 3 }}|{{ seq 2 5 }}|{{ seq 5 2 }}|{{ seq 0 2 7 }}|{{ seq 7 -2 0 }}|{{ seq 3 1 3 }}|{{ seq 3 -1 3 }}|{{ seq 1 0 5 }}|{{ seq 5 1 2 }}"#,
+        r#"{{ b64dec "!!!" }}|{{ b64dec "abc" }}|{{ b64dec "aGVs\nbG8=" }}|{{ b64dec "aGVsbG8" }}|{{ b64dec "aGVsbA==" }}"#,
+        r#"{{ printf "%d %s %v %q %x %X %o %b %e %f %g %t %5.2f %-5s| %05d %+d %c %U %%" 3 "s" .Values.a "q" 255 255 8 5 1234.5678 3.14159 2.5 true 3.14159 "ab" 42 7 65 9731 }}"#,
+        r#"{{ printf "%T %T %T %T %T" 1 .Values.a.b "s" .Values.list .Values.a }}"#,
+        r#"{{ printf "%q" 65 }} {{ printf "%v %s %d" .Values.list .Values.list .Values.list }}"#,
+        r#"{{ printf "%6.2v|%-8v|%08.3f|%.3s|%5.1q" 3.14159 "x" 3.14159 "abcdef" "abc" }}"#,
+        r#"{{ printf "%*d" 5 3 }} {{ printf "%[2]s %[1]s" "a" "b" }} {{ printf "%x %X % x %#x" "hi" "hi" "hi" "hi" }}"#,
+        r#"{{ printf "%d" .Values.a.b }} {{ printf "%s" .Values.num }} {{ printf "%v" nil }} {{ printf "%s" nil }} {{ printf "%d" true }} {{ printf "%s %s" "a" }} {{ printf "%s" "a" "b" }}"#,
+        r#"{{ printf "%g %g %g %G %e" 100000.0 1000000.0 0.0001 1e-5 0.0 }} {{ printf "%.0f %.1f %.2f %.3g" 2.5 0.25 1.005 0.0001234 }}"#,
+        r#"{{ printf "%3c|%-4q|%#o|%#b|%x" 65 66 8 5 -255 }} {{ printf "%v|%v" (dict "a" 1) (list) }}"#,
+        r#"{{ js "<a href='x'>\"&\u2028</a>" }} {{ upper "straße" }} {{ lower "ÀB" }}"#,
+        r#"{{ substr -1 3 "hello" }} {{ substr 1 99 "hello" }}"#,
+        r#"{{ snakecase "HTTPServer fooBar" }} {{ kebabcase "HTTPServer fooBar" }} {{ snakecase "Bld4Floor3rd" }} {{ snakecase "HTTP20xOK" }} {{ snakecase "http2xx" }} {{ snakecase "already_snake" }} {{ snakecase "  lead-and--trail__ " }} {{ snakecase "Hello, World!" }} {{ kebabcase "GO_PATH" }} {{ snakecase "duration2m3s" }} {{ snakecase "ABC" }} {{ snakecase "aB" }} {{ snakecase "x.y.Z" }}"#,
+        r#"{{ split "" "abc" }} {{ splitList "" "abc" }} {{ splitn "" 2 "abc" }} {{ splitn "," 0 "a,b" }} {{ typeOf (split "," "a") }}"#,
+        r#"{{ regexMatch "[" "a" }} {{ dict "a" }}"#,
+        r#"{{ toJson .Values.a.b }} {{ toJson 1e21 }} {{ toJson 1e-7 }} {{ toJson 0.000001 }} {{ toJson 123456789.0 }}"#,
+        r#"{{ fromYaml "[1]" | toJson }} {{ fromYaml "hello" | toJson }} {{ fromYamlArray "a: 1" | toJson }} {{ fromYamlArray "x" | toJson }}"#,
+        r#"{{ fromJson "\"s\"" | toJson }} {{ fromJson "true" | toJson }} {{ fromJson "1" | toJson }} {{ fromJson "[1]" | toJson }} {{ fromJsonArray "1" | toJson }} {{ fromJsonArray "{}" | toJson }}"#,
+        r#"{{ printf "%q|%q|%q|%q|%q|%q|%q|%q|%q" (toString .Chart.Sources) (toString .Chart.Keywords) (toString .Chart.Maintainers) (toString .Chart.Annotations) (toString .Chart.Deprecated) (toString .Chart.Dependencies) (toString .Chart.Tags) (toString .Chart.Condition) (toString .Chart.APIVersion) }}"#,
+        r#"{{ .Chart.Metadata.Name }} {{ .Chart.Metadata.Version }} {{ .Files.Foo | typeOf }} {{ .Files.Foo }} {{ .Capabilities.KubeVersion }}"#,
+        r#"{{ typeOf now }} {{ kindOf now }} {{ typeOf (semver "1.2.3") }} {{ typeOf .Capabilities.APIVersions }} {{ kindOf .Chart }}"#,
+    ];
+    let mut wrong = Vec::new();
+    for expr in cases {
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
+        if ours != helm || helm.is_err() {
+            wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -9,7 +9,6 @@
 //! - `nil` is minijinja's `none`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use minijinja::value::{Enumerator, Object, ObjectRepr, Rest, Value, ValueKind};
@@ -38,6 +37,9 @@ pub enum GoType {
     /// A Go struct or pointer to one (`.Chart`, `.Capabilities`, ...), named as `typeOf`
     /// prints it; not a map at all for functions.
     Struct(&'static str),
+    /// A `map[string]string` (`split`, `.Chart.Annotations`): a map for templates, but not
+    /// assignable to a map[string]interface{} parameter.
+    StringMap,
 }
 
 impl GoMap {
@@ -101,6 +103,16 @@ fn is_map(v: &Value) -> bool {
     v.kind() == ValueKind::Map && v.downcast_object_ref::<Method>().is_none()
 }
 
+/// The items of a list value (a Go slice), `None` for anything else.
+pub(crate) fn list_values(v: &Value) -> Option<Vec<Value>> {
+    list_items(v)
+}
+
+/// The Go type name `%T` and `typeOf` print.
+pub(crate) fn type_name(v: &Value) -> &'static str {
+    type_of(v)
+}
+
 fn list_items(v: &Value) -> Option<Vec<Value>> {
     match v.kind() {
         ValueKind::Seq | ValueKind::Iterable => v.try_iter().ok().map(|i| i.collect()),
@@ -124,6 +136,10 @@ pub fn from_json(v: &serde_json::Value) -> Value {
 
 /// Converts a template value back into JSON (for toJson/toYaml and for output).
 pub fn to_json(v: &Value) -> serde_json::Value {
+    if let Some(t) = v.downcast_object_ref::<GoTime>() {
+        // time.Time marshals as RFC 3339 with nanoseconds.
+        return serde_json::Value::String(go_time_format(t, "2006-01-02T15:04:05.999999999Z07:00"));
+    }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => serde_json::Value::Null,
         ValueKind::Bool => serde_json::Value::Bool(v.is_true()),
@@ -193,8 +209,12 @@ pub fn json_float(f: f64) -> String {
         let e = format!("{f:e}");
         let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
         let exp: i32 = exp.parse().unwrap_or(0);
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mant}e{sign}{:02}", exp.abs())
+        // encoding/json prints e-7 (not e-07) but keeps two digits for positive exponents.
+        if exp < 0 {
+            format!("{mant}e-{}", exp.abs())
+        } else {
+            format!("{mant}e+{exp:02}")
+        }
     } else {
         format!("{f}")
     }
@@ -207,7 +227,55 @@ pub fn go_fmt(v: &Value) -> String {
     s
 }
 
+/// A struct value pallet cannot print the way Go does (`{...}` with its fields in
+/// declaration order): printing it is an error rather than a map-shaped string.
+fn unprintable(v: &Value) -> Option<&'static str> {
+    match v.downcast_object_ref::<GoMap>()?.1 {
+        GoType::Struct("chartutil.KubeVersion") => None,
+        GoType::Struct(ty) => Some(ty),
+        _ => None,
+    }
+}
+
+/// The first value inside `v` (itself included) that JSON/YAML serialisation cannot render
+/// as helm does: structs (Go marshals their JSON field names), `.Files` (base64 bytes) and
+/// semver versions.
+fn unserialisable(v: &Value) -> Option<&'static str> {
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        if let GoType::Struct(ty) = m.1 {
+            return Some(ty);
+        }
+        return m.snapshot().values().find_map(unserialisable);
+    }
+    if v.downcast_object_ref::<Files>().is_some() {
+        return Some("engine.files");
+    }
+    if v.downcast_object_ref::<super::semver::Version>().is_some() {
+        return Some("*semver.Version");
+    }
+    if v.kind() == ValueKind::Seq {
+        return list_items(v)?.iter().find_map(unserialisable);
+    }
+    None
+}
+
+/// Converts for toJson/toYaml, refusing what [`unserialisable`] names.
+fn to_json_checked(v: &Value, func: &str) -> Result<serde_json::Value, Error> {
+    match unserialisable(v) {
+        Some(ty) => Err(err(format!("unsupported construct: {func} of a {ty}"))),
+        None => Ok(to_json(v)),
+    }
+}
+
 fn go_fmt_into(out: &mut String, v: &Value, top: bool) {
+    if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        if m.1 == GoType::Struct("chartutil.KubeVersion") {
+            // KubeVersion is a fmt.Stringer: it prints its Version.
+            let version = m.lock().get("Version").cloned().unwrap_or_default();
+            out.push_str(version.as_str().unwrap_or_default());
+            return;
+        }
+    }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => {
             out.push_str(if top { "<no value>" } else { "<nil>" })
@@ -427,7 +495,17 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         return Err(err(format!("nil pointer evaluating interface {{}}.{name}")));
     }
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        return Ok(m.lock().get(name).cloned().unwrap_or(Value::from(())));
+        if let Some(x) = m.lock().get(name) {
+            return Ok(x.clone());
+        }
+        return match m.1 {
+            GoType::Struct("version.BuildInfo") if name == "GoVersion" => Err(err(
+                "unsupported construct: .Capabilities.HelmVersion.GoVersion (the Go release helm was built with is not known here)",
+            )),
+            // A struct has a fixed set of fields; a map gives nil for a missing key.
+            GoType::Struct(ty) => Err(err(format!("can't evaluate field {name} in type {ty}"))),
+            _ => Ok(Value::from(())),
+        };
     }
     if let Some(u) = v.downcast_object_ref::<Unsupported>() {
         return Err(err(format!("unsupported construct: {}.{name}", u.0)));
@@ -436,11 +514,10 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         // Niladic methods used as fields: `(.Files.Glob "x").AsConfig`.
         return match name {
             "AsConfig" | "AsSecrets" => f.method(name, &[]),
-            _ => Ok(f
-                .0
-                .get(name)
-                .map(|b| Value::from_bytes(b.clone()))
-                .unwrap_or(Value::from(()))),
+            // engine.files is a map[string][]byte: a missing file is an empty []byte.
+            _ => Ok(Value::from_bytes(
+                f.0.get(name).cloned().unwrap_or_default(),
+            )),
         };
     }
     if let Some(obj) = v.as_object() {
@@ -651,15 +728,60 @@ fn to_i64(v: &Value) -> i64 {
             .as_i64()
             .unwrap_or_else(|| go_f64_to_i64(f64::try_from(v.clone()).unwrap_or(0.0))),
         ValueKind::Bool => i64::from(v.is_true()),
+        // spf13/cast: strconv.ParseInt(s, 0, 0) after dropping a ".000" tail; else 0.
         ValueKind::String => {
-            let t = v.as_str().unwrap_or_default();
-            t.parse::<i64>()
-                .ok()
-                .or_else(|| t.parse::<f64>().ok().map(|f| f as i64))
-                .unwrap_or(0)
+            go_parse_int(trim_zero_decimal(v.as_str().unwrap_or_default())).unwrap_or(0)
         }
         _ => 0,
     }
+}
+
+/// spf13/cast's `trimZeroDecimal`: `"3.00"` → `"3"`, anything else unchanged.
+fn trim_zero_decimal(s: &str) -> &str {
+    let mut found_zero = false;
+    for (i, b) in s.bytes().enumerate().rev() {
+        match b {
+            b'.' if found_zero => return &s[..i],
+            b'.' => return s,
+            b'0' => found_zero = true,
+            _ => return s,
+        }
+    }
+    s
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)`: sign, `0x`/`0o`/`0b`/leading-`0` prefixes, and
+/// underscores between digits.
+fn go_parse_int(s: &str) -> Option<i64> {
+    let (neg, body) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits, prefixed) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d.to_string(), true)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d.to_string(), true)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d.to_string(), true)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, lower[1..].to_string(), true)
+    } else {
+        (10, lower.clone(), false)
+    };
+    // Underscores only between digits, or right after a base prefix ("0x_1F").
+    let body_ok = !digits.is_empty()
+        && !digits.ends_with('_')
+        && !digits.contains("__")
+        && (prefixed || !digits.starts_with('_'));
+    if !body_ok {
+        return None;
+    }
+    let clean: String = digits.chars().filter(|c| *c != '_').collect();
+    let n = i128::from_str_radix(&clean, radix).ok()?;
+    let n = if neg { -n } else { n };
+    i64::try_from(n).ok()
 }
 
 fn to_f64(v: &Value) -> f64 {
@@ -676,11 +798,21 @@ fn type_of(v: &Value) -> &'static str {
         match m.1 {
             GoType::Values => return "chartutil.Values",
             GoType::Struct(name) => return name,
+            GoType::StringMap => return "map[string]string",
             GoType::Map => {}
         }
     }
     if v.downcast_object_ref::<Files>().is_some() {
         return "engine.files";
+    }
+    if v.downcast_object_ref::<GoTime>().is_some() {
+        return "time.Time";
+    }
+    if v.downcast_object_ref::<super::semver::Version>().is_some() {
+        return "*semver.Version";
+    }
+    if v.downcast_object_ref::<ApiVersions>().is_some() {
+        return "chartutil.VersionSet";
     }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "<nil>",
@@ -703,6 +835,12 @@ fn kind_of(v: &Value) -> &'static str {
                 "struct"
             };
         }
+    }
+    if v.downcast_object_ref::<GoTime>().is_some() {
+        return "struct";
+    }
+    if v.downcast_object_ref::<super::semver::Version>().is_some() {
+        return "ptr";
     }
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "invalid",
@@ -737,7 +875,8 @@ fn cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
             }
         }
         (ValueKind::String, ValueKind::String) => Ok(a.as_str().cmp(&b.as_str())),
-        (ValueKind::Bool, ValueKind::Bool) => Ok(a.is_true().cmp(&b.is_true())),
+        // Go orders only numbers and strings; eq/ne on bools do not come here.
+        (ValueKind::Bool, ValueKind::Bool) => Err(err("invalid type for comparison")),
         (ValueKind::None | ValueKind::Undefined, ValueKind::None | ValueKind::Undefined) => {
             Ok(Ordering::Equal)
         }
@@ -756,147 +895,7 @@ fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
     Ok(cmp(a, b)? == std::cmp::Ordering::Equal)
 }
 
-/// Go's `fmt.Sprintf` for the verbs charts use.
-pub fn sprintf(fmt: &str, args: &[Value]) -> String {
-    let mut out = String::new();
-    let mut it = fmt.chars().peekable();
-    let mut ai = 0;
-    while let Some(c) = it.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        let mut flags = String::new();
-        while let Some(&f) = it.peek() {
-            if "+-# 0".contains(f) {
-                flags.push(f);
-                it.next();
-            } else {
-                break;
-            }
-        }
-        let mut width = String::new();
-        while let Some(&d) = it.peek().filter(|d| d.is_ascii_digit()) {
-            width.push(d);
-            it.next();
-        }
-        let mut prec: Option<usize> = None;
-        if it.peek() == Some(&'.') {
-            it.next();
-            let mut p = String::new();
-            while let Some(&d) = it.peek().filter(|d| d.is_ascii_digit()) {
-                p.push(d);
-                it.next();
-            }
-            prec = Some(p.parse().unwrap_or(0));
-        }
-        let Some(verb) = it.next() else {
-            out.push_str("%!(NOVERB)");
-            break;
-        };
-        if verb == '%' {
-            out.push('%');
-            continue;
-        }
-        let Some(a) = args.get(ai) else {
-            let _ = write!(out, "%!{verb}(MISSING)");
-            continue;
-        };
-        ai += 1;
-        let body = match verb {
-            'v' | 's' => {
-                if a.is_none() {
-                    if verb == 's' {
-                        "%!s(<nil>)".to_string()
-                    } else {
-                        "<nil>".to_string()
-                    }
-                } else if verb == 's' && a.kind() == ValueKind::Number {
-                    format!("%!s({}={})", type_of(a), go_fmt(a))
-                } else {
-                    let mut t = go_fmt(a);
-                    if let Some(p) = prec {
-                        t = t.chars().take(p).collect();
-                    }
-                    t
-                }
-            }
-            'q' => go_quote(&go_fmt(a)),
-            'd' => {
-                if a.kind() == ValueKind::Number && a.is_integer() {
-                    let n = a.as_i64().unwrap_or(0);
-                    if flags.contains('+') && n >= 0 {
-                        format!("+{n}")
-                    } else {
-                        n.to_string()
-                    }
-                } else {
-                    format!("%!d({}={})", type_of(a), go_fmt(a))
-                }
-            }
-            'f' | 'F' => {
-                if a.kind() == ValueKind::Number {
-                    format!("{:.*}", prec.unwrap_or(6), to_f64(a))
-                } else {
-                    format!("%!f({}={})", type_of(a), go_fmt(a))
-                }
-            }
-            'g' => go_float(to_f64(a)),
-            't' => match a.kind() {
-                ValueKind::Bool => go_fmt(a),
-                _ => format!("%!t({}={})", type_of(a), go_fmt(a)),
-            },
-            'x' | 'X' => {
-                let t = match a.kind() {
-                    ValueKind::Number => format!("{:x}", to_i64(a)),
-                    _ => go_fmt(a).bytes().map(|b| format!("{b:02x}")).collect(),
-                };
-                if verb == 'X' {
-                    t.to_uppercase()
-                } else {
-                    t
-                }
-            }
-            'c' => char::from_u32(to_i64(a) as u32)
-                .map(String::from)
-                .unwrap_or_default(),
-            other => format!("%!{other}({}={})", type_of(a), go_fmt(a)),
-        };
-        let w: usize = width.parse().unwrap_or(0);
-        let len = body.chars().count();
-        if len < w {
-            let pad = w - len;
-            if flags.contains('-') {
-                out.push_str(&body);
-                out.push_str(&" ".repeat(pad));
-            } else if flags.contains('0') && matches!(verb, 'd' | 'f' | 'x' | 'X') {
-                let (sign, digits) = if let Some(d) = body.strip_prefix('-') {
-                    ("-", d)
-                } else {
-                    ("", body.as_str())
-                };
-                out.push_str(sign);
-                out.push_str(&"0".repeat(pad));
-                out.push_str(digits);
-            } else {
-                out.push_str(&" ".repeat(pad));
-                out.push_str(&body);
-            }
-        } else {
-            out.push_str(&body);
-        }
-    }
-    if ai < args.len() {
-        out.push_str("%!(EXTRA ");
-        let extra: Vec<String> = args[ai..]
-            .iter()
-            .map(|a| format!("{}={}", type_of(a), go_fmt(a)))
-            .collect();
-        out.push_str(&extra.join(", "));
-        out.push(')');
-    }
-    out
-}
+pub use super::gofmt::sprintf;
 
 /// Go's `strconv.Quote` (what `%q` and Sprig's `quote` produce).
 pub fn go_quote(s: &str) -> String {
@@ -1243,6 +1242,35 @@ fn no_yaml11_bool_keys(
     Ok(r)
 }
 
+/// `{"Error": msg}`, how Sprig's from* functions report a failure.
+fn error_map(msg: String) -> Value {
+    GoMap::value(
+        [("Error".to_string(), Value::from(msg))]
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// encoding/json's message for a document of the wrong JSON type.
+fn json_type_error(v: &serde_json::Value, target: &str) -> String {
+    let kind = match v {
+        serde_json::Value::Bool(_) => "bool",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        _ => "object",
+    };
+    format!("json: cannot unmarshal {kind} into Go value of type {target}")
+}
+
+/// YAML for fromYamlArray: an empty document is an empty list, not a map.
+fn parse_yaml_value_array(s: &str) -> Result<serde_json::Value, String> {
+    if s.trim().is_empty() {
+        return Ok(serde_json::Value::Array(Vec::new()));
+    }
+    parse_yaml_value(s)
+}
+
 fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
@@ -1251,9 +1279,12 @@ fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
         .map_err(|e| e.to_string())
 }
 
-fn indent_str(n: i64, s: &str) -> String {
-    let pad = " ".repeat(n.max(0) as usize);
-    format!("{pad}{}", s.replace('\n', &format!("\n{pad}")))
+fn indent_str(n: i64, s: &str) -> Result<String, Error> {
+    if n < 0 {
+        return Err(err("strings: negative Repeat count"));
+    }
+    let pad = " ".repeat(n as usize);
+    Ok(format!("{pad}{}", s.replace('\n', &format!("\n{pad}"))))
 }
 
 fn title(s: &str) -> String {
@@ -1385,6 +1416,315 @@ fn sha1(data: &[u8]) -> [u8; 20] {
     out
 }
 
+/// Go's message when Sprig dereferences a nil list.
+const NIL_DEREF: &str = "runtime error: invalid memory address or nil pointer dereference";
+
+/// The items of a list argument of a Sprig list function; nil and non-lists are errors, as
+/// in Sprig (`Cannot find first on type string`).
+fn go_list(what: &str, v: &Value) -> Result<Vec<Value>, Error> {
+    if v.is_none() || v.is_undefined() {
+        return Err(err(NIL_DEREF));
+    }
+    list_items(v).ok_or_else(|| err(format!("Cannot {what} on type {}", kind_of(v))))
+}
+
+/// Sprig's `strval`: strings as they are, anything else as Go's `%v` (nil is `<nil>`).
+fn strval(v: &Value) -> String {
+    let mut out = String::new();
+    go_fmt_into(&mut out, v, false);
+    out
+}
+
+/// Sprig's `strslice` of a list: each non-nil item's `strval`.
+fn strslice(items: &[Value]) -> Vec<String> {
+    items
+        .iter()
+        .filter(|x| !x.is_none() && !x.is_undefined())
+        .map(strval)
+        .collect()
+}
+
+/// Sprig's `untilStep`: from `start` towards `stop` (exclusive) by `step`; empty when the
+/// step does not lead there.
+fn until_step(start: i64, stop: i64, step: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut i = start;
+    if stop < start {
+        if step >= 0 {
+            return out;
+        }
+        while i > stop {
+            out.push(i);
+            i += step;
+        }
+    } else {
+        if step <= 0 {
+            return out;
+        }
+        while i < stop {
+            out.push(i);
+            i += step;
+        }
+    }
+    out
+}
+
+/// Go's `strings.SplitN` (`n < 0`: all parts); an empty separator splits into characters.
+fn go_split(text: &str, sep: &str, n: i64) -> Vec<String> {
+    if n == 0 {
+        return Vec::new();
+    }
+    if sep.is_empty() {
+        let chars: Vec<String> = text.chars().map(String::from).collect();
+        if n < 0 || chars.len() as i64 <= n {
+            return chars;
+        }
+        let k = (n - 1) as usize;
+        let mut out: Vec<String> = chars[..k].to_vec();
+        out.push(chars[k..].concat());
+        return out;
+    }
+    if n < 0 {
+        text.split(sep).map(str::to_string).collect()
+    } else {
+        text.splitn(n as usize, sep).map(str::to_string).collect()
+    }
+}
+
+/// Go's base64 `StdEncoding.DecodeString`: newlines are skipped; errors are Go's message.
+fn go_b64_decode(text: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    let clean: String = text.chars().filter(|c| *c != '\n' && *c != '\r').collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(&clean)
+        .map_err(|e| {
+            let at = match e {
+                base64::DecodeError::InvalidByte(i, _)
+                | base64::DecodeError::InvalidLastSymbol(i, _) => i,
+                // A short final quantum: Go reports the start of that quantum.
+                base64::DecodeError::InvalidLength(_) | base64::DecodeError::InvalidPadding => {
+                    clean.trim_end_matches('=').len() / 4 * 4
+                }
+            };
+            format!("illegal base64 data at input byte {at}")
+        })
+}
+
+/// Go's `strings.ToUpper`: per character, keeping characters without a one-character upper
+/// case (`ß` stays `ß`, where Rust would give `SS`).
+fn go_upper(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            let mut u = c.to_uppercase();
+            match (u.next(), u.next()) {
+                (Some(x), None) => x,
+                _ => c,
+            }
+        })
+        .collect()
+}
+
+/// Go's `strings.ToLower`: per character, the first character of the lower case.
+fn go_lower(s: &str) -> String {
+    s.chars()
+        .map(|c| c.to_lowercase().next().unwrap_or(c))
+        .collect()
+}
+
+/// Go's `unicode.IsPrint`, close enough for escaping: letters, marks, numbers, punctuation,
+/// symbols and the ASCII space; not controls, other spaces, separators or format characters.
+fn go_is_print(c: char) -> bool {
+    if c == ' ' {
+        return true;
+    }
+    !(c.is_control()
+        || c.is_whitespace()
+        || matches!(c as u32, 0xAD | 0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2064 | 0xFEFF))
+}
+
+/// Go's `unicode.IsPunct` for ASCII (punctuation, not the symbols `$+<=>^`|~`); other
+/// characters count as punctuation only in the General Punctuation block.
+fn go_is_punct(c: char) -> bool {
+    if c.is_ascii() {
+        c.is_ascii_punctuation() && !"$+<=>^`|~".contains(c)
+    } else {
+        matches!(c as u32, 0x2010..=0x2027 | 0x2030..=0x205E | 0x3001..=0x3003)
+    }
+}
+
+/// xstrings' `isAlphabet`: a letter that is not CJK.
+fn xs_is_alphabet(c: char) -> bool {
+    c.is_alphabetic()
+        && !matches!(c as u32, 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x2FA1F)
+}
+
+fn xs_is_connector(c: char) -> bool {
+    c == '-' || c == '_' || c.is_whitespace()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WordType {
+    Invalid,
+    Number,
+    Upper,
+    Alphabet,
+    Connector,
+    Punct,
+    Other,
+}
+
+/// xstrings' `nextWord`: the type and length of the word at the start of `s`.
+fn xs_next_word(s: &[char]) -> (WordType, usize) {
+    let Some(&r) = s.first() else {
+        return (WordType::Invalid, 0);
+    };
+    let len = s.len();
+    let mut n = 1;
+    let wt = if xs_is_connector(r) {
+        while n < len && xs_is_connector(s[n]) {
+            n += 1;
+        }
+        WordType::Connector
+    } else if go_is_punct(r) {
+        while n < len && go_is_punct(s[n]) {
+            n += 1;
+        }
+        WordType::Punct
+    } else if r.is_uppercase() {
+        if n < len {
+            if s[n].is_uppercase() {
+                n += 1;
+                while n < len && s[n].is_uppercase() {
+                    n += 1;
+                }
+                // "HTTPServer": the last capital starts the next word.
+                if n < len && xs_is_alphabet(s[n]) {
+                    n -= 1;
+                }
+            } else if xs_is_alphabet(s[n]) {
+                n += 1;
+                while n < len && xs_is_alphabet(s[n]) && !s[n].is_uppercase() {
+                    n += 1;
+                }
+            }
+        }
+        WordType::Upper
+    } else if xs_is_alphabet(r) {
+        while n < len && xs_is_alphabet(s[n]) && !s[n].is_uppercase() {
+            n += 1;
+        }
+        WordType::Alphabet
+    } else if r.is_numeric() {
+        while n < len && s[n].is_numeric() {
+            n += 1;
+        }
+        WordType::Number
+    } else {
+        while n < len
+            && !(xs_is_connector(s[n])
+                || xs_is_alphabet(s[n])
+                || s[n].is_numeric()
+                || go_is_punct(s[n]))
+        {
+            n += 1;
+        }
+        WordType::Other
+    };
+    (wt, n)
+}
+
+fn xs_to_lower(out: &mut String, wt: WordType, word: &[char], connector: char) {
+    if wt != WordType::Upper && wt != WordType::Connector {
+        out.extend(word);
+        return;
+    }
+    for &c in word {
+        if xs_is_connector(c) {
+            out.push(connector);
+        } else if c.is_uppercase() {
+            out.push(c.to_lowercase().next().unwrap_or(c));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// xstrings' `camelCaseToLowerCase` (Sprig's `snakecase` and `kebabcase`):
+/// `HTTPServer` → `http_server`, `Bld4Floor3rd` → `bld4_floor_3rd`.
+fn camel_to_lower(text: &str, connector: char) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::new();
+    let mut pos = 0;
+    let next = |pos: &mut usize| -> (WordType, std::ops::Range<usize>) {
+        let (wt, n) = xs_next_word(&chars[*pos..]);
+        let r = *pos..*pos + n;
+        *pos += n;
+        (wt, r)
+    };
+    if chars.is_empty() {
+        return out;
+    }
+    let (mut wt, mut word) = next(&mut pos);
+    while pos < chars.len() {
+        if wt != WordType::Connector {
+            xs_to_lower(&mut out, wt, &chars[word.clone()], connector);
+        }
+        let prev = wt;
+        let last = word.clone();
+        (wt, word) = next(&mut pos);
+        match prev {
+            WordType::Number => {
+                while wt == WordType::Alphabet || wt == WordType::Number {
+                    xs_to_lower(&mut out, wt, &chars[word.clone()], connector);
+                    (wt, word) = next(&mut pos);
+                }
+                if !matches!(
+                    wt,
+                    WordType::Invalid | WordType::Punct | WordType::Connector
+                ) {
+                    out.push(connector);
+                }
+            }
+            WordType::Connector => xs_to_lower(&mut out, prev, &chars[last], connector),
+            WordType::Punct => {}
+            _ => {
+                if wt != WordType::Number {
+                    if wt != WordType::Connector && wt != WordType::Punct {
+                        out.push(connector);
+                    }
+                    continue;
+                }
+                if pos >= chars.len() {
+                    continue;
+                }
+                let num = word.clone();
+                (wt, word) = next(&mut pos);
+                if wt != WordType::Alphabet {
+                    xs_to_lower(&mut out, WordType::Number, &chars[num], connector);
+                    if wt != WordType::Connector && wt != WordType::Punct {
+                        out.push(connector);
+                    }
+                    continue;
+                }
+                out.push(connector);
+                xs_to_lower(&mut out, WordType::Number, &chars[num], connector);
+                while wt == WordType::Alphabet || wt == WordType::Number {
+                    xs_to_lower(&mut out, wt, &chars[word.clone()], connector);
+                    (wt, word) = next(&mut pos);
+                }
+                if !matches!(
+                    wt,
+                    WordType::Invalid | WordType::Connector | WordType::Punct
+                ) {
+                    out.push(connector);
+                }
+            }
+        }
+    }
+    xs_to_lower(&mut out, wt, &chars[word], connector);
+    out
+}
+
 static FUNCS: &[(&str, F)] = &[
     ("default", |a| {
         // `x | default d` arrives as (d, x).
@@ -1427,32 +1767,45 @@ static FUNCS: &[(&str, F)] = &[
         super::semver::semver_compare(&s(&a[0]), &s(&a[1])).map(Value::from)
     }),
     ("toYaml", |a| {
-        Ok(Value::from(to_yaml(&to_json(&arg(&a, 0)))))
+        Ok(Value::from(to_yaml(&to_json_checked(
+            &arg(&a, 0),
+            "toYaml",
+        )?)))
     }),
     ("toJson", |a| {
-        Ok(Value::from(go_json(&to_json(&arg(&a, 0)))))
+        Ok(Value::from(go_json(&to_json_checked(
+            &arg(&a, 0),
+            "toJson",
+        )?)))
     }),
     ("toPrettyJson", |a| {
-        Ok(Value::from(go_json_pretty(&to_json(&arg(&a, 0)))))
+        Ok(Value::from(go_json_pretty(&to_json_checked(
+            &arg(&a, 0),
+            "toPrettyJson",
+        )?)))
     }),
     ("fromYaml", |a| {
         Ok(
             match no_yaml11_bool_keys(parse_yaml_value(&s(&arg(&a, 0))))? {
                 Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
-                Ok(_) => GoMap::value(BTreeMap::new()),
-                Err(e) => GoMap::value(
-                    [("Error".to_string(), Value::from(e))]
-                        .into_iter()
-                        .collect(),
-                ),
+                Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
+                Ok(other) => error_map(format!(
+                    "error unmarshaling JSON: while decoding JSON: {}",
+                    json_type_error(&other, "map[string]interface {}")
+                )),
+                Err(e) => error_map(e),
             },
         )
     }),
     ("fromYamlArray", |a| {
         Ok(
-            match no_yaml11_bool_keys(parse_yaml_value(&s(&arg(&a, 0))))? {
+            match no_yaml11_bool_keys(parse_yaml_value_array(&s(&arg(&a, 0))))? {
                 Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-                Ok(_) => Value::from(Vec::<Value>::new()),
+                Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
+                Ok(other) => Value::from(vec![Value::from(format!(
+                    "error unmarshaling JSON: while decoding JSON: {}",
+                    json_type_error(&other, "[]interface {}")
+                ))]),
                 Err(e) => Value::from(vec![Value::from(e)]),
             },
         )
@@ -1461,12 +1814,9 @@ static FUNCS: &[(&str, F)] = &[
         Ok(
             match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
                 Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
-                Ok(_) => GoMap::value(BTreeMap::new()),
-                Err(e) => GoMap::value(
-                    [("Error".to_string(), Value::from(e.to_string()))]
-                        .into_iter()
-                        .collect(),
-                ),
+                Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
+                Ok(other) => error_map(json_type_error(&other, "map[string]interface {}")),
+                Err(e) => error_map(e.to_string()),
             },
         )
     }),
@@ -1490,13 +1840,13 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("indent", |a| {
         want(&a, 2, "indent")?;
-        Ok(Value::from(indent_str(to_i64(&a[0]), &s(&a[1]))))
+        Ok(Value::from(indent_str(to_i64(&a[0]), &s(&a[1]))?))
     }),
     ("nindent", |a| {
         want(&a, 2, "nindent")?;
         Ok(Value::from(format!(
             "\n{}",
-            indent_str(to_i64(&a[0]), &s(&a[1]))
+            indent_str(to_i64(&a[0]), &s(&a[1]))?
         )))
     }),
     ("trim", |a| Ok(Value::from(s(&arg(&a, 0)).trim()))),
@@ -1529,8 +1879,8 @@ static FUNCS: &[(&str, F)] = &[
         };
         Ok(Value::from(r))
     }),
-    ("upper", |a| Ok(Value::from(s(&arg(&a, 0)).to_uppercase()))),
-    ("lower", |a| Ok(Value::from(s(&arg(&a, 0)).to_lowercase()))),
+    ("upper", |a| Ok(Value::from(go_upper(&s(&arg(&a, 0)))))),
+    ("lower", |a| Ok(Value::from(go_lower(&s(&arg(&a, 0)))))),
     ("title", |a| Ok(Value::from(title(&s(&arg(&a, 0)))))),
     ("replace", |a| {
         want(&a, 3, "replace")?;
@@ -1546,23 +1896,25 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(s(&arg(&a, 1)).ends_with(&s(&arg(&a, 0)))))
     }),
     ("repeat", |a| {
-        Ok(Value::from(
-            s(&arg(&a, 1)).repeat(to_i64(&arg(&a, 0)).max(0) as usize),
-        ))
+        let n = to_i64(&arg(&a, 0));
+        if n < 0 {
+            return Err(err("strings: negative Repeat count"));
+        }
+        Ok(Value::from(s(&arg(&a, 1)).repeat(n as usize)))
     }),
     ("splitList", |a| {
-        Ok(s(&arg(&a, 1))
-            .split(&s(&arg(&a, 0)))
+        Ok(go_split(&s(&arg(&a, 1)), &s(&arg(&a, 0)), -1)
+            .into_iter()
             .map(Value::from)
             .collect())
     }),
     ("split", |a| {
-        let m = s(&arg(&a, 1))
-            .split(&s(&arg(&a, 0)))
+        let m = go_split(&s(&arg(&a, 1)), &s(&arg(&a, 0)), -1)
+            .into_iter()
             .enumerate()
             .map(|(i, p)| (format!("_{i}"), Value::from(p)))
             .collect();
-        Ok(GoMap::value(m))
+        Ok(GoMap::typed(m, GoType::StringMap))
     }),
     ("join", |a| {
         let sep = s(&arg(&a, 0));
@@ -1580,9 +1932,13 @@ static FUNCS: &[(&str, F)] = &[
     ("list", |a| Ok(Value::from(a.0))),
     ("tuple", |a| Ok(Value::from(a.0))),
     ("dict", |a| {
+        // A key without a value gets "" (Sprig).
         let mut m = BTreeMap::new();
         for pair in a.0.chunks(2) {
-            m.insert(s(&pair[0]), pair.get(1).cloned().unwrap_or_default());
+            m.insert(
+                strval(&pair[0]),
+                pair.get(1).cloned().unwrap_or(Value::from("")),
+            );
         }
         Ok(GoMap::value(m))
     }),
@@ -1662,7 +2018,13 @@ static FUNCS: &[(&str, F)] = &[
         }
         Ok(dst.clone())
     }),
-    ("deepCopy", |a| Ok(deep_copy(&arg(&a, 0)))),
+    ("deepCopy", |a| {
+        let v = arg(&a, 0);
+        if v.is_none() || v.is_undefined() {
+            return Err(err("reflect: call of reflect.Value.Type on zero Value"));
+        }
+        Ok(deep_copy(&v))
+    }),
     ("append", |a| {
         let list = arg(&a, 0);
         if list_items(&list).is_none() {
@@ -1682,30 +2044,37 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(l))
     }),
     ("sortAlpha", |a| {
-        let mut l: Vec<String> = str_list(&arg(&a, 0)).iter().map(s).collect();
+        // Sprig: a list sorts its items' strings; anything else is a one-item list.
+        let v = arg(&a, 0);
+        let mut l: Vec<String> = match list_items(&v) {
+            Some(items) => strslice(&items),
+            None => vec![strval(&v)],
+        };
         l.sort();
         Ok(l.into_iter().map(Value::from).collect())
     }),
     ("first", |a| {
-        Ok(str_list(&arg(&a, 0)).first().cloned().unwrap_or_default())
+        Ok(go_list("find first", &arg(&a, 0))?
+            .first()
+            .cloned()
+            .unwrap_or_default())
     }),
     ("last", |a| {
-        Ok(str_list(&arg(&a, 0)).last().cloned().unwrap_or_default())
+        Ok(go_list("find last", &arg(&a, 0))?
+            .last()
+            .cloned()
+            .unwrap_or_default())
     }),
     ("rest", |a| {
+        let l = go_list("find rest", &arg(&a, 0))?;
         // Sprig returns nil for an empty list.
-        if str_list(&arg(&a, 0)).is_empty() {
+        if l.is_empty() {
             return Ok(Value::from(()));
         }
-        Ok(Value::from(
-            str_list(&arg(&a, 0))
-                .into_iter()
-                .skip(1)
-                .collect::<Vec<_>>(),
-        ))
+        Ok(Value::from(l.into_iter().skip(1).collect::<Vec<_>>()))
     }),
     ("initial", |a| {
-        let mut l = str_list(&arg(&a, 0));
+        let mut l = go_list("find initial", &arg(&a, 0))?;
         if l.is_empty() {
             return Ok(Value::from(()));
         }
@@ -1714,7 +2083,7 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("uniq", |a| {
         let mut out: Vec<Value> = Vec::new();
-        for v in str_list(&arg(&a, 0)) {
+        for v in go_list("find uniq", &arg(&a, 0))? {
             if !out.iter().any(|o| to_json(o) == to_json(&v)) {
                 out.push(v);
             }
@@ -1722,14 +2091,20 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(out))
     }),
     ("has", |a| {
+        // A nil haystack has nothing; anything else must be a list.
+        let hay = arg(&a, 1);
+        if hay.is_none() || hay.is_undefined() {
+            return Ok(Value::from(false));
+        }
+        let needle = to_json(&arg(&a, 0));
         Ok(Value::from(
-            str_list(&arg(&a, 1))
+            go_list("find has", &hay)?
                 .iter()
-                .any(|x| to_json(x) == to_json(&arg(&a, 0))),
+                .any(|x| to_json(x) == needle),
         ))
     }),
     ("without", |a| {
-        let l = str_list(&arg(&a, 0));
+        let l = go_list("find without", &arg(&a, 0))?;
         let drop: Vec<serde_json::Value> = a.0.iter().skip(1).map(to_json).collect();
         Ok(Value::from(
             l.into_iter()
@@ -1739,28 +2114,28 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("compact", |a| {
         Ok(Value::from(
-            str_list(&arg(&a, 0))
+            go_list("compact", &arg(&a, 0))?
                 .into_iter()
                 .filter(|x| !empty(x))
                 .collect::<Vec<_>>(),
         ))
     }),
     ("until", |a| {
-        Ok((0..to_i64(&arg(&a, 0)).max(0)).map(Value::from).collect())
+        let n = to_i64(&arg(&a, 0));
+        Ok(until_step(0, n, if n < 0 { -1 } else { 1 })
+            .into_iter()
+            .map(Value::from)
+            .collect())
     }),
     ("untilStep", |a| {
-        let (start, stop, step) = (
+        Ok(until_step(
             to_i64(&arg(&a, 0)),
             to_i64(&arg(&a, 1)),
             to_i64(&arg(&a, 2)),
-        );
-        let mut out = Vec::new();
-        let mut i = start;
-        while step != 0 && ((step > 0 && i < stop) || (step < 0 && i > stop)) {
-            out.push(Value::from(i));
-            i += step;
-        }
-        Ok(Value::from(out))
+        )
+        .into_iter()
+        .map(Value::from)
+        .collect())
     }),
     ("add", |a| {
         Ok(Value::from(a.0.iter().map(to_i64).sum::<i64>()))
@@ -1798,27 +2173,29 @@ static FUNCS: &[(&str, F)] = &[
     ("int", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
     ("int64", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
     ("float64", |a| Ok(Value::from(to_f64(&arg(&a, 0))))),
-    ("toString", |a| Ok(Value::from(s(&arg(&a, 0))))),
+    ("toString", |a| Ok(Value::from(strval(&arg(&a, 0))))),
     ("toStrings", |a| {
-        Ok(str_list(&arg(&a, 0))
-            .iter()
-            .map(|v| Value::from(s(v)))
-            .collect())
+        let v = arg(&a, 0);
+        Ok(match list_items(&v) {
+            Some(items) => strslice(&items),
+            None if v.is_none() || v.is_undefined() => Vec::new(),
+            None => vec![strval(&v)],
+        }
+        .into_iter()
+        .map(Value::from)
+        .collect())
     }),
     ("atoi", |a| {
-        Ok(Value::from(
-            s(&arg(&a, 0)).trim().parse::<i64>().unwrap_or(0),
-        ))
+        // strconv.Atoi: base 10, an optional sign, nothing else; failures give 0.
+        Ok(Value::from(s(&arg(&a, 0)).parse::<i64>().unwrap_or(0)))
     }),
     ("b64enc", |a| {
         Ok(Value::from(b64(s(&arg(&a, 0)).as_bytes())))
     }),
     ("b64dec", |a| {
-        use base64::Engine as _;
-        let d = base64::engine::general_purpose::STANDARD.decode(s(&arg(&a, 0)));
-        Ok(Value::from(match d {
+        Ok(Value::from(match go_b64_decode(&s(&arg(&a, 0))) {
             Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-            Err(e) => e.to_string(),
+            Err(e) => e,
         }))
     }),
     ("sha256sum", |a| {
@@ -1919,6 +2296,14 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(sprintf(&s(f), rest)))
     }),
     ("regexMatch", |a| {
+        // Sprig's regexMatch swallows a bad pattern (false); mustRegexMatch reports it.
+        Ok(Value::from(
+            regex::Regex::new(&s(&arg(&a, 0)))
+                .map(|re| re.is_match(&s(&arg(&a, 1))))
+                .unwrap_or(false),
+        ))
+    }),
+    ("mustRegexMatch", |a| {
         let re = regex::Regex::new(&s(&arg(&a, 0))).map_err(|e| err(e.to_string()))?;
         Ok(Value::from(re.is_match(&s(&arg(&a, 1)))))
     }),
@@ -2001,9 +2386,21 @@ static FUNCS: &[(&str, F)] = &[
             m.into_iter().filter(|(k, _)| !keys.contains(k)).collect(),
         ))
     }),
-    ("concat", |a| Ok(a.iter().flat_map(str_list).collect())),
+    ("concat", |a| {
+        let mut out = Vec::new();
+        for l in a.iter() {
+            if l.is_none() || l.is_undefined() {
+                return Err(err(NIL_DEREF));
+            }
+            match list_items(l) {
+                Some(items) => out.extend(items),
+                None => return Err(err(format!("Cannot concat type {} as list", kind_of(l)))),
+            }
+        }
+        Ok(Value::from(out))
+    }),
     ("reverse", |a| {
-        let mut l = str_list(&arg(&a, 0));
+        let mut l = go_list("find reverse", &arg(&a, 0))?;
         l.reverse();
         Ok(Value::from(l))
     }),
@@ -2022,11 +2419,25 @@ static FUNCS: &[(&str, F)] = &[
         ))
     }),
     ("substr", |a| {
+        // Sprig slices bytes and panics (an error) on bounds Go rejects.
         let (start, end, x) = (to_i64(&arg(&a, 0)), to_i64(&arg(&a, 1)), s(&arg(&a, 2)));
-        let len = x.len() as i64;
-        let st = if start < 0 { 0 } else { start.min(len) } as usize;
-        let en = if end < 0 || end > len { len } else { end } as usize;
-        Ok(Value::from(x.get(st..en.max(st)).unwrap_or("")))
+        let b = x.as_bytes();
+        let len = b.len() as i64;
+        let (st, en) = if start < 0 {
+            (0, end)
+        } else if end < 0 || end > len {
+            (start, len)
+        } else {
+            (start, end)
+        };
+        if st < 0 || en < 0 || st > en || en > len {
+            return Err(err(format!(
+                "runtime error: slice bounds out of range [{st}:{en}]"
+            )));
+        }
+        Ok(Value::from(
+            String::from_utf8_lossy(&b[st as usize..en as usize]).into_owned(),
+        ))
     }),
     ("abbrev", |a| {
         let (w, x) = (to_i64(&arg(&a, 0)), s(&arg(&a, 1)));
@@ -2039,10 +2450,10 @@ static FUNCS: &[(&str, F)] = &[
         )))
     }),
     ("snakecase", |a| {
-        Ok(Value::from(case_words(&s(&arg(&a, 0)), '_')))
+        Ok(Value::from(camel_to_lower(&s(&arg(&a, 0)), '_')))
     }),
     ("kebabcase", |a| {
-        Ok(Value::from(case_words(&s(&arg(&a, 0)), '-')))
+        Ok(Value::from(camel_to_lower(&s(&arg(&a, 0)), '-')))
     }),
     ("camelcase", |a| {
         Ok(Value::from(
@@ -2059,10 +2470,16 @@ static FUNCS: &[(&str, F)] = &[
         ))
     }),
     ("toRawJson", |a| {
-        Ok(Value::from(raw_json(&to_json(&arg(&a, 0)))))
+        Ok(Value::from(raw_json(&to_json_checked(
+            &arg(&a, 0),
+            "toRawJson",
+        )?)))
     }),
     ("mustToJson", |a| {
-        Ok(Value::from(go_json(&to_json(&arg(&a, 0)))))
+        Ok(Value::from(go_json(&to_json_checked(
+            &arg(&a, 0),
+            "mustToJson",
+        )?)))
     }),
     ("html", |a| {
         Ok(Value::from(
@@ -2088,7 +2505,7 @@ static FUNCS: &[(&str, F)] = &[
                 '\n' => out.push_str("\\n"),
                 '\r' => out.push_str("\\r"),
                 '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04X}", c as u32)),
+                c if !go_is_print(c) => out.push_str(&format!("\\u{:04X}", c as u32)),
                 c => out.push(c),
             }
         }
@@ -2173,17 +2590,13 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("splitn", |a| {
         let (sep, n, text) = (s(&arg(&a, 0)), to_i64(&arg(&a, 1)), s(&arg(&a, 2)));
-        let parts: Vec<&str> = if n < 0 {
-            text.split(sep.as_str()).collect()
-        } else {
-            text.splitn(n as usize, sep.as_str()).collect()
-        };
-        Ok(GoMap::value(
-            parts
+        Ok(GoMap::typed(
+            go_split(&text, &sep, n)
                 .into_iter()
                 .enumerate()
                 .map(|(i, p)| (format!("_{i}"), Value::from(p)))
                 .collect(),
+            GoType::StringMap,
         ))
     }),
     ("plural", |a| {
@@ -2205,19 +2618,31 @@ static FUNCS: &[(&str, F)] = &[
     }),
     ("seq", |a| {
         let nums: Vec<i64> = a.iter().map(to_i64).collect();
-        let (start, step, end) = match nums.as_slice() {
-            [] => return Ok(Value::from("")),
-            [e] => (1, 1, *e),
-            [st, e] => (*st, if st <= e { 1 } else { -1 }, *e),
-            [st, sp, e, ..] => (*st, *sp, *e),
+        let list = match nums.as_slice() {
+            [end] => {
+                let inc = if *end < 1 { -1 } else { 1 };
+                until_step(1, end + inc, inc)
+            }
+            [start, end] => {
+                let step = if end < start { -1 } else { 1 };
+                until_step(*start, end + step, step)
+            }
+            [start, step, end] => {
+                let inc = if end < start { -1 } else { 1 };
+                if end < start && *step > 0 {
+                    Vec::new()
+                } else {
+                    until_step(*start, end + inc, *step)
+                }
+            }
+            _ => Vec::new(),
         };
-        let mut out = Vec::new();
-        let mut i = start;
-        while step != 0 && ((step > 0 && i <= end) || (step < 0 && i >= end)) {
-            out.push(i.to_string());
-            i += step;
-        }
-        Ok(Value::from(out.join(" ")))
+        Ok(Value::from(
+            list.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
     }),
     ("adler32sum", |a| {
         let (mut x, mut y) = (1u32, 0u32);
@@ -2234,33 +2659,16 @@ static FUNCS: &[(&str, F)] = &[
         Ok(
             match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
                 Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-                Ok(_) => Value::from(Vec::<Value>::new()),
+                Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
+                Ok(other) => {
+                    Value::from(vec![Value::from(json_type_error(&other, "[]interface {}"))])
+                }
                 Err(e) => Value::from(vec![Value::from(e.to_string())]),
             },
         )
     }),
     ("__range", |a| f_range(arg(&a, 0))),
 ];
-
-fn case_words(x: &str, sep: char) -> String {
-    let mut out = String::new();
-    let mut prev_lower = false;
-    for c in x.chars() {
-        if c == '_' || c == '-' || c == ' ' {
-            if !out.is_empty() && !out.ends_with(sep) {
-                out.push(sep);
-            }
-            prev_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && prev_lower && !out.ends_with(sep) {
-            out.push(sep);
-        }
-        out.extend(c.to_lowercase());
-        prev_lower = c.is_lowercase() || c.is_ascii_digit();
-    }
-    out
-}
 
 /// Go's json.Marshal without HTML escaping (Sprig's toRawJson).
 fn raw_json(v: &serde_json::Value) -> String {
@@ -2628,7 +3036,6 @@ const ALIASES: &[(&str, &str)] = &[
     ("mustDeepCopy", "deepCopy"),
     ("mustReverse", "reverse"),
     ("mustSlice", "slice"),
-    ("mustRegexMatch", "regexMatch"),
     ("mustRegexFind", "regexFind"),
     ("mustRegexFindAll", "regexFindAll"),
     ("mustRegexReplaceAll", "regexReplaceAll"),
@@ -2691,8 +3098,8 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("keys", "M*"),
     ("values", "M"),
     ("pluck", "SM*"),
-    ("merge", "MA*"),
-    ("mergeOverwrite", "MA*"),
+    ("merge", "MM*"),
+    ("mergeOverwrite", "MM*"),
     ("pick", "MS*"),
     ("omit", "MS*"),
     ("append", "AA"),
@@ -2713,6 +3120,7 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("typeIs", "SA"),
     ("printf", "SA*"),
     ("regexMatch", "SS"),
+    ("mustRegexMatch", "SS"),
     ("regexFind", "SS"),
     ("regexFindAll", "SSI"),
     ("regexSplit", "SSI"),
@@ -2788,7 +3196,7 @@ pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
             'B' => a.kind() == ValueKind::Bool,
             'M' => matches!(
                 a.downcast_object_ref::<GoMap>(),
-                Some(m) if !matches!(m.1, GoType::Struct(_))
+                Some(m) if matches!(m.1, GoType::Map | GoType::Values)
             ),
             _ => true,
         };
@@ -2881,6 +3289,11 @@ pub fn register(env: &mut Environment<'static>) {
         // Helm replaces Go's "<no value>" with the empty string after rendering.
         if v.is_none() || v.is_undefined() {
             return Ok(());
+        }
+        if let Some(ty) = unprintable(v) {
+            return Err(err(format!(
+                "unsupported construct: printing a {ty} (Go prints its struct fields)"
+            )));
         }
         out.write_str(&go_fmt(v)).map_err(|_| err("write failed"))
     });

@@ -25,6 +25,7 @@
 
 pub mod chart;
 pub mod funcs;
+pub mod gofmt;
 pub mod parse;
 pub mod schema;
 pub mod semver;
@@ -166,42 +167,137 @@ pub use chart::{load_archive, load_dir, Chart};
 
 /// Chart.yaml as `.Chart` sees it: Go field names (Name, Version, AppVersion, ...), IsRoot.
 fn chart_object(meta: &serde_json::Value, is_root: bool) -> Value {
-    let mut m = BTreeMap::new();
-    if let Some(o) = meta.as_object() {
-        for (k, v) in o {
-            let mut key = String::new();
-            let mut chars = k.chars();
-            if let Some(c) = chars.next() {
-                key.extend(c.to_uppercase());
-                key.extend(chars);
-            }
-            let key = match key.as_str() {
-                "ApiVersion" => "APIVersion".to_string(),
-                "KubeVersion" => "KubeVersion".to_string(),
-                _ => key,
-            };
-            // Chart metadata keeps strings as strings; only values.yaml numbers become float64.
-            let val = match v {
-                serde_json::Value::Number(n) => Value::from(n.to_string()),
-                other => from_json(other),
-            };
-            m.insert(key, val);
-        }
-    }
-    for k in [
-        "Name",
-        "Version",
-        "AppVersion",
-        "Description",
-        "Type",
-        "KubeVersion",
-        "Home",
-        "Icon",
-    ] {
-        m.entry(k.to_string()).or_insert_with(|| Value::from(""));
-    }
+    let mut m = metadata_fields(meta);
+    m.insert(
+        "Metadata".to_string(),
+        GoMap::typed(m.clone(), GoType::Struct("*chart.Metadata")),
+    );
     m.insert("IsRoot".to_string(), Value::from(is_root));
     GoMap::typed(m, GoType::Struct("struct { chart.Metadata; IsRoot bool }"))
+}
+
+/// The fields of helm's `chart.Metadata` from Chart.yaml: every field is present (zero values
+/// for absent keys), unknown keys are not (Go ignores them), maintainers and dependencies are
+/// structs with Go field names.
+fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
+    let get = |k: &str| meta.get(k);
+    // Chart metadata keeps strings as strings; only values.yaml numbers become float64.
+    let text = |k: &str| -> Value {
+        match get(k) {
+            Some(serde_json::Value::String(s)) => Value::from(s.as_str()),
+            Some(serde_json::Value::Number(n)) => Value::from(n.to_string()),
+            Some(serde_json::Value::Bool(b)) => Value::from(b.to_string()),
+            _ => Value::from(""),
+        }
+    };
+    let strings = |k: &str| -> Value {
+        Value::from(
+            get(k)
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .map(|x| match x {
+                            serde_json::Value::String(s) => Value::from(s.as_str()),
+                            other => Value::from(other.to_string()),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        )
+    };
+    let structs = |k: &str, ty: &'static str, fields: &[(&str, &str)]| -> Value {
+        Value::from(
+            get(k)
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .map(|x| {
+                            let f = fields
+                                .iter()
+                                .map(|(yaml, go)| {
+                                    let v = match x.get(*yaml) {
+                                        Some(serde_json::Value::Number(n)) => {
+                                            Value::from(n.to_string())
+                                        }
+                                        Some(v) => from_json(v),
+                                        None if *go == "Enabled" => Value::from(false),
+                                        None if *go == "Tags" || *go == "ImportValues" => {
+                                            Value::from(Vec::<Value>::new())
+                                        }
+                                        None => Value::from(""),
+                                    };
+                                    (go.to_string(), v)
+                                })
+                                .collect();
+                            GoMap::typed(f, GoType::Struct(ty))
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        )
+    };
+    let annotations: BTreeMap<String, Value> = get("annotations")
+        .and_then(|a| a.as_object())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => Value::from(s.as_str()),
+                        other => Value::from(other.to_string()),
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    [
+        ("Name", text("name")),
+        ("Home", text("home")),
+        ("Sources", strings("sources")),
+        ("Version", text("version")),
+        ("Description", text("description")),
+        ("Keywords", strings("keywords")),
+        (
+            "Maintainers",
+            structs(
+                "maintainers",
+                "*chart.Maintainer",
+                &[("name", "Name"), ("email", "Email"), ("url", "URL")],
+            ),
+        ),
+        ("Icon", text("icon")),
+        ("APIVersion", text("apiVersion")),
+        ("Condition", text("condition")),
+        ("Tags", text("tags")),
+        ("AppVersion", text("appVersion")),
+        (
+            "Deprecated",
+            Value::from(get("deprecated").and_then(|d| d.as_bool()).unwrap_or(false)),
+        ),
+        ("Annotations", GoMap::typed(annotations, GoType::StringMap)),
+        ("KubeVersion", text("kubeVersion")),
+        (
+            "Dependencies",
+            structs(
+                "dependencies",
+                "*chart.Dependency",
+                &[
+                    ("name", "Name"),
+                    ("version", "Version"),
+                    ("repository", "Repository"),
+                    ("condition", "Condition"),
+                    ("tags", "Tags"),
+                    ("enabled", "Enabled"),
+                    ("import-values", "ImportValues"),
+                    ("alias", "Alias"),
+                ],
+            ),
+        ),
+        ("Type", text("type")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 fn kube_version_object(v: &str) -> Value {
@@ -327,9 +423,13 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         (
             "HelmVersion".to_string(),
             GoMap::typed(
-                [("Version".to_string(), Value::from(HELM_VERSION))]
-                    .into_iter()
-                    .collect(),
+                [
+                    ("Version".to_string(), Value::from(HELM_VERSION)),
+                    ("GitCommit".to_string(), Value::from("")),
+                    ("GitTreeState".to_string(), Value::from("")),
+                ]
+                .into_iter()
+                .collect(),
                 GoType::Struct("version.BuildInfo"),
             ),
         ),
