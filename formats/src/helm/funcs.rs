@@ -3165,16 +3165,28 @@ fn arg_type_name(v: &Value) -> &'static str {
 
 /// Checks `args` against the Go signature of `name` (see [`SIGNATURES`]), as text/template does.
 pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
+    check_sig(name, signature(name), args)
+}
+
+/// The signature of `name` (through its alias), looked up once per registered function.
+fn signature(name: &str) -> Option<&'static str> {
     let target = ALIASES
         .iter()
         .find(|(a, _)| *a == name)
         .map(|(_, t)| *t)
         .unwrap_or(name);
-    let Some((_, sig)) = SIGNATURES.iter().find(|(n, _)| *n == target) else {
+    SIGNATURES
+        .iter()
+        .find(|(n, _)| *n == target)
+        .map(|(_, s)| *s)
+}
+
+fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error> {
+    let Some(sig) = sig else {
         return Ok(());
     };
     let variadic = sig.ends_with('*');
-    let params: Vec<char> = sig.trim_end_matches('*').chars().collect();
+    let params = sig.trim_end_matches('*').as_bytes();
     let fixed = if variadic {
         params.len() - 1
     } else {
@@ -3189,7 +3201,7 @@ pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
         )));
     }
     for (i, a) in args.iter().enumerate() {
-        let p = params.get(i).or(params.last()).copied().unwrap_or('A');
+        let p = char::from(params.get(i).or(params.last()).copied().unwrap_or(b'A'));
         let ok = match p {
             'S' => a.kind() == ValueKind::String,
             'I' => a.kind() == ValueKind::Number && a.is_integer(),
@@ -3222,8 +3234,9 @@ pub fn register(env: &mut Environment<'static>) {
     for (alias, _) in ALIASES {
         if let Some(f) = lookup_func(alias) {
             let name: &'static str = alias;
+            let sig = signature(name);
             env.add_function(format!("h_{alias}"), move |args: Rest<Value>| {
-                check_args(name, &args)?;
+                check_sig(name, sig, &args)?;
                 f(args)
             });
         }
@@ -3236,8 +3249,9 @@ pub fn register(env: &mut Environment<'static>) {
         } else {
             format!("h_{name}")
         };
+        let sig = signature(name);
         env.add_function(n, move |args: Rest<Value>| {
-            check_args(name, &args)?;
+            check_sig(name, sig, &args)?;
             f(args)
         });
     }
