@@ -344,8 +344,7 @@ fn probe_both(expr: &str, values: &str) -> (Result<String, String>, Result<Strin
     (ours, helm)
 }
 
-const PROBE_VALUES: &str =
-    "a:\n  b: 1\n  s: text\nnum: 3\nlist: [x, y]\nnested:\n  a:\n    b: leaf\n";
+const PROBE_VALUES: &str = "a:\n  b: 1\n  s: text\nnum: 3\nlist: [x, y]\nnested:\n  a:\n    b: leaf\nlong: this is a rather long string value with many words that goes well past the eighty character mark for sure and then some more words to wrap twice over the limit\n";
 
 /// Expressions helm rejects (argument types, `dig` on `.Values`, `get` on a non-map, `.Files`
 /// or a struct where a map is wanted): pallet must reject them too, naming the same type
@@ -461,6 +460,20 @@ fn pallet_fails_where_helm_fails() {
             r#"{{ .Capabilities.KubeVersion.Foo }}"#,
             "can't evaluate field Foo in type chartutil.KubeVersion",
         ),
+        // index: integer positions, string keys.
+        (
+            r#"{{ index (list 1 2 3) 1.0 }}"#,
+            "cannot index slice/array with type float64",
+        ),
+        (
+            r#"{{ index .Values.list .Values.a.b }}"#,
+            "cannot index slice/array with type float64",
+        ),
+        (
+            r#"{{ index .Values.a 1 }}"#,
+            "value has type int; should be string",
+        ),
+        (r#"{{ index "abc" 5 }}"#, "index out of range: 5"),
     ];
     let mut wrong = Vec::new();
     for (expr, want) in cases {
@@ -694,6 +707,16 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ printf "%q|%q|%q|%q|%q|%q|%q|%q|%q" (toString .Chart.Sources) (toString .Chart.Keywords) (toString .Chart.Maintainers) (toString .Chart.Annotations) (toString .Chart.Deprecated) (toString .Chart.Dependencies) (toString .Chart.Tags) (toString .Chart.Condition) (toString .Chart.APIVersion) }}"#,
         r#"{{ .Chart.Metadata.Name }} {{ .Chart.Metadata.Version }} {{ .Files.Foo | typeOf }} {{ .Files.Foo }} {{ .Capabilities.KubeVersion }}"#,
         r#"{{ typeOf now }} {{ kindOf now }} {{ typeOf (semver "1.2.3") }} {{ typeOf .Capabilities.APIVersions }} {{ kindOf .Chart }}"#,
+        r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
+        // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
+        r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (dict "k" (dict "j" .Values.long)) | replace "\n" "⏎" }} {{ toYaml (list (dict "k" .Values.long)) | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list (list .Values.long)) | replace "\n" "⏎" }} {{ toYaml .Values.long | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "it's a rather long string value with many words that goes well past the eighty character mark: yes") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "a rather long string value with many words that goes well past the eighty character\tmark sure thing") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "a rather long string value with many words that goes well past the eighty  character  mark sure  thing  really") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "averyveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryverylongword and more") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "- starts with dash and is a rather long string value with many words that goes well past eighty" "<<") | replace "\n" "⏎" }}"#,
     ];
     let mut wrong = Vec::new();
     for expr in cases {

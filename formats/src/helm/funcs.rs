@@ -952,7 +952,63 @@ pub fn to_yaml(v: &serde_json::Value) -> String {
 
 /// A scalar as go-yaml v2 emits it (after sigs.k8s.io/yaml's JSON round trip), for a value at
 /// block `indent`. Multi-line strings become literal blocks.
-fn yaml_scalar(v: &serde_json::Value, indent: usize) -> String {
+/// Where a scalar value is written: its start column and the indentation of continuation
+/// lines when go-yaml folds it (`None` for map keys, which are never folded).
+#[derive(Clone, Copy)]
+struct Fold {
+    column: usize,
+    indent: usize,
+}
+
+/// go-yaml v2's line width: past this column, a space in a plain or quoted scalar becomes a
+/// line break (the value reads back the same, but the text differs).
+const YAML_WIDTH: usize = 80;
+
+/// go-yaml v2's folding of a plain (`quote` = None) or quoted scalar as written in `text`:
+/// at a space past [`YAML_WIDTH`], not after another space and (plain, single-quoted) not
+/// before one, and never on the first or last character inside quotes, the space becomes a
+/// newline plus `indent` spaces. In double quotes a following space is escaped with `\`.
+fn yaml_fold(text: &str, fold: Fold, quote: Option<char>) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut column = fold.column;
+    let mut prev_space = false;
+    for (p, &c) in chars.iter().enumerate() {
+        let next_space = chars.get(p + 1) == Some(&' ');
+        if c == ' ' {
+            let inner = quote.is_none() || (p != 1 && p + 2 != n);
+            let can = match quote {
+                Some('"') => inner,
+                _ => inner && !next_space,
+            };
+            if can && !prev_space && column > YAML_WIDTH {
+                out.push('\n');
+                out.push_str(&" ".repeat(fold.indent));
+                column = fold.indent;
+                if quote == Some('"') && next_space {
+                    out.push('\\');
+                    column += 1;
+                }
+                prev_space = true;
+                continue;
+            }
+            prev_space = true;
+        } else {
+            prev_space = false;
+        }
+        out.push(c);
+        column += 1;
+    }
+    out
+}
+
+/// The current column of `out` (characters since the last newline).
+fn column_of(out: &str) -> usize {
+    out[out.rfind('\n').map_or(0, |i| i + 1)..].chars().count()
+}
+
+fn yaml_scalar(v: &serde_json::Value, indent: usize, fold: Option<Fold>) -> String {
     match v {
         serde_json::Value::Null => "null".into(),
         serde_json::Value::Bool(b) => b.to_string(),
@@ -963,7 +1019,7 @@ fn yaml_scalar(v: &serde_json::Value, indent: usize) -> String {
             (None, Some(f)) => go_float(f),
             _ => n.to_string(),
         },
-        serde_json::Value::String(s) => yaml_string(s, indent),
+        serde_json::Value::String(s) => yaml_string(s, indent, fold),
         serde_json::Value::Array(_) => "[]".into(),
         serde_json::Value::Object(_) => "{}".into(),
     }
@@ -975,7 +1031,7 @@ fn resolves_non_string(s: &str) -> bool {
         "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
         "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF", "~", "null", "Null", "NULL",
         ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
-        ".NaN", ".NAN", "<<",
+        ".NaN", ".NAN",
     ];
     if s.is_empty() || WORDS.contains(&s) {
         return true;
@@ -1002,7 +1058,19 @@ fn resolves_non_string(s: &str) -> bool {
     is_num || sexagesimal
 }
 
-fn yaml_string(s: &str, indent: usize) -> String {
+fn yaml_string(s: &str, indent: usize, fold: Option<Fold>) -> String {
+    let quoted = yaml_string_unfolded(s, indent);
+    let Some(fold) = fold else {
+        return quoted;
+    };
+    if s.contains('\n') && quoted.starts_with('|') {
+        return quoted;
+    }
+    let quote = quoted.chars().next().filter(|c| *c == '"' || *c == '\'');
+    yaml_fold(&quoted, fold, quote)
+}
+
+fn yaml_string_unfolded(s: &str, indent: usize) -> String {
     let special = s
         .chars()
         .any(|c| (c.is_control() && c != '\n') || c == '\u{feff}');
@@ -1081,7 +1149,7 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                 if k.contains('\n') {
                     out.push_str(&serde_json::to_string(k).unwrap_or_default());
                 } else {
-                    out.push_str(&yaml_string(k, 0));
+                    out.push_str(&yaml_string(k, 0, None));
                 }
                 out.push(':');
                 match val {
@@ -1095,7 +1163,11 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                     }
                     _ => {
                         out.push(' ');
-                        out.push_str(&yaml_scalar(val, indent + 2));
+                        let fold = Fold {
+                            column: column_of(out),
+                            indent: indent + 2,
+                        };
+                        out.push_str(&yaml_scalar(val, indent + 2, Some(fold)));
                         out.push('\n');
                     }
                 }
@@ -1115,7 +1187,11 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
                         yaml_node(out, item, indent + 2, true)
                     }
                     _ => {
-                        out.push_str(&yaml_scalar(item, indent + 2));
+                        let fold = Fold {
+                            column: column_of(out),
+                            indent: indent + 2,
+                        };
+                        out.push_str(&yaml_scalar(item, indent + 2, Some(fold)));
                         out.push('\n');
                     }
                 }
@@ -1125,7 +1201,11 @@ fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, in_seq: boo
             if !in_seq {
                 out.push_str(&pad);
             }
-            out.push_str(&yaml_scalar(v, indent + 2));
+            let fold = Fold {
+                column: column_of(out),
+                indent: indent + 2,
+            };
+            out.push_str(&yaml_scalar(v, indent + 2, Some(fold)));
             out.push('\n');
         }
     }
@@ -1185,7 +1265,11 @@ fn go_json_pretty(v: &serde_json::Value) -> String {
 fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
     match v {
         serde_json::Value::String(s) => {
-            let j = serde_json::to_string(s).unwrap_or_default();
+            // encoding/json always escapes the JS line separators.
+            let j = serde_json::to_string(s)
+                .unwrap_or_default()
+                .replace('\u{2028}', "\\u2028")
+                .replace('\u{2029}', "\\u2029");
             if html {
                 out.push_str(
                     &j.replace('<', "\\u003c")
@@ -2260,11 +2344,35 @@ static FUNCS: &[(&str, F)] = &[
         let mut v = first.clone();
         for k in keys {
             v = if let Some(m) = map_entries(&v) {
+                if k.kind() != ValueKind::String {
+                    return Err(err(format!(
+                        "value has type {}; should be string",
+                        type_of(k)
+                    )));
+                }
                 m.get(&s(k)).cloned().unwrap_or_default()
             } else if v.is_none() {
                 return Err(err("index of untyped nil"));
             } else {
+                // Go indexes slices and strings with an integer only.
+                if !(k.kind() == ValueKind::Number && k.is_integer()) {
+                    return Err(err(format!(
+                        "cannot index slice/array with type {}",
+                        type_of(k)
+                    )));
+                }
                 let i = to_i64(k);
+                if let Some(text) = v.as_str() {
+                    let b = text.as_bytes();
+                    let byte = usize::try_from(i)
+                        .ok()
+                        .and_then(|i| b.get(i))
+                        .ok_or_else(|| {
+                            err(format!("error calling index: index out of range: {i}"))
+                        })?;
+                    v = Value::from(i64::from(*byte));
+                    continue;
+                }
                 let items = list_items(&v)
                     .ok_or_else(|| err(format!("can't index item of type {}", type_of(&v))))?;
                 items
@@ -2677,8 +2785,6 @@ fn raw_json(v: &serde_json::Value) -> String {
     out
 }
 
-/// Random numbers for Sprig's rand* and uuidv4: seeded per process by the standard library's
-/// hasher keys (non-deterministic, as in helm; no extra dependency).
 /// The per-render random source behind `randAlphaNum`, `uuidv4`, ...: SplitMix64 seeded from
 /// [`super::RenderOptions::seed`], so one render's random output is a function of the seed and
 /// the chart alone (the rendered digest must not change on every reconcile). Calls happen in
