@@ -474,6 +474,12 @@ fn pallet_fails_where_helm_fails() {
             "value has type int; should be string",
         ),
         (r#"{{ index "abc" 5 }}"#, "index out of range: 5"),
+        // Template language.
+        (
+            r#"{{ range $i, $v := 3 }}{{ $i }}{{ end }}"#,
+            "can't use 3 to iterate over more than one variable",
+        ),
+        (r#"{{ nil }}"#, "nil is not a command"),
     ];
     let mut wrong = Vec::new();
     for (expr, want) in cases {
@@ -707,6 +713,7 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ printf "%q|%q|%q|%q|%q|%q|%q|%q|%q" (toString .Chart.Sources) (toString .Chart.Keywords) (toString .Chart.Maintainers) (toString .Chart.Annotations) (toString .Chart.Deprecated) (toString .Chart.Dependencies) (toString .Chart.Tags) (toString .Chart.Condition) (toString .Chart.APIVersion) }}"#,
         r#"{{ .Chart.Metadata.Name }} {{ .Chart.Metadata.Version }} {{ .Files.Foo | typeOf }} {{ .Files.Foo }} {{ .Capabilities.KubeVersion }}"#,
         r#"{{ typeOf now }} {{ kindOf now }} {{ typeOf (semver "1.2.3") }} {{ typeOf .Capabilities.APIVersions }} {{ kindOf .Chart }}"#,
+        r#"{{ "\x41\u00e9\101\011x" }} {{ 'a' }} {{ 0x1F }} {{ 1e3 }} {{ 0o17 }} {{ 1_000 }} {{ -3 }} {{ +3 }} {{ range $i := 3 }}{{ $i }}{{ end }} {{ if false }}{{ nil }}{{ end }}"#,
         r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
         // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
         r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,

@@ -2775,7 +2775,17 @@ static FUNCS: &[(&str, F)] = &[
             },
         )
     }),
-    ("__range", |a| f_range(arg(&a, 0))),
+    ("__range", |a| {
+        let (v, vars) = (arg(&a, 0), arg(&a, 1).as_i64().unwrap_or(0));
+        // Go ranges over an int with one variable at most.
+        if vars > 1 && v.kind() == ValueKind::Number && v.is_integer() {
+            return Err(err(format!(
+                "can't use {} to iterate over more than one variable",
+                go_fmt(&v)
+            )));
+        }
+        f_range(v)
+    }),
 ];
 
 /// Go's json.Marshal without HTML escaping (Sprig's toRawJson).

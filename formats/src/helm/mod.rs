@@ -685,13 +685,35 @@ pub(crate) fn yaml11_bool_key_error(what: &str, path: &str) -> String {
     )
 }
 
+/// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
+/// applied or printed: whitespace at the end of a document (the trailing newlines of a `|+`
+/// block, a last line's trailing spaces) and at its start is not part of it. Returns the
+/// documents joined with `---` lines. Line numbers after a trimmed document shift; they are
+/// only used in messages about the rendered text.
+pub fn trim_documents(content: &str) -> String {
+    let mut docs = vec![String::new()];
+    for line in content.split_inclusive('\n') {
+        let c = line.trim_end_matches(['\n', '\r']);
+        if c == "---" || c.starts_with("--- ") || c.starts_with("---\t") {
+            docs.push(String::new());
+        } else if let Some(d) = docs.last_mut() {
+            d.push_str(line);
+        }
+    }
+    docs.iter()
+        .map(|d| d.trim())
+        .filter(|d| !d.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
 /// Splits rendered files into objects (YAML documents that are non-empty mappings).
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
     for f in files {
-        for doc in split_documents(&f.content) {
+        for doc in split_documents(&trim_documents(&f.content)) {
             if doc.trim().is_empty() {
                 continue;
             }
@@ -784,7 +806,7 @@ pub fn render_bundle(
     let mut objects = Vec::new();
     for f in &files {
         objects.extend(
-            crate::parse_manifests(&f.source, &f.content)?
+            crate::parse_manifests(&f.source, &trim_documents(&f.content))?
                 .into_iter()
                 .filter(|o| {
                     matches!(

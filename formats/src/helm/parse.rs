@@ -291,20 +291,30 @@ fn lex_action(
                                 'b' => out.push('\u{8}'),
                                 'f' => out.push('\u{c}'),
                                 'v' => out.push('\u{b}'),
-                                'x' | 'u' | 'U' => {
-                                    let n = match e {
-                                        'x' => 2,
-                                        'u' => 4,
-                                        _ => 8,
+                                'x' | 'u' | 'U' | '0'..='7' => {
+                                    // \x and octal escapes are bytes in Go; only ASCII
+                                    // ones are characters here.
+                                    let (n, radix, first) = match e {
+                                        'x' => (2, 16, String::new()),
+                                        'u' => (4, 16, String::new()),
+                                        'U' => (8, 16, String::new()),
+                                        d => (2, 8, d.to_string()),
                                     };
-                                    let hex: String =
+                                    let digits: String =
                                         chars.iter().skip(i).take(n).map(|(_, c)| *c).collect();
                                     i += n;
-                                    let cp = u32::from_str_radix(&hex, 16)
+                                    let code = format!("{first}{digits}");
+                                    let cp = u32::from_str_radix(&code, radix)
                                         .ok()
+                                        .filter(|c| !matches!(e, 'x' | '0'..='7') || *c < 0x80)
                                         .and_then(char::from_u32)
                                         .ok_or_else(|| {
-                                            err(line, format!("bad escape \\{e}{hex}"))
+                                            err(
+                                                line,
+                                                format!(
+                                                    "unsupported construct: escape \\{e}{digits} in a string (a non-ASCII byte, or malformed)"
+                                                ),
+                                            )
                                         })?;
                                     out.push(cp);
                                 }

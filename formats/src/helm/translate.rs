@@ -212,8 +212,10 @@ impl<'a> Emitter<'a> {
                 }
                 self.depth += 1;
                 let n = self.depth;
-                self.out
-                    .push_str(&format!("{{% for __k{n}, __d{n} in __range({e}) %}}"));
+                self.out.push_str(&format!(
+                    "{{% for __k{n}, __d{n} in __range({e}, {}) %}}",
+                    pipe.vars.len()
+                ));
                 let saved = self.dot;
                 let r = self.scoped(|s| {
                     match pipe.vars.as_slice() {
@@ -325,6 +327,8 @@ impl<'a> Emitter<'a> {
             .collect::<Result<Vec<_>, _>>()?;
         args.extend(piped);
         match first {
+            // Go rejects this when (and only if) it is executed.
+            Arg::Nil => Ok("h_fail(\"nil is not a command\")".into()),
             Arg::Ident(name) => match name.as_str() {
                 "and" | "or" => {
                     if args.is_empty() {
