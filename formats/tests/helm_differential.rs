@@ -480,6 +480,9 @@ fn pallet_fails_where_helm_fails() {
             "can't use 3 to iterate over more than one variable",
         ),
         (r#"{{ nil }}"#, "nil is not a command"),
+        (r#"{{ divf 1 0 }}"#, "decimal division by 0"),
+        (r#"{{ prepend "x" 1 }}"#, "Cannot prepend on type string"),
+        (r#"{{ push "x" 1 }}"#, "Cannot push on type string"),
     ];
     let mut wrong = Vec::new();
     for (expr, want) in cases {
@@ -714,6 +717,12 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ .Chart.Metadata.Name }} {{ .Chart.Metadata.Version }} {{ .Files.Foo | typeOf }} {{ .Files.Foo }} {{ .Capabilities.KubeVersion }}"#,
         r#"{{ typeOf now }} {{ kindOf now }} {{ typeOf (semver "1.2.3") }} {{ typeOf .Capabilities.APIVersions }} {{ kindOf .Chart }}"#,
         r#"{{ "\x41\u00e9\101\011x" }} {{ 'a' }} {{ 0x1F }} {{ 1e3 }} {{ 0o17 }} {{ 1_000 }} {{ -3 }} {{ +3 }} {{ range $i := 3 }}{{ $i }}{{ end }} {{ if false }}{{ nil }}{{ end }}"#,
+        r#"{{ addf 0.1 0.2 }} {{ addf 1 "2.5" }} {{ addf 1.1 2.2 3.3 }} {{ addf }} {{ addf 1e300 1e300 }}"#,
+        r#"{{ mulf 0.1 3 }} {{ subf 0.3 0.1 }} {{ divf 1 3 }} {{ add1f 0.1 }} {{ maxf 1 2.5 "3" }} {{ minf 1 2.5 }} {{ divf 2 3 }} {{ divf -2 3 }} {{ mulf 1.5 1.5 }} {{ subf 1 }}"#,
+        r#"{{ b32enc "hello" }} {{ b32dec "NBSWY3DP" }} {{ b32enc "" }} {{ b32enc "a" }} {{ b32enc "ab" }} {{ b32enc "abc" }} {{ b32enc "abcd" }} {{ b32dec "ME======" }} {{ b32dec "bad!" }}"#,
+        r#"{{ swapcase "Hello World" }} {{ initials "Hello big World" }} {{ untitle "Hello World" }} {{ sha512sum "abc" }} {{ regexQuoteMeta "a.b*c#-&" }} {{ typeIsLike "string" "x" }}"#,
+        r#"{{ base "a/b/c.txt" }} {{ dir "a/b/c.txt" }} {{ ext "a/b/c.txt" }} {{ clean "a//b/../c" }} {{ isAbs "/a" }} {{ base "" }} {{ base "/" }} {{ dir "x" }} {{ dir "/x" }} {{ ext "a.b/c" }} {{ clean "/../a/./b/" }} {{ clean "../../x" }}"#,
+        r#"{{ push (list 1) 2 }} {{ all 1 "a" true }} {{ any 0 "" 1 }} {{ chunk 2 (list 1 2 3) }} {{ all }} {{ any }} {{ toDecimal "0777" }} {{ toDecimal 777 }} {{ toDecimal "x" }}"#,
         r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
         // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
         r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,

@@ -1385,10 +1385,6 @@ fn title(s: &str) -> String {
     out
 }
 
-fn str_list(v: &Value) -> Vec<Value> {
-    list_items(v).unwrap_or_default()
-}
-
 fn deep_copy(v: &Value) -> Value {
     let copy = from_json_keep_ints(&to_json(v));
     // copystructure keeps the named type: a copy of `.Values` is still a chartutil.Values.
@@ -1498,6 +1494,278 @@ fn sha1(data: &[u8]) -> [u8; 20] {
         out[4 * i..4 * i + 4].copy_from_slice(&x.to_be_bytes());
     }
     out
+}
+
+/// Sprig's float arithmetic (addf, subf, mulf, divf): shopspring/decimal on each operand's
+/// shortest decimal form, so `addf 0.1 0.2` is 0.3 as in helm, not 0.30000000000000004.
+#[derive(Clone, Copy)]
+enum DecOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// A decimal `mantissa × 10^-scale`.
+#[derive(Clone, Copy)]
+struct Dec {
+    m: i128,
+    scale: u32,
+}
+
+impl Dec {
+    /// The shortest decimal that reads back as `f` (decimal.NewFromFloat).
+    fn from_f64(f: f64) -> Option<Dec> {
+        if !f.is_finite() {
+            return None;
+        }
+        let e = format!("{f:e}");
+        let (mant, exp) = e.split_once('e')?;
+        let exp: i32 = exp.parse().ok()?;
+        let neg = mant.starts_with('-');
+        let digits: String = mant.chars().filter(char::is_ascii_digit).collect();
+        let frac_len = digits.len() as i32 - 1;
+        let mut m: i128 = digits.parse().ok()?;
+        let mut scale = frac_len - exp;
+        if scale < 0 {
+            m = m.checked_mul(10i128.checked_pow(scale.unsigned_abs())?)?;
+            scale = 0;
+        }
+        Some(Dec {
+            m: if neg { -m } else { m },
+            scale: u32::try_from(scale).ok()?,
+        })
+    }
+    fn rescale(self, scale: u32) -> Option<i128> {
+        self.m
+            .checked_mul(10i128.checked_pow(scale.checked_sub(self.scale)?)?)
+    }
+    fn to_f64(self) -> f64 {
+        let neg = self.m < 0;
+        let digits = self.m.unsigned_abs().to_string();
+        let scale = self.scale as usize;
+        let text = if scale == 0 {
+            digits
+        } else if digits.len() > scale {
+            format!(
+                "{}.{}",
+                &digits[..digits.len() - scale],
+                &digits[digits.len() - scale..]
+            )
+        } else {
+            format!("0.{}{digits}", "0".repeat(scale - digits.len()))
+        };
+        let f: f64 = text.parse().unwrap_or(0.0);
+        if neg {
+            -f
+        } else {
+            f
+        }
+    }
+    fn apply(self, op: DecOp, o: Dec) -> Option<Dec> {
+        match op {
+            DecOp::Add | DecOp::Sub => {
+                let scale = self.scale.max(o.scale);
+                let (a, b) = (self.rescale(scale)?, o.rescale(scale)?);
+                let m = match op {
+                    DecOp::Add => a.checked_add(b)?,
+                    _ => a.checked_sub(b)?,
+                };
+                Some(Dec { m, scale })
+            }
+            DecOp::Mul => Some(Dec {
+                m: self.m.checked_mul(o.m)?,
+                scale: self.scale.checked_add(o.scale)?,
+            }),
+            DecOp::Div => {
+                // decimal.Div: 16 digits after the point, rounded half away from zero.
+                if o.m == 0 {
+                    return None;
+                }
+                const PREC: u32 = 16;
+                let shift = (PREC + o.scale).checked_sub(self.scale);
+                let (num, den) = match shift {
+                    Some(s) => (self.m.checked_mul(10i128.checked_pow(s)?)?, o.m),
+                    None => (
+                        self.m,
+                        o.m.checked_mul(10i128.checked_pow(self.scale - PREC - o.scale)?)?,
+                    ),
+                };
+                let (q, r) = (num / den, num % den);
+                let q = if r.unsigned_abs() * 2 >= den.unsigned_abs() {
+                    if (num < 0) != (den < 0) {
+                        q - 1
+                    } else {
+                        q + 1
+                    }
+                } else {
+                    q
+                };
+                Some(Dec { m: q, scale: PREC })
+            }
+        }
+    }
+}
+
+fn decimal_op(first: f64, rest: &[Value], op: DecOp) -> f64 {
+    let float = |a: f64, b: f64| match op {
+        DecOp::Add => a + b,
+        DecOp::Sub => a - b,
+        DecOp::Mul => a * b,
+        DecOp::Div => a / b,
+    };
+    let mut acc = Dec::from_f64(first);
+    let mut plain = first;
+    for v in rest {
+        let x = to_f64(v);
+        plain = float(plain, x);
+        acc = acc.and_then(|d| d.apply(op, Dec::from_f64(x)?));
+    }
+    // Outside i128's range the float result is the best available.
+    acc.map_or(plain, Dec::to_f64)
+}
+
+/// Go's `math.Max`/`math.Min` (NaN wins).
+fn go_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn go_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+const B32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+/// RFC 4648 base32 with padding (Go's `base32.StdEncoding`).
+fn b32_encode(data: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in data.chunks(5) {
+        let mut buf = [0u8; 5];
+        buf[..chunk.len()].copy_from_slice(chunk);
+        let n = u64::from_be_bytes([0, 0, 0, buf[0], buf[1], buf[2], buf[3], buf[4]]);
+        let chars = (chunk.len() * 8).div_ceil(5);
+        for i in 0..8 {
+            if i < chars {
+                out.push(B32[((n >> (35 - i * 5)) & 31) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Go's `base32.StdEncoding.DecodeString`; errors are Go's message.
+fn b32_decode(text: &str) -> Result<Vec<u8>, String> {
+    let clean: Vec<u8> = text
+        .bytes()
+        .filter(|b| *b != b'\n' && *b != b'\r')
+        .collect();
+    let bad = |i: usize| format!("illegal base32 data at input byte {i}");
+    if !clean.len().is_multiple_of(8) {
+        return Err(bad(clean.len() / 8 * 8));
+    }
+    let mut out = Vec::new();
+    for (ci, chunk) in clean.chunks(8).enumerate() {
+        let pad = chunk.iter().rev().take_while(|b| **b == b'=').count();
+        let bytes = match pad {
+            0 => 5,
+            1 => 4,
+            3 => 3,
+            4 => 2,
+            6 => 1,
+            _ => return Err(bad(ci * 8 + 8 - pad)),
+        };
+        if pad > 0 && ci + 1 != clean.len() / 8 {
+            return Err(bad(ci * 8 + 8 - pad));
+        }
+        let mut n: u64 = 0;
+        for (i, b) in chunk.iter().enumerate() {
+            let v = if i >= 8 - pad {
+                0
+            } else {
+                B32.iter()
+                    .position(|x| x == b)
+                    .ok_or_else(|| bad(ci * 8 + i))? as u64
+            };
+            n = (n << 5) | v;
+        }
+        out.extend_from_slice(&n.to_be_bytes()[3..3 + bytes]);
+    }
+    Ok(out)
+}
+
+/// goutils' `SwapCase`: upper and title case become lower, lower case becomes upper (title
+/// case at a word start, the same letter outside a few ligatures).
+fn swap_case(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_uppercase() {
+                c.to_lowercase().next().unwrap_or(c)
+            } else if c.is_lowercase() {
+                c.to_uppercase().next().unwrap_or(c)
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// Go's `path.Clean`.
+fn go_path_clean(p: &str) -> String {
+    if p.is_empty() {
+        return ".".into();
+    }
+    let rooted = p.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for seg in p.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !rooted {
+                    parts.push("..");
+                }
+            }
+            s => parts.push(s),
+        }
+    }
+    let body = parts.join("/");
+    match (rooted, body.is_empty()) {
+        (true, _) => format!("/{body}"),
+        (false, true) => ".".into(),
+        (false, false) => body,
+    }
+}
+
+/// Go's `path.Base`.
+fn go_path_base(p: &str) -> String {
+    if p.is_empty() {
+        return ".".into();
+    }
+    let t = p.trim_end_matches('/');
+    if t.is_empty() {
+        return "/".into();
+    }
+    t.rsplit('/').next().unwrap_or(t).to_string()
+}
+
+/// Go's `path.Dir`.
+fn go_path_dir(p: &str) -> String {
+    let dir = match p.rfind('/') {
+        Some(i) => &p[..=i],
+        None => "",
+    };
+    go_path_clean(dir)
 }
 
 /// Go's message when Sprig dereferences a nil list.
@@ -2110,20 +2378,12 @@ static FUNCS: &[(&str, F)] = &[
         Ok(deep_copy(&v))
     }),
     ("append", |a| {
-        let list = arg(&a, 0);
-        if list_items(&list).is_none() {
-            return Err(err(format!("Cannot append on type {}", type_of(&list))));
-        }
-        let mut l = str_list(&list);
+        let mut l = go_list("push", &arg(&a, 0))?;
         l.push(arg(&a, 1));
         Ok(Value::from(l))
     }),
     ("prepend", |a| {
-        let list = arg(&a, 0);
-        if list_items(&list).is_none() {
-            return Err(err(format!("Cannot prepend on type {}", type_of(&list))));
-        }
-        let mut l = str_list(&list);
+        let mut l = go_list("prepend", &arg(&a, 0))?;
         l.insert(0, arg(&a, 1));
         Ok(Value::from(l))
     }),
@@ -2252,7 +2512,145 @@ static FUNCS: &[(&str, F)] = &[
         Ok(Value::from(a.0.iter().map(to_i64).min().unwrap_or(0)))
     }),
     ("addf", |a| {
-        Ok(Value::from(a.0.iter().map(to_f64).sum::<f64>()))
+        Ok(Value::from(decimal_op(0.0, &a.0, DecOp::Add)))
+    }),
+    ("add1f", |a| {
+        Ok(Value::from(decimal_op(
+            to_f64(&arg(&a, 0)),
+            &[Value::from(1)],
+            DecOp::Add,
+        )))
+    }),
+    ("subf", |a| {
+        Ok(Value::from(decimal_op(
+            to_f64(&a[0]),
+            &a.0[1..],
+            DecOp::Sub,
+        )))
+    }),
+    ("mulf", |a| {
+        Ok(Value::from(decimal_op(
+            to_f64(&a[0]),
+            &a.0[1..],
+            DecOp::Mul,
+        )))
+    }),
+    ("divf", |a| {
+        if a.0[1..].iter().any(|v| to_f64(v) == 0.0) {
+            return Err(err("decimal division by 0"));
+        }
+        Ok(Value::from(decimal_op(
+            to_f64(&a[0]),
+            &a.0[1..],
+            DecOp::Div,
+        )))
+    }),
+    ("maxf", |a| {
+        Ok(Value::from(
+            a.0[1..].iter().map(to_f64).fold(to_f64(&a[0]), go_max),
+        ))
+    }),
+    ("minf", |a| {
+        Ok(Value::from(
+            a.0[1..].iter().map(to_f64).fold(to_f64(&a[0]), go_min),
+        ))
+    }),
+    ("all", |a| Ok(Value::from(a.iter().all(|v| !empty(v))))),
+    ("any", |a| Ok(Value::from(a.iter().any(|v| !empty(v))))),
+    ("chunk", |a| {
+        let size = to_i64(&a[0]);
+        let items = go_list("chunk", &a[1])?;
+        if size < 1 {
+            return Err(err("chunk size must be at least 1"));
+        }
+        Ok(Value::from(
+            items
+                .chunks(size as usize)
+                .map(|c| Value::from(c.to_vec()))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("b32enc", |a| {
+        Ok(Value::from(b32_encode(s(&a[0]).as_bytes())))
+    }),
+    ("b32dec", |a| {
+        Ok(Value::from(match b32_decode(&s(&a[0])) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => e,
+        }))
+    }),
+    ("swapcase", |a| Ok(Value::from(swap_case(&s(&a[0]))))),
+    ("initials", |a| {
+        // goutils: the first byte of each whitespace-separated word.
+        let mut out = String::new();
+        let mut gap = true;
+        for c in s(&a[0]).chars() {
+            if c.is_whitespace() {
+                gap = true;
+            } else if gap {
+                out.push(c);
+                gap = false;
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("untitle", |a| {
+        let mut out = String::new();
+        let mut next = true;
+        for c in s(&a[0]).chars() {
+            if c.is_whitespace() {
+                next = true;
+                out.push(c);
+            } else if next {
+                out.extend(c.to_lowercase().next());
+                next = false;
+            } else {
+                out.push(c);
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("base", |a| Ok(Value::from(go_path_base(&s(&a[0]))))),
+    ("dir", |a| Ok(Value::from(go_path_dir(&s(&a[0]))))),
+    ("ext", |a| {
+        let p = s(&a[0]);
+        let ext = p
+            .rfind(['.', '/'])
+            .filter(|i| p.as_bytes()[*i] == b'.')
+            .map(|i| p[i..].to_string())
+            .unwrap_or_default();
+        Ok(Value::from(ext))
+    }),
+    ("clean", |a| Ok(Value::from(go_path_clean(&s(&a[0]))))),
+    ("isAbs", |a| Ok(Value::from(s(&a[0]).starts_with('/')))),
+    ("sha512sum", |a| {
+        use sha2::Digest as _;
+        Ok(Value::from(
+            sha2::Sha512::digest(s(&a[0]).as_bytes())
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+        ))
+    }),
+    ("regexQuoteMeta", |a| {
+        let mut out = String::new();
+        for c in s(&a[0]).chars() {
+            if "\\.+*?()|[]{}^$".contains(c) {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        Ok(Value::from(out))
+    }),
+    ("typeIsLike", |a| {
+        let t = type_of(&a[1]);
+        let want = s(&a[0]);
+        Ok(Value::from(t == want || t == format!("*{want}")))
+    }),
+    ("toDecimal", |a| {
+        Ok(Value::from(
+            i64::from_str_radix(&strval(&a[0]), 8).unwrap_or(0),
+        ))
     }),
     ("int", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
     ("int64", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
@@ -3140,6 +3538,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("mustMerge", "merge"),
     ("mustMergeOverwrite", "mergeOverwrite"),
     ("mustAppend", "append"),
+    ("push", "append"),
+    ("mustPush", "append"),
+    ("mustChunk", "chunk"),
     ("mustPrepend", "prepend"),
     ("mustFirst", "first"),
     ("mustLast", "last"),
@@ -3254,6 +3655,27 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("randNumeric", "I"),
     ("randAscii", "I"),
     ("uuidv4", ""),
+    ("add1f", "A"),
+    ("subf", "AA*"),
+    ("mulf", "AA*"),
+    ("divf", "AA*"),
+    ("maxf", "AA*"),
+    ("minf", "AA*"),
+    ("chunk", "IA"),
+    ("b32enc", "S"),
+    ("b32dec", "S"),
+    ("swapcase", "S"),
+    ("initials", "S"),
+    ("untitle", "S"),
+    ("base", "S"),
+    ("dir", "S"),
+    ("ext", "S"),
+    ("clean", "S"),
+    ("isAbs", "S"),
+    ("sha512sum", "S"),
+    ("regexQuoteMeta", "S"),
+    ("typeIsLike", "SA"),
+    ("toDecimal", "A"),
     ("randInt", "II"),
     ("plural", "SSI"),
     ("round", "AIA*"),
