@@ -743,3 +743,51 @@ fn sprig_and_go_corner_cases_give_helms_output() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Chart.yaml checks helm makes before rendering (its loader's `Validate` and the
+/// `kubeVersion` constraint against the cluster): pallet fails on the same charts with the
+/// same message, and renders the same charts helm accepts.
+#[test]
+fn chart_metadata_validation_matches_helm() {
+    let cases: &[(&str, Option<&str>)] = &[
+        ("apiVersion: v2\nname: probe\n", Some("chart.metadata.version is required")),
+        ("apiVersion: v2\nname: probe\nversion: abc\n", Some("chart.metadata.version \"abc\" is invalid")),
+        ("apiVersion: v2\nname: probe\nversion: 0.1.0\ntype: weird\n", Some("chart.metadata.type must be application or library")),
+        ("apiVersion: v2\nname: p/x\nversion: 0.1.0\n", Some("chart.metadata.name \"p/x\" is invalid")),
+        ("apiVersion: v2\nname: probe\nversion: 0.1.0\nkubeVersion: \">=1.30.0-0\"\n", Some("chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes v1.20.0")),
+        ("apiVersion: v2\nname: probe\nversion: 0.1.0\nkubeVersion: bogus\n", Some("chart requires kubeVersion: bogus which is incompatible")),
+        ("apiVersion: v2\nname: probe\nversion: 0.1.0\nkubeVersion: \">=1.10.0-0\"\n", None),
+        ("apiVersion: v2\nname: probe\nversion: 1\n", None),
+        ("name: probe\nversion: 0.1.0\n", None),
+    ];
+    let mut wrong = Vec::new();
+    for (chart_yaml, want) in cases {
+        let dir = probe_chart("{{ .Chart.APIVersion }}", "{}\n");
+        let chart = dir.path().join("probe");
+        std::fs::write(chart.join("Chart.yaml"), chart_yaml).expect("write");
+        let out = Command::new(helm_bin())
+            .args(["template", RELEASE])
+            .arg(&chart)
+            .output()
+            .expect("running helm");
+        let helm_err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let ours = helm::render(&chart, &RenderOptions::default()).map_err(|e| e.to_string());
+        let ok = match (want, &ours) {
+            (Some(w), Err(o)) => !out.status.success() && helm_err.contains(w) && o.contains(w),
+            (None, Ok(objs)) => {
+                out.status.success()
+                    && split_docs(&String::from_utf8_lossy(&out.stdout))
+                        .first()
+                        .map(|d| d["data"]["out"].clone())
+                        == objs.first().map(|d| d["data"]["out"].clone())
+            }
+            _ => false,
+        };
+        if !ok {
+            wrong.push(format!(
+                "{chart_yaml:?}\n  pallet: {ours:?}\n  helm: {helm_err}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -243,10 +243,8 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
     if chart.metadata.is_null() {
         return Err(chart_err(label, "Chart.yaml is missing"));
     }
+    validate_metadata(label, &chart.metadata)?;
     let name = chart.name();
-    if name.is_empty() {
-        return Err(chart_err(label, "Chart.yaml: name is required"));
-    }
     if !chart.values.is_object() {
         return Err(chart_err(&name, "values.yaml must be a mapping"));
     }
@@ -261,6 +259,70 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
             .push(load_archive(&format!("{name}/{path}"), &data)?);
     }
     Ok(chart)
+}
+
+/// helm's `Metadata.Validate` (run by its loader on every chart, subcharts too): name and
+/// version present and valid, a known type, aliases made of `[A-Za-z0-9_-]`, no two
+/// dependencies with the same name or alias.
+fn validate_metadata(label: &str, md: &Json) -> Result<(), HelmError> {
+    let invalid = |msg: String| chart_err(label, format!("validation: {msg}"));
+    let text = |k: &str| -> String {
+        match md.get(k) {
+            Some(Json::String(s)) => s.clone(),
+            Some(Json::Number(n)) => n.to_string(),
+            _ => String::new(),
+        }
+    };
+    let name = text("name");
+    if name.is_empty() {
+        return Err(invalid("chart.metadata.name is required".into()));
+    }
+    if name.contains('/') || name == "." || name == ".." {
+        return Err(invalid(format!("chart.metadata.name {name:?} is invalid")));
+    }
+    let version = text("version");
+    if version.is_empty() {
+        return Err(invalid("chart.metadata.version is required".into()));
+    }
+    if super::semver::semver(&version).is_err() {
+        return Err(invalid(format!(
+            "chart.metadata.version {version:?} is invalid"
+        )));
+    }
+    if !matches!(text("type").as_str(), "" | "application" | "library") {
+        return Err(invalid(
+            "chart.metadata.type must be application or library".into(),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for dep in md
+        .get("dependencies")
+        .and_then(|d| d.as_array())
+        .into_iter()
+        .flatten()
+    {
+        let dname = dep.get("name").and_then(|v| v.as_str()).unwrap_or_default();
+        let alias = dep
+            .get("alias")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        if !alias.is_empty()
+            && !alias
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid(format!(
+                "dependency {dname:?} has disallowed characters in the alias"
+            )));
+        }
+        let key = if alias.is_empty() { dname } else { alias };
+        if !seen.insert(key.to_string()) {
+            return Err(invalid(format!(
+                "more than one dependency with name or alias {key:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Loads a chart from a `.tgz` (one top-level directory holding the chart).

@@ -266,7 +266,13 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
             ),
         ),
         ("Icon", text("icon")),
-        ("APIVersion", text("apiVersion")),
+        // helm's loader defaults a missing apiVersion to v1.
+        (
+            "APIVersion",
+            Some(text("apiVersion"))
+                .filter(|v| !v.as_str().is_some_and(str::is_empty))
+                .unwrap_or(Value::from("v1")),
+        ),
         ("Condition", text("condition")),
         ("Tags", text("tags")),
         ("AppVersion", text("appVersion")),
@@ -384,6 +390,24 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
             &name,
             "library charts are not installable",
         ));
+    }
+    // helm refuses a chart whose kubeVersion constraint the cluster does not meet (the top
+    // chart only); an unparsable constraint is incompatible too.
+    if let Some(constraint) = chart
+        .metadata
+        .get("kubeVersion")
+        .and_then(|v| v.as_str())
+        .filter(|c| !c.is_empty())
+    {
+        if !semver::semver_compare(constraint, &opts.kube_version).unwrap_or(false) {
+            return Err(HelmError::chart(
+                &name,
+                format!(
+                    "chart requires kubeVersion: {constraint} which is incompatible with Kubernetes {}",
+                    opts.kube_version
+                ),
+            ));
+        }
     }
     let chart = chart::resolve_dependencies(chart, &opts.values)?;
     let values = chart::coalesce(&chart, &opts.values);
