@@ -481,6 +481,10 @@ fn pallet_fails_where_helm_fails() {
         ),
         (r#"{{ nil }}"#, "nil is not a command"),
         (r#"{{ divf 1 0 }}"#, "decimal division by 0"),
+        (
+            r#"{{ slice .Values.list -1 }}"#,
+            "slice index out of bounds",
+        ),
         (r#"{{ prepend "x" 1 }}"#, "Cannot prepend on type string"),
         (r#"{{ push "x" 1 }}"#, "Cannot push on type string"),
     ];

@@ -3044,11 +3044,12 @@ static FUNCS: &[(&str, F)] = &[
         if items.is_empty() {
             return Ok(Value::from(()));
         }
-        let i = idx.first().map(to_i64).unwrap_or(0).max(0) as usize;
-        let j = idx
-            .get(1)
-            .map(|v| to_i64(v).max(0) as usize)
-            .unwrap_or(items.len());
+        let bound = |v: &Value| -> Result<usize, Error> {
+            usize::try_from(to_i64(v))
+                .map_err(|_| err("reflect.Value.Slice: slice index out of bounds"))
+        };
+        let i = idx.first().map(bound).transpose()?.unwrap_or(0);
+        let j = idx.get(1).map(bound).transpose()?.unwrap_or(items.len());
         if i > j || j > items.len() {
             return Err(err(format!("error calling slice: index out of range: {j}")));
         }
