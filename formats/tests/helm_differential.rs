@@ -485,6 +485,18 @@ fn pallet_fails_where_helm_fails() {
             r#"{{ slice .Values.list -1 }}"#,
             "slice index out of bounds",
         ),
+        (
+            r#"{{ mustToDate "2006-01-02" "bad" }}"#,
+            "cannot parse \"bad\" as \"2006\"",
+        ),
+        (
+            r#"{{ mustDateModify "bogus" now }}"#,
+            "time: invalid duration \"bogus\"",
+        ),
+        (
+            r#"{{ mustDateModify "5d" now }}"#,
+            "unknown unit \"d\" in duration",
+        ),
         (r#"{{ prepend "x" 1 }}"#, "Cannot prepend on type string"),
         (r#"{{ push "x" 1 }}"#, "Cannot push on type string"),
     ];
@@ -727,6 +739,15 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ swapcase "Hello World" }} {{ initials "Hello big World" }} {{ untitle "Hello World" }} {{ sha512sum "abc" }} {{ regexQuoteMeta "a.b*c#-&" }} {{ typeIsLike "string" "x" }}"#,
         r#"{{ base "a/b/c.txt" }} {{ dir "a/b/c.txt" }} {{ ext "a/b/c.txt" }} {{ clean "a//b/../c" }} {{ isAbs "/a" }} {{ base "" }} {{ base "/" }} {{ dir "x" }} {{ dir "/x" }} {{ ext "a.b/c" }} {{ clean "/../a/./b/" }} {{ clean "../../x" }}"#,
         r#"{{ push (list 1) 2 }} {{ all 1 "a" true }} {{ any 0 "" 1 }} {{ chunk 2 (list 1 2 3) }} {{ all }} {{ any }} {{ toDecimal "0777" }} {{ toDecimal 777 }} {{ toDecimal "x" }}"#,
+        // Dates: toDate (Go layouts), dateModify (Go durations), duration(Round), zones.
+        r#"{{ toDate "2006-01-02" "2024-02-29" | date "2006-01-02T15:04:05Z07:00" }} {{ toDate "2006-01-02 15:04" "2024-02-29 13:04" | unixEpoch }} {{ toDate "2006-01-02" "bad" | date "2006" }}"#,
+        r#"{{ dateModify "1h30m" (toDate "2006-01-02" "2024-02-29") | date "2006-01-02 15:04" }} {{ dateModify "-48h" (toDate "2006-01-02" "2024-03-01") | date "2006-01-02" }} {{ dateModify "bogus" (toDate "2006-01-02" "2024-03-01") | date "2006-01-02" }}"#,
+        r#"{{ dateInZone "2006-01-02 15:04 MST" (toDate "2006-01-02" "2024-03-01") "Local" }} {{ htmlDateInZone (toDate "2006-01-02" "2024-03-01") "UTC" }}"#,
+        r#"{{ toDate "2006-01-02T15:04:05Z07:00" "2024-02-29T13:04:05+02:00" | date "2006-01-02 15:04 -0700" }} {{ toDate "Jan 2, 2006 at 3:04pm (MST)" "Feb 3, 2013 at 7:54pm (PST)" | date "2006" }}"#,
+        r#"{{ duration "90" }} {{ duration "3725" }} {{ duration "-1" }} {{ duration "x" }} {{ duration 1.5 }} {{ durationRound "2h10m5s" }} {{ durationRound "1h" }} {{ durationRound "-90m" }} {{ durationRound "400ms" }} {{ durationRound "800h" }} {{ durationRound "9000h" }}"#,
+        r#"{{ toDate "2006-01-02 15:04:05.000" "2024-02-29 13:04:05.123" | date "15:04:05.000" }} {{ toDate "2006-01-02 15:04:05" "2024-02-29 13:04:05.5" | date "05.999999999" }}"#,
+        r#"{{ toDate "Monday, 02-Jan-06 15:04:05 MST" "Thursday, 29-Feb-24 13:04:05 PST" | unixEpoch }} {{ toDate "3:04PM" "1:04AM" | date "15:04" }} {{ toDate "_2 Jan 2006" " 9 Feb 2024" | date "2006-01-02" }} {{ toDate "2006-01-02" "2024-13-01" | date "2006" }}"#,
+        r#"{{ dateModify "1.5h" (toDate "2006-01-02" "2024-02-29") | date "15:04" }} {{ dateModify "90s" (toDate "2006-01-02" "2024-02-29") | date "15:04:05" }} {{ dateModify "-1h-30m" (toDate "2006-01-02" "2024-02-29") | date "2006-01-02 15:04" }}"#,
         r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
         // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
         r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,
