@@ -486,6 +486,10 @@ fn pallet_fails_where_helm_fails() {
             "slice index out of bounds",
         ),
         (
+            r#"{{ tpl "{{ define \"x\" }}X{{ end }}" . }}{{ include "x" . }}"#,
+            "no template \"x\"",
+        ),
+        (
             r#"{{ mustToDate "2006-01-02" "bad" }}"#,
             "cannot parse \"bad\" as \"2006\"",
         ),
@@ -739,6 +743,8 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ swapcase "Hello World" }} {{ initials "Hello big World" }} {{ untitle "Hello World" }} {{ sha512sum "abc" }} {{ regexQuoteMeta "a.b*c#-&" }} {{ typeIsLike "string" "x" }}"#,
         r#"{{ base "a/b/c.txt" }} {{ dir "a/b/c.txt" }} {{ ext "a/b/c.txt" }} {{ clean "a//b/../c" }} {{ isAbs "/a" }} {{ base "" }} {{ base "/" }} {{ dir "x" }} {{ dir "/x" }} {{ ext "a.b/c" }} {{ clean "/../a/./b/" }} {{ clean "../../x" }}"#,
         r#"{{ push (list 1) 2 }} {{ all 1 "a" true }} {{ any 0 "" 1 }} {{ chunk 2 (list 1 2 3) }} {{ all }} {{ any }} {{ toDecimal "0777" }} {{ toDecimal 777 }} {{ toDecimal "x" }}"#,
+        // Defines inside tpl text are visible to that tpl (and tpl inside it) only.
+        r#"{{ tpl "{{ define \"x\" }}X{{ .a }}{{ end }}{{ include \"x\" . }}" (dict "a" 1) }} {{ tpl "{{ define \"y\" }}Y{{ end }}{{ template \"y\" }}-{{ tpl \"{{ include \\\"y\\\" . }}\" . }}" . }}"#,
         // Dates: toDate (Go layouts), dateModify (Go durations), duration(Round), zones.
         r#"{{ toDate "2006-01-02" "2024-02-29" | date "2006-01-02T15:04:05Z07:00" }} {{ toDate "2006-01-02 15:04" "2024-02-29 13:04" | unixEpoch }} {{ toDate "2006-01-02" "bad" | date "2006" }}"#,
         r#"{{ dateModify "1h30m" (toDate "2006-01-02" "2024-02-29") | date "2006-01-02 15:04" }} {{ dateModify "-48h" (toDate "2006-01-02" "2024-03-01") | date "2006-01-02" }} {{ dateModify "bogus" (toDate "2006-01-02" "2024-03-01") | date "2006-01-02" }}"#,

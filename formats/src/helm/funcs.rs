@@ -3952,23 +3952,25 @@ pub fn register(env: &mut Environment<'static>) {
 fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
     let name = state.name().to_string();
     let parsed = parse::parse(&name, &text).map_err(|e| err(e.to_string()))?;
-    if !parsed.defines.is_empty() {
-        return Err(err(format!(
-            "unsupported construct: define inside tpl in {name}"
-        )));
-    }
     let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
-    let out = state.env().render_named_str(
-        &name,
-        &t.main,
-        minijinja::context! {
-            __d0 => data,
-            __now => state.lookup("__now"),
-            __rng => state.lookup("__rng"),
-            __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
-        },
-    )?;
-    Ok(Value::from(out))
+    let ctx = minijinja::context! {
+        __d0 => data,
+        __now => state.lookup("__now"),
+        __rng => state.lookup("__rng"),
+        __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
+    };
+    if t.defines.is_empty() {
+        return Ok(Value::from(
+            state.env().render_named_str(&name, &t.main, ctx)?,
+        ));
+    }
+    // helm parses tpl text into a clone of the template set: its defines are visible to this
+    // tpl (and what it includes) only.
+    let mut env = state.env().clone();
+    for (dname, dsrc) in t.defines {
+        env.add_template_owned(translate::define_name(&dname), dsrc)?;
+    }
+    Ok(Value::from(env.render_named_str(&name, &t.main, ctx)?))
 }
 
 /// Go's `time.ParseInLocation(layout, value, UTC)` for the layout elements `go_time_format`
