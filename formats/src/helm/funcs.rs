@@ -3774,6 +3774,22 @@ fn arg_type_name(v: &Value) -> &'static str {
     }
 }
 
+/// Whether a literal `nil` as argument `i` of `name` is a nil map in Go (a map parameter),
+/// which map functions treat as empty. `set` on a nil map panics in Go, so it is left out.
+pub fn nil_is_empty_map(name: &str, i: usize) -> bool {
+    if name == "set" {
+        return false;
+    }
+    let Some(sig) = signature(name) else {
+        return false;
+    };
+    let params = sig.trim_end_matches('*').as_bytes();
+    params
+        .get(i)
+        .or(params.last().filter(|_| sig.ends_with('*')))
+        == Some(&b'M')
+}
+
 /// Checks `args` against the Go signature of `name` (see [`SIGNATURES`]), as text/template does.
 pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
     check_sig(name, signature(name), args)
@@ -3867,6 +3883,7 @@ pub fn register(env: &mut Environment<'static>) {
         });
     }
     env.add_function("__f", f_field);
+    env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
     env.add_function("__call", f_call);
     env.add_function("h_include", |state: &State, args: Rest<Value>| {
         check_args("include", &args)?;

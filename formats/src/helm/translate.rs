@@ -321,9 +321,21 @@ impl<'a> Emitter<'a> {
         let Some((first, rest)) = cmd.args.split_first() else {
             return Err(self.err(line, "empty command"));
         };
+        let fname = match first {
+            Arg::Ident(name) => Some(name.as_str()),
+            _ => None,
+        };
         let mut args = rest
             .iter()
-            .map(|a| self.arg_expr(line, a))
+            .enumerate()
+            .map(|(i, a)| match (a, fname) {
+                // A literal nil where Go wants a map is a nil map (keys, get, merge, ... of it
+                // work); a missing value there is an error, so the two must differ here.
+                (Arg::Nil, Some(f)) if super::funcs::nil_is_empty_map(f, i) => {
+                    Ok("__nilmap()".to_string())
+                }
+                _ => self.arg_expr(line, a),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         args.extend(piped);
         match first {
