@@ -485,6 +485,7 @@ fn pallet_fails_where_helm_fails() {
             r#"{{ slice .Values.list -1 }}"#,
             "slice index out of bounds",
         ),
+        (r#"{{ set nil "a" 1 }}"#, "map[string]interface {}"),
         (
             r#"{{ tpl "{{ define \"x\" }}X{{ end }}" . }}{{ include "x" . }}"#,
             "no template \"x\"",
@@ -743,6 +744,8 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ swapcase "Hello World" }} {{ initials "Hello big World" }} {{ untitle "Hello World" }} {{ sha512sum "abc" }} {{ regexQuoteMeta "a.b*c#-&" }} {{ typeIsLike "string" "x" }}"#,
         r#"{{ base "a/b/c.txt" }} {{ dir "a/b/c.txt" }} {{ ext "a/b/c.txt" }} {{ clean "a//b/../c" }} {{ isAbs "/a" }} {{ base "" }} {{ base "/" }} {{ dir "x" }} {{ dir "/x" }} {{ ext "a.b/c" }} {{ clean "/../a/./b/" }} {{ clean "../../x" }}"#,
         r#"{{ push (list 1) 2 }} {{ all 1 "a" true }} {{ any 0 "" 1 }} {{ chunk 2 (list 1 2 3) }} {{ all }} {{ any }} {{ toDecimal "0777" }} {{ toDecimal 777 }} {{ toDecimal "x" }}"#,
+        // A literal nil where a map is wanted is a nil map: empty for reading and merging.
+        r#"{{ keys nil }} {{ get nil "a" }} {{ hasKey nil "a" }} {{ pick nil "a" }} {{ omit nil "a" }} {{ values nil }} {{ pluck "a" nil }} {{ unset nil "a" }} {{ merge nil (dict "a" 1) }} {{ mergeOverwrite nil (dict "a" 1) }} {{ merge (dict "a" 1) nil }}"#,
         // Defines inside tpl text are visible to that tpl (and tpl inside it) only.
         r#"{{ tpl "{{ define \"x\" }}X{{ .a }}{{ end }}{{ include \"x\" . }}" (dict "a" 1) }} {{ tpl "{{ define \"y\" }}Y{{ end }}{{ template \"y\" }}-{{ tpl \"{{ include \\\"y\\\" . }}\" . }}" . }}"#,
         // Dates: toDate (Go layouts), dateModify (Go durations), duration(Round), zones.
