@@ -485,7 +485,7 @@ fn pallet_fails_where_helm_fails() {
             r#"{{ slice .Values.list -1 }}"#,
             "slice index out of bounds",
         ),
-        (r#"{{ set nil "a" 1 }}"#, "map[string]interface {}"),
+        (r#"{{ set nil "a" 1 }}"#, "assignment to entry in nil map"),
         (
             r#"{{ tpl "{{ define \"x\" }}X{{ end }}" . }}{{ include "x" . }}"#,
             "no template \"x\"",

@@ -325,6 +325,10 @@ impl<'a> Emitter<'a> {
             Arg::Ident(name) => Some(name.as_str()),
             _ => None,
         };
+        if fname == Some("set") && matches!(rest.first(), Some(Arg::Nil)) {
+            // Go: writing to a nil map panics.
+            return Ok("h_fail(\"assignment to entry in nil map\")".into());
+        }
         let mut args = rest
             .iter()
             .enumerate()
