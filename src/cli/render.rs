@@ -105,6 +105,8 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     release_name: args.release_name.clone(),
                     values,
                     capabilities: None,
+                    // No BundleDeployment here: `now` is the epoch, the random seed 0.
+                    ..HelmOptions::default()
                 },
             };
             let format = match format {
