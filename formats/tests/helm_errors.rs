@@ -255,18 +255,3 @@ fn unsupported_semver_method_is_an_error() {
         &["errs/templates/t.yaml:1", "IncMajor"],
     );
 }
-
-#[test]
-fn yaml11_boolean_keys_are_errors_not_renamed_keys() {
-    // helm names the unquoted key `on` "true"; pallet cannot see quoting, so it refuses.
-    let e = render_one("a: 1", &[("values.yaml", "triggers:\n  on: push\n")])
-        .expect_err("boolean-like key in values.yaml");
-    assert!(
-        e.contains("values.yaml key .triggers.on") && e.contains("YAML 1.1"),
-        "{e}"
-    );
-    assert_err(
-        "x: {{ \"n: 1\" | fromYaml | toJson }}\n",
-        &["errs/templates/t.yaml:1", "fromYaml key .n"],
-    );
-}

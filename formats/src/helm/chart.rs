@@ -65,11 +65,8 @@ fn read_yaml(chart: &str, data: &[u8], what: &str) -> Result<Json, HelmError> {
     if text.trim().is_empty() {
         return Ok(Json::Object(Map::new()));
     }
-    let v: Json = serde_saphyr::from_str_with_options(text, super::yaml_options())
-        .map_err(|e| chart_err(chart, format!("parsing {what}: {e}")))?;
-    if let Some(path) = super::yaml11_bool_key(&v, "") {
-        return Err(chart_err(chart, super::yaml11_bool_key_error(what, &path)));
-    }
+    let v: Json =
+        super::yaml11::parse(text).map_err(|e| chart_err(chart, format!("parsing {what}: {e}")))?;
     Ok(if v.is_null() {
         Json::Object(Map::new())
     } else {

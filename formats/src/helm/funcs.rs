@@ -1315,19 +1315,6 @@ fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
     }
 }
 
-/// Raises (rather than returns in `Error`) the YAML 1.1 boolean-key case: see
-/// [`super::yaml11_bool_key`]. Parse errors stay in the result, as helm returns them.
-fn no_yaml11_bool_keys(
-    r: Result<serde_json::Value, String>,
-) -> Result<Result<serde_json::Value, String>, Error> {
-    if let Ok(v) = &r {
-        if let Some(path) = super::yaml11_bool_key(v, "") {
-            return Err(err(super::yaml11_bool_key_error("fromYaml", &path)));
-        }
-    }
-    Ok(r)
-}
-
 /// `{"Error": msg}`, how Sprig's from* functions report a failure.
 fn error_map(msg: String) -> Value {
     GoMap::value(
@@ -1361,8 +1348,7 @@ fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
-    serde_saphyr::from_str_with_options::<serde_json::Value>(s, super::yaml_options())
-        .map_err(|e| e.to_string())
+    super::yaml11::parse(s)
 }
 
 fn indent_str(n: i64, s: &str) -> Result<String, Error> {
@@ -2150,30 +2136,26 @@ static FUNCS: &[(&str, F)] = &[
         )?)))
     }),
     ("fromYaml", |a| {
-        Ok(
-            match no_yaml11_bool_keys(parse_yaml_value(&s(&arg(&a, 0))))? {
-                Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
-                Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
-                Ok(other) => error_map(format!(
-                    "error unmarshaling JSON: while decoding JSON: {}",
-                    json_type_error(&other, "map[string]interface {}")
-                )),
-                Err(e) => error_map(e),
-            },
-        )
+        Ok(match parse_yaml_value(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
+            Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
+            Ok(other) => error_map(format!(
+                "error unmarshaling JSON: while decoding JSON: {}",
+                json_type_error(&other, "map[string]interface {}")
+            )),
+            Err(e) => error_map(e),
+        })
     }),
     ("fromYamlArray", |a| {
-        Ok(
-            match no_yaml11_bool_keys(parse_yaml_value_array(&s(&arg(&a, 0))))? {
-                Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-                Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
-                Ok(other) => Value::from(vec![Value::from(format!(
-                    "error unmarshaling JSON: while decoding JSON: {}",
-                    json_type_error(&other, "[]interface {}")
-                ))]),
-                Err(e) => Value::from(vec![Value::from(e)]),
-            },
-        )
+        Ok(match parse_yaml_value_array(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
+            Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
+            Ok(other) => Value::from(vec![Value::from(format!(
+                "error unmarshaling JSON: while decoding JSON: {}",
+                json_type_error(&other, "[]interface {}")
+            ))]),
+            Err(e) => Value::from(vec![Value::from(e)]),
+        })
     }),
     ("fromJson", |a| {
         Ok(

@@ -30,6 +30,7 @@ pub mod parse;
 pub mod schema;
 pub mod semver;
 pub mod translate;
+pub mod yaml11;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -674,39 +675,6 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
         legacy_octal_numbers: true,
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
     }
-}
-
-/// The first mapping key (as a path) that YAML 1.1 reads as a boolean (`on`, `yes`, `n`, ...).
-/// helm's reader turns such an unquoted key into `"true"`/`"false"`; the YAML 1.2 reader here
-/// keeps the word and cannot tell whether it was quoted, so such keys are reported as an error
-/// instead of silently producing a different key.
-pub(crate) fn yaml11_bool_key(v: &serde_json::Value, path: &str) -> Option<String> {
-    const WORDS: &[&str] = &[
-        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
-        "OFF",
-    ];
-    match v {
-        serde_json::Value::Object(m) => m.iter().find_map(|(k, x)| {
-            let p = format!("{path}.{k}");
-            if WORDS.contains(&k.as_str()) {
-                Some(p)
-            } else {
-                yaml11_bool_key(x, &p)
-            }
-        }),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .find_map(|(i, x)| yaml11_bool_key(x, &format!("{path}[{i}]"))),
-        _ => None,
-    }
-}
-
-/// The error for [`yaml11_bool_key`].
-pub(crate) fn yaml11_bool_key_error(what: &str, path: &str) -> String {
-    format!(
-        "unsupported construct: {what} key {path}: YAML 1.1 (helm) reads this unquoted key as a boolean and names it \"true\" or \"false\"; pallet cannot tell whether it was quoted, so rename the key"
-    )
 }
 
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
