@@ -126,6 +126,25 @@ fn key_events(text: &str) -> Vec<KeyEvent> {
     out
 }
 
+/// A cheap scan before reading the events: is any `word:` with a boolean word right before a
+/// colon (after a space, `{`, `,`, `-`, `?` or a line start)?
+fn may_have_bool_key(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.iter().enumerate().any(|(i, c)| {
+        if *c != b':' {
+            return false;
+        }
+        let start = b[..i]
+            .iter()
+            .rposition(|x| matches!(x, b' ' | b'\t' | b'\n' | b'{' | b',' | b'-' | b'?'))
+            .map_or(0, |p| p + 1);
+        std::str::from_utf8(&b[start..i])
+            .ok()
+            .and_then(bool_key_name)
+            .is_some()
+    })
+}
+
 fn navigate<'v>(v: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
     let mut cur = v;
     for step in path {
@@ -141,6 +160,9 @@ fn navigate<'v>(v: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
 /// Renames the plain boolean keys of `text`'s parsed value `v` as go-yaml v2 names them; of
 /// keys that end up with the same name, the one later in the document wins, as in helm.
 pub fn rename_bool_keys(text: &str, v: &mut Value) {
+    if !may_have_bool_key(text) {
+        return;
+    }
     let events = key_events(text);
     if !events
         .iter()
