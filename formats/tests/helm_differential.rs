@@ -758,6 +758,8 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ toDate "Monday, 02-Jan-06 15:04:05 MST" "Thursday, 29-Feb-24 13:04:05 PST" | unixEpoch }} {{ toDate "3:04PM" "1:04AM" | date "15:04" }} {{ toDate "_2 Jan 2006" " 9 Feb 2024" | date "2006-01-02" }} {{ toDate "2006-01-02" "2024-13-01" | date "2006" }}"#,
         r#"{{ dateModify "1.5h" (toDate "2006-01-02" "2024-02-29") | date "15:04" }} {{ dateModify "90s" (toDate "2006-01-02" "2024-02-29") | date "15:04:05" }} {{ dateModify "-1h-30m" (toDate "2006-01-02" "2024-02-29") | date "2006-01-02 15:04" }}"#,
         r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
+        // Integral floats through JSON to YAML: int64/uint64 digits when they fit, else %g.
+        r#"{{ toYaml (list 1e20 -1e20 12345678901234567890.0 9223372036854775807.0 9007199254740993.0 1e6 1.5e-7 123456.789) | replace "\n" "⏎" }}"#,
         // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
         r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (dict "k" (dict "j" .Values.long)) | replace "\n" "⏎" }} {{ toYaml (list (dict "k" .Values.long)) | replace "\n" "⏎" }}"#,

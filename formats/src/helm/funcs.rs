@@ -1016,8 +1016,17 @@ fn yaml_scalar(v: &serde_json::Value, indent: usize, fold: Option<Fold>) -> Stri
         serde_json::Value::Bool(b) => b.to_string(),
         serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
             (Some(i), _) => i.to_string(),
-            // JSON prints integral floats below 1e21 as integers, which YAML then reads as ints.
-            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            // JSON prints integral floats below 1e21 as integer digits (shortest form, then
+            // zeros); go-yaml reads those back as an int64 or uint64 when they fit, else as a
+            // float it prints in %g form.
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => {
+                let text = json_float(f);
+                if text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok() {
+                    text
+                } else {
+                    go_float(f)
+                }
+            }
             (None, Some(f)) => go_float(f),
             _ => n.to_string(),
         },
