@@ -760,6 +760,15 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ index "abc" 1 }} {{ index (list (list 1 2)) 0 1 }} {{ toJson " <>" }} {{ toRawJson " <>" }} {{ toJson "" }}"#,
         // Integral floats through JSON to YAML: int64/uint64 digits when they fit, else %g.
         r#"{{ toYaml (list 1e20 -1e20 12345678901234567890.0 9223372036854775807.0 9007199254740993.0 1e6 1.5e-7 123456.789) | replace "\n" "⏎" }}"#,
+        // go-yaml v2's scalar styles: escapes, breaks other than \n, timestamps, 0o octal,
+        // literal block indicators, and the characters its reader refuses (toYaml is "").
+        r#"{{ toYaml (list "a\r\nb" "tab\tend" "é✓😀" "\u00a0nbsp" "zero\u200bwidth") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "line\u2028sep") | toJson }} {{ toYaml (dict "k" "line\u2028sep" "j" "it's\u2029x") | toJson }}"#,
+        r#"{{ toYaml (list " lead" "trail " "a\n b" "a\n\n" "\n" " \n x" "x\n " "\nabc" "\n\n" "a\n") | replace "\n" "⏎" }}"#,
+        r##"{{ toYaml (list "#c" "a #b" "a# b" "a:b" "a: b" "key:" "- x" "-x" "? x" "?x" ": x" ",x" "!x" "&x" "*x" "|x" ">x" "%x" "@x" "`x" "'x" "\"x" "[x" "]x" "{x" "}x") | replace "\n" "⏎" }}"##,
+        r#"{{ toYaml (list "0o17" "+1" "2001-12-14t21:59:43.10-05:00" "2001-12-14 21:59:43.10 -5" "2024-01-01" "2024-1-2" "2024-01-01T10:00:00Z" "2024-01-01 10:00:00" "20240101" "2024-13-45" "12:30" "<<") | replace "\n" "⏎" }}"#,
+        r#"{{ toYaml (list "x\u0085y" "a\rb" "nul\x00" "esc\x1b" "v\v" "bs\\q" "a\u0085\nb" "bell\a") | replace "\n" "⏎" }} {{ toYaml (dict "t\tk" 1 "x" "y") | replace "\n" "⏎" }}"#,
+        r#"[{{ toYaml (list "ok" "del\x7f") }}|{{ toYaml "c1\u0080" }}]"#,
         // go-yaml v2 folds plain and quoted scalars past column 80 (not map keys).
         r#"{{ toYaml (list .Values.long) | replace "\n" "⏎" }} {{ toYaml (dict "k" (list .Values.long)) | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (dict "k" (dict "j" .Values.long)) | replace "\n" "⏎" }} {{ toYaml (list (dict "k" .Values.long)) | replace "\n" "⏎" }}"#,

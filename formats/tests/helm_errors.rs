@@ -255,3 +255,12 @@ fn unsupported_semver_method_is_an_error() {
         &["errs/templates/t.yaml:1", "IncMajor"],
     );
 }
+
+#[test]
+fn yaml11_line_breaks_in_the_output_are_errors() {
+    // helm's YAML 1.1 reader breaks lines at U+2028; pallet's reader would not: refuse.
+    assert_err(
+        "x: 1\ny: {{ \"a\\u2028b\" }}\n",
+        &["errs/templates/t.yaml:2", "U+2028", "line break"],
+    );
+}

@@ -9,6 +9,7 @@
 //! - `nil` is minijinja's `none`.
 
 use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use minijinja::value::{Enumerator, Object, ObjectRepr, Rest, Value, ValueKind};
@@ -1049,9 +1050,12 @@ fn resolves_non_string(s: &str) -> bool {
     }
     let t = s.replace('_', "");
     let body = t.strip_prefix(['+', '-']).unwrap_or(&t);
-    let is_num = (body.starts_with("0x")
+    let is_num = (body.starts_with("0o")
         && body.len() > 2
-        && body[2..].bytes().all(|b| b.is_ascii_hexdigit()))
+        && body[2..].bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        || (body.starts_with("0x")
+            && body.len() > 2
+            && body[2..].bytes().all(|b| b.is_ascii_hexdigit()))
         || (body.starts_with("0b")
             && body.len() > 2
             && body[2..].bytes().all(|b| b == b'0' || b == b'1'))
@@ -1066,7 +1070,23 @@ fn resolves_non_string(s: &str) -> bool {
         && body
             .split(':')
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
-    is_num || sexagesimal
+    is_num || sexagesimal || yaml_timestamp(s)
+}
+
+/// go-yaml v2's timestamp resolution: `YYYY-` then one of its four layouts.
+fn yaml_timestamp(s: &str) -> bool {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits != 4 || s.as_bytes().get(4) != Some(&b'-') {
+        return false;
+    }
+    [
+        "2006-1-2T15:4:5.999999999Z07:00",
+        "2006-1-2t15:4:5.999999999Z07:00",
+        "2006-1-2 15:4:5.999999999",
+        "2006-1-2",
+    ]
+    .iter()
+    .any(|layout| go_time_parse(layout, s).is_ok())
 }
 
 fn yaml_string(s: &str, indent: usize, fold: Option<Fold>) -> String {
@@ -1081,21 +1101,148 @@ fn yaml_string(s: &str, indent: usize, fold: Option<Fold>) -> String {
     yaml_fold(&quoted, fold, quote)
 }
 
+/// Characters go-yaml v2's emitter does not print as they are (`is_printable` is false, or a
+/// byte-order mark): a string holding one is double-quoted with escapes.
+fn yaml_special(c: char) -> bool {
+    !(c == '\n'
+        || (' '..='~').contains(&c)
+        || ('\u{A0}'..='\u{D7FF}').contains(&c)
+        || (('\u{E000}'..='\u{FFFD}').contains(&c) && c != '\u{FEFF}'))
+}
+
+/// Line breaks for go-yaml besides `\n`: they make a scalar multi-line.
+fn yaml_other_break(c: char) -> bool {
+    matches!(c, '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+}
+
+/// go-yaml v2's double-quoted style: its escapes (`\a`, `\e`, `\N`, `\L`, `\xXX`,
+/// `\UXXXXXXXX`, ...) for breaks and unprintable characters, the rest as it is.
+fn yaml_double_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '\0' => out.push_str("\\0"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{b}' => out.push_str("\\v"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            '\u{1b}' => out.push_str("\\e"),
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{85}' => out.push_str("\\N"),
+            '\u{2028}' => out.push_str("\\L"),
+            '\u{2029}' => out.push_str("\\P"),
+            c if yaml_special(c) => {
+                let n = c as u32;
+                let _ = if n <= 0xFF {
+                    write!(out, "\\x{n:02X}")
+                } else if n <= 0xFFFF {
+                    write!(out, "\\u{n:04X}")
+                } else {
+                    write!(out, "\\U{n:08X}")
+                };
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Whether sigs.k8s.io/yaml fails on this value (go-yaml's reader refuses these characters in
+/// the JSON it is given, and encoding/json leaves them raw): helm's toYaml then prints "".
+fn yaml_reader_rejects(v: &serde_json::Value) -> bool {
+    let bad = |s: &str| {
+        s.chars().any(
+            |c| matches!(c, '\u{7F}'..='\u{84}' | '\u{86}'..='\u{9F}' | '\u{FFFE}' | '\u{FFFF}'),
+        )
+    };
+    match v {
+        serde_json::Value::String(s) => bad(s),
+        serde_json::Value::Array(a) => a.iter().any(yaml_reader_rejects),
+        serde_json::Value::Object(m) => m.iter().any(|(k, x)| bad(k) || yaml_reader_rejects(x)),
+        _ => false,
+    }
+}
+
+/// helm's toYaml goes through JSON, where encoding/json leaves U+0085 (NEL) raw; go-yaml then
+/// reads it inside a double-quoted scalar as a line break and folds it: one break becomes a
+/// space, `n` breaks `n - 1` newlines, with the white space around them dropped.
+fn fold_nel(v: serde_json::Value) -> serde_json::Value {
+    fn fold(s: String) -> String {
+        if !s.contains('\u{85}') {
+            return s;
+        }
+        let mut out = String::with_capacity(s.len());
+        let chars: Vec<char> = s.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] == '\u{85}' {
+                while out.ends_with([' ', '\t']) {
+                    out.pop();
+                }
+                let mut n = 0;
+                while i < chars.len() && matches!(chars[i], '\u{85}' | ' ' | '\t') {
+                    n += usize::from(chars[i] == '\u{85}');
+                    i += 1;
+                }
+                if n == 1 {
+                    out.push(' ');
+                } else {
+                    out.push_str(&"\n".repeat(n - 1));
+                }
+                continue;
+            }
+            out.push(chars[i]);
+            i += 1;
+        }
+        out
+    }
+    match v {
+        serde_json::Value::String(s) => serde_json::Value::String(fold(s)),
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.into_iter().map(fold_nel).collect())
+        }
+        serde_json::Value::Object(m) => {
+            serde_json::Value::Object(m.into_iter().map(|(k, x)| (fold(k), fold_nel(x))).collect())
+        }
+        other => other,
+    }
+}
+
 fn yaml_string_unfolded(s: &str, indent: usize) -> String {
-    let special = s
-        .chars()
-        .any(|c| (c.is_control() && c != '\n') || c == '\u{feff}');
+    let special = s.chars().any(|c| yaml_special(c) && !yaml_other_break(c));
     if s.contains('\n') {
-        if special || s.contains(" \n") || s.ends_with(' ') {
-            return serde_json::to_string(s).unwrap_or_default();
+        if special || s.chars().any(yaml_other_break) || s.contains(" \n") || s.ends_with(' ') {
+            return yaml_double_quoted(s);
         }
         return literal_block(s, indent);
     }
-    if special {
-        return serde_json::to_string(s).unwrap_or_default();
+    if special || s.contains(['\r', '\u{85}']) {
+        return yaml_double_quoted(s);
+    }
+    if s.contains(['\u{2028}', '\u{2029}']) {
+        // A line break without \n: go-yaml single-quotes it and indents after the break.
+        if s.starts_with(' ')
+            || s.ends_with(' ')
+            || s.contains(" \u{2028}")
+            || s.contains(" \u{2029}")
+        {
+            return yaml_double_quoted(s);
+        }
+        let pad = " ".repeat(indent);
+        let body = s
+            .replace('\'', "''")
+            .replace('\u{2028}', &format!("\u{2028}{pad}"))
+            .replace('\u{2029}', &format!("\u{2029}{pad}"));
+        return format!("'{body}'");
     }
     if resolves_non_string(s) {
-        return serde_json::to_string(s).unwrap_or_default();
+        return yaml_double_quoted(s);
     }
     let first = s.chars().next().unwrap_or(' ');
     let second_is_space = s.chars().nth(1).is_none_or(|c| c == ' ');
@@ -1121,12 +1268,13 @@ fn yaml_string_unfolded(s: &str, indent: usize) -> String {
 /// A literal block scalar (`|`, `|-`, `|+`) whose lines sit at `indent` spaces.
 fn literal_block(s: &str, indent: usize) -> String {
     let trailing = s.len() - s.trim_end_matches('\n').len();
+    // go-yaml keeps (`+`) when the value is one line break or ends with two.
     let chomp = match trailing {
         0 => "-",
-        1 => "",
+        1 if s.len() > 1 => "",
         _ => "+",
     };
-    let indicator = if s.starts_with(' ') { "2" } else { "" };
+    let indicator = if s.starts_with([' ', '\n']) { "2" } else { "" };
     let pad = " ".repeat(indent);
     let mut out = format!("|{indicator}{chomp}");
     let body = if trailing == 1 {
@@ -2127,10 +2275,12 @@ static FUNCS: &[(&str, F)] = &[
         super::semver::semver_compare(&s(&a[0]), &s(&a[1])).map(Value::from)
     }),
     ("toYaml", |a| {
-        Ok(Value::from(to_yaml(&to_json_checked(
-            &arg(&a, 0),
-            "toYaml",
-        )?)))
+        let v = to_json_checked(&arg(&a, 0), "toYaml")?;
+        if yaml_reader_rejects(&v) {
+            // helm's toYaml swallows the marshalling error.
+            return Ok(Value::from(""));
+        }
+        Ok(Value::from(to_yaml(&fold_nel(v))))
     }),
     ("toJson", |a| {
         Ok(Value::from(go_json(&to_json_checked(

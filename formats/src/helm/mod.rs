@@ -683,6 +683,32 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
 /// documents joined with `---` lines. Line numbers after a trimmed document shift; they are
 /// only used in messages about the rendered text.
 pub fn trim_documents(content: &str) -> String {
+    trim_documents_inner(content)
+}
+
+/// Rendered text with U+0085, U+2028 or U+2029 outside a quoted escape: helm's YAML 1.1
+/// reader takes them as line breaks (folding or breaking the document), the YAML reader here
+/// as ordinary characters, so the objects would differ; such output is an error.
+fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
+    for (i, line) in content.lines().enumerate() {
+        if let Some(c) = line
+            .chars()
+            .find(|c| matches!(c, '\u{85}' | '\u{2028}' | '\u{2029}'))
+        {
+            return Err(HelmError::template(
+                source,
+                i + 1,
+                format!(
+                    "unsupported construct: U+{:04X} in the rendered output (helm's YAML 1.1 reader takes it for a line break)",
+                    c as u32
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn trim_documents_inner(content: &str) -> String {
     let mut docs = vec![String::new()];
     for line in content.split_inclusive('\n') {
         let c = line.trim_end_matches(['\n', '\r']);
@@ -705,6 +731,7 @@ pub fn trim_documents(content: &str) -> String {
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
     for f in files {
+        check_yaml11_breaks(&f.source, &f.content)?;
         for doc in split_documents(&trim_documents(&f.content)) {
             if doc.trim().is_empty() {
                 continue;
@@ -797,6 +824,7 @@ pub fn render_bundle(
         .map_err(to_render_error)?;
     let mut objects = Vec::new();
     for f in &files {
+        check_yaml11_breaks(&f.source, &f.content).map_err(to_render_error)?;
         objects.extend(
             crate::parse_manifests(&f.source, &trim_documents(&f.content))?
                 .into_iter()
