@@ -480,6 +480,11 @@ fn pallet_fails_where_helm_fails() {
             "can't use 3 to iterate over more than one variable",
         ),
         (r#"{{ nil }}"#, "nil is not a command"),
+        (
+            r#"{{ toJson (list "\x7f") }}"#,
+            "control characters are not allowed",
+        ),
+        (r#"{{ "bell\a" }}"#, "control characters are not allowed"),
         (r#"{{ divf 1 0 }}"#, "decimal division by 0"),
         (
             r#"{{ slice .Values.list -1 }}"#,

@@ -686,9 +686,10 @@ pub fn trim_documents(content: &str) -> String {
     trim_documents_inner(content)
 }
 
-/// Rendered text with U+0085, U+2028 or U+2029 outside a quoted escape: helm's YAML 1.1
-/// reader takes them as line breaks (folding or breaking the document), the YAML reader here
-/// as ordinary characters, so the objects would differ; such output is an error.
+/// Rendered text with U+0085, U+2028 or U+2029: helm's YAML 1.1 reader takes them as line
+/// breaks (folding or breaking the document), the YAML reader here as ordinary characters, so
+/// the objects would differ; such output is an error. So are the control characters go-yaml's
+/// reader refuses (helm fails on them).
 fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
     for (i, line) in content.lines().enumerate() {
         if let Some(c) = line
@@ -700,6 +701,20 @@ fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
                 i + 1,
                 format!(
                     "unsupported construct: U+{:04X} in the rendered output (helm's YAML 1.1 reader takes it for a line break)",
+                    c as u32
+                ),
+            ));
+        }
+        // go-yaml's reader refuses these outright, so helm fails on them.
+        if let Some(c) = line.chars().find(|c| {
+            matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}'
+                | '\u{7f}'..='\u{84}' | '\u{86}'..='\u{9f}' | '\u{fffe}' | '\u{ffff}')
+        }) {
+            return Err(HelmError::template(
+                source,
+                i + 1,
+                format!(
+                    "control characters are not allowed (U+{:04X} in the rendered output)",
                     c as u32
                 ),
             ));
