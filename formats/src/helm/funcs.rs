@@ -337,7 +337,9 @@ impl Object for Method {}
 pub struct Files(pub BTreeMap<String, Vec<u8>>);
 
 fn glob_match(pat: &str, name: &str) -> bool {
-    // Helm uses gobwas/glob with '/' as separator: `*` stays within a path segment, `**` crosses.
+    // Helm uses gobwas/glob with '/' as separator: `*` stays within a path segment, `**`
+    // crosses, `?` is one character of a segment, `[abc]`/`[a-z]`/`[!a]` one character of a
+    // set, `{a,b}` alternatives, `\` escapes.
     fn m(p: &[char], n: &[char]) -> bool {
         match p.split_first() {
             None => n.is_empty(),
@@ -348,12 +350,83 @@ fn glob_match(pat: &str, name: &str) -> bool {
                 .take_while(|&i| i == 0 || n[i - 1] != '/')
                 .any(|i| m(rest, &n[i..])),
             Some(('?', rest)) => n.first().is_some_and(|c| *c != '/') && m(rest, &n[1..]),
+            Some(('[', rest)) => {
+                let Some(close) = rest.iter().skip(1).position(|c| *c == ']').map(|i| i + 1) else {
+                    return n.first() == Some(&'[') && m(rest, &n[1..]);
+                };
+                let (negate, set) = match rest[..close].split_first() {
+                    Some(('!', s)) => (true, s),
+                    _ => (false, &rest[..close]),
+                };
+                let Some(&c) = n.first() else {
+                    return false;
+                };
+                let mut hit = false;
+                let mut i = 0;
+                while i < set.len() {
+                    if i + 2 < set.len() && set[i + 1] == '-' {
+                        hit |= (set[i]..=set[i + 2]).contains(&c);
+                        i += 3;
+                    } else {
+                        hit |= set[i] == c;
+                        i += 1;
+                    }
+                }
+                hit != negate && m(&rest[close + 1..], &n[1..])
+            }
+            Some(('\\', rest)) if !rest.is_empty() => {
+                n.first() == Some(&rest[0]) && m(&rest[1..], &n[1..])
+            }
             Some((c, rest)) => n.first() == Some(c) && m(rest, &n[1..]),
         }
     }
-    let p: Vec<char> = pat.chars().collect();
     let n: Vec<char> = name.chars().collect();
-    m(&p, &n)
+    expand_braces(pat)
+        .iter()
+        .any(|p| m(&p.chars().collect::<Vec<_>>(), &n))
+}
+
+/// `{a,b}` alternatives of a glob, expanded into plain patterns (nested groups too).
+fn expand_braces(pat: &str) -> Vec<String> {
+    let chars: Vec<char> = pat.chars().collect();
+    let mut depth = 0;
+    let mut open = None;
+    let mut commas = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 1,
+            '{' => {
+                if depth == 0 {
+                    open = Some(i);
+                    commas.clear();
+                }
+                depth += 1;
+            }
+            ',' if depth == 1 => commas.push(i),
+            '}' if depth > 0 => {
+                depth -= 1;
+                if depth == 0 {
+                    let Some(o) = open else { break };
+                    let prefix: String = chars[..o].iter().collect();
+                    let suffix: String = chars[i + 1..].iter().collect();
+                    let mut bounds = vec![o];
+                    bounds.extend(&commas);
+                    bounds.push(i);
+                    return bounds
+                        .windows(2)
+                        .flat_map(|w| {
+                            let alt: String = chars[w[0] + 1..w[1]].iter().collect();
+                            expand_braces(&format!("{prefix}{alt}{suffix}"))
+                        })
+                        .collect();
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    vec![pat.to_string()]
 }
 
 impl Object for Files {
