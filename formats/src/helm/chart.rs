@@ -97,16 +97,50 @@ fn helmignore(chart: &str, data: Option<&[u8]>) -> Result<Vec<String>, HelmError
     Ok(out)
 }
 
+/// Go's `filepath.Match`, which helm's `.helmignore` rules use: `*` within a path segment,
+/// `?`, `[a-z]`/`[^a]` sets, `\\` escapes.
 fn simple_glob(p: &str, n: &str) -> bool {
-    fn m(p: &[u8], n: &[u8]) -> bool {
+    fn m(p: &[char], n: &[char]) -> bool {
         match p.split_first() {
             None => n.is_empty(),
-            Some((b'*', rest)) => (0..=n.len()).any(|i| m(rest, &n[i..])),
-            Some((b'?', rest)) => !n.is_empty() && m(rest, &n[1..]),
+            Some(('*', rest)) => (0..=n.len())
+                .take_while(|&i| i == 0 || n[i - 1] != '/')
+                .any(|i| m(rest, &n[i..])),
+            Some(('?', rest)) => n.first().is_some_and(|c| *c != '/') && m(rest, &n[1..]),
+            Some(('[', rest)) => {
+                let Some(close) = rest.iter().skip(1).position(|c| *c == ']').map(|i| i + 1) else {
+                    return false;
+                };
+                let (negate, set) = match rest[..close].split_first() {
+                    Some(('^', s)) => (true, s),
+                    _ => (false, &rest[..close]),
+                };
+                let Some(&c) = n.first().filter(|c| **c != '/') else {
+                    return false;
+                };
+                let mut hit = false;
+                let mut i = 0;
+                while i < set.len() {
+                    if i + 2 < set.len() && set[i + 1] == '-' {
+                        hit |= (set[i]..=set[i + 2]).contains(&c);
+                        i += 3;
+                    } else {
+                        hit |= set[i] == c;
+                        i += 1;
+                    }
+                }
+                hit != negate && m(&rest[close + 1..], &n[1..])
+            }
+            Some(('\\', rest)) if !rest.is_empty() => {
+                n.first() == Some(&rest[0]) && m(&rest[1..], &n[1..])
+            }
             Some((c, rest)) => n.first() == Some(c) && m(rest, &n[1..]),
         }
     }
-    m(p.as_bytes(), n.as_bytes())
+    m(
+        &p.chars().collect::<Vec<_>>(),
+        &n.chars().collect::<Vec<_>>(),
+    )
 }
 
 /// Whether `rel` (or one of its parent directories) matches an ignore rule.
