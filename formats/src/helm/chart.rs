@@ -157,11 +157,12 @@ fn ignored(patterns: &[String], rel: &str) -> bool {
             if dir_only && !is_dir {
                 return false;
             }
-            let p = p.trim_start_matches('/');
-            if p.contains('/') {
-                simple_glob(p, &sub)
-            } else {
-                simple_glob(p, parts[i])
+            // A leading `/` or any `/` matches the whole path from the chart root; otherwise
+            // only the file or directory name, at any depth.
+            match p.strip_prefix('/') {
+                Some(rooted) => simple_glob(rooted, &sub),
+                None if p.contains('/') => simple_glob(p, &sub),
+                None => simple_glob(p, parts[i]),
             }
         })
     })
