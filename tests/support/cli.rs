@@ -52,8 +52,14 @@ pub fn pallet_err(args: &[&str]) -> String {
 }
 
 /// Creates (server-side applies) a BundleDeployment `name` with `spec`; no agent watches it
-/// unless the test starts one with a matching label.
-pub async fn create_bd(client: &Client, name: &str, spec: Value, labels: Value) {
+/// unless the test starts one with a matching label. It always carries `pallet.dev/test` (the
+/// name, unless `labels` sets it), so a developer's agent (`tools/up.sh` watches
+/// `!pallet.dev/test`) leaves it alone.
+pub async fn create_bd(client: &Client, name: &str, spec: Value, mut labels: Value) {
+    if let Some(map) = labels.as_object_mut() {
+        map.entry("pallet.dev/test")
+            .or_insert_with(|| Value::String(name.to_string()));
+    }
     let bd = serde_json::json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
         "metadata": {"name": name, "labels": labels},
