@@ -130,7 +130,11 @@ async fn registry_v1_bundle_from_each_source_kind_installs_the_operator() {
         apply_bd(
             &client,
             &name,
-            json!({"installNamespace": name, "sources": [source], "format": "registry-v1"}),
+            // collisionProtection None: the operator's CRDs are cluster-wide, and a run killed
+            // midway (no agent left to honour its finalizer) would otherwise block every later
+            // run on the shared local cluster. Collisions have their own test in agent_e2e.
+            json!({"installNamespace": name, "sources": [source], "format": "registry-v1",
+                   "collisionProtection": "None"}),
         )
         .await;
         // 14 objects in the AllNamespaces conformance case, CRDs first.
