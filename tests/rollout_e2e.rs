@@ -361,14 +361,28 @@ async fn an_apply_error_midway_rolls_back_to_the_last_healthy_revision() {
     );
     assert_eq!(s.config_map_value("app").await.as_deref(), Some("1"));
 
-    // A pause and a resume change the generation, not what to deploy: still refused.
-    for paused in [true, false] {
+    // While paused, drift is measured against what resuming would apply: revision 1's snapshot,
+    // not the refused content. A pause and a resume change the generation, not what to
+    // deploy: still refused.
+    let pause = |paused: bool| {
         let patch = json!({"spec": {"paused": paused}});
-        s.bds()
-            .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
-    }
+        let bds = s.bds();
+        let name = s.name.clone();
+        async move {
+            bds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    pause(true).await;
+    let paused = s.reconcile_now(&agent, "while-paused").await;
+    assert_eq!(condition(&paused, "Paused").0, "True");
+    assert_eq!(
+        paused.drift, None,
+        "nothing would be reverted: {:?}",
+        paused.drift
+    );
+    pause(false).await;
     let resumed = s.reconcile_now(&agent, "after-resume").await;
     assert_eq!(
         resumed.revisions.len(),

@@ -386,8 +386,12 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     let mut writer = StatusWriter::new(ctx, bd);
     let mut work = writer.written.clone();
     if bd.spec.paused {
-        // Paused: no writes to the bundle's objects and no requests handled (a rollback is a
-        // write); drift is still observed so users see what resuming would revert.
+        // Paused: no writes to the bundle's objects, so rollback and retry requests wait (they
+        // are writes); drift is still observed so users see what resuming would revert, and a
+        // reconcile request is answered by this very pass.
+        if let Some(value) = rollout::pending_requests(bd.annotations(), &work).reconcile {
+            work.last_handled_reconcile = Some(value);
+        }
         let reason = bd.annotations().get(PAUSED_REASON_ANNOTATION).cloned();
         let drift = match observe_drift(bd, ctx).await {
             Ok(drift) => Some(drift),
@@ -966,7 +970,22 @@ async fn observe_drift(
     bd: &BundleDeployment,
     ctx: &Context,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let objects = fetch_and_render(bd, ctx).await?.0.object_list();
+    let rendered = fetch_and_render(bd, ctx).await?.0;
+    let status = bd.status.clone().unwrap_or_default();
+    let spec_digest = bd.spec.digest();
+    let spec = rollout::SpecVersion {
+        generation: bd.metadata.generation.unwrap_or(0),
+        digest: &spec_digest,
+    };
+    // What resuming would apply: the rendered set, unless it is refused content after a
+    // rollback, in which case the active revision's snapshot stays.
+    let objects = match rollout::decide(&status, &rendered.digest(), &spec, false) {
+        Decision::Refused { failed } => match status.active_revision {
+            Some(active) if active != failed => ctx.load(&bd.name_any(), active).await?,
+            _ => rendered.object_list(),
+        },
+        _ => rendered.object_list(),
+    };
     // Reads go through the agent's own client: observing is not acting on the user's behalf.
     let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
     Ok(drifted

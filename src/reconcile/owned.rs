@@ -9,10 +9,11 @@ use std::collections::HashSet;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use tokio::sync::mpsc;
 
 use crate::api::BundleDeployment;
@@ -60,7 +61,10 @@ async fn watch_kind(
     resource: ApiResource,
     trigger: mpsc::UnboundedSender<ObjectRef<BundleDeployment>>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    // Metadata only (`PartialObjectMeta`): a change to any field moves the resourceVersion,
+    // which is all this needs, and the bodies (large ConfigMaps, every labelled object of the
+    // kind) never reach memory.
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
     let config = watcher::Config::default().labels(OWNER_LABEL);
     tracing::debug!(kind = %resource.kind, group = %resource.group, "watching owned objects");
     let mut events = watcher(api, config)
@@ -70,7 +74,12 @@ async fn watch_kind(
     while let Some(event) = events.next().await {
         match event {
             Ok(object) => {
-                if let Some(owner) = object.labels().get(OWNER_LABEL) {
+                let owner = object
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(OWNER_LABEL));
+                if let Some(owner) = owner {
                     if trigger.send(ObjectRef::new(owner)).is_err() {
                         return; // the controller stopped
                     }
