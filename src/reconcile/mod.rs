@@ -409,9 +409,6 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     if let Some(value) = &requests.reconcile {
         work.last_handled_reconcile = Some(value.clone());
     }
-    if let Some(value) = &requests.retry {
-        work.last_handled_retry = Some(value.clone());
-    }
     let mut rollback_to = None;
     if let Some(request) = &requests.rollback {
         work.last_handled_rollback = Some(request.value.clone());
@@ -426,7 +423,7 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     }
     let result = match rollback_to {
         Some(to) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
-        None => progress(bd, ctx, &mut writer, &mut work, requests.retry.is_some()).await,
+        None => progress(bd, ctx, &mut writer, &mut work, requests.retry.as_deref()).await,
     };
     match result {
         Ok((outcome, requeue)) => {
@@ -476,11 +473,15 @@ async fn progress(
     ctx: &Context,
     writer: &mut StatusWriter<'_>,
     work: &mut BundleDeploymentStatus,
-    retry: bool,
+    retry: Option<&str>,
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
     let (rendered, sources) = fetch_and_render(bd, ctx).await?;
+    // Handled once the content to retry is known: a fetch that fails keeps the request pending.
+    if let Some(value) = retry {
+        work.last_handled_retry = Some(value.to_string());
+    }
     let digest = rendered.digest();
     let objects = rendered.object_list();
     let now = now();
@@ -489,7 +490,7 @@ async fn progress(
         generation,
         digest: &spec_digest,
     };
-    let (outcome, requeue) = match rollout::decide(work, &digest, &spec, retry) {
+    let (outcome, requeue) = match rollout::decide(work, &digest, &spec, retry.is_some()) {
         Decision::New { number } => {
             let record = RevisionRecord {
                 bundle_deployment: name.clone(),
