@@ -42,6 +42,9 @@ tools/controlplane.sh start
 if ! tools/fixtures.sh status >/dev/null 2>&1; then started+=(tools/fixtures.sh); fi
 tools/fixtures.sh start
 
+# The commit as the programs are built, not as the report is written.
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with local changes)')"
+kubernetes=$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes v/v/p' tools/controlplane/go.mod | head -n 1)
 raw="$state/bench"
 mkdir -p "$raw"
 # Each entry: a name, then the command. Benchmarks run one after another, never in parallel:
@@ -69,7 +72,7 @@ memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
   echo "# Benchmarks"
   echo
   echo "Written by \`tools/bench.sh${1:+ $1}\` ($mode run) on $(date -u +%Y-%m-%dT%H:%MZ), commit"
-  echo "\`$(git rev-parse --short HEAD)\`$(git diff --quiet || echo ' (with local changes)')."
+  echo "\`$commit\`."
   echo "Each program measures pallet and its reference (kubectl, tar, helm) side by side in the"
   echo "same run, on the same machine, so the ratios are the figures to compare across machines."
   echo
@@ -79,7 +82,7 @@ memory=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
   echo "| memory | $memory |"
   echo "| kernel | $(uname -sr) |"
   echo "| rustc | $(rustc --version) |"
-  echo "| Kubernetes | local control plane, $(tools/controlplane.sh kubectl version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])' 2>/dev/null || echo unknown) |"
+  echo "| Kubernetes | local control plane built from k8s.io/kubernetes ${kubernetes:-unknown} |"
   for entry in "${benchmarks[@]}"; do
     name=${entry%%|*}
     command=${entry#*|}
