@@ -165,6 +165,8 @@ pub struct Context {
     /// Snapshots read or written by this process, by BundleDeployment and number: a held or
     /// rolled-back revision is re-applied at every pass without reading its Secrets again.
     snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
+    /// Set once the agent's namespace (where snapshots live) is known to exist.
+    agent_namespace_ready: tokio::sync::OnceCell<()>,
 }
 
 impl Context {
@@ -188,6 +190,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
             snapshots: Mutex::new(HashMap::new()),
+            agent_namespace_ready: tokio::sync::OnceCell::new(),
             client,
             config,
             fetcher,
@@ -268,6 +271,19 @@ impl Context {
         if let Err(e) = self.recorder.publish(&event, &bd.object_ref(&())).await {
             tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not publish an Event");
         }
+    }
+
+    /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing (a
+    /// fresh cluster, an agent run outside one): checked once per process.
+    async fn save_snapshot(&self, record: &RevisionRecord) -> Result<(), ReconcileError> {
+        let namespace = self.store.namespace().to_string();
+        self.agent_namespace_ready
+            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
+            .await?;
+        self.store
+            .save(record)
+            .await
+            .map_err(ReconcileError::Revision)
     }
 
     /// Keeps a just-stored snapshot for later passes.
@@ -504,10 +520,7 @@ async fn progress(
                     .collect(),
             };
             // Stored before any write, so a rollback never needs the sources or this disk.
-            ctx.store
-                .save(&record)
-                .await
-                .map_err(ReconcileError::Revision)?;
+            ctx.save_snapshot(&record).await?;
             ctx.remember(record);
             let dropped = rollout::start_revision(
                 work,
@@ -1161,7 +1174,7 @@ async fn ensure_namespace(
     // Created when missing and never deleted by pallet: the namespace may hold things that are
     // not the bundle's, so it is not part of the inventory. Looking is the agent's own business;
     // creating is a write for the bundle, so it goes through the (impersonating) writer.
-    let context = || format!("create install namespace {name}");
+    let context = || format!("create namespace {name}");
     let kube_error = |e| ReconcileError::Kube {
         context: context(),
         source: e,
@@ -1184,7 +1197,7 @@ async fn ensure_namespace(
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 403 => {
             Err(ReconcileError::Forbidden(format!(
-                "install namespace {name} does not exist and may not be created: {}",
+                "namespace {name} does not exist and may not be created: {}",
                 status.message
             )))
         }
