@@ -97,6 +97,26 @@ fn helmignore(chart: &str, data: Option<&[u8]>) -> Result<Vec<String>, HelmError
     Ok(out)
 }
 
+/// True when `c` is in the glob character class `set` (its inside, after any negation):
+/// single characters and `a-z` ranges. Shared by `.helmignore` and `.Files.Glob` matching.
+pub(crate) fn class_contains(set: &[char], c: char) -> bool {
+    let mut i = 0;
+    while i < set.len() {
+        if i + 2 < set.len() && set[i + 1] == '-' {
+            if (set[i]..=set[i + 2]).contains(&c) {
+                return true;
+            }
+            i += 3;
+        } else {
+            if set[i] == c {
+                return true;
+            }
+            i += 1;
+        }
+    }
+    false
+}
+
 /// Go's `filepath.Match`, which helm's `.helmignore` rules use: `*` within a path segment,
 /// `?`, `[a-z]`/`[^a]` sets, `\\` escapes.
 fn simple_glob(p: &str, n: &str) -> bool {
@@ -118,18 +138,7 @@ fn simple_glob(p: &str, n: &str) -> bool {
                 let Some(&c) = n.first().filter(|c| **c != '/') else {
                     return false;
                 };
-                let mut hit = false;
-                let mut i = 0;
-                while i < set.len() {
-                    if i + 2 < set.len() && set[i + 1] == '-' {
-                        hit |= (set[i]..=set[i + 2]).contains(&c);
-                        i += 3;
-                    } else {
-                        hit |= set[i] == c;
-                        i += 1;
-                    }
-                }
-                hit != negate && m(&rest[close + 1..], &n[1..])
+                class_contains(set, c) != negate && m(&rest[close + 1..], &n[1..])
             }
             Some(('\\', rest)) if !rest.is_empty() => {
                 n.first() == Some(&rest[0]) && m(&rest[1..], &n[1..])

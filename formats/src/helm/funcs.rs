@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use minijinja::value::{Enumerator, Object, ObjectRepr, Rest, Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 
+use super::chart::class_contains;
 use super::parse;
 use super::translate;
 
@@ -361,18 +362,7 @@ fn glob_match(pat: &str, name: &str) -> bool {
                 let Some(&c) = n.first() else {
                     return false;
                 };
-                let mut hit = false;
-                let mut i = 0;
-                while i < set.len() {
-                    if i + 2 < set.len() && set[i + 1] == '-' {
-                        hit |= (set[i]..=set[i + 2]).contains(&c);
-                        i += 3;
-                    } else {
-                        hit |= set[i] == c;
-                        i += 1;
-                    }
-                }
-                hit != negate && m(&rest[close + 1..], &n[1..])
+                class_contains(set, c) != negate && m(&rest[close + 1..], &n[1..])
             }
             Some(('\\', rest)) if !rest.is_empty() => {
                 n.first() == Some(&rest[0]) && m(&rest[1..], &n[1..])
