@@ -315,14 +315,7 @@ async fn resume_dry_run_lists_what_resuming_would_revert_and_changes_nothing() {
         &[("manifests/cms.yaml", bundle.as_bytes())],
         "bundle",
     );
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    let namespaces = create_namespace(&client, &name).await;
     // The objects as the agent left them before the pause, then one edited by hand and one deleted.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
     for (cm, value) in [("same", "1"), ("edited", "hand-edited")] {
@@ -391,11 +384,8 @@ async fn resume_dry_run_lists_what_resuming_would_revert_and_changes_nothing() {
     let _ = namespaces.delete(&name, &DeleteParams::default()).await;
 }
 
-#[tokio::test]
-async fn trace_names_the_bundle_deployment_revision_and_sources() {
-    let client = cluster::client().await;
-    let name = support::unique_name("cli-trace");
-    bd_with_history(&client, &name).await;
+/// Creates namespace `name` for a test; the Api to delete it afterwards.
+async fn create_namespace(client: &Client, name: &str) -> Api<Namespace> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
@@ -404,6 +394,15 @@ async fn trace_names_the_bundle_deployment_revision_and_sources() {
         )
         .await
         .unwrap();
+    namespaces
+}
+
+#[tokio::test]
+async fn trace_names_the_bundle_deployment_revision_and_sources() {
+    let client = cluster::client().await;
+    let name = support::unique_name("cli-trace");
+    bd_with_history(&client, &name).await;
+    let namespaces = create_namespace(&client, &name).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
     for (cm, labelled) in [("written", true), ("foreign", false)] {
         let mut body = json!({"metadata": {"name": cm}, "data": {"k": "v"}});
@@ -466,14 +465,7 @@ async fn trace_falls_back_to_the_revision_store() {
     let name = support::unique_name("cli-trace-store");
     bd_with_history(&client, &name).await;
     // Revision 7 is no longer in the status list, but its snapshot is in the store.
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    let namespaces = create_namespace(&client, &name).await;
     let store = pallet::revision::RevisionStore::new(client.clone(), name.clone());
     store
         .save(&pallet::revision::RevisionRecord {

@@ -159,6 +159,18 @@ impl Scenario {
         }
     }
 
+    /// Waits until revision `number` is Progressing (applied, not healthy yet).
+    async fn wait_progressing(&self, agent: &Agent, number: i64) -> BundleDeploymentStatus {
+        let what = format!("revision {number} progressing");
+        self.wait_status(agent, &what, Duration::from_secs(60), |st| {
+            check(
+                phase(st, number) == Some(RevisionPhase::Progressing),
+                "not progressing",
+            )
+        })
+        .await
+    }
+
     /// Waits until revision `number` is active and Healthy.
     async fn wait_healthy(
         &self,
@@ -414,19 +426,7 @@ async fn a_deployment_that_never_becomes_available_is_rolled_back_at_the_deadlin
 
     // v2's Pods crash: the Deployment never becomes available.
     s.commit(docs(&[deployment("example.invalid/web:v2")]), "v2");
-    let progressing = s
-        .wait_status(
-            &agent,
-            "revision 2 progressing",
-            Duration::from_secs(60),
-            |st| {
-                check(
-                    phase(st, 2) == Some(RevisionPhase::Progressing),
-                    "not progressing",
-                )
-            },
-        )
-        .await;
+    let progressing = s.wait_progressing(&agent, 2).await;
     let (healthy_status, _, why) = condition(&progressing, "Healthy");
     assert_eq!(healthy_status, "False");
     assert!(
@@ -493,18 +493,7 @@ async fn a_new_revision_supersedes_one_still_progressing_without_waiting() {
     s.create_bd(json!({"progressDeadline": "30m"})).await;
     s.wait_healthy(&agent, 1, Duration::from_secs(90)).await;
     s.commit(docs(&[deployment("example.invalid/web:v2")]), "v2 (broken)");
-    s.wait_status(
-        &agent,
-        "revision 2 progressing",
-        Duration::from_secs(60),
-        |st| {
-            check(
-                phase(st, 2) == Some(RevisionPhase::Progressing),
-                "not progressing",
-            )
-        },
-    )
-    .await;
+    s.wait_progressing(&agent, 2).await;
     let fix_pushed = Instant::now();
     s.commit(docs(&[deployment("example.invalid/web:v3")]), "v3 (fix)");
     let status = s.wait_healthy(&agent, 3, Duration::from_secs(90)).await;

@@ -68,6 +68,10 @@ pub struct Applied {
     pub resource_version_after: Option<String>,
     /// Field paths the write changed (updates only; a bounded list).
     pub fields_changed: Vec<String>,
+    /// The object as the API server last returned it in this pass (the read that found it
+    /// unchanged, or the write's response), so health is judged without reading it again.
+    /// None when skipped or deleted, and in the journal.
+    pub live: Option<Value>,
 }
 
 /// At most this many changed field paths are reported per object.
@@ -377,6 +381,7 @@ impl Applier {
                     resource_version_before: None,
                     resource_version_after: None,
                     fields_changed: Vec::new(),
+                    live: None,
                 });
             }
             return Err(ApplyError::KindNotServed {
@@ -437,6 +442,7 @@ impl Applier {
                     resource_version_before: before.clone(),
                     resource_version_after: before,
                     fields_changed,
+                    live: Some(live_value),
                 });
             }
         }
@@ -462,8 +468,9 @@ impl Applier {
             api_version: object.api_version().to_string(),
             adopted_from,
             resource_version_before: before,
-            resource_version_after: written.metadata.resource_version,
+            resource_version_after: written.metadata.resource_version.clone(),
             fields_changed,
+            live: serde_json::to_value(&written).ok(),
         };
         self.record(&applied);
         Ok(applied)
@@ -489,10 +496,15 @@ impl Applier {
     }
 
     fn record(&self, write: &Applied) {
+        // The journal feeds the change log: it needs no object bodies.
+        let entry = Applied {
+            live: None,
+            ..write.clone()
+        };
         self.journal
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(write.clone());
+            .push(entry);
     }
 
     async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {
@@ -583,22 +595,6 @@ impl Applier {
             }
         }
         Ok(keys)
-    }
-
-    /// Read-only: the live body of an applied object (key and apiVersion from an inventory);
-    /// `None` when it or its kind is gone.
-    pub async fn live_object(
-        &self,
-        key: &ObjectKey,
-        api_version: &str,
-    ) -> Result<Option<Value>, ApplyError> {
-        let Some((api, resource)) = self.api_for_existing(key, api_version).await? else {
-            return Ok(None);
-        };
-        match self.read_live(&api, &resource, key).await? {
-            Some(Some(live)) => Ok(serde_json::to_value(&live).ok()),
-            _ => Ok(None),
-        }
     }
 
     /// Read-only: the objects whose live state differs from the rendered one (or that are
@@ -693,6 +689,7 @@ impl Applier {
                         resource_version_before: live.metadata.resource_version.clone(),
                         resource_version_after: None,
                         fields_changed: Vec::new(),
+                        live: None,
                     });
                     pruned.deleted.push(key.clone())
                 }

@@ -626,23 +626,6 @@ fn with_flags(outcome: Outcome, fetched_now: bool, current: bool) -> Outcome {
     }
 }
 
-/// The outcome for a failed revision left in place.
-fn held(active: &crate::api::RevisionStatus) -> Outcome {
-    Outcome::Failed {
-        phase: FailedPhase::Install,
-        reason: active
-            .reason
-            .clone()
-            .unwrap_or_else(|| "RevisionFailed".into()),
-        message: format!(
-            "revision {} failed: {}; left in place and re-applied at every pass until it is healthy",
-            active.number,
-            active.message.clone().unwrap_or_default()
-        ),
-        transient: false,
-    }
-}
-
 /// Applies the active revision's `objects` (as `transition` says why), assesses health, and when
 /// the revision fails, rolls back to the last healthy revision (onFailure: Rollback) and applies
 /// that one instead, in the same pass.
@@ -688,29 +671,14 @@ async fn roll_out(
             } else {
                 "no earlier healthy revision to roll back to"
             };
-            let active = rollout::active_revision(work).cloned();
-            let outcome = match active {
-                Some(active) => held(&active),
-                None => Outcome::Failed {
-                    phase: FailedPhase::Install,
-                    reason,
-                    message,
-                    transient: false,
-                },
-            };
-            let outcome = match outcome {
-                Outcome::Failed {
-                    phase,
-                    reason,
-                    message,
-                    transient,
-                } => Outcome::Failed {
-                    phase,
-                    reason,
-                    message: format!("{message} ({why})"),
-                    transient,
-                },
-                other => other,
+            let outcome = Outcome::Failed {
+                phase: FailedPhase::Install,
+                reason,
+                message: format!(
+                    "revision {failed} failed: {message}; left in place and re-applied at every \
+                     pass until it is healthy ({why})"
+                ),
+                transient: false,
             };
             return Ok((outcome, ctx.requeue_interval));
         };
@@ -882,7 +850,7 @@ async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let health = assess_health(&applier, &inventory, ctx.apply_parallelism).await?;
+    let health = assess_health(&applied);
     let now = now();
     let deadline =
         parse_duration(bd.spec.rollout().progress_deadline()).unwrap_or(Duration::from_secs(600));
@@ -930,48 +898,37 @@ async fn apply_revision(
 /// How often a progressing revision is re-assessed when no watch event comes first.
 const PROGRESS_POLL: Duration = Duration::from_secs(5);
 
-/// Reads every inventory object and applies the health rules; lists the first unhealthy ones.
-async fn assess_health(
-    applier: &Applier,
-    inventory: &[ObjectReference],
-    parallelism: usize,
-) -> Result<HealthReport, ReconcileError> {
-    use futures::{StreamExt, TryStreamExt};
-    let options = &health::HealthOptions::default();
-    // Owned items: a closure over borrowed ones trips the compiler's higher-ranked lifetime
-    // check when the future must be Send (as in the controller).
-    let targets: Vec<(ObjectKey, String)> = inventory
+/// Applies the health rules to the applied objects as the API server last returned them in this
+/// pass (no extra reads); lists the first unhealthy ones. Pure.
+fn assess_health(applied: &[Applied]) -> HealthReport {
+    let options = health::HealthOptions::default();
+    let assessed: Vec<(String, health::Health)> = applied
         .iter()
-        .map(|r| (key_of(r), api_version_of(r)))
-        .collect();
-    let assessed: Vec<(String, health::Health)> = futures::stream::iter(targets)
-        .map(|(key, api_version)| async move {
-            let live = applier.live_object(&key, &api_version).await?;
-            let health = match live {
-                Some(live) => health::assess(&live, options),
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .map(|a| {
+            let health = match &a.live {
+                Some(live) => health::assess(live, &options),
                 None => health::Health {
                     state: health::HealthState::InProgress,
-                    message: "not found on the cluster".into(),
+                    message: "not read back from the cluster".into(),
                 },
             };
-            Ok::<_, ApplyError>((key.to_string(), health))
+            (a.key.to_string(), health)
         })
-        .buffered(parallelism.max(1))
-        .try_collect()
-        .await?;
+        .collect();
     let unhealthy: Vec<(String, health::Health)> = assessed
         .iter()
         .filter(|(_, h)| !h.is_healthy())
         .cloned()
         .collect();
-    Ok(HealthReport {
+    HealthReport {
         healthy: unhealthy.is_empty(),
         failed: unhealthy
             .iter()
             .any(|(_, h)| h.state == health::HealthState::Failed),
         total: assessed.len(),
         message: health::summarize(&unhealthy, 5),
-    })
+    }
 }
 
 fn now() -> Time {

@@ -231,26 +231,6 @@ pub fn next_status(
             };
             let phase = revision.as_ref().map(|r| r.phase);
             match (phase, rolled_back) {
-                (Some(RevisionPhase::Failed), _) => {
-                    let (reason, message) = revision
-                        .as_ref()
-                        .map(|r| {
-                            (
-                                r.reason.clone().unwrap_or_else(|| "RevisionFailed".into()),
-                                format!("{name} failed: {}", r.message.clone().unwrap_or_default()),
-                            )
-                        })
-                        .unwrap_or_default();
-                    set(types::READY, false, &reason, message.clone());
-                    set(types::STALLED, true, &reason, message);
-                    set(
-                        types::RECONCILING,
-                        false,
-                        "Held",
-                        "rollout.onFailure is Hold: waiting for a change to the spec or the sources, or a retry"
-                            .into(),
-                    );
-                }
                 (Some(RevisionPhase::Applying | RevisionPhase::Progressing), rolled_back) => {
                     set(
                         types::READY,
