@@ -1,0 +1,496 @@
+//! The real-world corpus: the 20 published charts of `../shared/conformance/helm/` (see its README
+//! for their origins), each rendered with its default values and with `values/<chart>.yaml`, 40
+//! cases. For each case the agent's object set (`pallet_formats::render(Format::Helm, …)`, hooks by
+//! pallet's policy) must equal `helm template`'s filtered by the same policy, field by field.
+//!
+//! Fields that differ between two runs of `helm template` itself (generated passwords and
+//! certificates, `now`) cannot be equal; they must be present in pallet's output with the same
+//! shape (see [`shape`]). A case where helm fails must fail in pallet too, naming the same cause.
+//!
+//! Prints one line per case and the count of equal cases; every case must be equal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use pallet_formats::helm::{self, HookDisposition};
+use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig};
+use serde_json::Value;
+
+const RELEASE: &str = "rel";
+const NAMESPACE: &str = "ns";
+const KUBE_VERSION: &str = "v1.35.4";
+
+/// `../shared/conformance/helm` beside the repository, or `PALLET_HELM_CORPUS`.
+fn corpus() -> PathBuf {
+    let dir = std::env::var_os("PALLET_HELM_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/helm")
+        });
+    assert!(
+        dir.join("charts").is_dir(),
+        "the helm corpus is not at {}: it lives in shared/conformance/helm beside the repository \
+         (or set PALLET_HELM_CORPUS)",
+        dir.display()
+    );
+    dir
+}
+
+/// The oracle binary; fails (never skips) with instructions when it has not been built.
+fn helm_bin() -> PathBuf {
+    let cache = std::env::var_os("PALLET_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/pallet")
+        });
+    let bin = cache.join("bin/helm");
+    assert!(
+        bin.exists(),
+        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root",
+        bin.display()
+    );
+    bin
+}
+
+/// YAML as Kubernetes reads it (1.1: `0644` is octal; a repeated key keeps its last value).
+fn yaml11() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+    }
+}
+
+fn split_docs(s: &str) -> Vec<Value> {
+    let mut docs = vec![String::new()];
+    for line in s.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            docs.push(String::new());
+        } else if let Some(d) = docs.last_mut() {
+            d.push_str(line);
+        }
+    }
+    docs.iter()
+        .filter(|d| !d.trim().is_empty())
+        .filter_map(|d| {
+            let v: Value = serde_saphyr::from_str_with_options(d, yaml11())
+                .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
+            (!v.is_null()).then_some(v)
+        })
+        .collect()
+}
+
+/// `apiVersion/kind/namespace/name`, a missing namespace read as the release namespace.
+fn key(o: &Value) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        o["apiVersion"].as_str().unwrap_or(""),
+        o["kind"].as_str().unwrap_or(""),
+        o["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE),
+        o["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+/// Objects by key; the release namespace is dropped from bodies (pallet sets it on namespaced
+/// objects, as `helm install` applies them; helm template leaves it out).
+fn by_key(objs: Vec<Value>) -> BTreeMap<String, Vec<Value>> {
+    let mut m: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for mut o in objs {
+        let k = key(&o);
+        if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            if meta.get("namespace").and_then(Value::as_str) == Some(NAMESPACE) {
+                meta.remove("namespace");
+            }
+        }
+        m.entry(k).or_default().push(o);
+    }
+    m
+}
+
+/// Paths at which two JSON values differ, with both sides.
+fn diff(path: &str, a: &Value, b: &Value, out: &mut Vec<(String, Value, Value)>) {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let missing = Value::String("<missing>".into());
+                diff(
+                    &format!("{path}.{k}"),
+                    x.get(k).unwrap_or(&missing),
+                    y.get(k).unwrap_or(&missing),
+                    out,
+                );
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                diff(&format!("{path}[{i}]"), p, q, out);
+            }
+        }
+        _ if a != b => out.push((path.to_string(), a.clone(), b.clone())),
+        _ => {}
+    }
+}
+
+/// The shape of a value that differs between two helm runs: what pallet's value must share
+/// with helm's. PEM blocks by their types, base64 of PEM, otherwise a string's length and
+/// whether it is alphanumeric; other values by their JSON type.
+fn shape(v: &Value) -> String {
+    use base64::Engine as _;
+    fn pem_types(s: &str) -> Vec<&str> {
+        s.match_indices("-----BEGIN ")
+            .filter_map(|(i, _)| s[i + 11..].split("-----").next())
+            .collect()
+    }
+    match v {
+        Value::String(s) => {
+            if s.contains("-----BEGIN ") {
+                return format!("pem{:?}", pem_types(s));
+            }
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(s.trim()) {
+                let text = String::from_utf8_lossy(&bytes);
+                if text.contains("-----BEGIN ") {
+                    return format!("base64 pem{:?}", pem_types(&text));
+                }
+            }
+            let alnum = s.chars().all(|c| c.is_ascii_alphanumeric());
+            format!("string len {} alnum {alnum}", s.chars().count())
+        }
+        Value::Array(a) => format!("array of {}", a.len()),
+        Value::Object(_) => "object".into(),
+        Value::Number(_) => "number".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Null => "null".into(),
+    }
+}
+
+/// Runs `helm template` for one case: `Ok(objects kept by pallet's hook policy)` or `Err(stderr)`.
+fn helm_template(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, String> {
+    let mut cmd = Command::new(helm_bin());
+    cmd.args(["template", RELEASE])
+        .arg(chart)
+        .args([
+            "--include-crds",
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            KUBE_VERSION,
+        ])
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("pallet-helm-oracle"),
+        )
+        // Sprig formats dates in the local zone; pallet renders in UTC.
+        .env("TZ", "UTC");
+    if let Some(v) = values {
+        cmd.arg("-f").arg(v);
+    }
+    let out = cmd.output().expect("running helm");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(split_docs(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .filter(|o| {
+            let body = o.as_object().cloned().unwrap_or_default();
+            matches!(
+                helm::hook_disposition(&body),
+                HookDisposition::NotHook | HookDisposition::Apply
+            )
+        })
+        .collect())
+}
+
+/// Renders one case through the agent's entry point.
+fn pallet_render(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, String> {
+    let values = match values {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).expect("reading values file");
+            let v: Value =
+                serde_saphyr::from_str_with_options(&text, yaml11()).expect("values file is YAML");
+            if v.is_null() {
+                serde_json::json!({})
+            } else {
+                v
+            }
+        }
+        None => serde_json::json!({}),
+    };
+    let config = RenderConfig {
+        install_namespace: NAMESPACE.into(),
+        helm: HelmOptions {
+            release_name: RELEASE.into(),
+            values,
+            capabilities: Some(HelmCapabilities {
+                kube_version: KUBE_VERSION.into(),
+                api_versions: helm::default_api_versions(),
+            }),
+            now: 0,
+            seed: 0,
+        },
+        ..RenderConfig::default()
+    };
+    pallet_formats::render(Format::Helm, chart, &config)
+        .map(|r| {
+            r.objects
+                .into_iter()
+                .map(|o| Value::Object(o.object.into_body()))
+                .collect()
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// The words helm's error quotes ('policy', "x"): pallet's message must name them too.
+fn quoted_words(msg: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for q in ['\'', '"'] {
+        let parts: Vec<&str> = msg.split(q).collect();
+        for (i, p) in parts.iter().enumerate() {
+            if i % 2 == 1 && !p.is_empty() && !p.contains(' ') && i + 1 < parts.len() {
+                words.push(p.to_string());
+            }
+        }
+    }
+    words
+}
+
+/// Compares one case; `Ok(summary)` when equal, `Err(why)` otherwise.
+fn compare_case(chart: &Path, values: Option<&Path>) -> Result<String, String> {
+    let first = helm_template(chart, values);
+    let ours = pallet_render(chart, values);
+    let want = match first {
+        Err(helm_err) => {
+            let ours_err = match ours {
+                Ok(objs) => {
+                    return Err(format!(
+                        "helm fails but pallet rendered {} objects; helm: {}",
+                        objs.len(),
+                        helm_err.trim()
+                    ))
+                }
+                Err(e) => e,
+            };
+            let missing: Vec<String> = quoted_words(&helm_err)
+                .into_iter()
+                .filter(|w| !ours_err.contains(w.as_str()))
+                .collect();
+            return if missing.is_empty() {
+                Ok(format!("both fail: {}", ours_err.trim()))
+            } else {
+                Err(format!(
+                    "both fail, but pallet's message does not name {missing:?}\n  helm:   {}\n  pallet: {}",
+                    helm_err.trim(),
+                    ours_err.trim()
+                ))
+            };
+        }
+        Ok(objs) => by_key(objs),
+    };
+    let got = by_key(ours.map_err(|e| format!("pallet failed: {e}"))?);
+    // Fields that differ between two helm runs: randomness and time.
+    let second = by_key(helm_template(chart, values).map_err(|e| format!("helm rerun: {e}"))?);
+    let mut volatile = BTreeSet::new();
+    for (k, w) in &want {
+        let mut d = Vec::new();
+        let again = second.get(k).cloned().unwrap_or_default();
+        diff(k, &Value::Array(w.clone()), &Value::Array(again), &mut d);
+        volatile.extend(d.into_iter().map(|(p, _, _)| p));
+    }
+    let mut problems = Vec::new();
+    for k in want.keys().filter(|k| !got.contains_key(*k)) {
+        problems.push(format!("missing {k}"));
+    }
+    for k in got.keys().filter(|k| !want.contains_key(*k)) {
+        problems.push(format!("extra {k}"));
+    }
+    for (k, w) in &want {
+        let Some(g) = got.get(k) else { continue };
+        let mut d = Vec::new();
+        diff(
+            k,
+            &Value::Array(g.clone()),
+            &Value::Array(w.clone()),
+            &mut d,
+        );
+        for (path, ours, helms) in d {
+            if volatile.contains(&path) && shape(&ours) == shape(&helms) {
+                continue;
+            }
+            let short = |v: &Value| {
+                let s = v.to_string();
+                if s.len() > 160 {
+                    format!(
+                        "{}…",
+                        &s[..s.char_indices().nth(160).map_or(s.len(), |c| c.0)]
+                    )
+                } else {
+                    s
+                }
+            };
+            problems.push(format!(
+                "{path}: pallet={} helm={}",
+                short(&ours),
+                short(&helms)
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(format!(
+            "{} objects equal ({} volatile fields same shape)",
+            want.values().map(Vec::len).sum::<usize>(),
+            volatile.len()
+        ))
+    } else {
+        Err(problems.join("\n  "))
+    }
+}
+
+/// Where a dependency missing from the shared corpus comes from.
+enum Dependency {
+    /// The corpus's own top-level chart of the same name and version.
+    Corpus(&'static str),
+    /// An empty chart of this version (a dependency disabled by default, as the corpus README
+    /// does for loki's minio: helm refuses a chart whose declared dependency is absent).
+    Stub(&'static str, &'static str),
+}
+
+/// Dependencies the corpus README lists but its copy in shared/ lacks (loki has no `charts/`,
+/// kube-prometheus-stack only `crds`). Both tools render the same assembled tree, so the
+/// comparison stays exact. prometheus-windows-exporter is not in the corpus and is stubbed: its
+/// own objects are absent from both sides when `windowsMonitoring.enabled` is set, while the
+/// parent's Windows rules and dashboards still render.
+const MISSING_DEPENDENCIES: &[(&str, &[Dependency])] = &[
+    (
+        "loki",
+        &[
+            Dependency::Stub("minio", "5.4.0"),
+            Dependency::Stub("rollout-operator", "0.51.1"),
+        ],
+    ),
+    (
+        "kube-prometheus-stack",
+        &[
+            Dependency::Corpus("kube-state-metrics"),
+            Dependency::Corpus("prometheus-node-exporter"),
+            Dependency::Corpus("grafana"),
+            Dependency::Stub("prometheus-windows-exporter", "0.12.0"),
+        ],
+    ),
+];
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// The chart's directory, assembled in `scratch` when the corpus copy lacks dependencies.
+fn chart_dir(root: &Path, chart: &str, scratch: &Path) -> PathBuf {
+    let source = root.join("charts").join(chart);
+    let Some((_, deps)) = MISSING_DEPENDENCIES.iter().find(|(c, _)| *c == chart) else {
+        return source;
+    };
+    let dir = scratch.join(chart);
+    copy_tree(&source, &dir);
+    for dep in *deps {
+        match dep {
+            Dependency::Corpus(name) => {
+                let target = dir.join("charts").join(name);
+                if !target.exists() {
+                    copy_tree(&root.join("charts").join(name), &target);
+                }
+            }
+            Dependency::Stub(name, version) => {
+                let target = dir.join("charts").join(name);
+                if !target.exists() {
+                    std::fs::create_dir_all(&target).expect("mkdir");
+                    std::fs::write(
+                        target.join("Chart.yaml"),
+                        format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
+                    )
+                    .expect("write stub");
+                }
+            }
+        }
+    }
+    dir
+}
+
+#[test]
+fn real_world_charts_render_as_helm_template_does() {
+    let root = corpus();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let mut charts: Vec<String> = std::fs::read_dir(root.join("charts"))
+        .expect("corpus charts")
+        .map(|e| {
+            e.expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    charts.sort();
+    if let Ok(only) = std::env::var("PALLET_HELM_CORPUS_ONLY") {
+        charts.retain(|c| only.split(',').any(|o| o == c));
+    }
+    let mut cases: Vec<(String, Option<PathBuf>)> = Vec::new();
+    for c in &charts {
+        cases.push((c.clone(), None));
+        let v = root.join("values").join(format!("{c}.yaml"));
+        assert!(v.exists(), "{} is missing", v.display());
+        cases.push((c.clone(), Some(v)));
+    }
+    let results = Mutex::new(Vec::new());
+    let next = Mutex::new(0usize);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| loop {
+                let i = {
+                    let mut n = next.lock().expect("lock");
+                    *n += 1;
+                    *n - 1
+                };
+                let Some((chart, values)) = cases.get(i) else {
+                    break;
+                };
+                let dir = chart_dir(&root, chart, &scratch.path().join(i.to_string()));
+                let r = compare_case(&dir, values.as_deref());
+                let label = format!(
+                    "{chart} ({})",
+                    if values.is_some() {
+                        "values file"
+                    } else {
+                        "defaults"
+                    }
+                );
+                results.lock().expect("lock").push((i, label, r));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("lock");
+    results.sort_by_key(|r| r.0);
+    let mut equal = 0;
+    for (_, label, r) in &results {
+        match r {
+            Ok(s) => {
+                equal += 1;
+                println!("EQUAL {label}: {s}");
+            }
+            Err(e) => println!("DIFFER {label}:\n  {e}"),
+        }
+    }
+    println!("helm corpus: {equal} of {} cases equal", results.len());
+    assert_eq!(
+        equal,
+        results.len(),
+        "every corpus case must equal helm template"
+    );
+}
