@@ -5,7 +5,7 @@ fn main() -> std::process::ExitCode {
     match pallet::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", pallet::cli::error_message(&err));
             std::process::ExitCode::FAILURE
         }
     }

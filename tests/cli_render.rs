@@ -105,6 +105,107 @@ fn renders_a_local_tree_by_format() {
     assert!(!bad.status.success());
 }
 
+/// `--kube-version` and `--api-versions` as `helm template` takes them, a chart whose
+/// `kubeVersion` excludes helm's default, and errors printed once.
+#[test]
+fn helm_capabilities_come_from_kube_version_and_api_versions() {
+    let work = tempfile::tempdir().unwrap();
+    let chart = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/formats/testdata/helm/charts/capabilities"
+    );
+    let values = work.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        "probe: [example.com/v1, example.com/v1/Widget, apps/v1]\n",
+    )
+    .unwrap();
+    let render = |extra: &[&str]| {
+        let mut args = vec![
+            "render",
+            "--format",
+            "helm",
+            chart,
+            "--values",
+            values.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let (yaml, _) = ok(&args);
+        docs(&yaml)
+            .into_iter()
+            .find(|o| o["kind"] == "ConfigMap")
+            .unwrap_or_else(|| panic!("no ConfigMap in:\n{yaml}"))
+    };
+    let defaults = render(&[]);
+    assert_eq!(defaults["data"]["kubeGit"], "v1.20.0");
+    assert_eq!(defaults["data"]["has-example.com_v1"], "false");
+    assert_eq!(defaults["data"]["has-apps_v1"], "true");
+
+    let set = render(&[
+        "--kube-version",
+        "1.35",
+        "--api-versions",
+        "example.com/v1",
+        "-a",
+        "example.com/v1/Widget",
+    ]);
+    assert_eq!(set["data"]["kubeGit"], "v1.35.0");
+    assert_eq!(set["data"]["kubeMinor"], "35");
+    assert_eq!(set["data"]["has-example.com_v1"], "true");
+    assert_eq!(set["data"]["has-example.com_v1_Widget"], "true");
+    assert_eq!(set["data"]["has-apps_v1"], "true", "the defaults stay");
+
+    // A chart whose kubeVersion excludes helm's default renders only with --kube-version.
+    let constrained = work.path().join("constrained");
+    std::fs::create_dir_all(constrained.join("templates")).unwrap();
+    std::fs::write(
+        constrained.join("Chart.yaml"),
+        "apiVersion: v2\nname: constrained\nversion: 1.0.0\nkubeVersion: \">=1.30.0-0\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        constrained.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+    )
+    .unwrap();
+    let dir = constrained.to_str().unwrap();
+    let refused = pallet(&["render", "--format", "helm", dir]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        err.contains("kubeVersion") && err.contains("v1.20.0"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let (yaml, _) = ok(&[
+        "render",
+        "--format",
+        "helm",
+        dir,
+        "--kube-version",
+        "v1.35.4",
+    ]);
+    assert_eq!(docs(&yaml).len(), 1);
+
+    // Bad flags say what is wrong.
+    let bad = pallet(&["render", "--format", "helm", dir, "--kube-version", "next"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        err.contains("--kube-version \"next\" is not a Kubernetes version"),
+        "{err}"
+    );
+
+    // An error whose cause prints itself is not printed twice (`X: X`).
+    let missing = pallet(&["render", "--format", "helm", "/nonexistent/chart"]);
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(
+        err.matches("No such file or directory").count(),
+        1,
+        "printed once: {err}"
+    );
+}
+
 #[test]
 fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
     let fx = support::Fixtures::load();

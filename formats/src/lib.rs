@@ -82,6 +82,18 @@ pub struct HelmCapabilities {
     pub api_versions: Vec<String>,
 }
 
+impl HelmCapabilities {
+    /// What `helm template` assumes without a cluster: Kubernetes v1.20.0 and helm's built-in
+    /// API versions.
+    pub fn default_for_template() -> Self {
+        let defaults = helm::RenderOptions::default();
+        HelmCapabilities {
+            kube_version: defaults.kube_version,
+            api_versions: defaults.api_versions,
+        }
+    }
+}
+
 /// Format configuration for one render.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RenderConfig {

@@ -235,3 +235,57 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
+
+/// Writes a command's output to stdout. A reader that went away (`pallet render | head`) ends
+/// the output quietly instead of a panic.
+pub fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// The error and its causes on one line, `outer: cause: cause`, leaving out a cause whose text
+/// the message already holds (errors that print their source themselves would otherwise be
+/// repeated: `X: X`).
+pub fn error_message(err: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod error_message_tests {
+    use super::error_message;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("render: {0}")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("chart x: bad")]
+    struct Inner;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let err = anyhow::Error::new(Outer(Inner)).context("rendering hello");
+        assert_eq!(error_message(&err), "rendering hello: render: chart x: bad");
+    }
+
+    #[test]
+    fn distinct_causes_are_all_printed() {
+        let err = anyhow::anyhow!("disk full").context("writing the cache");
+        assert_eq!(error_message(&err), "writing the cache: disk full");
+    }
+}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
-use pallet_formats::{Format, HelmOptions, RenderConfig, Rendered};
+use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig, Rendered};
 
 use super::progress::Progress;
 use super::FetchFlags;
@@ -56,6 +56,19 @@ pub struct RenderArgs {
     /// Helm values file (YAML) for a local tree.
     #[arg(long)]
     pub values: Option<PathBuf>,
+    /// Kubernetes version for helm's `.Capabilities.KubeVersion` and a chart's `kubeVersion`
+    /// constraint (as `helm template --kube-version`; default v1.20.0, helm's).
+    #[arg(long, value_name = "VERSION")]
+    pub kube_version: Option<String>,
+    /// API versions added to helm's default `.Capabilities.APIVersions` (as `helm template
+    /// --api-versions`; `group/version` or `group/version/Kind`; repeatable or comma-separated).
+    #[arg(
+        short = 'a',
+        long = "api-versions",
+        value_name = "API",
+        value_delimiter = ','
+    )]
+    pub api_versions: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: RenderOutput,
@@ -73,8 +86,37 @@ pub(super) fn read_manifest(path: &std::path::Path) -> anyhow::Result<String> {
     }
 }
 
+/// `.Capabilities` from `--kube-version` and `--api-versions`: `None` (helm's defaults) when
+/// neither is given.
+fn capabilities(args: &RenderArgs) -> anyhow::Result<Option<HelmCapabilities>> {
+    if args.kube_version.is_none() && args.api_versions.is_empty() {
+        return Ok(None);
+    }
+    let defaults = HelmCapabilities::default_for_template();
+    let kube_version = match &args.kube_version {
+        Some(v) => pallet_formats::helm::semver::kube_version(v)
+            .map_err(|e| anyhow::anyhow!("--kube-version {e}"))?,
+        None => defaults.kube_version,
+    };
+    let mut api_versions = defaults.api_versions;
+    for api in &args.api_versions {
+        let api = api.trim();
+        if api.is_empty() || api.split('/').count() > 3 {
+            bail!("--api-versions {api:?} is not group/version or group/version/Kind");
+        }
+        if !api_versions.iter().any(|a| a == api) {
+            api_versions.push(api.to_string());
+        }
+    }
+    Ok(Some(HelmCapabilities {
+        kube_version,
+        api_versions,
+    }))
+}
+
 /// Runs `pallet render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
+    let capabilities = capabilities(&args)?;
     let rendered = match (&args.file, args.format, &args.dir) {
         (Some(file), _, _) => {
             let text = read_manifest(file)?;
@@ -88,7 +130,10 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                         .await?;
                 drop(progress);
                 Ok(crate::preview::assemble_and_render(
-                    &fetcher, &bd, &fetched, None,
+                    &fetcher,
+                    &bd,
+                    &fetched,
+                    capabilities,
                 )?)
             })?
         }
@@ -104,7 +149,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 helm: HelmOptions {
                     release_name: args.release_name.clone(),
                     values,
-                    capabilities: None,
+                    capabilities,
                     // No BundleDeployment here: `now` is the epoch, the random seed 0.
                     ..HelmOptions::default()
                 },
@@ -118,8 +163,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
-    print!("{}", format_rendered(&rendered, args.output)?);
-    Ok(())
+    super::write_stdout(&format_rendered(&rendered, args.output)?)
 }
 
 /// The rendered objects as YAML documents or a JSON List.

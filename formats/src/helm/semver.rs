@@ -176,6 +176,15 @@ impl fmt::Display for Version {
     }
 }
 
+/// A Kubernetes version as helm's `--kube-version` reads it (`chartutil.ParseKubeVersion`): any
+/// semantic version, with or without a leading `v`, normalised to `v<major>.<minor>.<patch>`
+/// (`1.35` is `v1.35.0`).
+pub fn kube_version(s: &str) -> Result<String, String> {
+    Version::parse(s.trim())
+        .map(|v| format!("v{v}"))
+        .map_err(|_| format!("{s:?} is not a Kubernetes version (expected e.g. 1.35.4 or v1.35.4)"))
+}
+
 impl Object for Version {
     fn repr(self: &Arc<Self>) -> ObjectRepr {
         ObjectRepr::Plain
