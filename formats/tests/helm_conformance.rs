@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+mod corpus;
+
+use corpus::{chart_dir, corpus};
 use pallet_formats::helm::{self, HookDisposition};
 use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig};
 use serde_json::Value;
@@ -21,22 +24,6 @@ use serde_json::Value;
 const RELEASE: &str = "rel";
 const NAMESPACE: &str = "ns";
 const KUBE_VERSION: &str = "v1.35.4";
-
-/// `../shared/conformance/helm` beside the repository, or `PALLET_HELM_CORPUS`.
-fn corpus() -> PathBuf {
-    let dir = std::env::var_os("PALLET_HELM_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/helm")
-        });
-    assert!(
-        dir.join("charts").is_dir(),
-        "the helm corpus is not at {}: it lives in shared/conformance/helm beside the repository \
-         (or set PALLET_HELM_CORPUS)",
-        dir.display()
-    );
-    dir
-}
 
 /// The oracle binary; fails (never skips) with instructions when it has not been built.
 fn helm_bin() -> PathBuf {
@@ -241,8 +228,18 @@ fn pallet_render(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
         .map_err(|e| e.to_string())
 }
 
-/// The words helm's error quotes ('policy', "x"): pallet's message must name them too.
-fn quoted_words(msg: &str) -> Vec<String> {
+/// What pallet's error must name of helm's: for `execution error at (<file>:<line>:<col>): <msg>`
+/// (a `fail` or `required`), the file and the message; for other errors the words helm quotes
+/// (`at '/policy'`).
+fn named_in_helm_error(msg: &str) -> Vec<String> {
+    let msg = msg.trim().trim_start_matches("Error: ");
+    if let Some(rest) = msg.strip_prefix("execution error at (") {
+        if let Some((at, text)) = rest.split_once("): ") {
+            let file = at.split(':').next().unwrap_or(at);
+            let text = text.lines().next().unwrap_or(text);
+            return vec![file.to_string(), text.to_string()];
+        }
+    }
     let mut words = Vec::new();
     for q in ['\'', '"'] {
         let parts: Vec<&str> = msg.split(q).collect();
@@ -251,6 +248,10 @@ fn quoted_words(msg: &str) -> Vec<String> {
                 words.push(p.to_string());
             }
         }
+    }
+    if words.is_empty() {
+        // Nothing quoted: the whole first line must be named.
+        words.push(msg.lines().next().unwrap_or(msg).to_string());
     }
     words
 }
@@ -271,7 +272,7 @@ fn compare_case(chart: &Path, values: Option<&Path>) -> Result<String, String> {
                 }
                 Err(e) => e,
             };
-            let missing: Vec<String> = quoted_words(&helm_err)
+            let missing: Vec<String> = named_in_helm_error(&helm_err)
                 .into_iter()
                 .filter(|w| !ours_err.contains(w.as_str()))
                 .collect();
@@ -344,84 +345,6 @@ fn compare_case(chart: &Path, values: Option<&Path>) -> Result<String, String> {
     } else {
         Err(problems.join("\n  "))
     }
-}
-
-/// Where a dependency missing from the shared corpus comes from.
-enum Dependency {
-    /// The corpus's own top-level chart of the same name and version.
-    Corpus(&'static str),
-    /// An empty chart of this version (a dependency disabled by default, as the corpus README
-    /// does for loki's minio: helm refuses a chart whose declared dependency is absent).
-    Stub(&'static str, &'static str),
-}
-
-/// Dependencies the corpus README lists but its copy in shared/ lacks (loki has no `charts/`,
-/// kube-prometheus-stack only `crds`). Both tools render the same assembled tree, so the
-/// comparison stays exact. prometheus-windows-exporter is not in the corpus and is stubbed: its
-/// own objects are absent from both sides when `windowsMonitoring.enabled` is set, while the
-/// parent's Windows rules and dashboards still render.
-const MISSING_DEPENDENCIES: &[(&str, &[Dependency])] = &[
-    (
-        "loki",
-        &[
-            Dependency::Stub("minio", "5.4.0"),
-            Dependency::Stub("rollout-operator", "0.51.1"),
-        ],
-    ),
-    (
-        "kube-prometheus-stack",
-        &[
-            Dependency::Corpus("kube-state-metrics"),
-            Dependency::Corpus("prometheus-node-exporter"),
-            Dependency::Corpus("grafana"),
-            Dependency::Stub("prometheus-windows-exporter", "0.12.0"),
-        ],
-    ),
-];
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("dir entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
-
-/// The chart's directory, assembled in `scratch` when the corpus copy lacks dependencies.
-fn chart_dir(root: &Path, chart: &str, scratch: &Path) -> PathBuf {
-    let source = root.join("charts").join(chart);
-    let Some((_, deps)) = MISSING_DEPENDENCIES.iter().find(|(c, _)| *c == chart) else {
-        return source;
-    };
-    let dir = scratch.join(chart);
-    copy_tree(&source, &dir);
-    for dep in *deps {
-        match dep {
-            Dependency::Corpus(name) => {
-                let target = dir.join("charts").join(name);
-                if !target.exists() {
-                    copy_tree(&root.join("charts").join(name), &target);
-                }
-            }
-            Dependency::Stub(name, version) => {
-                let target = dir.join("charts").join(name);
-                if !target.exists() {
-                    std::fs::create_dir_all(&target).expect("mkdir");
-                    std::fs::write(
-                        target.join("Chart.yaml"),
-                        format!("apiVersion: v2\nname: {name}\nversion: {version}\n"),
-                    )
-                    .expect("write stub");
-                }
-            }
-        }
-    }
-    dir
 }
 
 #[test]
