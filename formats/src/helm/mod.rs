@@ -525,6 +525,14 @@ static CACHE: std::sync::Mutex<
 > = std::sync::Mutex::new(None);
 /// Bound on cached charts; the cache is simply emptied when full.
 const CACHE_MAX: usize = 64;
+/// How many template sets this process has translated (cache misses), for tests and benchmarks
+/// that show an unchanged chart is not translated again.
+static TRANSLATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of template sets translated so far in this process (see [`CACHE`]).
+pub fn translations() -> u64 {
+    TRANSLATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 fn environment(
     chart: &str,
@@ -548,6 +556,7 @@ fn environment(
         return Ok(env.clone());
     }
     drop(cache);
+    TRANSLATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let env = std::sync::Arc::new(build_environment(chart, units)?);
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     let map = cache.get_or_insert_with(Default::default);

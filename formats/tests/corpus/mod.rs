@@ -9,7 +9,14 @@ pub fn corpus() -> PathBuf {
     let dir = std::env::var_os("PALLET_HELM_CORPUS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/helm")
+            // shared/ sits beside the repository: one level up from the root crate, two from
+            // formats/ (this file is compiled into both).
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+            ["..", "../.."]
+                .iter()
+                .map(|up| manifest.join(up).join("shared/conformance/helm"))
+                .find(|d| d.is_dir())
+                .unwrap_or_else(|| manifest.join("../shared/conformance/helm"))
         });
     assert!(
         dir.join("charts").is_dir(),
