@@ -453,4 +453,12 @@ mod tests {
         assert!(semver_compare(">=banana", "1.2.3").is_err());
         assert!(semver_compare("", "1.2.3").is_err());
     }
+
+    #[test]
+    fn semver_constraints() {
+        let check = semver_compare;
+        assert!(check(">=1.19-0", "v1.30.0").unwrap());
+        assert!(!check("<1.19", "1.30.0").unwrap());
+        assert!(!check(">=1.19", "1.30.0-beta.1").unwrap());
+    }
 }

@@ -1,0 +1,207 @@
+//! Sprig's list functions (`list`, `append`, `uniq`, `until`, `chunk`, ...).
+
+use super::*;
+
+pub(super) const FUNCS: &[(&str, F)] = &[
+    ("list", |a| Ok(Value::from(a.0))),
+    ("tuple", |a| Ok(Value::from(a.0))),
+    ("append", |a| {
+        let mut l = go_list("push", &arg(&a, 0))?;
+        l.push(arg(&a, 1));
+        Ok(Value::from(l))
+    }),
+    ("prepend", |a| {
+        let mut l = go_list("prepend", &arg(&a, 0))?;
+        l.insert(0, arg(&a, 1));
+        Ok(Value::from(l))
+    }),
+    ("sortAlpha", |a| {
+        // Sprig: a list sorts its items' strings; anything else is a one-item list.
+        let v = arg(&a, 0);
+        let mut l: Vec<String> = match list_items(&v) {
+            Some(items) => strslice(&items),
+            None => vec![strval(&v)],
+        };
+        l.sort();
+        Ok(l.into_iter().map(Value::from).collect())
+    }),
+    ("first", |a| {
+        Ok(go_list("find first", &arg(&a, 0))?
+            .first()
+            .cloned()
+            .unwrap_or_default())
+    }),
+    ("last", |a| {
+        Ok(go_list("find last", &arg(&a, 0))?
+            .last()
+            .cloned()
+            .unwrap_or_default())
+    }),
+    ("rest", |a| {
+        let l = go_list("find rest", &arg(&a, 0))?;
+        // Sprig returns nil for an empty list.
+        if l.is_empty() {
+            return Ok(Value::from(()));
+        }
+        Ok(Value::from(l.into_iter().skip(1).collect::<Vec<_>>()))
+    }),
+    ("initial", |a| {
+        let mut l = go_list("find initial", &arg(&a, 0))?;
+        if l.is_empty() {
+            return Ok(Value::from(()));
+        }
+        l.pop();
+        Ok(Value::from(l))
+    }),
+    ("uniq", |a| {
+        let mut out: Vec<Value> = Vec::new();
+        for v in go_list("find uniq", &arg(&a, 0))? {
+            if !out.iter().any(|o| to_json(o) == to_json(&v)) {
+                out.push(v);
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("has", |a| {
+        // A nil haystack has nothing; anything else must be a list.
+        let hay = arg(&a, 1);
+        if hay.is_none() || hay.is_undefined() {
+            return Ok(Value::from(false));
+        }
+        let needle = to_json(&arg(&a, 0));
+        Ok(Value::from(
+            go_list("find has", &hay)?
+                .iter()
+                .any(|x| to_json(x) == needle),
+        ))
+    }),
+    ("without", |a| {
+        let l = go_list("find without", &arg(&a, 0))?;
+        let drop: Vec<serde_json::Value> = a.0.iter().skip(1).map(to_json).collect();
+        Ok(Value::from(
+            l.into_iter()
+                .filter(|x| !drop.contains(&to_json(x)))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("compact", |a| {
+        Ok(Value::from(
+            go_list("compact", &arg(&a, 0))?
+                .into_iter()
+                .filter(|x| !empty(x))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("until", |a| {
+        let n = to_i64(&arg(&a, 0));
+        Ok(until_step(0, n, if n < 0 { -1 } else { 1 })
+            .into_iter()
+            .map(Value::from)
+            .collect())
+    }),
+    ("untilStep", |a| {
+        Ok(until_step(
+            to_i64(&arg(&a, 0)),
+            to_i64(&arg(&a, 1)),
+            to_i64(&arg(&a, 2)),
+        )
+        .into_iter()
+        .map(Value::from)
+        .collect())
+    }),
+    ("chunk", |a| {
+        let size = to_i64(&a[0]);
+        let items = go_list("chunk", &a[1])?;
+        if size < 1 {
+            return Err(err("chunk size must be at least 1"));
+        }
+        Ok(Value::from(
+            items
+                .chunks(size as usize)
+                .map(|c| Value::from(c.to_vec()))
+                .collect::<Vec<_>>(),
+        ))
+    }),
+    ("toStrings", |a| {
+        let v = arg(&a, 0);
+        Ok(match list_items(&v) {
+            Some(items) => strslice(&items),
+            None if v.is_none() || v.is_undefined() => Vec::new(),
+            None => vec![strval(&v)],
+        }
+        .into_iter()
+        .map(Value::from)
+        .collect())
+    }),
+    ("concat", |a| {
+        let mut out = Vec::new();
+        for l in a.iter() {
+            if l.is_none() || l.is_undefined() {
+                return Err(err(NIL_DEREF));
+            }
+            match list_items(l) {
+                Some(items) => out.extend(items),
+                None => return Err(err(format!("Cannot concat type {} as list", kind_of(l)))),
+            }
+        }
+        Ok(Value::from(out))
+    }),
+    ("reverse", |a| {
+        let mut l = go_list("find reverse", &arg(&a, 0))?;
+        l.reverse();
+        Ok(Value::from(l))
+    }),
+    ("seq", |a| {
+        let nums: Vec<i64> = a.iter().map(to_i64).collect();
+        let list = match nums.as_slice() {
+            [end] => {
+                let inc = if *end < 1 { -1 } else { 1 };
+                until_step(1, end + inc, inc)
+            }
+            [start, end] => {
+                let step = if end < start { -1 } else { 1 };
+                until_step(*start, end + step, step)
+            }
+            [start, step, end] => {
+                let inc = if end < start { -1 } else { 1 };
+                if end < start && *step > 0 {
+                    Vec::new()
+                } else {
+                    until_step(*start, end + inc, *step)
+                }
+            }
+            _ => Vec::new(),
+        };
+        Ok(Value::from(
+            list.iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ))
+    }),
+];
+
+/// Sprig's `untilStep`: from `start` towards `stop` (exclusive) by `step`; empty when the
+/// step does not lead there.
+pub(super) fn until_step(start: i64, stop: i64, step: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut i = start;
+    if stop < start {
+        if step >= 0 {
+            return out;
+        }
+        while i > stop {
+            out.push(i);
+            i += step;
+        }
+    } else {
+        if step <= 0 {
+            return out;
+        }
+        while i < stop {
+            out.push(i);
+            i += step;
+        }
+    }
+    out
+}

@@ -1,0 +1,111 @@
+//! Helm's and Sprig's template-level functions: `include`/`tpl`/`template`, `required`, `fail`,
+//! `lookup`, and Sprig's defaults (`default`, `empty`, `coalesce`, `ternary`, `all`, `any`).
+
+use super::*;
+
+pub(super) const FUNCS: &[(&str, F)] = &[
+    ("default", |a| {
+        // `x | default d` arrives as (d, x).
+        match a.0.as_slice() {
+            [d] => Ok(d.clone()),
+            [d, v] => Ok(if empty(v) { d.clone() } else { v.clone() }),
+            _ => Err(err("wrong number of args for default")),
+        }
+    }),
+    ("empty", |a| Ok(Value::from(empty(&arg(&a, 0))))),
+    ("coalesce", |a| {
+        Ok(a.0.iter().find(|v| !empty(v)).cloned().unwrap_or_default())
+    }),
+    ("ternary", |a| {
+        want(&a, 3, "ternary")?;
+        Ok(if a[2].is_true() {
+            a[0].clone()
+        } else {
+            a[1].clone()
+        })
+    }),
+    ("required", |a| {
+        want(&a, 2, "required")?;
+        let v = &a[1];
+        if v.is_none()
+            || v.is_undefined()
+            || (v.kind() == ValueKind::String && v.as_str() == Some(""))
+        {
+            return Err(err(s(&a[0])));
+        }
+        Ok(v.clone())
+    }),
+    ("fail", |a| Err(err(s(&arg(&a, 0))))),
+    ("all", |a| Ok(Value::from(a.iter().all(|v| !empty(v))))),
+    ("any", |a| Ok(Value::from(a.iter().any(|v| !empty(v))))),
+    ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
+];
+
+/// Renders the define `name` with `data` as its dot.
+pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, Error> {
+    let tmpl = state
+        .env()
+        .get_template(&translate::define_name(name))
+        .map_err(|_| {
+            err(format!(
+                "no template \"{name}\" associated with template \"gotpl\""
+            ))
+        })?;
+    // Each include is a nested render on the Rust stack, so nesting is bounded well below what
+    // would overflow a 2 MiB thread stack; helm's own bound (1000) is for runaway recursion too.
+    let depth = state
+        .lookup("__depth")
+        .and_then(|d| d.as_i64())
+        .unwrap_or(0)
+        + 1;
+    if depth > MAX_INCLUDE_DEPTH {
+        return Err(err(format!(
+            "rendering template has a nested reference name: {name}: unable to execute template (include depth over {MAX_INCLUDE_DEPTH})"
+        )));
+    }
+    tmpl.render(minijinja::context! {
+        __d0 => data,
+        __now => state.lookup("__now"),
+        __rng => state.lookup("__rng"),
+        __depth => depth,
+    })
+}
+
+/// Maximum nesting of include/template/tpl.
+pub const MAX_INCLUDE_DEPTH: i64 = 64;
+
+pub(super) fn f_include(state: &State, name: String, data: Option<Value>) -> Result<Value, Error> {
+    Ok(Value::from(render_define(
+        state,
+        &name,
+        data.unwrap_or_default(),
+    )?))
+}
+
+pub(super) fn f_template(state: &State, name: String, data: Value) -> Result<Value, Error> {
+    f_include(state, name, Some(data))
+}
+
+pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
+    let name = state.name().to_string();
+    let parsed = parse::parse(&name, &text).map_err(|e| err(e.to_string()))?;
+    let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
+    let ctx = minijinja::context! {
+        __d0 => data,
+        __now => state.lookup("__now"),
+        __rng => state.lookup("__rng"),
+        __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
+    };
+    if t.defines.is_empty() {
+        return Ok(Value::from(
+            state.env().render_named_str(&name, &t.main, ctx)?,
+        ));
+    }
+    // helm parses tpl text into a clone of the template set: its defines are visible to this
+    // tpl (and what it includes) only.
+    let mut env = state.env().clone();
+    for (dname, dsrc) in t.defines {
+        env.add_template_owned(translate::define_name(&dname), dsrc)?;
+    }
+    Ok(Value::from(env.render_named_str(&name, &t.main, ctx)?))
+}
