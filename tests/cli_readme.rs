@@ -127,6 +127,11 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
             .replace("demo", &name)
     };
     let steps = steps(&readme);
+    assert!(
+        steps.iter().any(|s| matches!(s, Step::File(_, c) if c.contains("labels: {team: demo}"))),
+        "the README's BundleDeployment no longer has `labels: {{team: demo}}`, which this test \
+         labels pallet.dev/test so that a running demo agent leaves it alone"
+    );
     let runs = steps.iter().filter(|s| matches!(s, Step::Run(..))).count();
     assert!(
         runs >= 15,
@@ -162,7 +167,14 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
                 Step::File(file, content) => {
                     let dest = work.join(substitute(file));
                     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-                    std::fs::write(dest, substitute(content)).unwrap();
+                    // The test label keeps a developer's running agent (`tools/up.sh` selects
+                    // `!pallet.dev/test`) away from this BundleDeployment: only this test's
+                    // agent, selecting `team=<name>`, reconciles it.
+                    let content = substitute(content).replace(
+                        &format!("labels: {{team: {name}}}"),
+                        &format!("labels: {{team: {name}, {}: {name}}}", agent::TEST_LABEL),
+                    );
+                    std::fs::write(dest, content).unwrap();
                 }
                 Step::Run(command, expected) => {
                     let command = substitute(command);
