@@ -872,3 +872,61 @@ async fn on_failure_hold_leaves_the_failed_revision_in_place_and_stalled() {
     assert_eq!(later.active_revision, Some(2));
     assert_eq!(later.revisions.len(), 2);
 }
+
+/// An upgrade to sources that render no objects (a wrong directory, an emptied image) is refused
+/// with EmptyBundle: nothing is pruned and the active revision keeps running. With
+/// `rollout.allowEmpty` the same content becomes a revision that removes everything.
+#[tokio::test]
+async fn an_empty_render_is_refused_unless_allowed() {
+    let s = Scenario::new("empty").await;
+    s.commit(
+        docs(&[
+            config_map("a", "1"),
+            config_map("b", "2"),
+            config_map("c", "3"),
+        ]),
+        "three ConfigMaps",
+    );
+    let agent = Agent::start(&s.name);
+    s.create_bd(json!({})).await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+
+    s.commit(b"# moved elsewhere\n".to_vec(), "empty the bundle");
+    let refused = s
+        .wait_status(
+            &agent,
+            "the empty render refused",
+            Duration::from_secs(60),
+            |st| {
+                check(
+                    condition(st, "Installed").1 == "EmptyBundle",
+                    "not refused yet",
+                )
+            },
+        )
+        .await;
+    let (_, _, message) = condition(&refused, "Installed");
+    assert!(
+        message.contains("rendered no objects") && message.contains("spec.rollout.allowEmpty"),
+        "{message}"
+    );
+    assert_eq!(refused.active_revision, Some(1));
+    assert_eq!(refused.revisions.len(), 1, "no revision was made");
+    for cm in ["a", "b", "c"] {
+        assert!(
+            s.config_map_value(cm).await.is_some(),
+            "ConfigMap {cm} of revision 1 is still there"
+        );
+    }
+
+    s.create_bd(json!({"allowEmpty": true})).await;
+    s.wait_healthy(&agent, 2, Duration::from_secs(60)).await;
+    for cm in ["a", "b", "c"] {
+        assert!(
+            s.config_map_value(cm).await.is_none(),
+            "ConfigMap {cm} pruned by the allowed empty revision"
+        );
+    }
+    s.bds().delete(&s.name, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&s.client, &s.name).await;
+}

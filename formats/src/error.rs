@@ -165,6 +165,14 @@ pub enum RenderError {
         message: String,
     },
     /// The format exists but this entry point does not render it yet.
+    /// The bundle rendered no objects, and the spec does not allow that: applying it would prune
+    /// every object of the active revision (a wrong directory, an empty image).
+    #[error(
+        "the {0} bundle rendered no objects; applying it would delete every object of the active \
+         revision (check the sources' directories, or set spec.rollout.allowEmpty: true if an \
+         empty bundle is intended)"
+    )]
+    Empty(&'static str),
     #[error("the {0} format is not implemented in this entry point")]
     NotImplemented(&'static str),
 }
@@ -187,6 +195,7 @@ impl RenderError {
             Self::DuplicateObject { .. } => "DuplicateObject",
             Self::RegistryV1 { .. } => "UnsupportedBundle",
             Self::InvalidConfig { .. } => "InvalidConfig",
+            Self::Empty(_) => "EmptyBundle",
             Self::NotImplemented(_) => "NotImplemented",
         }
     }

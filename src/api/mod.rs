@@ -364,6 +364,10 @@ pub struct Rollout {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub history_limit: Option<i32>,
+    /// Whether a render with no objects may become a revision (it prunes every object of the
+    /// active one). Default: false, such a render is refused (EmptyBundle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_empty: Option<bool>,
 }
 
 impl Rollout {
@@ -380,6 +384,11 @@ impl Rollout {
     /// The history limit in force.
     pub fn history_limit(&self) -> i32 {
         self.history_limit.unwrap_or(Self::DEFAULT_HISTORY_LIMIT)
+    }
+
+    /// Whether an empty render is allowed.
+    pub fn allow_empty(&self) -> bool {
+        self.allow_empty.unwrap_or(false)
     }
 
     /// The progress deadline text in force (a Go duration).

@@ -51,17 +51,30 @@ pub fn format(format: BundleFormat) -> Format {
     }
 }
 
-/// Renders the tree at `tree` as `bd` asks, for a cluster with `capabilities`.
+/// Renders the tree at `tree` as `bd` asks, for a cluster with `capabilities`. A render with no
+/// objects is refused unless `spec.rollout.allowEmpty` (see [`refuse_empty`]).
 pub fn render(
     bd: &BundleDeployment,
     tree: &Path,
     capabilities: Option<HelmCapabilities>,
 ) -> Result<Rendered, RenderError> {
-    pallet_formats::render(
-        format(bd.spec.format),
-        tree,
-        &render_config(bd, capabilities),
-    )
+    let format = format(bd.spec.format);
+    let rendered = pallet_formats::render(format, tree, &render_config(bd, capabilities))?;
+    refuse_empty(rendered, format, bd.spec.rollout().allow_empty())
+}
+
+/// An empty render would prune every object of the active revision: usually a wrong directory
+/// or an empty image, not an intent. It is refused unless allowed (Argo CD's `allowEmpty` is
+/// the precedent), so the active revision stays.
+pub fn refuse_empty(
+    rendered: Rendered,
+    format: Format,
+    allow_empty: bool,
+) -> Result<Rendered, RenderError> {
+    if rendered.objects.is_empty() && !allow_empty {
+        return Err(RenderError::Empty(format.name()));
+    }
+    Ok(rendered)
 }
 
 /// helm's `.Capabilities.APIVersions` from discovery: every served `group/version` (`v1` for the
@@ -101,6 +114,15 @@ mod tests {
         assert_eq!(config.install_namespace, "apps");
         assert_eq!(config.watch_namespace, "");
         assert!(config.helm.capabilities.is_none());
+    }
+
+    #[test]
+    fn an_empty_render_is_refused_unless_allowed() {
+        let empty = Rendered::default();
+        let err = refuse_empty(empty.clone(), Format::Plain, false).unwrap_err();
+        assert_eq!(err.category(), "EmptyBundle");
+        assert!(err.to_string().contains("spec.rollout.allowEmpty"), "{err}");
+        assert!(refuse_empty(empty, Format::Plain, true).is_ok());
     }
 
     #[test]
