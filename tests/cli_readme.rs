@@ -128,7 +128,9 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
     };
     let steps = steps(&readme);
     assert!(
-        steps.iter().any(|s| matches!(s, Step::File(_, c) if c.contains("labels: {team: demo}"))),
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::File(_, c) if c.contains("labels: {team: demo}"))),
         "the README's BundleDeployment no longer has `labels: {{team: demo}}`, which this test \
          labels pallet.dev/test so that a running demo agent leaves it alone"
     );
