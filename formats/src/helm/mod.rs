@@ -590,6 +590,18 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
     Ok(env)
 }
 
+/// The Go type name of a value decoded from JSON, as `%T` prints it.
+fn go_value_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "<nil>",
+        serde_json::Value::Bool(_) => "bool",
+        serde_json::Value::Number(_) => "float64",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "[]interface {}",
+        serde_json::Value::Object(_) => "map[string]interface {}",
+    }
+}
+
 /// Validates every chart's values (its scope of the coalesced values) against its
 /// values.schema.json, as helm does before rendering; all violations are reported together.
 fn validate_schemas(chart: &Chart, values: &serde_json::Value) -> Result<(), HelmError> {
@@ -617,18 +629,21 @@ fn collect_schema_errors(
         let schema: serde_json::Value = serde_json::from_slice(raw).map_err(|e| {
             HelmError::chart(&name, format!("values.schema.json is not valid JSON: {e}"))
         })?;
-        let errs = schema::validate(&schema, values).map_err(|e| HelmError::chart(&name, e))?;
-        if !errs.is_empty() {
-            report.push(format!("{name}:"));
-            report.extend(errs.into_iter().map(|e| format!("- {e}")));
+        if let Err(text) = schema::validate(&schema, values) {
+            report.push(format!("{name}:\n{text}"));
         }
     }
     for sub in &chart.subcharts {
-        let sv = values
-            .get(sub.name())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
-        collect_schema_errors(sub, &sv, report)?;
+        // helm 3.19 skips a subchart without values and names one whose values are no map.
+        match values.get(sub.name()) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(sv @ serde_json::Value::Object(_)) => collect_schema_errors(sub, sv, report)?,
+            Some(other) => report.push(format!(
+                "{}:\ninvalid type for values: expected object (map), got {}",
+                sub.name(),
+                go_value_type(other)
+            )),
+        }
     }
     Ok(())
 }
