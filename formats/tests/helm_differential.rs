@@ -39,6 +39,7 @@ fn yaml11() -> serde_saphyr::Options {
     serde_saphyr::options! {
         legacy_octal_numbers: true,
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+        emit_comments: false,
     }
 }
 
@@ -836,4 +837,12 @@ fn chart_metadata_validation_matches_helm() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Every YAML file helm reads with long comment blocks between keys (values.yaml, Chart.yaml,
+/// crds/, a `.Files` file through `fromYaml`, user values, the rendered manifest), and a key
+/// repeated in the rendered output (the last value wins, as in helm).
+#[test]
+fn comments_chart_matches_helm_template() {
+    check_chart("comments");
 }

@@ -686,10 +686,7 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
 /// `0644` is octal (420), as in a `defaultMode: 0644` in values.yaml, and a repeated key keeps
 /// its last value.
 pub(crate) fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        legacy_octal_numbers: true,
-        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
-    }
+    crate::object::yaml_options()
 }
 
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
@@ -771,7 +768,10 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
                     HelmError::template(
                         &f.source,
                         0,
-                        format!("rendered output is not valid YAML: {e}"),
+                        format!(
+                            "rendered output is not valid YAML: {}",
+                            crate::object::yaml_error_message(&e)
+                        ),
                     )
                 })?;
             match v {
