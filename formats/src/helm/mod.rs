@@ -626,10 +626,7 @@ fn collect_schema_errors(
 ) -> Result<(), HelmError> {
     let name = chart.name();
     if let Some(raw) = &chart.schema {
-        let schema: serde_json::Value = serde_json::from_slice(raw).map_err(|e| {
-            HelmError::chart(&name, format!("values.schema.json is not valid JSON: {e}"))
-        })?;
-        if let Err(text) = schema::validate(&schema, values) {
+        if let Err(text) = schema::validate_document(raw, values) {
             report.push(format!("{name}:\n{text}"));
         }
     }

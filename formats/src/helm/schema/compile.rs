@@ -2,7 +2,7 @@
 //! anchors, the draft of each schema, its keywords (only those its draft knows) and resolved
 //! references.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use regex::Regex;
 use serde_json::{Map, Value as Json};
@@ -414,6 +414,7 @@ impl Compiled {
         let mut c = Compiler {
             doc: &doc,
             ptrs: Vec::new(),
+            index: HashMap::new(),
             nodes: Vec::new(),
             needs_eval: false,
         };
@@ -436,16 +437,19 @@ pub(super) struct Compiler<'d, 'a> {
     pub(super) doc: &'d Doc<'a>,
     /// Pointer of each node, in node order (index = node).
     pub(super) ptrs: Vec<String>,
+    /// Node of each pointer (schemas are compiled once, however often they are referenced).
+    pub(super) index: HashMap<String, usize>,
     pub(super) nodes: Vec<Node>,
     pub(super) needs_eval: bool,
 }
 
 impl Compiler<'_, '_> {
     pub(super) fn enqueue(&mut self, ptr: &str) -> usize {
-        match self.ptrs.iter().position(|p| p == ptr) {
-            Some(i) => i,
+        match self.index.get(ptr) {
+            Some(i) => *i,
             None => {
                 self.ptrs.push(ptr.to_string());
+                self.index.insert(ptr.to_string(), self.ptrs.len() - 1);
                 self.ptrs.len() - 1
             }
         }

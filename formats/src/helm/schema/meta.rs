@@ -181,21 +181,17 @@ impl Checker<'_> {
             }
             "type" => {
                 let bad_name = |t: &Json| !t.as_str().is_some_and(|t| TYPES.contains(&t));
-                let one_of = format!(
-                    "value must be one of {}",
-                    TYPES
-                        .iter()
-                        .map(|t| quote(t))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
+                let one_of = || {
+                    let names: Vec<String> = TYPES.iter().map(|t| quote(t)).collect();
+                    format!("value must be one of {}", names.join(", "))
+                };
                 match v {
-                    Json::String(_) if bad_name(v) => self.push(&[k], one_of),
+                    Json::String(_) if bad_name(v) => self.push(&[k], one_of()),
                     Json::String(_) => {}
                     Json::Array(a) => {
                         for (i, t) in a.iter().enumerate() {
                             if bad_name(t) {
-                                self.push(&[k, &i.to_string()], one_of.clone());
+                                self.push(&[k, &i.to_string()], one_of());
                             }
                         }
                         self.unique(&[k], a);

@@ -173,26 +173,12 @@ impl Eval {
 /// dynamic references.
 pub(super) struct Scope<'s> {
     pub(super) node: usize,
-    /// The keyword path from the parent (`/$ref`, or the location difference).
-    pub(super) step: String,
+    /// The reference keyword that led here from the parent (`$ref`), or "" (then the step is
+    /// the difference of the two locations, computed only for a cycle's message).
+    pub(super) kw: &'static str,
     /// Which instance value this scope validates (same value, same id).
     pub(super) vid: usize,
     pub(super) parent: Option<&'s Scope<'s>>,
-}
-
-impl Scope<'_> {
-    pub(super) fn keyword_location(&self) -> String {
-        let mut parts = Vec::new();
-        let mut s = Some(self);
-        while let Some(sc) = s {
-            if sc.parent.is_some() {
-                parts.push(sc.step.clone());
-            }
-            s = sc.parent;
-        }
-        parts.reverse();
-        parts.concat()
-    }
 }
 
 pub(super) struct Validator<'c> {
@@ -211,6 +197,20 @@ impl Validator<'_> {
         }
     }
 
+    /// The keyword path from the root schema to a scope (helm's `kwLoc`).
+    pub(super) fn keyword_location(&self, scope: &Scope) -> String {
+        let mut parts = Vec::new();
+        let mut s = Some(scope);
+        while let Some(sc) = s {
+            if let Some(parent) = sc.parent {
+                parts.push(self.child_step(parent.node, sc.node, sc.kw));
+            }
+            s = sc.parent;
+        }
+        parts.reverse();
+        parts.concat()
+    }
+
     pub(super) fn child_step(&self, parent: usize, child: usize, kw: &str) -> String {
         if !kw.is_empty() {
             return format!("/{}", escape(kw));
@@ -227,12 +227,12 @@ impl Validator<'_> {
         v: &Json,
         at: &mut Vec<String>,
         scope: &Scope,
-        kw: &str,
+        kw: &'static str,
         bool_only: bool,
     ) -> VResult {
         let sc = Scope {
             node: n,
-            step: self.child_step(scope.node, n, kw),
+            kw,
             vid: scope.vid,
             parent: Some(scope),
         };
@@ -252,7 +252,7 @@ impl Validator<'_> {
         at.push(tok);
         let sc = Scope {
             node: n,
-            step: self.child_step(scope.node, n, ""),
+            kw: "",
             vid: scope.vid + 1,
             parent: Some(scope),
         };
@@ -267,7 +267,7 @@ impl Validator<'_> {
         v: &Json,
         at: &mut Vec<String>,
         scope: &Scope,
-        kw: &str,
+        kw: &'static str,
         bool_only: bool,
     ) -> VResult {
         self.validate_self(n, v, at, scope, kw, bool_only)
@@ -310,8 +310,8 @@ impl Validator<'_> {
                     at,
                     format!(
                         "both {} and {} resolve to \"{}\" causing reference cycle",
-                        scope.keyword_location(),
-                        sc.keyword_location(),
+                        self.keyword_location(scope),
+                        self.keyword_location(sc),
                         node.location
                     ),
                 ));
@@ -541,7 +541,7 @@ impl Validator<'_> {
                 // helm validates each name as a document of its own: paths start at ''.
                 let sc = Scope {
                     node: pn,
-                    step: String::new(),
+                    kw: "",
                     vid: 0,
                     parent: None,
                 };
