@@ -287,7 +287,7 @@ pub fn parse_manifests(file_name: &str, text: &str) -> Result<Vec<Object>, Rende
                         document: Some(document.index),
                         line: Some(line),
                     },
-                    message: first_line_of(&error.to_string()),
+                    message: yaml_error_message(&error),
                 }
             })?;
         if value.is_null() {
@@ -304,10 +304,26 @@ pub fn parse_manifests(file_name: &str, text: &str) -> Result<Vec<Object>, Rende
     Ok(objects)
 }
 
-/// YAML reading options matching what kubectl and the API machinery (sigs.k8s.io/yaml, a YAML 1.1
-/// reader) make of manifests: `0644` is octal (420), as in a volume's `defaultMode: 0644`.
-fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! { legacy_octal_numbers: true }
+/// YAML reading options matching what kubectl, helm and the API machinery (sigs.k8s.io/yaml over
+/// go-yaml v2, a YAML 1.1 reader) make of a file, shared by every YAML reader in this crate:
+/// - `0644` is octal (420), as in a volume's `defaultMode: 0644`;
+/// - of a repeated mapping key the last value wins (go-yaml v2 decodes into a map, no error);
+/// - comments are not kept: they are never part of the value, and keeping them makes the
+///   parser buffer every comment line while it looks ahead for the next key, which fails past
+///   a few dozen lines ("too many buffered comments"), where go-yaml reads any number.
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        legacy_octal_numbers: true,
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+        emit_comments: false,
+    }
+}
+
+/// A YAML reader's error in a user's terms: its first line (the parser adds a source excerpt
+/// below it), without the parser's own `error: ` prefix.
+pub(crate) fn yaml_error_message(error: &serde_saphyr::Error) -> String {
+    let text = first_line_of(&error.to_string());
+    text.strip_prefix("error: ").unwrap_or(&text).to_string()
 }
 
 /// Whole-number floats (`1e3`, `2.0`) become integers, as they do in Kubernetes, whose YAML-to-JSON
@@ -367,6 +383,17 @@ fn first_line_of(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_comment_blocks_and_repeated_keys_read_as_kubectl_reads_them() {
+        let comments: String = (0..300).map(|i| format!("  # note {i}\n")).collect();
+        let text = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n{comments}  name: a\ndata:\n  k: first\n{comments}  k: second\n"
+        );
+        let objects = parse_manifests("c.yaml", &text).unwrap();
+        assert_eq!(objects[0].name(), "a");
+        assert_eq!(objects[0].body()["data"]["k"], "second");
+    }
 
     #[test]
     fn splits_documents_with_line_numbers_and_skips_empty_ones() {

@@ -46,6 +46,7 @@ fn yaml11() -> serde_saphyr::Options {
     serde_saphyr::options! {
         legacy_octal_numbers: true,
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
+        emit_comments: false,
     }
 }
 

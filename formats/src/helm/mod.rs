@@ -599,6 +599,18 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
     Ok(env)
 }
 
+/// The Go type name of a value decoded from JSON, as `%T` prints it.
+fn go_value_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "<nil>",
+        serde_json::Value::Bool(_) => "bool",
+        serde_json::Value::Number(_) => "float64",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "[]interface {}",
+        serde_json::Value::Object(_) => "map[string]interface {}",
+    }
+}
+
 /// Validates every chart's values (its scope of the coalesced values) against its
 /// values.schema.json, as helm does before rendering; all violations are reported together.
 fn validate_schemas(chart: &Chart, values: &serde_json::Value) -> Result<(), HelmError> {
@@ -623,21 +635,21 @@ fn collect_schema_errors(
 ) -> Result<(), HelmError> {
     let name = chart.name();
     if let Some(raw) = &chart.schema {
-        let schema: serde_json::Value = serde_json::from_slice(raw).map_err(|e| {
-            HelmError::chart(&name, format!("values.schema.json is not valid JSON: {e}"))
-        })?;
-        let errs = schema::validate(&schema, values).map_err(|e| HelmError::chart(&name, e))?;
-        if !errs.is_empty() {
-            report.push(format!("{name}:"));
-            report.extend(errs.into_iter().map(|e| format!("- {e}")));
+        if let Err(text) = schema::validate_document(raw, values) {
+            report.push(format!("{name}:\n{text}"));
         }
     }
     for sub in &chart.subcharts {
-        let sv = values
-            .get(sub.name())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
-        collect_schema_errors(sub, &sv, report)?;
+        // helm 3.19 skips a subchart without values and names one whose values are no map.
+        match values.get(sub.name()) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(sv @ serde_json::Value::Object(_)) => collect_schema_errors(sub, sv, report)?,
+            Some(other) => report.push(format!(
+                "{}:\ninvalid type for values: expected object (map), got {}",
+                sub.name(),
+                go_value_type(other)
+            )),
+        }
     }
     Ok(())
 }
@@ -680,10 +692,7 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
 /// `0644` is octal (420), as in a `defaultMode: 0644` in values.yaml, and a repeated key keeps
 /// its last value.
 pub(crate) fn yaml_options() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        legacy_octal_numbers: true,
-        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
-    }
+    crate::object::yaml_options()
 }
 
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
@@ -765,7 +774,10 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
                     HelmError::template(
                         &f.source,
                         0,
-                        format!("rendered output is not valid YAML: {e}"),
+                        format!(
+                            "rendered output is not valid YAML: {}",
+                            crate::object::yaml_error_message(&e)
+                        ),
                     )
                 })?;
             match v {

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle};
+use serde_saphyr::granit_parser::{Event, Options as ParserOptions, Parser, ScalarStyle};
 
 /// One step of a path into a parsed document.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,7 +77,10 @@ fn node_done(stack: &mut [Frame]) {
 fn key_events(text: &str) -> Vec<KeyEvent> {
     let mut out = Vec::new();
     let mut stack: Vec<Frame> = Vec::new();
-    for event in Parser::new_from_str(text) {
+    // Comments are not wanted here either; kept, they fail past a few dozen consecutive lines.
+    let mut options = ParserOptions::default();
+    options.set_emit_comments(false);
+    for event in Parser::new_from_str_with_options(text, options) {
         // Parse errors are reported by the value parser; stop looking here.
         let Ok((event, _)) = event else {
             break;
@@ -213,7 +216,7 @@ pub fn rename_bool_keys(text: &str, v: &mut Value) {
 /// boolean keys renamed.
 pub fn parse(text: &str) -> Result<Value, String> {
     let mut v: Value = serde_saphyr::from_str_with_options(text, super::yaml_options())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::object::yaml_error_message(&e))?;
     rename_bool_keys(text, &mut v);
     Ok(v)
 }
