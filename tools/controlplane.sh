@@ -14,7 +14,8 @@
 #   tools/controlplane.sh selftest    check the control plane behaves like a real cluster
 #
 # No scheduler; a fake kubelet runs Pods only in namespaces labelled pallet.dev/fake-kubelet=on:
-# Running and Ready, or CrashLoopBackOff when an image tag ends in "broken" (e.g. app:v2-broken).
+# Running and Ready, or CrashLoopBackOff when an image tag ends in "broken" (e.g. app:v2-broken);
+# Pods that run to completion (Jobs') Succeed, or Fail with a "broken" tag and restartPolicy Never.
 #
 # Environment: PALLET_CACHE_DIR (binaries, default ~/.cache/pallet), PALLET_STATE_DIR (default
 # <repo>/.pallet), PALLET_CONTROLPLANE_PORT (apiserver port, default 16443),

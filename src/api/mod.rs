@@ -564,6 +564,44 @@ pub struct RevisionStatus {
     /// Human-readable detail (why it failed, what superseded it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Helm hooks this revision runs (its install or upgrade hooks, in the order they run) and
+    /// how far each got. Empty for other formats and for charts without such hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookRun>,
+}
+
+/// One helm hook of a revision and how its run went.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRun {
+    /// The event it runs for: `pre-install`, `post-install`, `pre-upgrade` or `post-upgrade`.
+    pub event: String,
+    /// The hook object, as rendered (its namespace filled in when it names none).
+    pub object: ObjectReference,
+    /// How far it got.
+    pub phase: HookPhase,
+    /// Why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// True once its delete policy (`hook-succeeded`, `hook-failed`) removed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+}
+
+/// Life cycle of a hook run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum HookPhase {
+    /// Not started yet.
+    Pending,
+    /// Created; waiting for it to complete (a Job, a Pod).
+    Running,
+    /// Completed.
+    Succeeded,
+    /// Failed (Job or Pod failed, the object was refused, or the progress deadline passed).
+    Failed,
+    /// Not run: the revision was made active again by a rollback (helm runs no install or
+    /// upgrade hooks on a rollback).
+    Skipped,
 }
 
 /// A source as the user wrote it and the immutable ref it resolved to.

@@ -565,7 +565,10 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             install_namespace: bd.spec.install_namespace.as_deref(),
             collision_protection: bd.spec.collision_protection(),
         };
-        let drifted = preview::drift(&target, &rendered.object_list()).await?;
+        // Helm hooks are not kept in line with the bundle: resuming reverts none of them.
+        let helm = bd.spec.format == crate::api::BundleFormat::Helm;
+        let (objects, _) = crate::reconcile::hook_plan::split(&rendered.object_list(), helm);
+        let drifted = preview::drift(&target, &objects).await?;
         if args.output != Output::Table {
             let list: Vec<Value> = drifted
                 .iter()

@@ -33,6 +33,7 @@ async fn reconcile(
     let _in_flight = METRICS.reconcile_started();
     let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let bd = latest(&api, bd, &ctx).await;
     let span = tracing::info_span!("reconcile", bundle_deployment = %bd.name_any());
     let result = finalizer(&api, FINALIZER, bd, |event| async {
         let next = match event {
@@ -46,6 +47,44 @@ async fn reconcile(
     .await;
     METRICS.reconciled(result.is_ok(), started.elapsed());
     result.map_err(|e| ControllerError(Box::new(e)))
+}
+
+/// The object to reconcile: the cached one, unless this agent wrote its status since the cache
+/// last saw it (the watch event of that write may still be on its way when the next pass
+/// starts). A pass must not decide from an older status: it would start a revision twice, or run
+/// a helm hook again. Then it is read from the API server; a failed read keeps the cached one.
+async fn latest(
+    api: &Api<BundleDeployment>,
+    cached: Arc<BundleDeployment>,
+    ctx: &Context,
+) -> Arc<BundleDeployment> {
+    let name = cached.name_any();
+    let written = ctx
+        .last_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+        .cloned();
+    if written.is_none() || written == cached.metadata.resource_version {
+        return cached;
+    }
+    match api.get_opt(&name).await {
+        Ok(Some(fresh)) => {
+            // Cached objects as new as this one need no read again.
+            if let Some(version) = &fresh.metadata.resource_version {
+                ctx.last_written
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name, version.clone());
+            }
+            Arc::new(fresh)
+        }
+        Ok(None) => cached,
+        Err(error) => {
+            tracing::warn!(bundle_deployment = %name, %error, "could not re-read; using the cached object");
+            cached
+        }
+    }
 }
 
 fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Context>) -> Action {

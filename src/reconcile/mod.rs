@@ -7,8 +7,11 @@
 //! Each phase has its own module; this one wires them together, handles pause and deletion, and
 //! turns errors into conditions. Health, revisions and rollback come with their own phases.
 
+pub mod changes;
 pub mod controller;
 pub mod fetch;
+pub mod hook_plan;
+pub mod hooks;
 pub mod owned;
 pub mod render;
 pub mod rollout;
@@ -26,17 +29,18 @@ use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
 use crate::api::{
-    parse_duration, BundleDeployment, BundleDeploymentStatus, DeletionPolicy, ObjectReference,
-    OnFailure, ResolvedSource, RevisionPhase,
+    parse_duration, BundleDeployment, BundleDeploymentStatus, DeletionPolicy, HookPhase,
+    ObjectReference, OnFailure, ResolvedSource, RevisionPhase,
 };
 use crate::apply::{
     plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
 };
-use crate::changelog::{self, ChangeLog, Operation, Reason};
+use crate::changelog::{ChangeLog, Operation, Reason};
 use crate::health;
 use crate::metrics::METRICS;
 use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
 use crate::source::{Fetcher, SourceError};
+use changes::{change_object, log_writes};
 use fetch::SecretPolicy;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
@@ -167,6 +171,10 @@ pub struct Context {
     snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
     /// Set once the agent's namespace (where snapshots live) is known to exist.
     agent_namespace_ready: tokio::sync::OnceCell<()>,
+    /// The resourceVersion of each BundleDeployment after this agent's last status write, or of
+    /// its last direct read (see [`controller`]: a pass never starts from a cached object older
+    /// than that).
+    last_written: Mutex<HashMap<String, String>>,
 }
 
 impl Context {
@@ -191,6 +199,7 @@ impl Context {
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
+            last_written: Mutex::new(HashMap::new()),
             client,
             config,
             fetcher,
@@ -744,6 +753,9 @@ async fn apply_revision(
     }
     let mut applier = ctx.applier(bd, client);
     applier.revision = work.active_revision;
+    // Helm hooks run at their events, not as release objects (see `hooks`).
+    let (objects, hook_objects) = &hook_plan::split(objects, is_helm(bd));
+    hook_plan::prepare(work, hook_objects, transition);
     let active = rollout::active_revision(work).cloned();
     let on_its_way = active.as_ref().is_some_and(|r| {
         matches!(
@@ -751,8 +763,12 @@ async fn apply_revision(
             RevisionPhase::Applying | RevisionPhase::Progressing
         )
     });
+    // A revision whose pre hooks started recorded its inventory when they did.
+    let hooks_started = active
+        .as_ref()
+        .is_some_and(|r| r.hooks.iter().any(|h| h.phase != HookPhase::Pending));
     if *transition != Transition::Reapply
-        || active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying)
+        || (active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying) && !hooks_started)
     {
         // Record what is about to happen, and every object that may end up on the cluster,
         // before the first write: after a crash the next pass finishes the job and prunes.
@@ -791,7 +807,13 @@ async fn apply_revision(
         .as_ref()
         .map(|r| r.digest.clone())
         .unwrap_or_default();
-    let result = apply_and_prune(&applier, objects, work).await;
+    if let Some(step) = hooks::before(ctx, bd, &applier, work, hook_objects).await? {
+        return Ok(step);
+    }
+    let hook_keys = applier
+        .resolve_keys(&hook_plan::objects(hook_objects))
+        .await?;
+    let result = apply_and_prune(&applier, objects, work, &hook_keys).await;
     log_writes(
         ctx,
         bd,
@@ -850,7 +872,11 @@ async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let health = assess_health(&applied);
+    let mut health = assess_health(&applied);
+    let after = hooks::after(ctx, bd, &applier, work, hook_objects, &mut health);
+    if let Some(step) = after.await? {
+        return Ok(step);
+    }
     let now = now();
     let deadline =
         parse_duration(bd.spec.rollout().progress_deadline()).unwrap_or(Duration::from_secs(600));
@@ -931,6 +957,11 @@ fn assess_health(applied: &[Applied]) -> HealthReport {
     }
 }
 
+/// True for helm charts, the only format with hooks.
+fn is_helm(bd: &BundleDeployment) -> bool {
+    bd.spec.format == crate::api::BundleFormat::Helm
+}
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -957,6 +988,8 @@ async fn observe_drift(
         },
         _ => rendered.object_list(),
     };
+    // Hooks are not kept in line with the bundle: helm leaves them alone once they ran.
+    let (objects, _) = hook_plan::split(&objects, is_helm(bd));
     // Reads go through the agent's own client: observing is not acting on the user's behalf.
     let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
     Ok(drifted
@@ -999,12 +1032,15 @@ async fn apply_and_prune(
     applier: &Applier,
     objects: &[Object],
     current: &BundleDeploymentStatus,
+    hooks: &[(ObjectKey, String)],
 ) -> Result<(Vec<Applied>, crate::apply::Pruned), ApplyError> {
     let applied = applier.apply(objects).await?;
+    // Hooks are never pruned (an inventory written before hooks had their own phase lists them).
     let kept: Vec<ObjectKey> = applied
         .iter()
         .filter(|a| a.outcome != ApplyOutcome::Skipped)
         .map(|a| a.key.clone())
+        .chain(hooks.iter().map(|(key, _)| key.clone()))
         .collect();
     let previous = current
         .inventory
@@ -1022,105 +1058,6 @@ async fn apply_and_prune(
         .collect();
     let pruned = applier.prune(&prune).await?;
     Ok((applied, pruned))
-}
-
-/// Writes a change-log line for every write in the applier's journal and one summary Event.
-async fn log_writes(
-    ctx: &Context,
-    bd: &BundleDeployment,
-    applier: &Applier,
-    objects: &[Object],
-    (revision, digest): (Option<i64>, &str),
-    apply_reason: Reason,
-    error: Option<&ApplyError>,
-) {
-    let name = bd.name_any();
-    let writes: Vec<Applied> =
-        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
-    let (mut created, mut updated, mut deleted) = (0, 0, 0);
-    for write in &writes {
-        let (operation, reason) = match (&write.outcome, &write.adopted_from) {
-            // Deletions are prunes, except while rolling back, where they are the rollback.
-            (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
-                (Operation::Delete, Reason::Rollback)
-            }
-            (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
-            (_, Some(_)) => (Operation::Update, Reason::Adoption),
-            (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
-            _ => (Operation::Update, apply_reason),
-        };
-        match operation {
-            Operation::Create => created += 1,
-            Operation::Update => updated += 1,
-            Operation::Delete => deleted += 1,
-        }
-        let mut entry = ctx.changelog.entry(
-            &name,
-            operation,
-            reason,
-            change_object(&write.key, &write.api_version),
-        );
-        entry.revision = revision;
-        entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
-        entry.resource_version_before = write.resource_version_before.clone();
-        entry.resource_version_after = write.resource_version_after.clone();
-        entry.fields_changed = write.fields_changed.clone();
-        if let Some(previous) = &write.adopted_from {
-            entry
-                .details
-                .insert("previousOwner".into(), json!(previous));
-        }
-        ctx.changelog.record(&entry);
-    }
-    if let Some(error) = error {
-        if let Some(key) = error.key() {
-            // The failed write: an update or a create, as far as the agent could tell.
-            let api_version = objects
-                .iter()
-                .find(|o| &o.key() == key)
-                .map(|o| o.api_version())
-                .unwrap_or_default();
-            let mut entry = ctx.changelog.entry(
-                &name,
-                Operation::Update,
-                apply_reason,
-                change_object(key, api_version),
-            );
-            entry.revision = revision;
-            entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
-            entry.result = "failure";
-            entry.error = Some(error.to_string());
-            ctx.changelog.record(&entry);
-        }
-        ctx.event(bd, true, error.category(), "Apply", error.to_string())
-            .await;
-    } else if !writes.is_empty() {
-        let (event_reason, why) = match apply_reason {
-            Reason::Rollback => ("RolledBack", "re-applied"),
-            Reason::Drift => ("DriftCorrected", "corrected drift toward"),
-            _ => ("Applied", "applied"),
-        };
-        let name = revision.map_or("the bundle".to_string(), |n| format!("revision {n}"));
-        let short = digest.get(..19).unwrap_or(digest);
-        let note = format!(
-            "{why} {name} ({short}): {created} created, {updated} updated, {deleted} deleted"
-        );
-        ctx.event(bd, false, event_reason, "Apply", note).await;
-        if apply_reason == Reason::Drift {
-            METRICS.drift_corrected(created + updated);
-        }
-        METRICS.applied(created, updated);
-        METRICS.pruned(deleted);
-    }
-}
-
-fn change_object(key: &ObjectKey, api_version: &str) -> changelog::ObjectRef {
-    changelog::ObjectRef {
-        api_version: api_version.to_string(),
-        kind: key.kind.clone(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    }
 }
 
 async fn ensure_namespace(
@@ -1225,6 +1162,10 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .delete_all(&name)
         .await
         .map_err(ReconcileError::Revision)?;
+    ctx.last_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&name);
     Ok(Next::RequeueAfter(ctx.requeue_interval))
 }
 
@@ -1291,16 +1232,24 @@ impl<'a> StatusWriter<'a> {
         }
         let api: Api<BundleDeployment> = Api::all(self.ctx.client.clone());
         let patch = json!({"status": status_merge_patch(&self.written, work)});
-        api.patch_status(
-            &self.bd.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-        .map_err(|e| ReconcileError::Kube {
-            context: "write status".into(),
-            source: e,
-        })?;
+        let patched = api
+            .patch_status(
+                &self.bd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+            .map_err(|e| ReconcileError::Kube {
+                context: "write status".into(),
+                source: e,
+            })?;
+        if let Some(version) = patched.metadata.resource_version {
+            self.ctx
+                .last_written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(self.bd.name_any(), version);
+        }
         self.written = work.clone();
         Ok(())
     }

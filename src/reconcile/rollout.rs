@@ -208,6 +208,7 @@ pub fn start_revision(
             objects: new.objects as i64,
             reason: None,
             message: None,
+            hooks: Vec::new(),
         },
     );
     status.active_revision = Some(new.number);

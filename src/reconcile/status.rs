@@ -38,6 +38,11 @@ pub enum Outcome {
         /// What started.
         transition: Transition,
     },
+    /// Helm hooks of the active revision are running before its objects are applied.
+    RunningHooks {
+        /// Which hook is running and what it is doing.
+        message: String,
+    },
     /// `spec.paused`: nothing was written.
     Paused {
         /// The reason given in `pallet.dev/paused-reason`, if any.
@@ -92,6 +97,8 @@ pub struct HealthReport {
 
 /// Condition reason of an automatic rollback (RolledBack=True, Stalled=True).
 pub const REASON_ROLLED_BACK: &str = "RolledBack";
+/// Condition reason (Ready, Reconciling) while helm hooks run before a revision's objects.
+pub const REASON_RUNNING_HOOKS: &str = "RunningHooks";
 /// Condition reason of a rollback on request (RolledBack=True, not stalled).
 pub const REASON_ROLLBACK_REQUESTED: &str = "RollbackRequested";
 
@@ -334,6 +341,21 @@ pub fn next_status(
             set(types::READY, false, "Applying", format!("applying {name}"));
             // A superset of what is on the cluster: a restart prunes what the revision lacks.
             status.inventory = Some(bounded_inventory(inventory));
+        }
+        Outcome::RunningHooks { message } => {
+            set(types::READY, false, REASON_RUNNING_HOOKS, message.clone());
+            set(
+                types::RECONCILING,
+                true,
+                REASON_RUNNING_HOOKS,
+                message.clone(),
+            );
+            set(
+                types::PAUSED,
+                false,
+                "Active",
+                "reconciling normally".into(),
+            );
         }
         Outcome::Paused { reason, drift } => {
             if let Some(drift) = drift {
@@ -612,6 +634,30 @@ mod tests {
             find(&status.conditions, types::STALLED).unwrap().status,
             "False"
         );
+    }
+
+    #[test]
+    fn running_hooks_is_reconciling_and_not_ready_and_keeps_the_inventory() {
+        let before = next_status(&Default::default(), Some(1), &installed(), &time(1));
+        let message = "waiting for pre-upgrade hook Job ns/migrate: Job running".to_string();
+        let status = next_status(
+            &before,
+            Some(2),
+            &Outcome::RunningHooks {
+                message: message.clone(),
+            },
+            &time(2),
+        );
+        let ready = find(&status.conditions, types::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str(), &ready.message),
+            ("False", REASON_RUNNING_HOOKS, &message)
+        );
+        assert_eq!(
+            condition(&status, types::RECONCILING),
+            ("True".into(), REASON_RUNNING_HOOKS.into())
+        );
+        assert_eq!(status.inventory, before.inventory);
     }
 
     #[test]

@@ -4,8 +4,13 @@ package main
 // would stay Pending forever and no Deployment could become Available. In
 // namespaces that opt in with the label below, this loop reports Pods the way a
 // kubelet would: running and ready, or crash-looping when an image tag ends
-// with "broken". Other namespaces are left alone, so tests that simulate pod
-// status themselves are not disturbed.
+// with "broken". Pods that run to completion (restartPolicy Never or OnFailure,
+// as every Job's Pods are) complete at once: phase Succeeded, containers
+// terminated with exit code 0; with a "broken" image a Never Pod fails (exit
+// code 1) and an OnFailure Pod crash-loops (a kubelet restarts it in place), so
+// the real Job controller marks the Job Complete or Failed. Other namespaces
+// are left alone, so tests that simulate pod status themselves are not
+// disturbed.
 
 import (
 	"context"
@@ -263,8 +268,11 @@ func desiredStatus(pod *corev1.Pod, now metav1.Time) (corev1.PodStatus, string) 
 		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
 	}
 
+	// Pods that run to completion: every Job's, and bare Pods that do not restart.
+	toCompletion := pod.Spec.RestartPolicy == corev1.RestartPolicyNever ||
+		pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure
 	var unready []string
-	failed := false
+	failed, completed := false, 0
 	st.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
 		old := findStatus(pod.Status.ContainerStatuses, c.Name)
@@ -286,6 +294,18 @@ func desiredStatus(pod *corev1.Pod, now metav1.Time) (corev1.PodStatus, string) 
 			failed = true
 		case brokenImage(c.Image):
 			cs = crashLooping(pod, c, old, now)
+		case toCompletion:
+			// The container ran and exited 0; it is not ready (it is not running).
+			cs = baseStatus(c, old)
+			cs.Started = new(bool)
+			if old != nil && old.State.Terminated != nil && old.State.Terminated.ExitCode == 0 {
+				cs.State = old.State
+			} else {
+				cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now, ContainerID: cs.ContainerID,
+				}}
+			}
+			completed++
 		default:
 			cs = baseStatus(c, old)
 			cs.Ready = true
@@ -296,7 +316,7 @@ func desiredStatus(pod *corev1.Pod, now metav1.Time) (corev1.PodStatus, string) 
 				cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
 			}
 		}
-		if !cs.Ready {
+		if !cs.Ready && cs.State.Terminated == nil {
 			unready = append(unready, c.Name)
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
@@ -309,6 +329,9 @@ func desiredStatus(pod *corev1.Pod, now metav1.Time) (corev1.PodStatus, string) 
 	} else if failed {
 		st.Phase = corev1.PodFailed
 		state = "Failed"
+	} else if toCompletion && completed == len(pod.Spec.Containers) {
+		st.Phase = corev1.PodSucceeded
+		state = "Succeeded"
 	} else if len(unready) > 0 {
 		state = "CrashLoopBackOff"
 	}
@@ -325,11 +348,16 @@ func desiredStatus(pod *corev1.Pod, now metav1.Time) (corev1.PodStatus, string) 
 		return c
 	}
 	notReady := fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	readyReason, ready := "ContainersNotReady", len(unready) == 0
+	if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
+		// A finished Pod is not ready, as a kubelet reports it.
+		readyReason, ready, notReady = "PodCompleted", false, ""
+	}
 	st.Conditions = []corev1.PodCondition{
 		cond(corev1.PodReadyToStartContainers, true, "", ""),
 		cond(corev1.PodInitialized, !initBroken, "ContainersNotInitialized", fmt.Sprintf("containers with incomplete status: [%s]", initName)),
-		cond(corev1.PodReady, len(unready) == 0, "ContainersNotReady", notReady),
-		cond(corev1.ContainersReady, len(unready) == 0, "ContainersNotReady", notReady),
+		cond(corev1.PodReady, ready, readyReason, notReady),
+		cond(corev1.ContainersReady, ready, readyReason, notReady),
 		cond(corev1.PodScheduled, true, "", ""),
 	}
 	// Conditions other components own (readiness gates, disruption targets) stay.

@@ -81,3 +81,38 @@ func TestDesiredStatus(t *testing.T) {
 		t.Errorf("broken pod that never restarts: state %s, status %+v", state, st)
 	}
 }
+
+// Pods that run to completion (every Job's) complete at once, and stay so on later passes.
+func TestDesiredStatusRunToCompletion(t *testing.T) {
+	now := metav1.NewTime(time.Unix(1000, 0))
+	for _, policy := range []corev1.RestartPolicy{corev1.RestartPolicyNever, corev1.RestartPolicyOnFailure} {
+		pod := testPod("x.invalid/a:v1", policy)
+		st, state := desiredStatus(pod, now)
+		term := st.ContainerStatuses[0].State.Terminated
+		if state != "Succeeded" || st.Phase != corev1.PodSucceeded || term == nil || term.ExitCode != 0 ||
+			term.Reason != "Completed" || condition(st, corev1.PodReady) != corev1.ConditionFalse {
+			t.Errorf("%s: completing pod: state %s, status %+v", policy, state, st)
+		}
+		pod.Status = st
+		again, _ := desiredStatus(pod, metav1.NewTime(time.Unix(5000, 0)))
+		if !apiequality.Semantic.DeepEqual(st, again) {
+			t.Errorf("%s: completed status changed on a second pass:\n%+v\n%+v", policy, st, again)
+		}
+	}
+
+	// A broken image in a Pod that restarts on failure crash-loops in place, as on a node; the Job
+	// controller counts its restarts against the backoff limit.
+	st, state := desiredStatus(testPod("x.invalid/a:v2-broken", corev1.RestartPolicyOnFailure), now)
+	cs := st.ContainerStatuses[0]
+	if state != "CrashLoopBackOff" || st.Phase != corev1.PodRunning || cs.RestartCount < 1 ||
+		cs.LastTerminationState.Terminated == nil || cs.LastTerminationState.Terminated.ExitCode != 1 {
+		t.Errorf("broken OnFailure pod: state %s, status %+v", state, st)
+	}
+
+	// A broken image in a Pod that never restarts: exit code 1, phase Failed, not ready.
+	st, state = desiredStatus(testPod("x.invalid/a:v2-broken", corev1.RestartPolicyNever), now)
+	if term := st.ContainerStatuses[0].State.Terminated; state != "Failed" || term == nil || term.ExitCode != 1 ||
+		condition(st, corev1.PodReady) != corev1.ConditionFalse {
+		t.Errorf("broken Never pod: state %s, status %+v", state, st)
+	}
+}

@@ -231,6 +231,33 @@ retry_until 10 "deletion of the bound pod to be confirmed" gone -n "$kns" get po
   fail "fake kubelet: graceful deletion not confirmed (30s grace period would still run)"
 pass "fake kubelet: graceful pod deletion confirmed"
 
+# Jobs: their Pods run to completion. The real Job controller marks a Job Complete once its Pod
+# succeeded, and Failed when its Pod (restartPolicy Never, "broken" image, no retries) failed.
+job() {
+  cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata: {name: $1, namespace: $kns}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: main, image: $2}]
+EOF
+}
+job done x.invalid/a:v1 | kc apply -f - >/dev/null
+job boom x.invalid/a:v1-broken | kc apply -f - >/dev/null
+kc -n "$kns" wait --for=condition=Complete --timeout=60s job/done >/dev/null ||
+  fail "fake kubelet: job done not Complete: $(kc -n "$kns" get job done -o jsonpath='{.status}')"
+[ "$(kc -n "$kns" get pods -l job-name=done -o jsonpath='{.items[0].status.phase} {.items[0].status.containerStatuses[0].state.terminated.exitCode}')" = "Succeeded 0" ] ||
+  fail "fake kubelet: the Pod of job done did not succeed with exit code 0"
+kc -n "$kns" wait --for=condition=Failed --timeout=60s job/boom >/dev/null ||
+  fail "fake kubelet: job boom not Failed: $(kc -n "$kns" get job boom -o jsonpath='{.status}')"
+[ "$(kc -n "$kns" get pods -l job-name=boom -o jsonpath='{.items[0].status.phase} {.items[0].status.containerStatuses[0].state.terminated.exitCode}')" = "Failed 1" ] ||
+  fail "fake kubelet: the Pod of job boom did not fail with exit code 1"
+pass "fake kubelet: a Job's Pod completes (Job Complete); with a broken image it fails (Job Failed)"
+
 # Namespace deletion removes everything in it, custom resources and running pods included,
 # then the namespace.
 kc delete namespace "$ns" "$kns" --wait=false >/dev/null

@@ -26,6 +26,7 @@
 pub mod chart;
 pub mod funcs;
 pub mod gofmt;
+pub mod hooks;
 pub mod parse;
 pub mod schema;
 pub mod semver;
@@ -881,8 +882,8 @@ pub enum HookDisposition {
     /// Not a hook: part of the release's objects.
     NotHook,
     /// An install or upgrade hook (`pre-install`, `post-install`, `pre-upgrade`,
-    /// `post-upgrade`): applied as an ordinary object. The hook lifecycle (running before or
-    /// after the other objects, `hook-weight`, `hook-delete-policy`) is not reproduced.
+    /// `post-upgrade`, alone or with other events): kept in the agent's object set; the agent
+    /// runs it at its event (see [`hooks::parse_hook`] for its weight and delete policies).
     Apply,
     /// Not applied: test hooks (`test`, `test-success`; helm runs them only on `helm test`)
     /// and hooks that only run on delete or rollback.
@@ -896,35 +897,13 @@ pub enum HookDisposition {
 /// hooks like any object; [`render`] keeps them all (it is `helm template`), the agent's
 /// [`render_bundle`] applies this policy.
 pub fn hook_disposition(body: &serde_json::Map<String, serde_json::Value>) -> HookDisposition {
-    let Some(hook) = body
-        .get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.get("helm.sh/hook"))
-    else {
-        return HookDisposition::NotHook;
-    };
-    // helm reads the annotation as a comma-separated, case-insensitive list of events.
-    let text = hook.as_str().unwrap_or_default().to_lowercase();
-    let events: Vec<&str> = text.split(',').map(str::trim).collect();
-    const INSTALL: &[&str] = &["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
-    const OTHER: &[&str] = &[
-        "pre-delete",
-        "post-delete",
-        "pre-rollback",
-        "post-rollback",
-        "test",
-        "test-success",
-    ];
-    if events
-        .iter()
-        .any(|e| !INSTALL.contains(e) && !OTHER.contains(e))
-    {
-        return HookDisposition::Unknown;
-    }
-    if events.iter().any(|e| INSTALL.contains(e)) {
-        HookDisposition::Apply
-    } else {
-        HookDisposition::Skip
+    match hooks::parse_hook(body) {
+        Ok(None) => HookDisposition::NotHook,
+        Err(_) => HookDisposition::Unknown,
+        Ok(Some(hook)) if hook.events.iter().any(|e| e.is_install_or_upgrade()) => {
+            HookDisposition::Apply
+        }
+        Ok(Some(_)) => HookDisposition::Skip,
     }
 }
 

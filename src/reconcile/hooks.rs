@@ -1,0 +1,406 @@
+//! The helm hook phase: runs a revision's `pre-install`/`pre-upgrade` hooks before its objects
+//! are applied and its `post-install`/`post-upgrade` hooks once they are healthy, one hook at a
+//! time, as [`super::hook_plan`] decides.
+//!
+//! The phase never blocks a worker on a running hook: each pass looks at the hook in progress
+//! (one GET), moves on when it is done, and otherwise asks to be called again soon (a watch on
+//! the hook's kind usually brings the pass sooner). How far the hooks got is kept in the
+//! revision's `hooks` list in the status, so a hook runs once per revision: never again on a
+//! later pass, a restart of the agent, or a rollback to the revision.
+
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use kube::ResourceExt;
+use pallet_formats::ObjectKey;
+use serde_json::{json, Value};
+
+use super::hook_plan::{self, HookObject, Next, Readiness, Stage};
+use super::status::{HealthReport, Outcome};
+use super::{change_object, now, rollout, Context, ReconcileError, Step};
+use crate::api::{parse_duration, BundleDeployment, BundleDeploymentStatus, HookPhase, HookRun};
+use crate::apply::{plan::REVISION_ANNOTATION, Applied, Applier, Outcome as ApplyOutcome};
+use crate::changelog::{Operation, Reason};
+
+/// Condition, revision and Event reason when a hook fails.
+pub const REASON_HOOK_FAILED: &str = "HookFailed";
+
+/// How often a running hook is looked at when no watch event comes first.
+const HOOK_POLL: Duration = Duration::from_secs(2);
+
+/// How long a pass waits for a hook's previous object to go (before-hook-creation) before it
+/// leaves the wait to a later pass.
+const DELETE_WAIT: Duration = Duration::from_secs(10);
+
+/// What the stage came to in this pass.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Every hook of the stage succeeded (or it has none): go on.
+    Open,
+    /// A hook is still running.
+    Wait {
+        /// Which hook and what it is doing.
+        message: String,
+        /// When to look again.
+        requeue: Duration,
+    },
+    /// A hook failed: the revision fails.
+    Failed {
+        /// CamelCase reason.
+        reason: String,
+        /// Which hook (event, kind, namespace/name) and why.
+        message: String,
+    },
+}
+
+/// Where one hook got to in this pass.
+enum Progress {
+    Running(String),
+    Succeeded,
+    Failed(String),
+}
+
+/// The pre stage, before the release's objects are applied: `None` when its hooks are done
+/// (go on), else the step this pass comes to (waiting for a hook, or failed).
+pub(super) async fn before(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+    hooks: &[HookObject],
+) -> Result<Option<Step>, ReconcileError> {
+    Ok(
+        match run_stage(ctx, bd, applier, work, hooks, Stage::Pre).await? {
+            Gate::Open => None,
+            Gate::Wait { message, requeue } => {
+                Some(Step::Done(Outcome::RunningHooks { message }, requeue))
+            }
+            Gate::Failed { reason, message } => Some(Step::Failed { reason, message }),
+        },
+    )
+}
+
+/// The post stage, once the release's objects are `health`y: `None` to go on, with `health`
+/// still unhealthy (naming the hook) while a hook runs; `Some` when a hook failed.
+pub(super) async fn after(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+    hooks: &[HookObject],
+    health: &mut HealthReport,
+) -> Result<Option<Step>, ReconcileError> {
+    if !health.healthy {
+        return Ok(None);
+    }
+    match run_stage(ctx, bd, applier, work, hooks, Stage::Post).await? {
+        Gate::Open => Ok(None),
+        Gate::Wait { message, .. } => {
+            // Unhealthy until the hook is done: the pass asks to be called again soon, and a
+            // watch on the hook's kind usually brings that pass sooner still.
+            health.healthy = false;
+            health.message = message;
+            Ok(None)
+        }
+        Gate::Failed { reason, message } => Ok(Some(Step::Failed { reason, message })),
+    }
+}
+
+/// Runs the active revision's hooks of `stage` as far as they go in this pass; updates their
+/// runs in `work` (the caller writes the status).
+async fn run_stage(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+    hooks: &[HookObject],
+    stage: Stage,
+) -> Result<Gate, ReconcileError> {
+    let Some(number) = work.active_revision else {
+        return Ok(Gate::Open);
+    };
+    let event = hook_plan::event(hook_plan::Operation::of(number), stage);
+    loop {
+        let Some(runs) = rollout::active_revision(work).map(|r| r.hooks.clone()) else {
+            return Ok(Gate::Open);
+        };
+        match hook_plan::next(&runs, hooks, event) {
+            Next::Done => return Ok(Gate::Open),
+            Next::DeleteSucceeded(delete) => {
+                delete_runs(ctx, bd, applier, work, hooks, &delete, "hook-succeeded").await?;
+            }
+            Next::Failed { failed, delete } => {
+                for i in delete {
+                    let policy = if i == failed {
+                        "hook-failed"
+                    } else {
+                        "hook-succeeded"
+                    };
+                    delete_runs(ctx, bd, applier, work, hooks, &[i], policy).await?;
+                }
+                let run = &runs[failed];
+                return Ok(Gate::Failed {
+                    reason: REASON_HOOK_FAILED.into(),
+                    message: format!(
+                        "{} failed: {}",
+                        describe(run),
+                        run.message.as_deref().unwrap_or("no detail")
+                    ),
+                });
+            }
+            Next::Run(i) => {
+                let run = runs[i].clone();
+                let progress = match hook_plan::find(hooks, &run) {
+                    Some(hook) => step(ctx, bd, applier, &run, hook, number).await?,
+                    None => Progress::Failed("not among the revision's objects".into()),
+                };
+                let (phase, message) = match progress {
+                    Progress::Succeeded => {
+                        ctx.event(
+                            bd,
+                            false,
+                            "HookSucceeded",
+                            "Hook",
+                            format!("revision {number}: {} succeeded", describe(&run)),
+                        )
+                        .await;
+                        (HookPhase::Succeeded, None)
+                    }
+                    Progress::Failed(why) => (HookPhase::Failed, Some(why)),
+                    Progress::Running(what) => {
+                        let deadline = parse_duration(bd.spec.rollout().progress_deadline())
+                            .unwrap_or(Duration::from_secs(600));
+                        let now = now();
+                        if rollout::deadline_passed(work, deadline, &now) {
+                            let why = format!(
+                                "not done within rollout.progressDeadline ({}): {what}",
+                                bd.spec.rollout().progress_deadline()
+                            );
+                            (HookPhase::Failed, Some(why))
+                        } else {
+                            set_run(work, i, HookPhase::Running, None);
+                            let remaining = rollout::deadline_remaining(work, deadline, &now)
+                                .unwrap_or_default();
+                            return Ok(Gate::Wait {
+                                message: format!("waiting for {}: {what}", describe(&run)),
+                                requeue: HOOK_POLL.min(remaining + Duration::from_millis(100)),
+                            });
+                        }
+                    }
+                };
+                set_run(work, i, phase, message);
+            }
+        }
+    }
+}
+
+/// `pre-upgrade hook Job ns/name`, for messages.
+fn describe(run: &HookRun) -> String {
+    let object = &run.object;
+    match object.namespace.as_str() {
+        "" => format!("{} hook {} {}", run.event, object.kind, object.name),
+        ns => format!("{} hook {} {ns}/{}", run.event, object.kind, object.name),
+    }
+}
+
+fn set_run(work: &mut BundleDeploymentStatus, i: usize, phase: HookPhase, message: Option<String>) {
+    let Some(number) = work.active_revision else {
+        return;
+    };
+    if let Some(run) = work
+        .revisions
+        .iter_mut()
+        .find(|r| r.number == number)
+        .and_then(|r| r.hooks.get_mut(i))
+    {
+        run.phase = phase;
+        run.message = message;
+    }
+}
+
+/// The hook's object on the cluster: its key (namespace resolved), apiVersion, API, and the live
+/// object if there is one. `None` when the cluster does not serve its kind.
+async fn locate(
+    ctx: &Context,
+    applier: &Applier,
+    hook: &HookObject,
+) -> Result<Option<(ObjectKey, String, Api<DynamicObject>, Option<DynamicObject>)>, ReconcileError>
+{
+    let Some((key, api_version)) = applier
+        .resolve_keys(std::slice::from_ref(&hook.object))
+        .await?
+        .into_iter()
+        .next()
+    else {
+        return Ok(None);
+    };
+    let Some((api, resource)) = applier.api_for_existing(&key, &api_version).await? else {
+        return Ok(None);
+    };
+    if let Some(owned) = &ctx.owned {
+        // A change to the hook (a Job completing) brings the next pass at once.
+        owned.watch(&resource);
+    }
+    let live = api
+        .get_opt(&key.name)
+        .await
+        .map_err(|e| ReconcileError::Kube {
+            context: format!("read hook {key}"),
+            source: e,
+        })?;
+    Ok(Some((key, api_version, api, live)))
+}
+
+/// One look at hook `run`: create it when it has not been (deleting its previous object first
+/// under before-hook-creation), then judge how far it got.
+async fn step(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    run: &HookRun,
+    hook: &HookObject,
+    revision: i64,
+) -> Result<Progress, ReconcileError> {
+    let Some((key, api_version, api, mut live)) = locate(ctx, applier, hook).await? else {
+        return Ok(Progress::Failed(format!(
+            "the cluster does not serve {} {}",
+            hook.object.api_version(),
+            hook.object.kind()
+        )));
+    };
+    let ours_this_revision = |l: &DynamicObject| {
+        l.annotations().get(REVISION_ANNOTATION) == Some(&revision.to_string())
+            && l.metadata.deletion_timestamp.is_none()
+    };
+    if run.phase == HookPhase::Pending && !live.as_ref().is_some_and(ours_this_revision) {
+        if let Some(previous) = &live {
+            if previous.metadata.deletion_timestamp.is_none() {
+                if !hook_plan::delete_before_creation(hook) {
+                    return Ok(Progress::Failed(format!(
+                        "{key} already exists (from an earlier run) and its \
+                         helm.sh/hook-delete-policy has no before-hook-creation"
+                    )));
+                }
+                applier.prune(&[(key.clone(), api_version.clone())]).await?;
+                log_hook_writes(ctx, bd, applier, run, Some("before-hook-creation"));
+            }
+            if !wait_gone(&api, &key.name).await? {
+                return Ok(Progress::Running(format!(
+                    "waiting for the previous {} to be deleted (before-hook-creation)",
+                    key.kind
+                )));
+            }
+        }
+        let applied = applier.apply(std::slice::from_ref(&hook.object)).await;
+        log_hook_writes(ctx, bd, applier, run, None);
+        match applied {
+            Ok(mut applied) => live = applied.pop().and_then(|a| a.live).and_then(to_dynamic),
+            Err(e) if e.is_transient() => return Err(e.into()),
+            Err(e) => return Ok(Progress::Failed(e.to_string())),
+        }
+    }
+    let Some(live) = live else {
+        return Ok(Progress::Failed(format!(
+            "{key} was deleted while the hook ran"
+        )));
+    };
+    let body = serde_json::to_value(&live).unwrap_or(Value::Null);
+    Ok(
+        match hook_plan::readiness(hook.object.group(), hook.object.kind(), &body) {
+            Readiness::Succeeded => Progress::Succeeded,
+            Readiness::Failed(why) => Progress::Failed(why),
+            Readiness::Running(what) => Progress::Running(what),
+        },
+    )
+}
+
+fn to_dynamic(value: Value) -> Option<DynamicObject> {
+    serde_json::from_value(value).ok()
+}
+
+/// Polls until the object `name` is gone, for at most [`DELETE_WAIT`]; true when it is.
+async fn wait_gone(api: &Api<DynamicObject>, name: &str) -> Result<bool, ReconcileError> {
+    let deadline = tokio::time::Instant::now() + DELETE_WAIT;
+    loop {
+        let live = api.get_opt(name).await.map_err(|e| ReconcileError::Kube {
+            context: format!("read hook {name}"),
+            source: e,
+        })?;
+        if live.is_none() {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Deletes the objects of runs `indices` under `policy` and marks them deleted.
+async fn delete_runs(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+    hooks: &[HookObject],
+    indices: &[usize],
+    policy: &str,
+) -> Result<(), ReconcileError> {
+    let Some(runs) = rollout::active_revision(work).map(|r| r.hooks.clone()) else {
+        return Ok(());
+    };
+    for &i in indices {
+        let Some(run) = runs.get(i) else { continue };
+        if let Some(hook) = hook_plan::find(hooks, run) {
+            if let Some((key, api_version, _, Some(_))) = locate(ctx, applier, hook).await? {
+                applier.prune(&[(key, api_version)]).await?;
+                log_hook_writes(ctx, bd, applier, run, Some(policy));
+            }
+        }
+        if let Some(number) = work.active_revision {
+            if let Some(run) = work
+                .revisions
+                .iter_mut()
+                .find(|r| r.number == number)
+                .and_then(|r| r.hooks.get_mut(i))
+            {
+                run.deleted = true;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a change-log line (reason `hook`) for each write in the applier's journal.
+fn log_hook_writes(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    run: &HookRun,
+    delete_policy: Option<&str>,
+) {
+    let writes: Vec<Applied> =
+        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    for write in writes {
+        let operation = match write.outcome {
+            ApplyOutcome::Created => Operation::Create,
+            ApplyOutcome::Deleted => Operation::Delete,
+            _ => Operation::Update,
+        };
+        let mut entry = ctx.changelog.entry(
+            &bd.name_any(),
+            operation,
+            Reason::Hook,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.revision = applier.revision;
+        entry.resource_version_before = write.resource_version_before;
+        entry.resource_version_after = write.resource_version_after;
+        entry.fields_changed = write.fields_changed;
+        entry.details.insert("hookEvent".into(), json!(run.event));
+        if let Some(policy) = delete_policy {
+            entry.details.insert("deletePolicy".into(), json!(policy));
+        }
+        ctx.changelog.record(&entry);
+    }
+}
