@@ -64,6 +64,16 @@ pub enum HelmError {
         /// What went wrong, naming the construct.
         msg: String,
     },
+    /// A template file is not valid Go template syntax (helm's `parse error at (file:line)`).
+    #[error("parse error at ({file}:{line}): {msg}")]
+    Parse {
+        /// The template's path, `<chart>/templates/<file>`.
+        file: String,
+        /// 1-based line in that file.
+        line: usize,
+        /// What is wrong, in Go's parser's words.
+        msg: String,
+    },
     /// The chart itself is invalid or uses something not supported yet.
     #[error("chart {chart}: {msg}")]
     Chart {
@@ -86,6 +96,14 @@ impl HelmError {
     /// A template error at `file:line`.
     pub fn template(file: &str, line: usize, msg: impl Into<String>) -> Self {
         HelmError::Template {
+            file: file.to_string(),
+            line,
+            msg: msg.into(),
+        }
+    }
+    /// A parse error at `file:line`.
+    pub fn parse(file: &str, line: usize, msg: impl Into<String>) -> Self {
+        HelmError::Parse {
             file: file.to_string(),
             line,
             msg: msg.into(),
@@ -909,14 +927,16 @@ pub fn hook_disposition(body: &serde_json::Map<String, serde_json::Value>) -> Ho
 
 fn to_render_error(e: HelmError) -> crate::RenderError {
     match e {
-        HelmError::Template { file, line, msg } => crate::RenderError::InvalidObject {
-            at: crate::SourceLocation {
-                file,
-                document: None,
-                line: u64::try_from(line).ok().filter(|l| *l > 0),
-            },
-            message: msg,
-        },
+        HelmError::Template { file, line, msg } | HelmError::Parse { file, line, msg } => {
+            crate::RenderError::InvalidObject {
+                at: crate::SourceLocation {
+                    file,
+                    document: None,
+                    line: u64::try_from(line).ok().filter(|l| *l > 0),
+                },
+                message: msg,
+            }
+        }
         HelmError::Chart { chart, msg } => crate::RenderError::InvalidConfig {
             format: "helm",
             message: format!("chart {chart}: {msg}"),

@@ -138,6 +138,12 @@ impl<'a> Emitter<'a> {
         match n {
             Node::Text { line, text } => {
                 self.pad(*line);
+                // A `{` at the end would join the `{{`/`{%`/`{#` emitted next into a
+                // delimiter of its own (`{{%`): it is printed as an expression instead.
+                let (text, brace) = match text.strip_suffix('{') {
+                    Some(t) => (t, true),
+                    None => (text.as_str(), false),
+                };
                 if text.contains("{{") || text.contains("{%") || text.contains("{#") {
                     if text.contains("{% endraw") || text.contains("{%- endraw") {
                         return Err(self.err(
@@ -150,6 +156,9 @@ impl<'a> Emitter<'a> {
                     self.out.push_str("{% endraw %}");
                 } else {
                     self.out.push_str(text);
+                }
+                if brace {
+                    self.out.push_str("{{ \"{\" }}");
                 }
                 self.line += text.matches('\n').count();
             }
