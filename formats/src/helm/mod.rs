@@ -600,10 +600,10 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
             env.add_template_owned(translate::define_name(&dname), dsrc)
                 .map_err(fail)?;
         }
-        if u.render {
-            env.add_template_owned(u.name.clone(), t.main)
-                .map_err(fail)?;
-        }
+        // Every file is a template of its own (partials and library files too), so that
+        // `include (print $.Template.BasePath "/x.yaml") .` finds it, as in helm.
+        env.add_template_owned(u.name.clone(), t.main)
+            .map_err(fail)?;
     }
     Ok(env)
 }
