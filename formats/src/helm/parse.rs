@@ -843,7 +843,7 @@ impl Parser<'_> {
         let mut toks = a.toks;
         let kw = match toks.first() {
             Some((Tok::Ident(k), _)) => k.clone(),
-            Some(_) => return Ok(Ctl::Plain(self.pipe(line, &toks)?)),
+            Some(_) => return Ok(Ctl::Plain(self.pipe(line, &toks, "command")?)),
             None => {
                 return Err(HelmError::parse(
                     self.file,
@@ -854,17 +854,19 @@ impl Parser<'_> {
         };
         let rest = || toks[1..].to_vec();
         Ok(match kw.as_str() {
-            "if" => Ctl::If(self.pipe(line, &rest())?),
-            "with" => Ctl::With(self.pipe(line, &rest())?),
-            "range" => Ctl::Range(self.pipe(line, &rest())?),
+            "if" => Ctl::If(self.pipe(line, &rest(), "if")?),
+            "with" => Ctl::With(self.pipe(line, &rest(), "with")?),
+            "range" => Ctl::Range(self.pipe(line, &rest(), "range")?),
             "end" => Ctl::End,
             "break" => Ctl::Break,
             "continue" => Ctl::Continue,
             "else" => match toks.get(1) {
                 None => Ctl::Else,
-                Some((Tok::Ident(k), _)) if k == "if" => Ctl::ElseIf(self.pipe(line, &toks[2..])?),
+                Some((Tok::Ident(k), _)) if k == "if" => {
+                    Ctl::ElseIf(self.pipe(line, &toks[2..], "if")?)
+                }
                 Some((Tok::Ident(k), _)) if k == "with" => {
-                    Ctl::ElseWith(self.pipe(line, &toks[2..])?)
+                    Ctl::ElseWith(self.pipe(line, &toks[2..], "with")?)
                 }
                 _ => {
                     return Err(HelmError::parse(
@@ -895,16 +897,18 @@ impl Parser<'_> {
                             "unexpected tokens after define name",
                         ))
                     }
-                    "block" => Ctl::Block(name, self.pipe(line, &toks)?),
+                    "block" => Ctl::Block(name, self.pipe(line, &toks, "block")?),
                     _ if toks.is_empty() => Ctl::Template(name, None),
-                    _ => Ctl::Template(name, Some(self.pipe(line, &toks)?)),
+                    _ => Ctl::Template(name, Some(self.pipe(line, &toks, "template")?)),
                 }
             }
-            _ => Ctl::Plain(self.pipe(line, &toks)?),
+            _ => Ctl::Plain(self.pipe(line, &toks, "command")?),
         })
     }
 
-    fn pipe(&self, line: usize, toks: &[(Tok, usize)]) -> Result<Pipe, HelmError> {
+    /// A pipeline in `context` (`command`, `if`, `range`, ...: Go's parser names it in
+    /// errors; only `range` may declare two variables).
+    fn pipe(&self, line: usize, toks: &[(Tok, usize)], context: &str) -> Result<Pipe, HelmError> {
         let mut vars = Vec::new();
         let mut assign = false;
         let mut i = 0;
@@ -914,7 +918,14 @@ impl Parser<'_> {
         while let Some((Tok::Var(v), _)) = toks.get(j) {
             names.push(v.clone());
             match toks.get(j + 1) {
-                Some((Tok::Comma, _)) => j += 2,
+                Some((Tok::Comma, _)) if context == "range" && names.len() < 2 => j += 2,
+                Some((Tok::Comma, _)) => {
+                    return Err(HelmError::parse(
+                        self.file,
+                        line,
+                        format!("too many declarations in {context}"),
+                    ))
+                }
                 Some((Tok::Declare, _)) => {
                     vars = names;
                     i = j + 2;

@@ -51,9 +51,13 @@ struct Emitter<'a> {
     known: &'a HashSet<&'static str>,
     out: String,
     line: usize,
-    scopes: Vec<Vec<(String, String)>>,
+    /// Declared variables per scope: (name, slot, set by `range` to an element).
+    scopes: Vec<Vec<(String, String, bool)>>,
     slots: usize,
     dot: usize,
+    /// The dot is a `range` element (a value inside a map or slice, where a nil is a nil
+    /// interface whose fields are an error) rather than a pipeline's result.
+    dot_in_range: bool,
     depth: usize,
     in_range: usize,
 }
@@ -68,6 +72,7 @@ impl<'a> Emitter<'a> {
             scopes: vec![vec![]],
             slots: 0,
             dot: 0,
+            dot_in_range: false,
             depth: 0,
             in_range: 0,
         }
@@ -107,18 +112,28 @@ impl<'a> Emitter<'a> {
     }
 
     fn declare(&mut self, name: &str) -> String {
+        self.declare_as(name, false)
+    }
+
+    /// Declares `$name`; `from_range` when `range` sets it to an element.
+    fn declare_as(&mut self, name: &str, from_range: bool) -> String {
         self.slots += 1;
         let slot = format!("v{}_{}", self.slots, name);
         if let Some(s) = self.scopes.last_mut() {
-            s.push((name.to_string(), slot.clone()));
+            s.push((name.to_string(), slot.clone(), from_range));
         }
         slot
     }
 
     fn lookup(&self, line: usize, name: &str) -> Result<String, HelmError> {
+        self.lookup_var(line, name).map(|(slot, _)| slot)
+    }
+
+    /// The slot of `$name` and whether `range` sets it.
+    fn lookup_var(&self, line: usize, name: &str) -> Result<(String, bool), HelmError> {
         for scope in self.scopes.iter().rev() {
-            if let Some((_, slot)) = scope.iter().rev().find(|(n, _)| n == name) {
-                return Ok(slot.clone());
+            if let Some((_, slot, r)) = scope.iter().rev().find(|(n, _, _)| n == name) {
+                return Ok((slot.clone(), *r));
             }
         }
         Err(self.err(line, format!("undefined variable: ${name}")))
@@ -188,14 +203,9 @@ impl<'a> Emitter<'a> {
                 self.pad(*line);
                 if *with {
                     self.with_chain(branches, otherwise.as_deref())?;
-                } else {
+                } else if branches.iter().all(|(_, p, _)| p.vars.is_empty()) {
                     for (i, (l, pipe, body)) in branches.iter().enumerate() {
                         self.pad(*l);
-                        if !pipe.vars.is_empty() {
-                            return Err(
-                                self.err(*l, "unsupported construct: variable declaration in if")
-                            );
-                        }
                         let e = self.pipe_expr(*l, pipe)?;
                         let kw = if i == 0 { "if" } else { "elif" };
                         self.out.push_str(&format!("{{% {kw} {e} %}}"));
@@ -206,6 +216,8 @@ impl<'a> Emitter<'a> {
                         self.scoped(|s| s.nodes(o))?;
                     }
                     self.out.push_str("{% endif %}");
+                } else {
+                    self.if_chain(branches, otherwise.as_deref())?;
                 }
             }
             Node::Range {
@@ -216,26 +228,31 @@ impl<'a> Emitter<'a> {
             } => {
                 self.pad(*line);
                 let e = self.pipe_expr(*line, pipe)?;
-                if pipe.assign {
-                    return Err(self.err(*line, "unsupported construct: assignment (=) in range"));
-                }
                 self.depth += 1;
                 let n = self.depth;
                 self.out.push_str(&format!(
                     "{{% for __k{n}, __d{n} in __range({e}, {}) %}}",
                     pipe.vars.len()
                 ));
-                let saved = self.dot;
+                let (saved, saved_in_range) = (self.dot, self.dot_in_range);
                 let r = self.scoped(|s| {
+                    // `$v :=` / `$i, $v :=` declare; with `=` they assign existing variables.
+                    let slot = |s: &mut Self, v: &str| {
+                        if pipe.assign {
+                            s.lookup(*line, v)
+                        } else {
+                            Ok(s.declare_as(v, true))
+                        }
+                    };
                     match pipe.vars.as_slice() {
                         [] => {}
                         [v] => {
-                            let slot = s.declare(v);
+                            let slot = slot(s, v)?;
                             s.out.push_str(&format!("{{% set __v.{slot} = __d{n} %}}"));
                         }
                         [k, v] => {
-                            let ks = s.declare(k);
-                            let vs = s.declare(v);
+                            let ks = slot(s, k)?;
+                            let vs = slot(s, v)?;
                             s.out.push_str(&format!(
                                 "{{% set __v.{ks} = __k{n} %}}{{% set __v.{vs} = __d{n} %}}"
                             ));
@@ -243,12 +260,14 @@ impl<'a> Emitter<'a> {
                         _ => return Err(s.err(*line, "too many declarations in range")),
                     }
                     s.dot = n;
+                    s.dot_in_range = true;
                     s.in_range += 1;
                     let r = s.nodes(body);
                     s.in_range -= 1;
                     r
                 });
                 self.dot = saved;
+                self.dot_in_range = saved_in_range;
                 r?;
                 if let Some(o) = otherwise {
                     self.out.push_str("{% else %}");
@@ -281,6 +300,56 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
+    /// The slot a control head's `$x :=` declares (or `$x =` assigns), holding `value`; the
+    /// declaration stays visible until the control's `{{end}}`, `else` branches included.
+    fn head_var(&mut self, line: usize, pipe: &Pipe, value: &str) -> Result<(), HelmError> {
+        let slot = match pipe.vars.as_slice() {
+            [] => return Ok(()),
+            [v] if pipe.assign => self.lookup(line, v)?,
+            [v] => self.declare(v),
+            _ => return Err(self.err(line, "too many declarations in command")),
+        };
+        self.out
+            .push_str(&format!("{{% set __v.{slot} = {value} %}}"));
+        Ok(())
+    }
+
+    /// `if`/`else if` chains with declarations: `{{if $x := a}}A{{else if b}}B{{end}}` is
+    /// Go's `if $x := a {A} else {if b {B}}`, so each branch nests in the previous `else`.
+    fn if_chain(
+        &mut self,
+        branches: &[(usize, Pipe, Vec<Node>)],
+        otherwise: Option<&[Node]>,
+    ) -> Result<(), HelmError> {
+        let Some(((l, pipe, body), rest)) = branches.split_first() else {
+            if let Some(o) = otherwise {
+                self.scoped(|s| s.nodes(o))?;
+            }
+            return Ok(());
+        };
+        self.pad(*l);
+        let e = self.pipe_expr(*l, pipe)?;
+        self.scoped(|s| {
+            if pipe.vars.is_empty() {
+                s.out.push_str(&format!("{{% if {e} %}}"));
+            } else {
+                s.depth += 1;
+                let n = s.depth;
+                s.out.push_str(&format!("{{% with __c{n} = {e} %}}"));
+                s.head_var(*l, pipe, &format!("__c{n}"))?;
+                s.out.push_str(&format!("{{% if __c{n} %}}"));
+            }
+            s.scoped(|s| s.nodes(body))?;
+            s.out.push_str("{% else %}");
+            s.if_chain(rest, otherwise)?;
+            s.out.push_str("{% endif %}");
+            if !pipe.vars.is_empty() {
+                s.out.push_str("{% endwith %}");
+            }
+            Ok(())
+        })
+    }
+
     fn with_chain(
         &mut self,
         branches: &[(usize, Pipe, Vec<Node>)],
@@ -294,28 +363,24 @@ impl<'a> Emitter<'a> {
         };
         self.pad(*l);
         let e = self.pipe_expr(*l, pipe)?;
-        if pipe.assign || pipe.vars.len() > 1 {
-            return Err(self.err(*l, "unsupported construct: assignment in with"));
-        }
         self.depth += 1;
         let n = self.depth;
-        self.out
-            .push_str(&format!("{{% with __d{n} = {e} %}}{{% if __d{n} %}}"));
-        let saved = self.dot;
-        let r = self.scoped(|s| {
-            if let Some(v) = pipe.vars.first() {
-                let slot = s.declare(v);
-                s.out.push_str(&format!("{{% set __v.{slot} = __d{n} %}}"));
-            }
+        self.out.push_str(&format!("{{% with __d{n} = {e} %}}"));
+        self.scoped(|s| {
+            s.head_var(*l, pipe, &format!("__d{n}"))?;
+            s.out.push_str(&format!("{{% if __d{n} %}}"));
+            let (saved, saved_in_range) = (s.dot, s.dot_in_range);
             s.dot = n;
-            s.nodes(body)
-        });
-        self.dot = saved;
-        r?;
-        self.out.push_str("{% else %}");
-        self.with_chain(rest, otherwise)?;
-        self.out.push_str("{% endif %}{% endwith %}");
-        Ok(())
+            s.dot_in_range = false;
+            let r = s.scoped(|s| s.nodes(body));
+            s.dot = saved;
+            s.dot_in_range = saved_in_range;
+            r?;
+            s.out.push_str("{% else %}");
+            s.with_chain(rest, otherwise)?;
+            s.out.push_str("{% endif %}{% endwith %}");
+            Ok(())
+        })
     }
 
     fn pipe_expr(&self, line: usize, pipe: &Pipe) -> Result<String, HelmError> {
@@ -404,12 +469,17 @@ impl<'a> Emitter<'a> {
     }
 
     fn arg_expr(&self, line: usize, a: &Arg) -> Result<String, HelmError> {
-        let chain = |base: String, fields: &[String]| {
+        // Fields of a value inside a map or slice (a `range` element, or a chain's own map
+        // lookups) go through `__f`, where a nil is an error; fields of a pipeline's result
+        // (parenthesised, a variable, the template's data) through `__fr`, where a nil base
+        // gives nil, as text/template unwraps such results from their interface.
+        let chain = |base: String, fields: &[String], of_result: bool| {
             if fields.is_empty() {
                 base
             } else {
                 let f: Vec<String> = fields.iter().map(|f| quote(f)).collect();
-                format!("__f({base}, {})", f.join(", "))
+                let helper = if of_result { "__fr" } else { "__f" };
+                format!("{helper}({base}, {})", f.join(", "))
             }
         };
         Ok(match a {
@@ -425,16 +495,16 @@ impl<'a> Emitter<'a> {
                     ))
                 }
             },
-            Arg::Dot(fields) => chain(self.dot_name(), fields),
+            Arg::Dot(fields) => chain(self.dot_name(), fields, !self.dot_in_range),
             Arg::Var(v, fields) => {
-                let base = if v.is_empty() {
-                    "__d0".to_string()
+                if v.is_empty() {
+                    chain("__d0".to_string(), fields, true)
                 } else {
-                    format!("__v.{}", self.lookup(line, v)?)
-                };
-                chain(base, fields)
+                    let (slot, from_range) = self.lookup_var(line, v)?;
+                    chain(format!("__v.{slot}"), fields, !from_range)
+                }
             }
-            Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields),
+            Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields, true),
             Arg::Nil => "none".into(),
             Arg::Bool(b) => b.to_string(),
             Arg::Int(i) => {
