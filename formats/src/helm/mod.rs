@@ -742,20 +742,26 @@ fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
 }
 
 fn trim_documents_inner(content: &str) -> String {
-    let mut docs = vec![String::new()];
-    for line in content.split_inclusive('\n') {
-        let c = line.trim_end_matches(['\n', '\r']);
-        if c == "---" || c.starts_with("--- ") || c.starts_with("---\t") {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs.iter()
-        .map(|d| d.trim())
+    split_manifests(content).join("\n---\n")
+}
+
+/// helm's `releaseutil.SplitManifests`: the documents of a rendered file, split where the
+/// regular expression `(?:^|\s*\n)---\s*` matches and each trimmed, empty ones dropped. A
+/// separator needs no line break after it: `---# comment` or `---apiVersion: v1` (a `{{-`
+/// that ate the newline) start a document with the rest of the line.
+pub fn split_manifests(content: &str) -> Vec<String> {
+    static SEP: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let docs: Vec<&str> = match SEP
+        .get_or_init(|| regex::Regex::new(r"(?:^|[\t\n\x0c\r ]*\n)---[\t\n\x0c\r ]*").ok())
+    {
+        Some(sep) => sep.split(content.trim()).collect(),
+        None => vec![content],
+    };
+    docs.into_iter()
+        .map(str::trim)
         .filter(|d| !d.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+        .map(str::to_string)
+        .collect()
 }
 
 /// Splits rendered files into objects (YAML documents that are non-empty mappings).
@@ -765,7 +771,7 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
     let mut out = Vec::new();
     for f in files {
         check_yaml11_breaks(&f.source, &f.content)?;
-        for doc in split_documents(&trim_documents(&f.content)) {
+        for doc in split_manifests(&f.content) {
             if doc.trim().is_empty() {
                 continue;
             }
@@ -794,20 +800,6 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
         }
     }
     Ok(out)
-}
-
-fn split_documents(s: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in s.split_inclusive('\n') {
-        if line.trim_end() == "---" || line.starts_with("--- ") {
-            docs.push(String::new());
-            continue;
-        }
-        if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs
 }
 
 /// Loads and renders the chart at `dir` into objects.
@@ -942,5 +934,26 @@ fn to_render_error(e: HelmError) -> crate::RenderError {
             message: format!("chart {chart}: {msg}"),
         },
         HelmError::Io { path, source } => crate::RenderError::Io { path, source },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_manifests;
+
+    #[test]
+    fn documents_split_as_helm_splits_them() {
+        assert_eq!(
+            split_manifests("a: 1\n---# note\nb: 2\n  \n---apiVersion: v1\n--- \nc: 3  \n"),
+            vec!["a: 1", "# note\nb: 2", "apiVersion: v1", "c: 3"]
+        );
+        // The whitespace after a separator belongs to it, so a `---` right after it is text
+        // (as in Go's regexp.Split, which helm uses).
+        assert_eq!(split_manifests("a\n---\n\n---b"), vec!["a", "---b"]);
+        // Only at the start of a line; `----` splits too (the rest starts the document).
+        assert_eq!(
+            split_manifests("x: a---b\n  ---\n----\ny: 1"),
+            vec!["x: a---b\n  ---", "-\ny: 1"]
+        );
     }
 }
