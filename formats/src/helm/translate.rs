@@ -23,6 +23,252 @@ pub fn define_name(name: &str) -> String {
     format!("define:{name}")
 }
 
+/// Every function name a helm v3.19 template may call: Go text/template's builtins, Sprig
+/// v3.3.0's `GenericFuncMap` without `env` and `expandenv` (helm deletes them), and helm's own
+/// (`pkg/engine/funcs.go` and the late-bound `include`, `tpl`, `required`, `lookup`). A name
+/// outside this list is a parse error, as in helm, even in a branch that never runs; a name in
+/// it that pallet does not implement (not in `funcs::known()`) fails only when it runs.
+pub const HELM_FUNCTIONS: &[&str] = &[
+    "abbrev",
+    "abbrevboth",
+    "add",
+    "add1",
+    "add1f",
+    "addf",
+    "adler32sum",
+    "ago",
+    "all",
+    "and",
+    "any",
+    "append",
+    "atoi",
+    "b32dec",
+    "b32enc",
+    "b64dec",
+    "b64enc",
+    "base",
+    "bcrypt",
+    "biggest",
+    "buildCustomCert",
+    "call",
+    "camelcase",
+    "cat",
+    "ceil",
+    "chunk",
+    "clean",
+    "coalesce",
+    "compact",
+    "concat",
+    "contains",
+    "date",
+    "dateInZone",
+    "dateModify",
+    "date_in_zone",
+    "date_modify",
+    "decryptAES",
+    "deepCopy",
+    "deepEqual",
+    "default",
+    "derivePassword",
+    "dict",
+    "dig",
+    "dir",
+    "div",
+    "divf",
+    "duration",
+    "durationRound",
+    "empty",
+    "encryptAES",
+    "eq",
+    "ext",
+    "fail",
+    "first",
+    "float64",
+    "floor",
+    "fromJson",
+    "fromJsonArray",
+    "fromToml",
+    "fromYaml",
+    "fromYamlArray",
+    "ge",
+    "genCA",
+    "genCAWithKey",
+    "genPrivateKey",
+    "genSelfSignedCert",
+    "genSelfSignedCertWithKey",
+    "genSignedCert",
+    "genSignedCertWithKey",
+    "get",
+    "getHostByName",
+    "gt",
+    "has",
+    "hasKey",
+    "hasPrefix",
+    "hasSuffix",
+    "hello",
+    "html",
+    "htmlDate",
+    "htmlDateInZone",
+    "htpasswd",
+    "include",
+    "indent",
+    "index",
+    "initial",
+    "initials",
+    "int",
+    "int64",
+    "isAbs",
+    "join",
+    "js",
+    "kebabcase",
+    "keys",
+    "kindIs",
+    "kindOf",
+    "last",
+    "le",
+    "len",
+    "list",
+    "lookup",
+    "lower",
+    "lt",
+    "max",
+    "maxf",
+    "merge",
+    "mergeOverwrite",
+    "min",
+    "minf",
+    "mod",
+    "mul",
+    "mulf",
+    "mustAppend",
+    "mustChunk",
+    "mustCompact",
+    "mustDateModify",
+    "mustDeepCopy",
+    "mustFirst",
+    "mustFromJson",
+    "mustHas",
+    "mustInitial",
+    "mustLast",
+    "mustMerge",
+    "mustMergeOverwrite",
+    "mustPrepend",
+    "mustPush",
+    "mustRegexFind",
+    "mustRegexFindAll",
+    "mustRegexMatch",
+    "mustRegexReplaceAll",
+    "mustRegexReplaceAllLiteral",
+    "mustRegexSplit",
+    "mustRest",
+    "mustReverse",
+    "mustSlice",
+    "mustToDate",
+    "mustToJson",
+    "mustToPrettyJson",
+    "mustToRawJson",
+    "mustUniq",
+    "mustWithout",
+    "must_date_modify",
+    "ne",
+    "nindent",
+    "nospace",
+    "not",
+    "now",
+    "omit",
+    "or",
+    "osBase",
+    "osClean",
+    "osDir",
+    "osExt",
+    "osIsAbs",
+    "pick",
+    "pluck",
+    "plural",
+    "prepend",
+    "print",
+    "printf",
+    "println",
+    "push",
+    "quote",
+    "randAlpha",
+    "randAlphaNum",
+    "randAscii",
+    "randBytes",
+    "randInt",
+    "randNumeric",
+    "regexFind",
+    "regexFindAll",
+    "regexMatch",
+    "regexQuoteMeta",
+    "regexReplaceAll",
+    "regexReplaceAllLiteral",
+    "regexSplit",
+    "repeat",
+    "replace",
+    "required",
+    "rest",
+    "reverse",
+    "round",
+    "semver",
+    "semverCompare",
+    "seq",
+    "set",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "shuffle",
+    "slice",
+    "snakecase",
+    "sortAlpha",
+    "split",
+    "splitList",
+    "splitn",
+    "squote",
+    "sub",
+    "subf",
+    "substr",
+    "swapcase",
+    "ternary",
+    "title",
+    "toDate",
+    "toDecimal",
+    "toJson",
+    "toPrettyJson",
+    "toRawJson",
+    "toString",
+    "toStrings",
+    "toToml",
+    "toYaml",
+    "toYamlPretty",
+    "tpl",
+    "trim",
+    "trimAll",
+    "trimPrefix",
+    "trimSuffix",
+    "trimall",
+    "trunc",
+    "tuple",
+    "typeIs",
+    "typeIsLike",
+    "typeOf",
+    "uniq",
+    "unixEpoch",
+    "unset",
+    "until",
+    "untilStep",
+    "untitle",
+    "upper",
+    "urlJoin",
+    "urlParse",
+    "urlquery",
+    "uuidv4",
+    "values",
+    "without",
+    "wrap",
+    "wrapWith",
+];
+
 /// A translated file: the main template source and `(name, source)` for every define.
 #[derive(Debug, Clone)]
 pub struct Translated {
@@ -431,15 +677,7 @@ impl<'a> Emitter<'a> {
                     [a] => Ok(format!("(not {a})")),
                     _ => Err(self.err(line, "wrong number of args for not: want 1")),
                 },
-                _ => {
-                    if !self.known.contains(name.as_str()) {
-                        return Err(self.err(
-                            line,
-                            format!("unsupported construct: function \"{name}\" not defined"),
-                        ));
-                    }
-                    Ok(format!("h_{name}({})", args.join(", ")))
-                }
+                _ => self.call(line, name, &args),
             },
             Arg::Dot(fields) | Arg::Var(_, fields) | Arg::Sub(_, fields) if !args.is_empty() => {
                 // A field chain with arguments is a method call on the chain's receiver.
@@ -468,6 +706,27 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// A call of the function `name`: helm's parse error for a name helm does not define, a
+    /// failure when it runs for one pallet does not implement yet.
+    fn call(&self, line: usize, name: &str, args: &[String]) -> Result<String, HelmError> {
+        if !HELM_FUNCTIONS.contains(&name) {
+            Err(HelmError::parse(
+                self.file,
+                line,
+                format!("function \"{name}\" not defined"),
+            ))
+        } else if self.known.contains(name) {
+            Ok(format!("h_{name}({})", args.join(", ")))
+        } else {
+            Ok(format!(
+                "h_fail({})",
+                quote(&format!(
+                    "unsupported construct: function \"{name}\" is not implemented yet"
+                ))
+            ))
+        }
+    }
+
     fn arg_expr(&self, line: usize, a: &Arg) -> Result<String, HelmError> {
         // Fields of a value inside a map or slice (a `range` element, or a chain's own map
         // lookups) go through `__f`, where a nil is an error; fields of a pipeline's result
@@ -487,13 +746,7 @@ impl<'a> Emitter<'a> {
                 "and" | "or" | "not" => {
                     return Err(self.err(line, format!("{name} used without arguments")))
                 }
-                _ if self.known.contains(name.as_str()) => format!("h_{name}()"),
-                _ => {
-                    return Err(self.err(
-                        line,
-                        format!("unsupported construct: function \"{name}\" not defined"),
-                    ))
-                }
+                _ => self.call(line, name, &[])?,
             },
             Arg::Dot(fields) => chain(self.dot_name(), fields, !self.dot_in_range),
             Arg::Var(v, fields) => {
@@ -539,4 +792,22 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HELM_FUNCTIONS;
+
+    #[test]
+    fn every_implemented_function_is_one_helm_defines() {
+        let extra: Vec<&str> = super::super::funcs::known()
+            .into_iter()
+            .filter(|n| !n.starts_with("__") && !HELM_FUNCTIONS.contains(n))
+            .collect();
+        assert!(extra.is_empty(), "not helm functions: {extra:?}");
+        let mut sorted = HELM_FUNCTIONS.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, HELM_FUNCTIONS, "kept sorted and unique");
+    }
 }
