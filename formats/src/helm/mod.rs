@@ -346,19 +346,14 @@ struct Unit<'c> {
     /// `<chart path>/templates/<file>`, e.g. `parent/charts/sub/templates/a.yaml`.
     name: String,
     source: &'c str,
-    /// `<chart path>/templates`.
-    base_path: String,
-    chart: &'c Chart,
-    is_root: bool,
-    values: serde_json::Value,
+    /// `<chart path>`, e.g. `parent/charts/sub`: the key of its chart's top-level object.
+    chart_path: String,
     render: bool,
 }
 
 fn collect_units<'c>(
     chart: &'c Chart,
     full_path: &str,
-    values: &serde_json::Value,
-    is_root: bool,
     crds: &mut Vec<RenderedFile>,
     out: &mut Vec<Unit<'c>>,
 ) {
@@ -369,17 +364,9 @@ fn collect_units<'c>(
         });
     }
     for sub in &chart.subcharts {
-        let name = sub.name();
-        let sv = values
-            .get(&name)
-            .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
         collect_units(
             sub,
-            &format!("{full_path}/charts/{name}"),
-            &sv,
-            false,
+            &format!("{full_path}/charts/{}", sub.name()),
             crds,
             out,
         );
@@ -389,14 +376,59 @@ fn collect_units<'c>(
         out.push(Unit {
             name: format!("{full_path}/{path}"),
             source: src,
-            base_path: format!("{full_path}/templates"),
-            chart,
-            is_root,
-            values: values.clone(),
+            chart_path: full_path.to_string(),
             // Partials only define; library charts only provide defines.
             render: !base.starts_with('_') && !chart.is_library(),
         });
     }
+}
+
+/// The top-level objects of a chart and its subcharts, by chart path, as helm's `recAllTpls`
+/// builds them: one per chart, shared by all its templates (so `.Values` set by one template is
+/// seen by the next, as in helm), with `.Subcharts` mapping each subchart's name to the
+/// subchart's own object. Before each template renders, `.Template` is set in its chart's
+/// object (helm mutates the shared map too, so `.Subcharts.x.Template` is the last template of
+/// `x` rendered).
+fn chart_tops(
+    chart: &Chart,
+    full_path: &str,
+    values: &serde_json::Value,
+    is_root: bool,
+    shared: &[(&str, Value)],
+    out: &mut BTreeMap<String, Value>,
+) -> Value {
+    let mut subcharts = BTreeMap::new();
+    for sub in &chart.subcharts {
+        let name = sub.name();
+        let sv = values
+            .get(&name)
+            .filter(|v| v.is_object())
+            .cloned()
+            .unwrap_or(serde_json::json!({}));
+        let top = chart_tops(
+            sub,
+            &format!("{full_path}/charts/{name}"),
+            &sv,
+            false,
+            shared,
+            out,
+        );
+        subcharts.insert(name, top);
+    }
+    let mut top: BTreeMap<String, Value> = shared
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    top.insert("Values".into(), values_object(values));
+    top.insert("Chart".into(), chart_object(&chart.metadata, is_root));
+    top.insert(
+        "Files".into(),
+        Value::from_object(Files(chart.files.clone())),
+    );
+    top.insert("Subcharts".into(), GoMap::value(subcharts));
+    let top = GoMap::value(top);
+    out.insert(full_path.to_string(), top.clone());
+    top
 }
 
 /// Renders a chart: returns the CRDs (untemplated, subcharts' included) followed by every
@@ -433,7 +465,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     validate_schemas(&chart, &values)?;
     let mut crds = Vec::new();
     let mut units = Vec::new();
-    collect_units(&chart, &name, &values, true, &mut crds, &mut units);
+    collect_units(&chart, &name, &mut crds, &mut units);
     // helm parses (and renders) templates deepest path first, then in reverse lexical order; a
     // later definition of the same define wins, so parents override subcharts.
     units.sort_by(|a, b| {
@@ -479,48 +511,40 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     ]
     .into_iter()
     .collect();
+    let shared = [
+        ("Release", GoMap::value(release)),
+        (
+            "Capabilities",
+            GoMap::typed(caps, GoType::Struct("*chartutil.Capabilities")),
+        ),
+    ];
+    let mut tops = BTreeMap::new();
+    chart_tops(&chart, &name, &values, true, &shared, &mut tops);
     let mut out = crds;
     // One random source for the whole render, drawn from in helm's render order.
     let rng = funcs::Rng::value(opts.seed);
     for u in units.iter().filter(|u| u.render) {
         let template: BTreeMap<String, Value> = [
             ("Name".to_string(), Value::from(u.name.as_str())),
-            ("BasePath".to_string(), Value::from(u.base_path.as_str())),
-        ]
-        .into_iter()
-        .collect();
-        let top: BTreeMap<String, Value> = [
-            ("Values".to_string(), values_object(&u.values)),
-            ("Release".to_string(), GoMap::value(release.clone())),
             (
-                "Chart".to_string(),
-                chart_object(&u.chart.metadata, u.is_root),
-            ),
-            (
-                "Capabilities".to_string(),
-                GoMap::typed(caps.clone(), GoType::Struct("*chartutil.Capabilities")),
-            ),
-            (
-                "Files".to_string(),
-                Value::from_object(Files(u.chart.files.clone())),
-            ),
-            (
-                "Template".to_string(),
-                GoMap::typed(template, GoType::Values),
-            ),
-            (
-                "Subcharts".to_string(),
-                Value::from_object(funcs::Unsupported(".Subcharts")),
+                "BasePath".to_string(),
+                Value::from(format!("{}/templates", u.chart_path)),
             ),
         ]
         .into_iter()
         .collect();
+        let top = tops.get(&u.chart_path).cloned().unwrap_or_default();
+        if let Some(m) = top.downcast_object_ref::<GoMap>() {
+            m.0.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert("Template".into(), GoMap::typed(template, GoType::Values));
+        }
         let tmpl = env
             .get_template(&u.name)
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
         let content = tmpl
             .render(minijinja::context! {
-                __d0 => GoMap::value(top),
+                __d0 => top,
                 __now => opts.now,
                 __rng => rng.clone(),
             })
