@@ -476,50 +476,61 @@ impl<'a> Emitter<'a> {
                 let e = self.pipe_expr(*line, pipe)?;
                 self.depth += 1;
                 let n = self.depth;
-                self.out.push_str(&format!(
-                    "{{% for __k{n}, __d{n} in __range({e}, {}) %}}",
-                    pipe.vars.len()
-                ));
-                let (saved, saved_in_range) = (self.dot, self.dot_in_range);
-                let r = self.scoped(|s| {
+                // Declared variables live until `{{end}}`, the `else` branch included.
+                self.scoped(|s| {
                     // `$v :=` / `$i, $v :=` declare; with `=` they assign existing variables.
-                    let slot = |s: &mut Self, v: &str| {
-                        if pipe.assign {
-                            s.lookup(*line, v)
+                    let mut slots = Vec::new();
+                    for v in &pipe.vars {
+                        slots.push(if pipe.assign {
+                            s.lookup(*line, v)?
                         } else {
-                            Ok(s.declare_as(v, true))
+                            s.declare_as(v, true)
+                        });
+                    }
+                    // Go first sets every variable to the ranged value itself (what they hold
+                    // when there is nothing to iterate), then to index and element.
+                    let ranged = match slots.first() {
+                        Some(first) => {
+                            for slot in &slots {
+                                let v = if slot == first {
+                                    e.clone()
+                                } else {
+                                    format!("__v.{first}")
+                                };
+                                s.out.push_str(&format!("{{% set __v.{slot} = {v} %}}"));
+                            }
+                            format!("__v.{first}")
                         }
+                        None => e.clone(),
                     };
-                    match pipe.vars.as_slice() {
+                    s.out.push_str(&format!(
+                        "{{% for __k{n}, __d{n} in __range({ranged}, {}) %}}",
+                        slots.len()
+                    ));
+                    match slots.as_slice() {
                         [] => {}
-                        [v] => {
-                            let slot = slot(s, v)?;
-                            s.out.push_str(&format!("{{% set __v.{slot} = __d{n} %}}"));
-                        }
-                        [k, v] => {
-                            let ks = slot(s, k)?;
-                            let vs = slot(s, v)?;
-                            s.out.push_str(&format!(
-                                "{{% set __v.{ks} = __k{n} %}}{{% set __v.{vs} = __d{n} %}}"
-                            ));
-                        }
+                        [v] => s.out.push_str(&format!("{{% set __v.{v} = __d{n} %}}")),
+                        [k, v] => s.out.push_str(&format!(
+                            "{{% set __v.{k} = __k{n} %}}{{% set __v.{v} = __d{n} %}}"
+                        )),
                         _ => return Err(s.err(*line, "too many declarations in range")),
                     }
+                    let (saved, saved_in_range) = (s.dot, s.dot_in_range);
                     s.dot = n;
                     s.dot_in_range = true;
                     s.in_range += 1;
-                    let r = s.nodes(body);
+                    let r = s.scoped(|s| s.nodes(body));
                     s.in_range -= 1;
-                    r
-                });
-                self.dot = saved;
-                self.dot_in_range = saved_in_range;
-                r?;
-                if let Some(o) = otherwise {
-                    self.out.push_str("{% else %}");
-                    self.scoped(|s| s.nodes(o))?;
-                }
-                self.out.push_str("{% endfor %}");
+                    s.dot = saved;
+                    s.dot_in_range = saved_in_range;
+                    r?;
+                    if let Some(o) = otherwise {
+                        s.out.push_str("{% else %}");
+                        s.scoped(|s| s.nodes(o))?;
+                    }
+                    s.out.push_str("{% endfor %}");
+                    Ok(())
+                })?;
             }
             Node::Template { line, name, pipe } => {
                 self.pad(*line);
