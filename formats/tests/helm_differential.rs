@@ -293,6 +293,15 @@ fn lookups_chart_matches_helm_template() {
     check_chart("lookups");
 }
 
+/// Template-language corners real charts hit: trim markers at the start of a line, Go's
+/// number forms, `eq`/`ne` on bools and nil, fields of nil pipeline results, declarations in
+/// control heads, template files included by path, `.Subcharts`, `.Values` shared by the
+/// templates of a chart, and document separators glued to a comment.
+#[test]
+fn language_chart_matches_helm_template() {
+    check_chart("language");
+}
+
 /// A one-template chart in a temp dir: `out: <expr>` with `values`.
 fn probe_chart(expr: &str, values: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
