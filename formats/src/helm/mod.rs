@@ -617,7 +617,9 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
             HelmError::template(
                 &u.name,
                 e.line().unwrap_or(0),
-                format!("translation failed: {e}"),
+                // Generated source that does not compile is a bug of the translator; the
+                // compiler's own wording would name nothing in the chart.
+                "unsupported construct: pallet could not translate this template".to_string(),
             )
         };
         for (dname, dsrc) in t.defines {

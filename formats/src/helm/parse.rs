@@ -948,7 +948,7 @@ impl Parser<'_> {
             return Err(HelmError::parse(
                 self.file,
                 line,
-                "missing value for command",
+                format!("missing value for {context}"),
             ));
         }
         Ok(Pipe { vars, assign, cmds })
