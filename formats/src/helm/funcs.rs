@@ -4210,8 +4210,22 @@ pub fn register(env: &mut Environment<'static>) {
 
 fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
     let name = state.name().to_string();
-    let parsed = parse::parse(&name, &text).map_err(|e| err(e.to_string()))?;
-    let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
+    // Lines of a parse error are lines of the tpl text, not of the file calling tpl.
+    let parse_error = |e: super::HelmError| {
+        let detail = match e {
+            super::HelmError::Parse { line, msg, .. }
+            | super::HelmError::Template { line, msg, .. } => {
+                format!("line {line}: {msg}")
+            }
+            other => other.to_string(),
+        };
+        err(format!(
+            "error calling tpl: cannot parse template {}: {detail}",
+            go_quote(&text)
+        ))
+    };
+    let parsed = parse::parse(&name, &text).map_err(parse_error)?;
+    let t = translate::translate(&name, &parsed, &known()).map_err(parse_error)?;
     let ctx = minijinja::context! {
         __d0 => data,
         __now => state.lookup("__now"),
