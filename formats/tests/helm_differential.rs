@@ -294,6 +294,15 @@ fn lookups_chart_matches_helm_template() {
     check_chart("lookups");
 }
 
+/// Template-language corners real charts hit: trim markers at the start of a line, Go's
+/// number forms, `eq`/`ne` on bools and nil, fields of nil pipeline results, declarations in
+/// control heads, template files included by path, `.Subcharts`, `.Values` shared by the
+/// templates of a chart, and document separators glued to a comment.
+#[test]
+fn language_chart_matches_helm_template() {
+    check_chart("language");
+}
+
 /// A one-template chart in a temp dir: `out: <expr>` with `values`.
 fn probe_chart(expr: &str, values: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -507,6 +516,53 @@ fn pallet_fails_where_helm_fails() {
         (
             r#"{{ mustDateModify "5d" now }}"#,
             "unknown unit \"d\" in duration",
+        ),
+        // Go's parser: names helm does not define (even in a branch never taken), numbers,
+        // comments, declarations.
+        (
+            r#"{{ if false }}{{ frob 1 }}{{ end }}"#,
+            "function \"frob\" not defined",
+        ),
+        (
+            r#"{{ if false }}{{ env "HOME" }}{{ end }}"#,
+            "function \"env\" not defined",
+        ),
+        (r#"{{ 1x }}"#, "\"1x\""),
+        (r#"{{ 0x1.8 }}"#, "\"0x1.8\""),
+        (r#"{{ 'ab' }}"#, "'ab'"),
+        (r#"{{/* c */ }}"#, "comment ends before closing delimiter"),
+        (
+            r#"{{ if $a, $b := 1 }}{{ end }}"#,
+            "too many declarations in if",
+        ),
+        (
+            r#"{{ template "nope" . }}"#,
+            "template \"nope\" not defined",
+        ),
+        (r#"{{ include "nope" . }}"#, "no template \"nope\""),
+        // Go 1.26 comparisons.
+        (r#"{{ eq 1 }}"#, "missing argument for comparison"),
+        (r#"{{ lt nil 1 }}"#, "invalid type for comparison"),
+        (
+            r#"{{ eq .Values.list .Values.list }}"#,
+            "non-comparable type",
+        ),
+        (
+            r#"{{ eq "a" "b" 1 }}"#,
+            "incompatible types for comparison: string and int",
+        ),
+        (
+            r#"{{ eq .Values.a.b 1 }}"#,
+            "incompatible types for comparison: float64 and int",
+        ),
+        // A field of nil reached through a map or a range element is an error.
+        (
+            r#"{{ (dict).x.y }}"#,
+            "nil pointer evaluating interface {}.y",
+        ),
+        (
+            r#"{{ range (list nil) }}{{ .x }}{{ end }}"#,
+            "nil pointer evaluating interface {}.x",
         ),
         (r#"{{ prepend "x" 1 }}"#, "Cannot prepend on type string"),
         (r#"{{ push "x" 1 }}"#, "Cannot push on type string"),
@@ -740,6 +796,10 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ .Chart.Metadata.Name }} {{ .Chart.Metadata.Version }} {{ .Files.Foo | typeOf }} {{ .Files.Foo }} {{ .Capabilities.KubeVersion }}"#,
         r#"{{ typeOf now }} {{ kindOf now }} {{ typeOf (semver "1.2.3") }} {{ typeOf .Capabilities.APIVersions }} {{ kindOf .Chart }}"#,
         r#"{{ "\x41\u00e9\101\011x" }} {{ 'a' }} {{ 0x1F }} {{ 1e3 }} {{ 0o17 }} {{ 1_000 }} {{ -3 }} {{ +3 }} {{ range $i := 3 }}{{ $i }}{{ end }} {{ if false }}{{ nil }}{{ end }}"#,
+        r#"{{ 0x1p60 }} {{ 0x1p-2 }} {{ 0x_1F }} {{ 1_000.5 }} {{ .5 }} {{ 1E2 }} {{ 0_7 }} {{ 9223372036854775807 }} {{ '\'' }} {{ '\u00e9' }} {{ '\101' }} {{ typeOf 1e3 }} {{ typeOf 'a' }}"#,
+        r#"{{ eq true true }} {{ ne .Values.missing "x" }} {{ eq (index .Values "missing") "x" }} {{ eq nil .Values.missing }} {{ eq .Values.list nil }} {{ eq 1 2 1 }} {{ eq "a" "a" 1 }} {{ le 2 2 }}"#,
+        r#"{{ (.Values.missing).x }}|{{ (index .Values "zz").x.y }}|{{ $v := .Values.missing }}{{ $v.y }}|{{ define "nilx" }}{{ .x }}{{ end }}{{ include "nilx" .Values.missing }}|{{ with .Values.a }}{{ (.zz).x }}{{ end }}"#,
+        r#"{{ if $x := .Values.a }}{{ $x.s }}{{ else if $y := 1 }}{{ $y }}{{ end }} {{ with $w := .Values.zz }}{{ else }}[{{ $w }}]{{ end }} {{ $i := 9 }}{{ range $i = list }}{{ end }}{{ $i }} {{ range $k, $v := .Values.a }}{{ $k }}{{ end }}"#,
         r#"{{ addf 0.1 0.2 }} {{ addf 1 "2.5" }} {{ addf 1.1 2.2 3.3 }} {{ addf }} {{ addf 1e300 1e300 }}"#,
         r#"{{ mulf 0.1 3 }} {{ subf 0.3 0.1 }} {{ divf 1 3 }} {{ add1f 0.1 }} {{ maxf 1 2.5 "3" }} {{ minf 1 2.5 }} {{ divf 2 3 }} {{ divf -2 3 }} {{ mulf 1.5 1.5 }} {{ subf 1 }}"#,
         r#"{{ b32enc "hello" }} {{ b32dec "NBSWY3DP" }} {{ b32enc "" }} {{ b32enc "a" }} {{ b32enc "ab" }} {{ b32enc "abc" }} {{ b32enc "abcd" }} {{ b32dec "ME======" }} {{ b32dec "bad!" }}"#,

@@ -65,6 +65,16 @@ pub enum HelmError {
         /// What went wrong, naming the construct.
         msg: String,
     },
+    /// A template file is not valid Go template syntax (helm's `parse error at (file:line)`).
+    #[error("parse error at ({file}:{line}): {msg}")]
+    Parse {
+        /// The template's path, `<chart>/templates/<file>`.
+        file: String,
+        /// 1-based line in that file.
+        line: usize,
+        /// What is wrong, in Go's parser's words.
+        msg: String,
+    },
     /// The chart itself is invalid or uses something not supported yet.
     #[error("chart {chart}: {msg}")]
     Chart {
@@ -87,6 +97,14 @@ impl HelmError {
     /// A template error at `file:line`.
     pub fn template(file: &str, line: usize, msg: impl Into<String>) -> Self {
         HelmError::Template {
+            file: file.to_string(),
+            line,
+            msg: msg.into(),
+        }
+    }
+    /// A parse error at `file:line`.
+    pub fn parse(file: &str, line: usize, msg: impl Into<String>) -> Self {
+        HelmError::Parse {
             file: file.to_string(),
             line,
             msg: msg.into(),
@@ -329,19 +347,14 @@ struct Unit<'c> {
     /// `<chart path>/templates/<file>`, e.g. `parent/charts/sub/templates/a.yaml`.
     name: String,
     source: &'c str,
-    /// `<chart path>/templates`.
-    base_path: String,
-    chart: &'c Chart,
-    is_root: bool,
-    values: serde_json::Value,
+    /// `<chart path>`, e.g. `parent/charts/sub`: the key of its chart's top-level object.
+    chart_path: String,
     render: bool,
 }
 
 fn collect_units<'c>(
     chart: &'c Chart,
     full_path: &str,
-    values: &serde_json::Value,
-    is_root: bool,
     crds: &mut Vec<RenderedFile>,
     out: &mut Vec<Unit<'c>>,
 ) {
@@ -352,17 +365,9 @@ fn collect_units<'c>(
         });
     }
     for sub in &chart.subcharts {
-        let name = sub.name();
-        let sv = values
-            .get(&name)
-            .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
         collect_units(
             sub,
-            &format!("{full_path}/charts/{name}"),
-            &sv,
-            false,
+            &format!("{full_path}/charts/{}", sub.name()),
             crds,
             out,
         );
@@ -372,14 +377,59 @@ fn collect_units<'c>(
         out.push(Unit {
             name: format!("{full_path}/{path}"),
             source: src,
-            base_path: format!("{full_path}/templates"),
-            chart,
-            is_root,
-            values: values.clone(),
+            chart_path: full_path.to_string(),
             // Partials only define; library charts only provide defines.
             render: !base.starts_with('_') && !chart.is_library(),
         });
     }
+}
+
+/// The top-level objects of a chart and its subcharts, by chart path, as helm's `recAllTpls`
+/// builds them: one per chart, shared by all its templates (so `.Values` set by one template is
+/// seen by the next, as in helm), with `.Subcharts` mapping each subchart's name to the
+/// subchart's own object. Before each template renders, `.Template` is set in its chart's
+/// object (helm mutates the shared map too, so `.Subcharts.x.Template` is the last template of
+/// `x` rendered).
+fn chart_tops(
+    chart: &Chart,
+    full_path: &str,
+    values: &serde_json::Value,
+    is_root: bool,
+    shared: &[(&str, Value)],
+    out: &mut BTreeMap<String, Value>,
+) -> Value {
+    let mut subcharts = BTreeMap::new();
+    for sub in &chart.subcharts {
+        let name = sub.name();
+        let sv = values
+            .get(&name)
+            .filter(|v| v.is_object())
+            .cloned()
+            .unwrap_or(serde_json::json!({}));
+        let top = chart_tops(
+            sub,
+            &format!("{full_path}/charts/{name}"),
+            &sv,
+            false,
+            shared,
+            out,
+        );
+        subcharts.insert(name, top);
+    }
+    let mut top: BTreeMap<String, Value> = shared
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    top.insert("Values".into(), values_object(values));
+    top.insert("Chart".into(), chart_object(&chart.metadata, is_root));
+    top.insert(
+        "Files".into(),
+        Value::from_object(Files(chart.files.clone())),
+    );
+    top.insert("Subcharts".into(), GoMap::value(subcharts));
+    let top = GoMap::value(top);
+    out.insert(full_path.to_string(), top.clone());
+    top
 }
 
 /// Renders a chart: returns the CRDs (untemplated, subcharts' included) followed by every
@@ -416,7 +466,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     validate_schemas(&chart, &values)?;
     let mut crds = Vec::new();
     let mut units = Vec::new();
-    collect_units(&chart, &name, &values, true, &mut crds, &mut units);
+    collect_units(&chart, &name, &mut crds, &mut units);
     // helm parses (and renders) templates deepest path first, then in reverse lexical order; a
     // later definition of the same define wins, so parents override subcharts.
     units.sort_by(|a, b| {
@@ -462,48 +512,40 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     ]
     .into_iter()
     .collect();
+    let shared = [
+        ("Release", GoMap::value(release)),
+        (
+            "Capabilities",
+            GoMap::typed(caps, GoType::Struct("*chartutil.Capabilities")),
+        ),
+    ];
+    let mut tops = BTreeMap::new();
+    chart_tops(&chart, &name, &values, true, &shared, &mut tops);
     let mut out = crds;
     // One random source for the whole render, drawn from in helm's render order.
     let rng = funcs::Rng::value(opts.seed);
     for u in units.iter().filter(|u| u.render) {
         let template: BTreeMap<String, Value> = [
             ("Name".to_string(), Value::from(u.name.as_str())),
-            ("BasePath".to_string(), Value::from(u.base_path.as_str())),
-        ]
-        .into_iter()
-        .collect();
-        let top: BTreeMap<String, Value> = [
-            ("Values".to_string(), values_object(&u.values)),
-            ("Release".to_string(), GoMap::value(release.clone())),
             (
-                "Chart".to_string(),
-                chart_object(&u.chart.metadata, u.is_root),
-            ),
-            (
-                "Capabilities".to_string(),
-                GoMap::typed(caps.clone(), GoType::Struct("*chartutil.Capabilities")),
-            ),
-            (
-                "Files".to_string(),
-                Value::from_object(Files(u.chart.files.clone())),
-            ),
-            (
-                "Template".to_string(),
-                GoMap::typed(template, GoType::Values),
-            ),
-            (
-                "Subcharts".to_string(),
-                Value::from_object(funcs::Unsupported(".Subcharts")),
+                "BasePath".to_string(),
+                Value::from(format!("{}/templates", u.chart_path)),
             ),
         ]
         .into_iter()
         .collect();
+        let top = tops.get(&u.chart_path).cloned().unwrap_or_default();
+        if let Some(m) = top.downcast_object_ref::<GoMap>() {
+            m.0.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert("Template".into(), GoMap::typed(template, GoType::Values));
+        }
         let tmpl = env
             .get_template(&u.name)
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
         let content = tmpl
             .render(minijinja::context! {
-                __d0 => GoMap::value(top),
+                __d0 => top,
                 __now => opts.now,
                 __rng => rng.clone(),
             })
@@ -585,17 +627,19 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
             HelmError::template(
                 &u.name,
                 e.line().unwrap_or(0),
-                format!("translation failed: {e}"),
+                // Generated source that does not compile is a bug of the translator; the
+                // compiler's own wording would name nothing in the chart.
+                "unsupported construct: pallet could not translate this template".to_string(),
             )
         };
         for (dname, dsrc) in t.defines {
             env.add_template_owned(translate::define_name(&dname), dsrc)
                 .map_err(fail)?;
         }
-        if u.render {
-            env.add_template_owned(u.name.clone(), t.main)
-                .map_err(fail)?;
-        }
+        // Every file is a template of its own (partials and library files too), so that
+        // `include (print $.Template.BasePath "/x.yaml") .` finds it, as in helm.
+        env.add_template_owned(u.name.clone(), t.main)
+            .map_err(fail)?;
     }
     Ok(env)
 }
@@ -743,20 +787,26 @@ fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
 }
 
 fn trim_documents_inner(content: &str) -> String {
-    let mut docs = vec![String::new()];
-    for line in content.split_inclusive('\n') {
-        let c = line.trim_end_matches(['\n', '\r']);
-        if c == "---" || c.starts_with("--- ") || c.starts_with("---\t") {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs.iter()
-        .map(|d| d.trim())
+    split_manifests(content).join("\n---\n")
+}
+
+/// helm's `releaseutil.SplitManifests`: the documents of a rendered file, split where the
+/// regular expression `(?:^|\s*\n)---\s*` matches and each trimmed, empty ones dropped. A
+/// separator needs no line break after it: `---# comment` or `---apiVersion: v1` (a `{{-`
+/// that ate the newline) start a document with the rest of the line.
+pub fn split_manifests(content: &str) -> Vec<String> {
+    static SEP: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let docs: Vec<&str> = match SEP
+        .get_or_init(|| regex::Regex::new(r"(?:^|[\t\n\x0c\r ]*\n)---[\t\n\x0c\r ]*").ok())
+    {
+        Some(sep) => sep.split(content.trim()).collect(),
+        None => vec![content],
+    };
+    docs.into_iter()
+        .map(str::trim)
         .filter(|d| !d.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n---\n")
+        .map(str::to_string)
+        .collect()
 }
 
 /// Splits rendered files into objects (YAML documents that are non-empty mappings).
@@ -766,7 +816,7 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
     let mut out = Vec::new();
     for f in files {
         check_yaml11_breaks(&f.source, &f.content)?;
-        for doc in split_documents(&trim_documents(&f.content)) {
+        for doc in split_manifests(&f.content) {
             if doc.trim().is_empty() {
                 continue;
             }
@@ -798,20 +848,6 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
         }
     }
     Ok(out)
-}
-
-fn split_documents(s: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in s.split_inclusive('\n') {
-        if line.trim_end() == "---" || line.starts_with("--- ") {
-            docs.push(String::new());
-            continue;
-        }
-        if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs
 }
 
 /// Loads and renders the chart at `dir` into objects.
@@ -909,18 +945,41 @@ pub fn hook_disposition(body: &serde_json::Map<String, serde_json::Value>) -> Ho
 
 fn to_render_error(e: HelmError) -> crate::RenderError {
     match e {
-        HelmError::Template { file, line, msg } => crate::RenderError::InvalidObject {
-            at: crate::SourceLocation {
-                file,
-                document: None,
-                line: u64::try_from(line).ok().filter(|l| *l > 0),
-            },
-            message: msg,
-        },
+        HelmError::Template { file, line, msg } | HelmError::Parse { file, line, msg } => {
+            crate::RenderError::InvalidObject {
+                at: crate::SourceLocation {
+                    file,
+                    document: None,
+                    line: u64::try_from(line).ok().filter(|l| *l > 0),
+                },
+                message: msg,
+            }
+        }
         HelmError::Chart { chart, msg } => crate::RenderError::InvalidConfig {
             format: "helm",
             message: format!("chart {chart}: {msg}"),
         },
         HelmError::Io { path, source } => crate::RenderError::Io { path, source },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_manifests;
+
+    #[test]
+    fn documents_split_as_helm_splits_them() {
+        assert_eq!(
+            split_manifests("a: 1\n---# note\nb: 2\n  \n---apiVersion: v1\n--- \nc: 3  \n"),
+            vec!["a: 1", "# note\nb: 2", "apiVersion: v1", "c: 3"]
+        );
+        // The whitespace after a separator belongs to it, so a `---` right after it is text
+        // (as in Go's regexp.Split, which helm uses).
+        assert_eq!(split_manifests("a\n---\n\n---b"), vec!["a", "---b"]);
+        // Only at the start of a line; `----` splits too (the rest starts the document).
+        assert_eq!(
+            split_manifests("x: a---b\n  ---\n----\ny: 1"),
+            vec!["x: a---b\n  ---", "-\ny: 1"]
+        );
     }
 }

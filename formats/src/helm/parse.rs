@@ -163,23 +163,27 @@ fn lex(file: &str, src: &str) -> Result<Vec<Item>, HelmError> {
         let body_start = usize::from(left_trim);
         let body = &after[body_start..];
         let action_line = line;
-        let trimmed = body.trim_start_matches(is_space);
+        // Go: a comment starts right after `{{`, or after `{{-` and its one space character.
+        let trimmed = if left_trim { &body[1..] } else { body };
         if trimmed.starts_with("/*") {
             let Some(end) = trimmed.find("*/") else {
-                return Err(HelmError::template(file, line, "unclosed comment"));
+                return Err(HelmError::parse(file, line, "unclosed comment"));
             };
-            let after_comment = trimmed[end + 2..].trim_start_matches(is_space);
-            let (close_len, right_trim) = if after_comment.starts_with("-}}") {
-                (3, true)
-            } else if after_comment.starts_with("}}") {
-                (2, false)
-            } else {
-                return Err(HelmError::template(
-                    file,
-                    line,
-                    "comment ends before closing delimiter",
-                ));
-            };
+            // Go: the comment must be followed directly by `}}`, or by one space character
+            // and `-}}`.
+            let after_comment = &trimmed[end + 2..];
+            let (close_len, right_trim) =
+                if after_comment.starts_with(is_space) && after_comment[1..].starts_with("-}}") {
+                    (4, true)
+                } else if after_comment.starts_with("}}") {
+                    (2, false)
+                } else {
+                    return Err(HelmError::parse(
+                        file,
+                        line,
+                        "comment ends before closing delimiter",
+                    ));
+                };
             let consumed = 2 + body_start + (body.len() - after_comment.len()) + close_len;
             line += count_nl(&rest[start..start + consumed]);
             rest = &rest[start + consumed..];
@@ -219,19 +223,16 @@ fn lex_action(
     let chars: Vec<(usize, char)> = s.char_indices().collect();
     let mut i = 0;
     let mut line = line0;
-    let err = |line: usize, m: String| HelmError::template(file, line, m);
+    let err = |line: usize, m: String| HelmError::parse(file, line, m);
     while i < chars.len() {
         let (pos, c) = chars[i];
-        if c == '\n' {
-            line += 1;
-            i += 1;
-            continue;
-        }
         if is_space(c) {
-            // ` -}}` closes with right trim.
-            if s[pos..].trim_start_matches(is_space).starts_with("-}}") {
-                let dash = pos + (s[pos..].len() - s[pos..].trim_start_matches(is_space).len());
-                return Ok((toks, dash + 3, true));
+            // A space character (a newline too) followed by `-}}` closes with right trim.
+            if s[pos + 1..].starts_with("-}}") {
+                return Ok((toks, pos + 4, true));
+            }
+            if c == '\n' {
+                line += 1;
             }
             i += 1;
             continue;
@@ -265,71 +266,42 @@ fn lex_action(
                 i += 1;
             }
             '"' => {
-                let mut out = String::new();
-                i += 1;
+                // Go's lexQuote then strconv.Unquote.
+                let mut j = i + 1;
                 loop {
-                    let Some(&(_, c)) = chars.get(i) else {
-                        return Err(err(line, "unterminated quoted string".into()));
-                    };
-                    i += 1;
-                    match c {
-                        '"' => break,
-                        '\n' => return Err(err(line, "newline in quoted string".into())),
-                        '\\' => {
-                            let Some(&(_, e)) = chars.get(i) else {
-                                return Err(err(line, "unterminated quoted string".into()));
-                            };
-                            i += 1;
-                            match e {
-                                'n' => out.push('\n'),
-                                't' => out.push('\t'),
-                                'r' => out.push('\r'),
-                                '\\' => out.push('\\'),
-                                '"' => out.push('"'),
-                                '\'' => out.push('\''),
-                                'a' => out.push('\u{7}'),
-                                'b' => out.push('\u{8}'),
-                                'f' => out.push('\u{c}'),
-                                'v' => out.push('\u{b}'),
-                                'x' | 'u' | 'U' | '0'..='7' => {
-                                    // \x and octal escapes are bytes in Go; only ASCII
-                                    // ones are characters here.
-                                    let (n, radix, first) = match e {
-                                        'x' => (2, 16, String::new()),
-                                        'u' => (4, 16, String::new()),
-                                        'U' => (8, 16, String::new()),
-                                        d => (2, 8, d.to_string()),
-                                    };
-                                    let digits: String =
-                                        chars.iter().skip(i).take(n).map(|(_, c)| *c).collect();
-                                    i += n;
-                                    let code = format!("{first}{digits}");
-                                    let cp = u32::from_str_radix(&code, radix)
-                                        .ok()
-                                        .filter(|c| !matches!(e, 'x' | '0'..='7') || *c < 0x80)
-                                        .and_then(char::from_u32)
-                                        .ok_or_else(|| {
-                                            err(
-                                                line,
-                                                format!(
-                                                    "unsupported construct: escape \\{e}{digits} in a string (a non-ASCII byte, or malformed)"
-                                                ),
-                                            )
-                                        })?;
-                                    out.push(cp);
-                                }
-                                other => {
-                                    return Err(err(
-                                        line,
-                                        format!("unsupported escape \\{other} in string"),
-                                    ))
-                                }
-                            }
+                    match chars.get(j).map(|c| c.1) {
+                        Some('\\')
+                            if !matches!(chars.get(j + 1).map(|c| c.1), None | Some('\n')) =>
+                        {
+                            j += 2
                         }
-                        c => out.push(c),
+                        None | Some('\n') | Some('\\') => {
+                            return Err(err(line, "unterminated quoted string".into()))
+                        }
+                        Some('"') => break,
+                        Some(_) => j += 1,
+                    }
+                }
+                let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
+                let mut out = String::new();
+                let mut k = 0;
+                while k < body.len() {
+                    let (v, byte) = unquote_char(&body, &mut k, '"')
+                        .map_err(|m| err(line, format!("invalid syntax in string: {m}")))?;
+                    // A \x or octal escape is one byte in Go; only ASCII ones are characters
+                    // here (strings are UTF-8).
+                    match char::from_u32(v).filter(|_| !byte || v < 0x80) {
+                        Some(c) => out.push(c),
+                        None => {
+                            return Err(err(
+                                line,
+                                "unsupported construct: a byte escape above \\x7f in a string (not UTF-8 text)".into(),
+                            ))
+                        }
                     }
                 }
                 toks.push((Tok::Str(out), line));
+                i = j + 1;
             }
             '`' => {
                 let mut out = String::new();
@@ -352,17 +324,32 @@ fn lex_action(
                 toks.push((Tok::Str(out), line));
             }
             '\'' => {
-                let Some(&(_, ch)) = chars.get(i + 1) else {
-                    return Err(err(line, "unterminated character constant".into()));
-                };
-                if ch == '\\' || chars.get(i + 2).map(|c| c.1) != Some('\'') {
-                    return Err(err(
-                        line,
-                        "unsupported construct: escaped character constant".into(),
-                    ));
+                // Go's lexChar: up to the closing quote, a backslash escaping any character
+                // but a newline; then strconv.UnquoteChar.
+                let mut j = i + 1;
+                loop {
+                    match chars.get(j).map(|c| c.1) {
+                        Some('\\')
+                            if !matches!(chars.get(j + 1).map(|c| c.1), None | Some('\n')) =>
+                        {
+                            j += 2
+                        }
+                        None | Some('\n') | Some('\\') => {
+                            return Err(err(line, "unterminated character constant".into()))
+                        }
+                        Some('\'') => break,
+                        Some(_) => j += 1,
+                    }
                 }
-                toks.push((Tok::Int(ch as i64), line));
-                i += 3;
+                let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
+                let text: String = chars[i..=j].iter().map(|c| c.1).collect();
+                let mut k = 0;
+                let value = unquote_char(&body, &mut k, '\'')
+                    .ok()
+                    .filter(|_| k == body.len())
+                    .ok_or_else(|| err(line, format!("malformed character constant: {text}")))?;
+                toks.push((Tok::Int(i64::from(value.0)), line));
+                i = j + 1;
             }
             '.' if chars
                 .get(i + 1)
@@ -396,24 +383,32 @@ fn lex_action(
                 i = j;
             }
             c if c.is_ascii_digit() || c == '-' || c == '+' || c == '.' => {
-                let mut j = i + 1;
-                while j < chars.len()
-                    && (chars[j].1.is_ascii_alphanumeric()
-                        || matches!(chars[j].1, '.' | '_')
-                        || (matches!(chars[j].1, '+' | '-') && matches!(chars[j - 1].1, 'e' | 'E')))
-                {
-                    j += 1;
+                // Go's lexNumber: one number, or a complex `real±imag i` pair.
+                let bad = |end: usize| {
+                    let text: String = chars[i..end.min(chars.len())].iter().map(|c| c.1).collect();
+                    err(line, format!("bad number syntax: {text:?}"))
+                };
+                let (mut j, ok) = scan_number(&chars, i);
+                if !ok {
+                    return Err(bad(j));
                 }
-                let text: String = chars[i..j]
-                    .iter()
-                    .map(|c| c.1)
-                    .filter(|c| *c != '_')
-                    .collect();
-                toks.push((
-                    parse_number(&text)
-                        .ok_or_else(|| err(line, format!("bad number syntax: {text}")))?,
-                    line,
-                ));
+                let mut complex = false;
+                if matches!(chars.get(j).map(|c| c.1), Some('+' | '-')) {
+                    let (k, ok) = scan_number(&chars, j);
+                    if !ok || chars[k - 1].1 != 'i' {
+                        return Err(bad(k));
+                    }
+                    j = k;
+                    complex = true;
+                }
+                let text: String = chars[i..j].iter().map(|c| c.1).collect();
+                if complex || text.ends_with('i') {
+                    return Err(err(
+                        line,
+                        format!("unsupported construct: complex number constant {text}"),
+                    ));
+                }
+                toks.push((go_number(&text).map_err(|m| err(line, m))?, line));
                 i = j;
             }
             c if ident_char(c) => {
@@ -435,29 +430,239 @@ fn lex_action(
     Err(err(line0, "unclosed action".into()))
 }
 
-fn parse_number(t: &str) -> Option<Tok> {
-    let (neg, body) = match t.strip_prefix('-') {
-        Some(b) => (true, b),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
+/// Go's `isAlphaNumeric`.
+fn is_alnum(c: char) -> bool {
+    c == '_' || c.is_alphabetic() || c.is_numeric()
+}
+
+/// Go's `lexer.scanNumber` from `chars[i]`: the end of the number and whether it is followed
+/// by something other than a letter or digit.
+fn scan_number(chars: &[(usize, char)], mut i: usize) -> (usize, bool) {
+    let at = |i: usize| chars.get(i).map(|c| c.1);
+    let accept = |i: &mut usize, set: &str| -> bool {
+        match at(*i) {
+            Some(c) if set.contains(c) => {
+                *i += 1;
+                true
+            }
+            _ => false,
+        }
+    };
+    accept(&mut i, "+-");
+    let mut digits = "0123456789_";
+    if accept(&mut i, "0") {
+        // A leading 0 alone does not make a float octal.
+        if accept(&mut i, "xX") {
+            digits = "0123456789abcdefABCDEF_";
+        } else if accept(&mut i, "oO") {
+            digits = "01234567_";
+        } else if accept(&mut i, "bB") {
+            digits = "01_";
+        }
+    }
+    while accept(&mut i, digits) {}
+    if accept(&mut i, ".") {
+        while accept(&mut i, digits) {}
+    }
+    if digits.len() == 11 && accept(&mut i, "eE") {
+        accept(&mut i, "+-");
+        while accept(&mut i, "0123456789_") {}
+    }
+    if digits.len() == 23 && accept(&mut i, "pP") {
+        accept(&mut i, "+-");
+        while accept(&mut i, "0123456789_") {}
+    }
+    accept(&mut i, "i");
+    match at(i) {
+        Some(c) if is_alnum(c) => (i + 1, false),
+        _ => (i, true),
+    }
+}
+
+/// Go's `strconv` underscore rule: `_` only between digits (or after a base prefix).
+fn underscore_ok(s: &str) -> bool {
+    let s = s.strip_prefix(['+', '-']).unwrap_or(s).as_bytes();
+    let mut saw = b'^';
+    let mut i = 0;
+    let mut hex = false;
+    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
+        i = 2;
+        saw = b'0';
+        hex = s[1].eq_ignore_ascii_case(&b'x');
+    }
+    for &c in &s[i..] {
+        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
+            saw = b'0';
+        } else if c == b'_' {
+            if saw != b'0' {
+                return false;
+            }
+            saw = b'_';
+        } else {
+            if saw == b'_' {
+                return false;
+            }
+            saw = b'!';
+        }
+    }
+    saw != b'_'
+}
+
+/// `strconv.ParseInt(s, 0, 64)`, and whether it failed only by overflow (`Err(true)`).
+fn go_parse_int(s: &str) -> Result<i64, bool> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if s.contains('_') && !underscore_ok(s) {
+        return Err(false);
+    }
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(h) = lower.strip_prefix("0x") {
+        (16, h)
+    } else if let Some(o) = lower.strip_prefix("0o") {
+        (8, o)
+    } else if let Some(b) = lower.strip_prefix("0b") {
+        (2, b)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    let digits: String = digits.chars().filter(|c| *c != '_').collect();
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(false);
+    }
+    let mag = u128::from_str_radix(&digits, radix).map_err(|_| true)?;
+    let v = if neg { -(mag as i128) } else { mag as i128 };
+    i64::try_from(v).map_err(|_| true)
+}
+
+/// `strconv.ParseFloat(s, 64)`: decimal, or hexadecimal with a `p` exponent.
+fn go_parse_float(s: &str) -> Option<f64> {
+    if s.contains('_') && !underscore_ok(s) {
+        return None;
+    }
+    let clean: String = s.chars().filter(|c| *c != '_').collect();
+    let (neg, body) = match clean.as_bytes().first() {
+        Some(b'-') => (true, &clean[1..]),
+        Some(b'+') => (false, &clean[1..]),
+        _ => (false, clean.as_str()),
     };
     let lower = body.to_ascii_lowercase();
-    let int = if let Some(h) = lower.strip_prefix("0x") {
-        i64::from_str_radix(h, 16).ok()
-    } else if let Some(o) = lower.strip_prefix("0o") {
-        i64::from_str_radix(o, 8).ok()
-    } else if let Some(b) = lower.strip_prefix("0b") {
-        i64::from_str_radix(b, 2).ok()
-    } else if lower.len() > 1 && lower.starts_with('0') && lower.bytes().all(|b| b.is_ascii_digit())
-    {
-        i64::from_str_radix(&lower[1..], 8).ok()
+    let v = if let Some(h) = lower.strip_prefix("0x") {
+        // Hexadecimal mantissa; the exponent (binary, decimal digits) is required.
+        let (mant, exp) = h.split_once('p')?;
+        let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+        if int.is_empty() && frac.is_empty() {
+            return None;
+        }
+        let mut m: u64 = 0;
+        let mut shift: i64 = 0;
+        for (k, c) in int.chars().chain(frac.chars()).enumerate() {
+            let d = u64::from(c.to_digit(16)?);
+            if m >> 60 == 0 {
+                m = m * 16 + d;
+                if k >= int.len() {
+                    shift -= 4;
+                }
+            } else if k < int.len() {
+                // Digits past 64 bits only scale (their value is below the rounding here).
+                shift += 4;
+            }
+        }
+        let e: i64 = exp.parse().ok()?;
+        let p = i32::try_from((e + shift).clamp(-2000, 2000)).ok()?;
+        (m as f64) * 2f64.powi(p)
     } else {
-        lower.parse::<i64>().ok()
+        if !lower
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | '+' | '-'))
+        {
+            return None;
+        }
+        lower.parse::<f64>().ok()?
     };
-    if let Some(v) = int {
-        return Some(Tok::Int(if neg { -v } else { v }));
+    Some(if neg { -v } else { v })
+}
+
+/// A number constant as text/template's parser (`newNumber`) and executor (`idealConstant`)
+/// read it when no type is wanted: an int when the text is an integer, else a float64 (text
+/// with `.`, `e` or `p`).
+fn go_number(text: &str) -> Result<Tok, String> {
+    match go_parse_int(text) {
+        Ok(i) => return Ok(Tok::Int(i)),
+        Err(true) if !text.contains(['.', 'e', 'E', 'p', 'P']) || is_hex_int(text) => {
+            return Err(format!("integer overflow: {text:?}"))
+        }
+        Err(_) => {}
     }
-    let f: f64 = lower.parse().ok()?;
-    Some(Tok::Float(if neg { -f } else { f }))
+    match go_parse_float(text) {
+        Some(_) if !text.contains(['.', 'e', 'E', 'p', 'P']) => {
+            Err(format!("integer overflow: {text:?}"))
+        }
+        Some(f) => Ok(Tok::Float(f)),
+        None => Err(format!("illegal number syntax: {text:?}")),
+    }
+}
+
+/// Go's `isHexInt`: `0x…` without a binary exponent.
+fn is_hex_int(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() > 2 && b[0] == b'0' && matches!(b[1], b'x' | b'X') && !s.contains(['p', 'P'])
+}
+
+/// Go's `strconv.UnquoteChar` on `s[*i..]` inside a literal quoted by `quote`: the code
+/// point and whether it came from a byte escape (`\x`, octal), which stands for a raw byte.
+fn unquote_char(s: &[char], i: &mut usize, quote: char) -> Result<(u32, bool), String> {
+    let c = *s.get(*i).ok_or("unterminated escape")?;
+    *i += 1;
+    if c == quote && quote != '`' {
+        return Err(format!("unescaped {quote}"));
+    }
+    if c != '\\' {
+        return Ok((c as u32, false));
+    }
+    let e = *s.get(*i).ok_or("unterminated escape")?;
+    *i += 1;
+    let simple = match e {
+        'a' => Some(7),
+        'b' => Some(8),
+        'f' => Some(0xc),
+        'n' => Some(0xa),
+        'r' => Some(0xd),
+        't' => Some(9),
+        'v' => Some(0xb),
+        '\\' => Some(u32::from(b'\\')),
+        '\'' | '"' if e == quote => Some(e as u32),
+        _ => None,
+    };
+    if let Some(v) = simple {
+        return Ok((v, false));
+    }
+    let (n, radix, byte) = match e {
+        'x' => (2, 16, true),
+        'u' => (4, 16, false),
+        'U' => (8, 16, false),
+        '0'..='7' => (2, 8, true),
+        _ => return Err(format!("unknown escape sequence \\{e}")),
+    };
+    let first = if radix == 8 {
+        e.to_string()
+    } else {
+        String::new()
+    };
+    let digits: String = s.iter().skip(*i).take(n).collect();
+    if digits.chars().count() != n || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(format!("malformed escape \\{e}{digits}"));
+    }
+    *i += n;
+    let v = u32::from_str_radix(&format!("{first}{digits}"), radix).map_err(|e| e.to_string())?;
+    if (radix == 8 && v > 255) || (!byte && char::from_u32(v).is_none()) {
+        return Err(format!("escape \\{e}{digits} out of range"));
+    }
+    Ok((v, byte))
 }
 
 /// What a control action is, once its keyword is known.
@@ -493,7 +698,7 @@ pub fn parse(file: &str, src: &str) -> Result<Parsed, HelmError> {
     };
     let (nodes, end) = p.list(0)?;
     if let Some((line, _)) = end {
-        return Err(HelmError::template(
+        return Err(HelmError::parse(
             file,
             line,
             "unexpected {{end}} or {{else}}",
@@ -533,7 +738,7 @@ impl Parser<'_> {
                             Some(e)
                         }
                         _ => {
-                            return Err(HelmError::template(
+                            return Err(HelmError::parse(
                                 self.file,
                                 line,
                                 "range without matching {{end}}",
@@ -549,7 +754,7 @@ impl Parser<'_> {
                 }
                 Ctl::Define(name) => {
                     if depth > 0 {
-                        return Err(HelmError::template(
+                        return Err(HelmError::parse(
                             self.file,
                             line,
                             "define is only allowed at top level",
@@ -583,8 +788,8 @@ impl Parser<'_> {
     fn expect_end(&self, line: usize, end: Option<(usize, Ctl)>) -> Result<(), HelmError> {
         match end {
             Some((_, Ctl::End)) => Ok(()),
-            Some((l, _)) => Err(HelmError::template(self.file, l, "unexpected {{else}}")),
-            None => Err(HelmError::template(self.file, line, "missing {{end}}")),
+            Some((l, _)) => Err(HelmError::parse(self.file, l, "unexpected {{else}}")),
+            None => Err(HelmError::parse(self.file, line, "missing {{end}}")),
         }
     }
 
@@ -622,13 +827,13 @@ impl Parser<'_> {
                 Some((l, Ctl::ElseIf(p))) if !with => cur = (l, p),
                 Some((l, Ctl::ElseWith(p))) if with => cur = (l, p),
                 Some((l, _)) => {
-                    return Err(HelmError::template(
+                    return Err(HelmError::parse(
                         self.file,
                         l,
                         "unsupported construct: mixing `else if` and `else with` in one chain",
                     ))
                 }
-                None => return Err(HelmError::template(self.file, line, "missing {{end}}")),
+                None => return Err(HelmError::parse(self.file, line, "missing {{end}}")),
             }
         }
     }
@@ -638,9 +843,9 @@ impl Parser<'_> {
         let mut toks = a.toks;
         let kw = match toks.first() {
             Some((Tok::Ident(k), _)) => k.clone(),
-            Some(_) => return Ok(Ctl::Plain(self.pipe(line, &toks)?)),
+            Some(_) => return Ok(Ctl::Plain(self.pipe(line, &toks, "command")?)),
             None => {
-                return Err(HelmError::template(
+                return Err(HelmError::parse(
                     self.file,
                     line,
                     "missing value for command",
@@ -649,20 +854,22 @@ impl Parser<'_> {
         };
         let rest = || toks[1..].to_vec();
         Ok(match kw.as_str() {
-            "if" => Ctl::If(self.pipe(line, &rest())?),
-            "with" => Ctl::With(self.pipe(line, &rest())?),
-            "range" => Ctl::Range(self.pipe(line, &rest())?),
+            "if" => Ctl::If(self.pipe(line, &rest(), "if")?),
+            "with" => Ctl::With(self.pipe(line, &rest(), "with")?),
+            "range" => Ctl::Range(self.pipe(line, &rest(), "range")?),
             "end" => Ctl::End,
             "break" => Ctl::Break,
             "continue" => Ctl::Continue,
             "else" => match toks.get(1) {
                 None => Ctl::Else,
-                Some((Tok::Ident(k), _)) if k == "if" => Ctl::ElseIf(self.pipe(line, &toks[2..])?),
+                Some((Tok::Ident(k), _)) if k == "if" => {
+                    Ctl::ElseIf(self.pipe(line, &toks[2..], "if")?)
+                }
                 Some((Tok::Ident(k), _)) if k == "with" => {
-                    Ctl::ElseWith(self.pipe(line, &toks[2..])?)
+                    Ctl::ElseWith(self.pipe(line, &toks[2..], "with")?)
                 }
                 _ => {
-                    return Err(HelmError::template(
+                    return Err(HelmError::parse(
                         self.file,
                         line,
                         "unexpected tokens after else",
@@ -673,7 +880,7 @@ impl Parser<'_> {
                 let name = match toks.get(1) {
                     Some((Tok::Str(s), _)) => s.clone(),
                     _ => {
-                        return Err(HelmError::template(
+                        return Err(HelmError::parse(
                             self.file,
                             line,
                             format!("{kw} needs a quoted name"),
@@ -684,22 +891,24 @@ impl Parser<'_> {
                 match kw.as_str() {
                     "define" if toks.is_empty() => Ctl::Define(name),
                     "define" => {
-                        return Err(HelmError::template(
+                        return Err(HelmError::parse(
                             self.file,
                             line,
                             "unexpected tokens after define name",
                         ))
                     }
-                    "block" => Ctl::Block(name, self.pipe(line, &toks)?),
+                    "block" => Ctl::Block(name, self.pipe(line, &toks, "block")?),
                     _ if toks.is_empty() => Ctl::Template(name, None),
-                    _ => Ctl::Template(name, Some(self.pipe(line, &toks)?)),
+                    _ => Ctl::Template(name, Some(self.pipe(line, &toks, "template")?)),
                 }
             }
-            _ => Ctl::Plain(self.pipe(line, &toks)?),
+            _ => Ctl::Plain(self.pipe(line, &toks, "command")?),
         })
     }
 
-    fn pipe(&self, line: usize, toks: &[(Tok, usize)]) -> Result<Pipe, HelmError> {
+    /// A pipeline in `context` (`command`, `if`, `range`, ...: Go's parser names it in
+    /// errors; only `range` may declare two variables).
+    fn pipe(&self, line: usize, toks: &[(Tok, usize)], context: &str) -> Result<Pipe, HelmError> {
         let mut vars = Vec::new();
         let mut assign = false;
         let mut i = 0;
@@ -709,7 +918,14 @@ impl Parser<'_> {
         while let Some((Tok::Var(v), _)) = toks.get(j) {
             names.push(v.clone());
             match toks.get(j + 1) {
-                Some((Tok::Comma, _)) => j += 2,
+                Some((Tok::Comma, _)) if context == "range" && names.len() < 2 => j += 2,
+                Some((Tok::Comma, _)) => {
+                    return Err(HelmError::parse(
+                        self.file,
+                        line,
+                        format!("too many declarations in {context}"),
+                    ))
+                }
                 Some((Tok::Declare, _)) => {
                     vars = names;
                     i = j + 2;
@@ -726,17 +942,13 @@ impl Parser<'_> {
         }
         let (cmds, used) = self.cmds(line, &toks[i..], false)?;
         if used != toks.len() - i {
-            return Err(HelmError::template(
-                self.file,
-                line,
-                "unexpected ) in action",
-            ));
+            return Err(HelmError::parse(self.file, line, "unexpected ) in action"));
         }
         if cmds.is_empty() {
-            return Err(HelmError::template(
+            return Err(HelmError::parse(
                 self.file,
                 line,
-                "missing value for command",
+                format!("missing value for {context}"),
             ));
         }
         Ok(Pipe { vars, assign, cmds })
@@ -752,7 +964,7 @@ impl Parser<'_> {
         let mut cmds = Vec::new();
         let mut args = Vec::new();
         let mut i = 0;
-        let e = |l: usize, m: &str| HelmError::template(self.file, l, m.to_string());
+        let e = |l: usize, m: &str| HelmError::parse(self.file, l, m.to_string());
         while i < toks.len() {
             let (t, l) = &toks[i];
             match t {
@@ -897,6 +1109,57 @@ mod tests {
         assert!(
             matches!(&p.nodes[0], Node::Range { pipe, .. } if pipe.vars == vec!["i".to_string(), "h".to_string()])
         );
+    }
+
+    #[test]
+    fn right_trim_marker_after_a_newline() {
+        let p = parse("t", "{{- $l := list\n  1\n-}}\n  x").unwrap();
+        assert!(matches!(&p.nodes[1], Node::Text { text, line: 4 } if text == "x"));
+    }
+
+    #[test]
+    fn go_number_forms() {
+        let num = |t: &str| go_number(t);
+        assert_eq!(num("1_000"), Ok(Tok::Int(1000)));
+        assert_eq!(num("0x_1F"), Ok(Tok::Int(31)));
+        assert_eq!(num("017"), Ok(Tok::Int(15)));
+        assert_eq!(num("0_7"), Ok(Tok::Int(7)));
+        assert_eq!(num("-0b101"), Ok(Tok::Int(-5)));
+        assert_eq!(num(".5"), Ok(Tok::Float(0.5)));
+        assert_eq!(num("1e3"), Ok(Tok::Float(1000.0)));
+        assert_eq!(num("0x1p60"), Ok(Tok::Float(1_152_921_504_606_846_976.0)));
+        assert_eq!(num("0x1.8p1"), Ok(Tok::Float(3.0)));
+        assert_eq!(num("08"), Err("integer overflow: \"08\"".into()));
+        assert_eq!(num("1__0"), Err("illegal number syntax: \"1__0\"".into()));
+        assert_eq!(num("0x1.8"), Err("illegal number syntax: \"0x1.8\"".into()));
+    }
+
+    #[test]
+    fn char_constants_and_their_escapes() {
+        let p = parse(
+            "t",
+            r"{{ 'a' }}{{ '\n' }}{{ '\x41' }}{{ '\u00e9' }}{{ '\'' }}",
+        )
+        .unwrap();
+        let ints: Vec<Arg> = p
+            .nodes
+            .iter()
+            .filter_map(|n| match n {
+                Node::Action { pipe, .. } => Some(pipe.cmds[0].args[0].clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ints,
+            vec![
+                Arg::Int(97),
+                Arg::Int(10),
+                Arg::Int(65),
+                Arg::Int(233),
+                Arg::Int(39)
+            ]
+        );
+        assert!(parse("t", "{{ 'ab' }}").is_err());
     }
 
     #[test]

@@ -23,6 +23,252 @@ pub fn define_name(name: &str) -> String {
     format!("define:{name}")
 }
 
+/// Every function name a helm v3.19 template may call: Go text/template's builtins, Sprig
+/// v3.3.0's `GenericFuncMap` without `env` and `expandenv` (helm deletes them), and helm's own
+/// (`pkg/engine/funcs.go` and the late-bound `include`, `tpl`, `required`, `lookup`). A name
+/// outside this list is a parse error, as in helm, even in a branch that never runs; a name in
+/// it that pallet does not implement (not in `funcs::known()`) fails only when it runs.
+pub const HELM_FUNCTIONS: &[&str] = &[
+    "abbrev",
+    "abbrevboth",
+    "add",
+    "add1",
+    "add1f",
+    "addf",
+    "adler32sum",
+    "ago",
+    "all",
+    "and",
+    "any",
+    "append",
+    "atoi",
+    "b32dec",
+    "b32enc",
+    "b64dec",
+    "b64enc",
+    "base",
+    "bcrypt",
+    "biggest",
+    "buildCustomCert",
+    "call",
+    "camelcase",
+    "cat",
+    "ceil",
+    "chunk",
+    "clean",
+    "coalesce",
+    "compact",
+    "concat",
+    "contains",
+    "date",
+    "dateInZone",
+    "dateModify",
+    "date_in_zone",
+    "date_modify",
+    "decryptAES",
+    "deepCopy",
+    "deepEqual",
+    "default",
+    "derivePassword",
+    "dict",
+    "dig",
+    "dir",
+    "div",
+    "divf",
+    "duration",
+    "durationRound",
+    "empty",
+    "encryptAES",
+    "eq",
+    "ext",
+    "fail",
+    "first",
+    "float64",
+    "floor",
+    "fromJson",
+    "fromJsonArray",
+    "fromToml",
+    "fromYaml",
+    "fromYamlArray",
+    "ge",
+    "genCA",
+    "genCAWithKey",
+    "genPrivateKey",
+    "genSelfSignedCert",
+    "genSelfSignedCertWithKey",
+    "genSignedCert",
+    "genSignedCertWithKey",
+    "get",
+    "getHostByName",
+    "gt",
+    "has",
+    "hasKey",
+    "hasPrefix",
+    "hasSuffix",
+    "hello",
+    "html",
+    "htmlDate",
+    "htmlDateInZone",
+    "htpasswd",
+    "include",
+    "indent",
+    "index",
+    "initial",
+    "initials",
+    "int",
+    "int64",
+    "isAbs",
+    "join",
+    "js",
+    "kebabcase",
+    "keys",
+    "kindIs",
+    "kindOf",
+    "last",
+    "le",
+    "len",
+    "list",
+    "lookup",
+    "lower",
+    "lt",
+    "max",
+    "maxf",
+    "merge",
+    "mergeOverwrite",
+    "min",
+    "minf",
+    "mod",
+    "mul",
+    "mulf",
+    "mustAppend",
+    "mustChunk",
+    "mustCompact",
+    "mustDateModify",
+    "mustDeepCopy",
+    "mustFirst",
+    "mustFromJson",
+    "mustHas",
+    "mustInitial",
+    "mustLast",
+    "mustMerge",
+    "mustMergeOverwrite",
+    "mustPrepend",
+    "mustPush",
+    "mustRegexFind",
+    "mustRegexFindAll",
+    "mustRegexMatch",
+    "mustRegexReplaceAll",
+    "mustRegexReplaceAllLiteral",
+    "mustRegexSplit",
+    "mustRest",
+    "mustReverse",
+    "mustSlice",
+    "mustToDate",
+    "mustToJson",
+    "mustToPrettyJson",
+    "mustToRawJson",
+    "mustUniq",
+    "mustWithout",
+    "must_date_modify",
+    "ne",
+    "nindent",
+    "nospace",
+    "not",
+    "now",
+    "omit",
+    "or",
+    "osBase",
+    "osClean",
+    "osDir",
+    "osExt",
+    "osIsAbs",
+    "pick",
+    "pluck",
+    "plural",
+    "prepend",
+    "print",
+    "printf",
+    "println",
+    "push",
+    "quote",
+    "randAlpha",
+    "randAlphaNum",
+    "randAscii",
+    "randBytes",
+    "randInt",
+    "randNumeric",
+    "regexFind",
+    "regexFindAll",
+    "regexMatch",
+    "regexQuoteMeta",
+    "regexReplaceAll",
+    "regexReplaceAllLiteral",
+    "regexSplit",
+    "repeat",
+    "replace",
+    "required",
+    "rest",
+    "reverse",
+    "round",
+    "semver",
+    "semverCompare",
+    "seq",
+    "set",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "shuffle",
+    "slice",
+    "snakecase",
+    "sortAlpha",
+    "split",
+    "splitList",
+    "splitn",
+    "squote",
+    "sub",
+    "subf",
+    "substr",
+    "swapcase",
+    "ternary",
+    "title",
+    "toDate",
+    "toDecimal",
+    "toJson",
+    "toPrettyJson",
+    "toRawJson",
+    "toString",
+    "toStrings",
+    "toToml",
+    "toYaml",
+    "toYamlPretty",
+    "tpl",
+    "trim",
+    "trimAll",
+    "trimPrefix",
+    "trimSuffix",
+    "trimall",
+    "trunc",
+    "tuple",
+    "typeIs",
+    "typeIsLike",
+    "typeOf",
+    "uniq",
+    "unixEpoch",
+    "unset",
+    "until",
+    "untilStep",
+    "untitle",
+    "upper",
+    "urlJoin",
+    "urlParse",
+    "urlquery",
+    "uuidv4",
+    "values",
+    "without",
+    "wrap",
+    "wrapWith",
+];
+
 /// A translated file: the main template source and `(name, source)` for every define.
 #[derive(Debug, Clone)]
 pub struct Translated {
@@ -51,9 +297,13 @@ struct Emitter<'a> {
     known: &'a HashSet<&'static str>,
     out: String,
     line: usize,
-    scopes: Vec<Vec<(String, String)>>,
+    /// Declared variables per scope: (name, slot, set by `range` to an element).
+    scopes: Vec<Vec<(String, String, bool)>>,
     slots: usize,
     dot: usize,
+    /// The dot is a `range` element (a value inside a map or slice, where a nil is a nil
+    /// interface whose fields are an error) rather than a pipeline's result.
+    dot_in_range: bool,
     depth: usize,
     in_range: usize,
 }
@@ -68,6 +318,7 @@ impl<'a> Emitter<'a> {
             scopes: vec![vec![]],
             slots: 0,
             dot: 0,
+            dot_in_range: false,
             depth: 0,
             in_range: 0,
         }
@@ -107,18 +358,28 @@ impl<'a> Emitter<'a> {
     }
 
     fn declare(&mut self, name: &str) -> String {
+        self.declare_as(name, false)
+    }
+
+    /// Declares `$name`; `from_range` when `range` sets it to an element.
+    fn declare_as(&mut self, name: &str, from_range: bool) -> String {
         self.slots += 1;
         let slot = format!("v{}_{}", self.slots, name);
         if let Some(s) = self.scopes.last_mut() {
-            s.push((name.to_string(), slot.clone()));
+            s.push((name.to_string(), slot.clone(), from_range));
         }
         slot
     }
 
     fn lookup(&self, line: usize, name: &str) -> Result<String, HelmError> {
+        self.lookup_var(line, name).map(|(slot, _)| slot)
+    }
+
+    /// The slot of `$name` and whether `range` sets it.
+    fn lookup_var(&self, line: usize, name: &str) -> Result<(String, bool), HelmError> {
         for scope in self.scopes.iter().rev() {
-            if let Some((_, slot)) = scope.iter().rev().find(|(n, _)| n == name) {
-                return Ok(slot.clone());
+            if let Some((_, slot, r)) = scope.iter().rev().find(|(n, _, _)| n == name) {
+                return Ok((slot.clone(), *r));
             }
         }
         Err(self.err(line, format!("undefined variable: ${name}")))
@@ -138,6 +399,12 @@ impl<'a> Emitter<'a> {
         match n {
             Node::Text { line, text } => {
                 self.pad(*line);
+                // A `{` at the end would join the `{{`/`{%`/`{#` emitted next into a
+                // delimiter of its own (`{{%`): it is printed as an expression instead.
+                let (text, brace) = match text.strip_suffix('{') {
+                    Some(t) => (t, true),
+                    None => (text.as_str(), false),
+                };
                 if text.contains("{{") || text.contains("{%") || text.contains("{#") {
                     if text.contains("{% endraw") || text.contains("{%- endraw") {
                         return Err(self.err(
@@ -150,6 +417,9 @@ impl<'a> Emitter<'a> {
                     self.out.push_str("{% endraw %}");
                 } else {
                     self.out.push_str(text);
+                }
+                if brace {
+                    self.out.push_str("{{ \"{\" }}");
                 }
                 self.line += text.matches('\n').count();
             }
@@ -179,14 +449,9 @@ impl<'a> Emitter<'a> {
                 self.pad(*line);
                 if *with {
                     self.with_chain(branches, otherwise.as_deref())?;
-                } else {
+                } else if branches.iter().all(|(_, p, _)| p.vars.is_empty()) {
                     for (i, (l, pipe, body)) in branches.iter().enumerate() {
                         self.pad(*l);
-                        if !pipe.vars.is_empty() {
-                            return Err(
-                                self.err(*l, "unsupported construct: variable declaration in if")
-                            );
-                        }
                         let e = self.pipe_expr(*l, pipe)?;
                         let kw = if i == 0 { "if" } else { "elif" };
                         self.out.push_str(&format!("{{% {kw} {e} %}}"));
@@ -197,6 +462,8 @@ impl<'a> Emitter<'a> {
                         self.scoped(|s| s.nodes(o))?;
                     }
                     self.out.push_str("{% endif %}");
+                } else {
+                    self.if_chain(branches, otherwise.as_deref())?;
                 }
             }
             Node::Range {
@@ -207,45 +474,63 @@ impl<'a> Emitter<'a> {
             } => {
                 self.pad(*line);
                 let e = self.pipe_expr(*line, pipe)?;
-                if pipe.assign {
-                    return Err(self.err(*line, "unsupported construct: assignment (=) in range"));
-                }
                 self.depth += 1;
                 let n = self.depth;
-                self.out.push_str(&format!(
-                    "{{% for __k{n}, __d{n} in __range({e}, {}) %}}",
-                    pipe.vars.len()
-                ));
-                let saved = self.dot;
-                let r = self.scoped(|s| {
-                    match pipe.vars.as_slice() {
+                // Declared variables live until `{{end}}`, the `else` branch included.
+                self.scoped(|s| {
+                    // `$v :=` / `$i, $v :=` declare; with `=` they assign existing variables.
+                    let mut slots = Vec::new();
+                    for v in &pipe.vars {
+                        slots.push(if pipe.assign {
+                            s.lookup(*line, v)?
+                        } else {
+                            s.declare_as(v, true)
+                        });
+                    }
+                    // Go first sets every variable to the ranged value itself (what they hold
+                    // when there is nothing to iterate), then to index and element.
+                    let ranged = match slots.first() {
+                        Some(first) => {
+                            for slot in &slots {
+                                let v = if slot == first {
+                                    e.clone()
+                                } else {
+                                    format!("__v.{first}")
+                                };
+                                s.out.push_str(&format!("{{% set __v.{slot} = {v} %}}"));
+                            }
+                            format!("__v.{first}")
+                        }
+                        None => e.clone(),
+                    };
+                    s.out.push_str(&format!(
+                        "{{% for __k{n}, __d{n} in __range({ranged}, {}) %}}",
+                        slots.len()
+                    ));
+                    match slots.as_slice() {
                         [] => {}
-                        [v] => {
-                            let slot = s.declare(v);
-                            s.out.push_str(&format!("{{% set __v.{slot} = __d{n} %}}"));
-                        }
-                        [k, v] => {
-                            let ks = s.declare(k);
-                            let vs = s.declare(v);
-                            s.out.push_str(&format!(
-                                "{{% set __v.{ks} = __k{n} %}}{{% set __v.{vs} = __d{n} %}}"
-                            ));
-                        }
+                        [v] => s.out.push_str(&format!("{{% set __v.{v} = __d{n} %}}")),
+                        [k, v] => s.out.push_str(&format!(
+                            "{{% set __v.{k} = __k{n} %}}{{% set __v.{v} = __d{n} %}}"
+                        )),
                         _ => return Err(s.err(*line, "too many declarations in range")),
                     }
+                    let (saved, saved_in_range) = (s.dot, s.dot_in_range);
                     s.dot = n;
+                    s.dot_in_range = true;
                     s.in_range += 1;
-                    let r = s.nodes(body);
+                    let r = s.scoped(|s| s.nodes(body));
                     s.in_range -= 1;
-                    r
-                });
-                self.dot = saved;
-                r?;
-                if let Some(o) = otherwise {
-                    self.out.push_str("{% else %}");
-                    self.scoped(|s| s.nodes(o))?;
-                }
-                self.out.push_str("{% endfor %}");
+                    s.dot = saved;
+                    s.dot_in_range = saved_in_range;
+                    r?;
+                    if let Some(o) = otherwise {
+                        s.out.push_str("{% else %}");
+                        s.scoped(|s| s.nodes(o))?;
+                    }
+                    s.out.push_str("{% endfor %}");
+                    Ok(())
+                })?;
             }
             Node::Template { line, name, pipe } => {
                 self.pad(*line);
@@ -272,6 +557,56 @@ impl<'a> Emitter<'a> {
         Ok(())
     }
 
+    /// The slot a control head's `$x :=` declares (or `$x =` assigns), holding `value`; the
+    /// declaration stays visible until the control's `{{end}}`, `else` branches included.
+    fn head_var(&mut self, line: usize, pipe: &Pipe, value: &str) -> Result<(), HelmError> {
+        let slot = match pipe.vars.as_slice() {
+            [] => return Ok(()),
+            [v] if pipe.assign => self.lookup(line, v)?,
+            [v] => self.declare(v),
+            _ => return Err(self.err(line, "too many declarations in command")),
+        };
+        self.out
+            .push_str(&format!("{{% set __v.{slot} = {value} %}}"));
+        Ok(())
+    }
+
+    /// `if`/`else if` chains with declarations: `{{if $x := a}}A{{else if b}}B{{end}}` is
+    /// Go's `if $x := a {A} else {if b {B}}`, so each branch nests in the previous `else`.
+    fn if_chain(
+        &mut self,
+        branches: &[(usize, Pipe, Vec<Node>)],
+        otherwise: Option<&[Node]>,
+    ) -> Result<(), HelmError> {
+        let Some(((l, pipe, body), rest)) = branches.split_first() else {
+            if let Some(o) = otherwise {
+                self.scoped(|s| s.nodes(o))?;
+            }
+            return Ok(());
+        };
+        self.pad(*l);
+        let e = self.pipe_expr(*l, pipe)?;
+        self.scoped(|s| {
+            if pipe.vars.is_empty() {
+                s.out.push_str(&format!("{{% if {e} %}}"));
+            } else {
+                s.depth += 1;
+                let n = s.depth;
+                s.out.push_str(&format!("{{% with __c{n} = {e} %}}"));
+                s.head_var(*l, pipe, &format!("__c{n}"))?;
+                s.out.push_str(&format!("{{% if __c{n} %}}"));
+            }
+            s.scoped(|s| s.nodes(body))?;
+            s.out.push_str("{% else %}");
+            s.if_chain(rest, otherwise)?;
+            s.out.push_str("{% endif %}");
+            if !pipe.vars.is_empty() {
+                s.out.push_str("{% endwith %}");
+            }
+            Ok(())
+        })
+    }
+
     fn with_chain(
         &mut self,
         branches: &[(usize, Pipe, Vec<Node>)],
@@ -285,28 +620,24 @@ impl<'a> Emitter<'a> {
         };
         self.pad(*l);
         let e = self.pipe_expr(*l, pipe)?;
-        if pipe.assign || pipe.vars.len() > 1 {
-            return Err(self.err(*l, "unsupported construct: assignment in with"));
-        }
         self.depth += 1;
         let n = self.depth;
-        self.out
-            .push_str(&format!("{{% with __d{n} = {e} %}}{{% if __d{n} %}}"));
-        let saved = self.dot;
-        let r = self.scoped(|s| {
-            if let Some(v) = pipe.vars.first() {
-                let slot = s.declare(v);
-                s.out.push_str(&format!("{{% set __v.{slot} = __d{n} %}}"));
-            }
+        self.out.push_str(&format!("{{% with __d{n} = {e} %}}"));
+        self.scoped(|s| {
+            s.head_var(*l, pipe, &format!("__d{n}"))?;
+            s.out.push_str(&format!("{{% if __d{n} %}}"));
+            let (saved, saved_in_range) = (s.dot, s.dot_in_range);
             s.dot = n;
-            s.nodes(body)
-        });
-        self.dot = saved;
-        r?;
-        self.out.push_str("{% else %}");
-        self.with_chain(rest, otherwise)?;
-        self.out.push_str("{% endif %}{% endwith %}");
-        Ok(())
+            s.dot_in_range = false;
+            let r = s.scoped(|s| s.nodes(body));
+            s.dot = saved;
+            s.dot_in_range = saved_in_range;
+            r?;
+            s.out.push_str("{% else %}");
+            s.with_chain(rest, otherwise)?;
+            s.out.push_str("{% endif %}{% endwith %}");
+            Ok(())
+        })
     }
 
     fn pipe_expr(&self, line: usize, pipe: &Pipe) -> Result<String, HelmError> {
@@ -357,15 +688,7 @@ impl<'a> Emitter<'a> {
                     [a] => Ok(format!("(not {a})")),
                     _ => Err(self.err(line, "wrong number of args for not: want 1")),
                 },
-                _ => {
-                    if !self.known.contains(name.as_str()) {
-                        return Err(self.err(
-                            line,
-                            format!("unsupported construct: function \"{name}\" not defined"),
-                        ));
-                    }
-                    Ok(format!("h_{name}({})", args.join(", ")))
-                }
+                _ => self.call(line, name, &args),
             },
             Arg::Dot(fields) | Arg::Var(_, fields) | Arg::Sub(_, fields) if !args.is_empty() => {
                 // A field chain with arguments is a method call on the chain's receiver.
@@ -394,13 +717,39 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// A call of the function `name`: helm's parse error for a name helm does not define, a
+    /// failure when it runs for one pallet does not implement yet.
+    fn call(&self, line: usize, name: &str, args: &[String]) -> Result<String, HelmError> {
+        if !HELM_FUNCTIONS.contains(&name) {
+            Err(HelmError::parse(
+                self.file,
+                line,
+                format!("function \"{name}\" not defined"),
+            ))
+        } else if self.known.contains(name) {
+            Ok(format!("h_{name}({})", args.join(", ")))
+        } else {
+            Ok(format!(
+                "h_fail({})",
+                quote(&format!(
+                    "unsupported construct: function \"{name}\" is not implemented yet"
+                ))
+            ))
+        }
+    }
+
     fn arg_expr(&self, line: usize, a: &Arg) -> Result<String, HelmError> {
-        let chain = |base: String, fields: &[String]| {
+        // Fields of a value inside a map or slice (a `range` element, or a chain's own map
+        // lookups) go through `__f`, where a nil is an error; fields of a pipeline's result
+        // (parenthesised, a variable, the template's data) through `__fr`, where a nil base
+        // gives nil, as text/template unwraps such results from their interface.
+        let chain = |base: String, fields: &[String], of_result: bool| {
             if fields.is_empty() {
                 base
             } else {
                 let f: Vec<String> = fields.iter().map(|f| quote(f)).collect();
-                format!("__f({base}, {})", f.join(", "))
+                let helper = if of_result { "__fr" } else { "__f" };
+                format!("{helper}({base}, {})", f.join(", "))
             }
         };
         Ok(match a {
@@ -408,24 +757,18 @@ impl<'a> Emitter<'a> {
                 "and" | "or" | "not" => {
                     return Err(self.err(line, format!("{name} used without arguments")))
                 }
-                _ if self.known.contains(name.as_str()) => format!("h_{name}()"),
-                _ => {
-                    return Err(self.err(
-                        line,
-                        format!("unsupported construct: function \"{name}\" not defined"),
-                    ))
-                }
+                _ => self.call(line, name, &[])?,
             },
-            Arg::Dot(fields) => chain(self.dot_name(), fields),
+            Arg::Dot(fields) => chain(self.dot_name(), fields, !self.dot_in_range),
             Arg::Var(v, fields) => {
-                let base = if v.is_empty() {
-                    "__d0".to_string()
+                if v.is_empty() {
+                    chain("__d0".to_string(), fields, true)
                 } else {
-                    format!("__v.{}", self.lookup(line, v)?)
-                };
-                chain(base, fields)
+                    let (slot, from_range) = self.lookup_var(line, v)?;
+                    chain(format!("__v.{slot}"), fields, !from_range)
+                }
             }
-            Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields),
+            Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields, true),
             Arg::Nil => "none".into(),
             Arg::Bool(b) => b.to_string(),
             Arg::Int(i) => {
@@ -460,4 +803,22 @@ fn quote(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HELM_FUNCTIONS;
+
+    #[test]
+    fn every_implemented_function_is_one_helm_defines() {
+        let extra: Vec<&str> = super::super::funcs::known()
+            .into_iter()
+            .filter(|n| !n.starts_with("__") && !HELM_FUNCTIONS.contains(n))
+            .collect();
+        assert!(extra.is_empty(), "not helm functions: {extra:?}");
+        let mut sorted = HELM_FUNCTIONS.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, HELM_FUNCTIONS, "kept sorted and unique");
+    }
 }

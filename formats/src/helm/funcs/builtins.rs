@@ -7,6 +7,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     ("eq", |a| {
         let (first, rest) =
             a.0.split_first()
+                .filter(|(_, rest)| !rest.is_empty())
                 .ok_or_else(|| err("missing argument for comparison"))?;
         for r in rest {
             if eq_vals(first, r)? {
@@ -181,46 +182,63 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     }),
 ];
 
-/// Go template `eq`/`lt` comparison of basic values.
-pub(super) fn cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
-    use std::cmp::Ordering;
-    match (a.kind(), b.kind()) {
-        (ValueKind::Number, ValueKind::Number) => {
-            // Go compares ints with ints and floats with floats; mixing them is an error.
-            if a.is_integer() != b.is_integer() {
-                return Err(err(format!(
-                    "incompatible types for comparison: {} and {}",
-                    type_of(a),
-                    type_of(b)
-                )));
-            }
-            if a.is_integer() && b.is_integer() {
-                Ok(a.as_i64().cmp(&b.as_i64()))
-            } else {
-                to_f64(a)
-                    .partial_cmp(&to_f64(b))
-                    .ok_or_else(|| err("incomparable numbers"))
-            }
-        }
-        (ValueKind::String, ValueKind::String) => Ok(a.as_str().cmp(&b.as_str())),
-        // Go orders only numbers and strings; eq/ne on bools do not come here.
-        (ValueKind::Bool, ValueKind::Bool) => Err(err("invalid type for comparison")),
-        (ValueKind::None | ValueKind::Undefined, ValueKind::None | ValueKind::Undefined) => {
-            Ok(Ordering::Equal)
-        }
-        _ => Err(err(format!(
-            "incompatible types for comparison: {} and {}",
-            type_of(a),
-            type_of(b)
-        ))),
+/// text/template's `basicKind`: the kinds `eq` and `lt` compare; `None` for nil, maps,
+/// slices and structs.
+fn basic_kind(v: &Value) -> Option<u8> {
+    match v.kind() {
+        ValueKind::Bool => Some(0),
+        ValueKind::Number if v.is_integer() => Some(1),
+        ValueKind::Number => Some(2),
+        ValueKind::String => Some(3),
+        _ => None,
     }
 }
 
-pub(super) fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
-    if a.is_none() || b.is_none() {
-        return Ok(a.is_none() == b.is_none() && to_json(a) == to_json(b));
+fn incompatible(a: &Value, b: &Value) -> Error {
+    err(format!(
+        "incompatible types for comparison: {} and {}",
+        type_of(a),
+        type_of(b)
+    ))
+}
+
+/// Go template `lt` (and `le`, `gt`, `ge` through it): ints with ints, floats with floats,
+/// strings with strings; nil, bools, maps and slices are not ordered.
+pub(super) fn cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
+    let (Some(ka), Some(kb)) = (basic_kind(a), basic_kind(b)) else {
+        return Err(err("invalid type for comparison"));
+    };
+    if ka != kb {
+        return Err(incompatible(a, b));
     }
-    Ok(cmp(a, b)? == std::cmp::Ordering::Equal)
+    match ka {
+        1 => Ok(a.as_i64().cmp(&b.as_i64())),
+        2 => to_f64(a)
+            .partial_cmp(&to_f64(b))
+            .ok_or_else(|| err("unsupported construct: ordering NaN")),
+        3 => Ok(a.as_str().cmp(&b.as_str())),
+        _ => Err(err("invalid type for comparison")),
+    }
+}
+
+/// Go template `eq` of two operands (Go 1.2x `eq`): basic values of one kind compare by
+/// value (bools too); nil equals only nil and compares unequal, without error, to anything
+/// else; two non-nil values of different kinds, or maps and slices, are an error.
+pub(super) fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
+    let nil = |v: &Value| v.is_none() || v.is_undefined();
+    match (basic_kind(a), basic_kind(b)) {
+        (Some(ka), Some(kb)) if ka != kb => Err(incompatible(a, b)),
+        (Some(0), Some(_)) => Ok(a.is_true() == b.is_true()),
+        (Some(2), Some(_)) => Ok(to_f64(a) == to_f64(b)),
+        (Some(_), Some(_)) => Ok(cmp(a, b)? == std::cmp::Ordering::Equal),
+        _ if nil(a) || nil(b) => Ok(nil(a) && nil(b)),
+        (Some(_), None) | (None, Some(_)) => Err(incompatible(a, b)),
+        (None, None) => Err(err(format!(
+            "non-comparable type {}: {}",
+            sprintf("%s", std::slice::from_ref(b)),
+            type_of(b)
+        ))),
+    }
 }
 
 /// Go's `fmt.Sprint`: spaces between operands when neither is a string.

@@ -671,6 +671,16 @@ fn f_field(args: Rest<Value>) -> Result<Value, Error> {
     Ok(v)
 }
 
+/// A field chain on a pipeline's result or a variable holding one: text/template unwraps
+/// such a result from its interface, so a nil there is no value at all and every field of it
+/// is nil, where a nil reached through a map (`.Values.missing.x`) is an error.
+fn f_field_of_result(args: Rest<Value>) -> Result<Value, Error> {
+    match args.0.first() {
+        Some(v) if !v.is_none() && !v.is_undefined() => f_field(args),
+        _ => Ok(Value::from(())),
+    }
+}
+
 fn f_call(args: Rest<Value>) -> Result<Value, Error> {
     let (recv, rest) = args
         .0
@@ -1291,6 +1301,7 @@ pub fn register(env: &mut Environment<'static>) {
         });
     }
     env.add_function("__f", f_field);
+    env.add_function("__fr", f_field_of_result);
     env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
     env.add_function("__call", f_call);
     env.add_function("h_include", |state: &State, args: Rest<Value>| {

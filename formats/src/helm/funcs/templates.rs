@@ -41,15 +41,24 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
 ];
 
-/// Renders the define `name` with `data` as its dot.
+/// Renders the template `name` with `data` as its dot: a `define`, or else a template file
+/// by its path (in helm every file is itself a template named `<chart>/templates/<file>`).
 pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, Error> {
-    let tmpl = state
-        .env()
+    render_template(state, name, data, false)
+}
+
+fn render_template(state: &State, name: &str, data: Value, action: bool) -> Result<String, Error> {
+    let env = state.env();
+    let tmpl = env
         .get_template(&translate::define_name(name))
+        .or_else(|_| env.get_template(name))
         .map_err(|_| {
-            err(format!(
-                "no template \"{name}\" associated with template \"gotpl\""
-            ))
+            // Go's wording for the `template` action and for helm's `include`.
+            err(if action {
+                format!("template \"{name}\" not defined")
+            } else {
+                format!("error calling include: no template \"{name}\" is defined")
+            })
         })?;
     // Each include is a nested render on the Rust stack, so nesting is bounded well below what
     // would overflow a 2 MiB thread stack; helm's own bound (1000) is for runaway recursion too.
@@ -83,13 +92,27 @@ pub(super) fn f_include(state: &State, name: String, data: Option<Value>) -> Res
 }
 
 pub(super) fn f_template(state: &State, name: String, data: Value) -> Result<Value, Error> {
-    f_include(state, name, Some(data))
+    Ok(Value::from(render_template(state, &name, data, true)?))
 }
 
 pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
     let name = state.name().to_string();
-    let parsed = parse::parse(&name, &text).map_err(|e| err(e.to_string()))?;
-    let t = translate::translate(&name, &parsed, &known()).map_err(|e| err(e.to_string()))?;
+    // Lines of a parse error are lines of the tpl text, not of the file calling tpl.
+    let parse_error = |e: crate::helm::HelmError| {
+        let detail = match e {
+            crate::helm::HelmError::Parse { line, msg, .. }
+            | crate::helm::HelmError::Template { line, msg, .. } => {
+                format!("line {line}: {msg}")
+            }
+            other => other.to_string(),
+        };
+        err(format!(
+            "error calling tpl: cannot parse template {}: {detail}",
+            go_quote(&text)
+        ))
+    };
+    let parsed = parse::parse(&name, &text).map_err(parse_error)?;
+    let t = translate::translate(&name, &parsed, &known()).map_err(parse_error)?;
     let ctx = minijinja::context! {
         __d0 => data,
         __now => state.lookup("__now"),

@@ -1,0 +1,2 @@
+{{- define "sub.unused" }}x{{ end -}}
+part of {{ .Chart.Name }}
