@@ -754,6 +754,21 @@ pub fn trim_documents(content: &str) -> String {
 /// the objects would differ; such output is an error. So are the control characters go-yaml's
 /// reader refuses (helm fails on them).
 fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
+    // Most output has none of the characters looked for below, so one byte pass decides whether
+    // the line-by-line scan is needed: ASCII controls, U+007F..U+009F (0xC2 0x80..0x9F in
+    // UTF-8), U+2028/U+2029 (0xE2 0x80 0xA8/0xA9) and U+FFFE/U+FFFF (0xEF 0xBF 0xBE/0xBF).
+    let bytes = content.as_bytes();
+    let suspicious = bytes.iter().enumerate().any(|(i, b)| match *b {
+        b'\t' | b'\n' | b'\r' => false,
+        0x00..=0x1f | 0x7f => true,
+        0xc2 => matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
+        0xe2 => bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)),
+        0xef => bytes.get(i + 1) == Some(&0xbf) && matches!(bytes.get(i + 2), Some(0xbe | 0xbf)),
+        _ => false,
+    });
+    if !suspicious {
+        return Ok(());
+    }
     for (i, line) in content.lines().enumerate() {
         if let Some(c) = line
             .chars()

@@ -214,13 +214,43 @@ fn ident_char(c: char) -> bool {
 /// Tokenises the inside of an action. Returns tokens, bytes consumed including the closing
 /// delimiter, and whether the action ends with `-}}`.
 #[allow(clippy::type_complexity)]
+/// Where the action starting at `s` ends: just past the first `}}` outside a quoted string, raw
+/// string or character constant (or the end of `s` when there is none, so an unterminated
+/// action still reaches the lexer's own error).
+fn action_extent(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            quote @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'`' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'`' {
+                    i += 1;
+                }
+            }
+            b'}' if bytes.get(i + 1) == Some(&b'}') => return i + 2,
+            _ => {}
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
 fn lex_action(
     file: &str,
     line0: usize,
     s: &str,
 ) -> Result<(Vec<(Tok, usize)>, usize, bool), HelmError> {
     let mut toks = Vec::new();
-    let chars: Vec<(usize, char)> = s.char_indices().collect();
+    // `s` is the rest of the file; only this action's characters are needed (collecting the
+    // whole rest for every action made lexing quadratic in the file's size).
+    let chars: Vec<(usize, char)> = s[..action_extent(s)].char_indices().collect();
     let mut i = 0;
     let mut line = line0;
     let err = |line: usize, m: String| HelmError::parse(file, line, m);
