@@ -38,6 +38,7 @@ mod registry;
 mod strings;
 mod templates;
 mod types;
+mod x509;
 mod yaml;
 
 use dates::*;
@@ -265,7 +266,7 @@ pub fn go_fmt(v: &Value) -> String {
 /// declaration order): printing it is an error rather than a map-shaped string.
 fn unprintable(v: &Value) -> Option<&'static str> {
     match v.downcast_object_ref::<GoMap>()?.1 {
-        GoType::Struct("chartutil.KubeVersion") => None,
+        GoType::Struct("chartutil.KubeVersion" | "sprig.certificate") => None,
         GoType::Struct(ty) => Some(ty),
         _ => None,
     }
@@ -276,8 +277,11 @@ fn unprintable(v: &Value) -> Option<&'static str> {
 /// semver versions.
 fn unserialisable(v: &Value) -> Option<&'static str> {
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        if let GoType::Struct(ty) = m.1 {
-            return Some(ty);
+        // Sprig's certificate has two string fields without JSON tags: it marshals as a map.
+        match m.1 {
+            GoType::Struct("sprig.certificate") => {}
+            GoType::Struct(ty) => return Some(ty),
+            _ => {}
         }
         return m.snapshot().values().find_map(unserialisable);
     }
@@ -307,6 +311,13 @@ fn go_fmt_into(out: &mut String, v: &Value, top: bool) {
             // KubeVersion is a fmt.Stringer: it prints its Version.
             let version = m.lock().get("Version").cloned().unwrap_or_default();
             out.push_str(version.as_str().unwrap_or_default());
+            return;
+        }
+        if m.1 == GoType::Struct("sprig.certificate") {
+            // `%v` of a struct: its fields in order, space-separated, in braces.
+            let fields = m.snapshot();
+            let field = |k: &str| fields.get(k).map(s).unwrap_or_default();
+            out.push_str(&format!("{{{} {}}}", field("Cert"), field("Key")));
             return;
         }
     }
@@ -708,6 +719,10 @@ fn f_range(v: Value) -> Result<Value, Error> {
 }
 
 type F = fn(Rest<Value>) -> Result<Value, Error>;
+
+/// A function that needs the render state (its random source, its clock); its arguments are
+/// checked against its signature before the call.
+type SF = fn(&State, Rest<Value>) -> Result<Value, Error>;
 
 fn s(v: &Value) -> String {
     if v.is_none() || v.is_undefined() {

@@ -14,7 +14,7 @@ impl Rng {
     pub fn value(seed: u64) -> Value {
         Value::from_object(Rng(Mutex::new(seed)))
     }
-    fn next(&self) -> u64 {
+    pub(super) fn next(&self) -> u64 {
         let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = *s;

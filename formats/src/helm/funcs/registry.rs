@@ -21,6 +21,13 @@ const FAMILIES: &[&[(&str, F)]] = &[
     dates::FUNCS,
 ];
 
+/// The family tables of functions that need the render state.
+const STATE_FAMILIES: &[&[(&str, SF)]] = &[crypto::STATE_FUNCS];
+
+fn all_state_funcs() -> impl Iterator<Item = &'static (&'static str, SF)> {
+    STATE_FAMILIES.iter().flat_map(|t| t.iter())
+}
+
 /// All `(name, function)` pairs of the family tables.
 fn all_funcs() -> impl Iterator<Item = &'static (&'static str, F)> {
     FAMILIES.iter().flat_map(|t| t.iter())
@@ -30,6 +37,7 @@ fn all_funcs() -> impl Iterator<Item = &'static (&'static str, F)> {
 pub fn known() -> HashSet<&'static str> {
     all_funcs()
         .map(|(n, _)| *n)
+        .chain(all_state_funcs().map(|(n, _)| *n))
         .chain(ALIASES.iter().map(|(a, _)| *a))
         .collect::<HashSet<_>>()
         .into_iter()
@@ -98,7 +106,8 @@ fn lookup_func(name: &str) -> Option<F> {
 }
 
 /// Go parameter types of the functions, one letter per parameter: `S` string, `I` int, `B`
-/// bool, `M` map[string]interface{}, `A` interface{}; a trailing `*` makes the last one
+/// bool, `M` map[string]interface{}, `A` interface{}, `U` uint32, `L` []interface{}, `C`
+/// Sprig's certificate struct; a trailing `*` makes the last one
 /// variadic. text/template checks arguments against these before calling, so passing a float64
 /// from values where an int is wanted, or a missing value (a nil interface) where a string is
 /// wanted, is an error in helm; it must be one here too, never a silent conversion. Functions
@@ -221,6 +230,20 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("dateInZone", "SAS"),
     ("htmlDate", "A"),
     ("now", ""),
+    ("genPrivateKey", "S"),
+    ("genCA", "SI"),
+    ("genCAWithKey", "SIS"),
+    ("genSelfSignedCert", "SLLI"),
+    ("genSelfSignedCertWithKey", "SLLIS"),
+    ("genSignedCert", "SLLIC"),
+    ("genSignedCertWithKey", "SLLICS"),
+    ("buildCustomCert", "SS"),
+    ("bcrypt", "S"),
+    ("htpasswd", "SS"),
+    ("randBytes", "I"),
+    ("encryptAES", "SS"),
+    ("decryptAES", "SS"),
+    ("derivePassword", "USSSS"),
 ];
 
 /// The Go type name of a value as text/template's argument errors print it: a missing map key
@@ -291,6 +314,13 @@ fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error>
         let ok = match p {
             'S' => a.kind() == ValueKind::String,
             'I' => a.kind() == ValueKind::Number && a.is_integer(),
+            'U' => a.is_integer() && a.as_i64().is_some_and(|n| u32::try_from(n).is_ok()),
+            // A `[]interface{}`: a list, or nil (a missing value is a nil slice).
+            'L' => a.is_none() || a.is_undefined() || a.kind() == ValueKind::Seq,
+            'C' => matches!(
+                a.downcast_object_ref::<GoMap>(),
+                Some(m) if m.1 == GoType::Struct("sprig.certificate")
+            ),
             'B' => a.kind() == ValueKind::Bool,
             'M' => matches!(
                 a.downcast_object_ref::<GoMap>(),
@@ -303,6 +333,9 @@ fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error>
                 'S' => "string",
                 'I' => "int",
                 'B' => "bool",
+                'U' => "uint32",
+                'L' => "[]interface {}",
+                'C' => "sprig.certificate",
                 _ => "map[string]interface {}",
             };
             return Err(err(format!(
@@ -340,6 +373,17 @@ pub fn register(env: &mut Environment<'static>) {
             check_sig(name, sig, &args)?;
             f(args)
         });
+    }
+    for (name, f) in all_state_funcs() {
+        let (f, name): (SF, &'static str) = (*f, name);
+        let sig = signature(name);
+        env.add_function(
+            format!("h_{name}"),
+            move |state: &State, args: Rest<Value>| {
+                check_sig(name, sig, &args)?;
+                f(state, args)
+            },
+        );
     }
     env.add_function("__f", f_field);
     env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
