@@ -37,7 +37,9 @@ mod regexp;
 mod registry;
 mod strings;
 mod templates;
+mod toml;
 mod types;
+mod urls;
 mod x509;
 mod yaml;
 

@@ -23,7 +23,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// A uniform value in `0..n` (n > 0), without modulo bias.
-    fn below(&self, n: u64) -> u64 {
+    pub(super) fn below(&self, n: u64) -> u64 {
         let zone = u64::MAX - (u64::MAX % n);
         loop {
             let x = self.next();

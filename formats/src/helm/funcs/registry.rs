@@ -18,11 +18,13 @@ const FAMILIES: &[&[(&str, F)]] = &[
     crypto::FUNCS,
     regexp::FUNCS,
     paths::FUNCS,
+    urls::FUNCS,
+    toml::FUNCS,
     dates::FUNCS,
 ];
 
 /// The family tables of functions that need the render state.
-const STATE_FAMILIES: &[&[(&str, SF)]] = &[crypto::STATE_FUNCS];
+const STATE_FAMILIES: &[&[(&str, SF)]] = &[crypto::STATE_FUNCS, strings::STATE_FUNCS];
 
 fn all_state_funcs() -> impl Iterator<Item = &'static (&'static str, SF)> {
     STATE_FAMILIES.iter().flat_map(|t| t.iter())
@@ -94,6 +96,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("mustToPrettyJson", "toPrettyJson"),
     ("biggest", "max"),
     ("trimall", "trimAll"),
+    // filepath on a Unix host is path.
+    ("osBase", "base"),
+    ("osClean", "clean"),
+    ("osDir", "dir"),
+    ("osExt", "ext"),
+    ("osIsAbs", "isAbs"),
 ];
 
 fn lookup_func(name: &str) -> Option<F> {
@@ -244,6 +252,16 @@ const SIGNATURES: &[(&str, &str)] = &[
     ("encryptAES", "SS"),
     ("decryptAES", "SS"),
     ("derivePassword", "USSSS"),
+    ("shuffle", "S"),
+    ("abbrevboth", "IIS"),
+    ("hello", ""),
+    ("mustFromJson", "S"),
+    ("urlParse", "S"),
+    ("urlJoin", "M"),
+    ("getHostByName", "S"),
+    ("toToml", "A"),
+    ("fromToml", "S"),
+    ("toYamlPretty", "A"),
 ];
 
 /// The Go type name of a value as text/template's argument errors print it: a missing map key
