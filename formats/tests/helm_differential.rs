@@ -440,6 +440,62 @@ fn pallet_fails_where_helm_fails() {
             "slice bounds out of range [9:5]",
         ),
         (r#"{{ repeat -1 "x" }}"#, "negative Repeat count"),
+        // Sprig's crypto and URL functions: typed parameters and their errors.
+        (
+            r#"{{ genSignedCert "x" nil nil 1 (dict "Cert" "" "Key" "") }}"#,
+            "expected sprig.certificate",
+        ),
+        (
+            r#"{{ genCA "x" .Values.num }}"#,
+            "expected int; got float64",
+        ),
+        (
+            r#"{{ genSelfSignedCert "x" .Values.a.s nil 1 }}"#,
+            "expected []interface {}; got string",
+        ),
+        (
+            r#"{{ genCAWithKey "x" 1 "junk" }}"#,
+            "parsing private key: no PEM data in input",
+        ),
+        (
+            r#"{{ genSelfSignedCertWithKey "x" (list "1.2.3.x") nil 1 (genPrivateKey "ecdsa") }}"#,
+            "error parsing ip: 1.2.3.x",
+        ),
+        (
+            r#"{{ genSelfSignedCertWithKey "x" nil (list 1) 1 (genPrivateKey "ecdsa") }}"#,
+            "error processing alternate dns name: 1 is not a string",
+        ),
+        (
+            r#"{{ derivePassword .Values.num "long" "a" "b" "c" }}"#,
+            "expected uint32",
+        ),
+        (
+            r#"{{ decryptAES "k" "AAAA" }}"#,
+            "slice bounds out of range [:16]",
+        ),
+        (
+            r#"{{ decryptAES "k" "AAAAAAAAAAAAAAAAAAAAAAAA" }}"#,
+            "input not full blocks",
+        ),
+        (r#"{{ urlParse ":x" }}"#, "missing protocol scheme"),
+        (
+            r#"{{ urlJoin (dict "host" 1) }}"#,
+            "unable to parse host key, must be of type string, but int found",
+        ),
+        (
+            r#"{{ urlJoin .Values.a.s }}"#,
+            "expected map[string]interface {}; got string",
+        ),
+        (
+            r#"{{ toToml nil }}"#,
+            "reflect: call of reflect.Value.Type on zero Value",
+        ),
+        (r#"{{ mustFromJson "{" }}"#, "mustFromJson"),
+        (
+            r#"{{ randBytes .Values.num }}"#,
+            "expected int; got float64",
+        ),
+        (r#"{{ mustToYaml 1 }}"#, "mustToYaml"),
         (r#"{{ nindent -1 "a" }}"#, "negative Repeat count"),
         (r#"{{ indent -2 "a" }}"#, "negative Repeat count"),
         (
@@ -783,6 +839,28 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ toYaml (list "a rather long string value with many words that goes well past the eighty  character  mark sure  thing  really") | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (list "averyveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryverylongword and more") | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (list "- starts with dash and is a rather long string value with many words that goes well past eighty" "<<") | replace "\n" "⏎" }}"#,
+        // go-yaml v2's resolve decides quoting: Go's ParseInt/ParseUint with base prefixes,
+        // yamlStyleFloat, and isBase60Float's exact pattern (an address with a port is plain).
+        r#"{{ toYaml (list "10.0.0.1:2379" "1:20" "1:60" "12:30:45" "1:2.5" "-1:20" "+1:20" "1:5_5" "1_0:20" "v1:20" "1.2.3" "12.30" "_1" "1_000" "0x1F" "0X1f" "08" "1e5" "1e" ".5" "+.5" "1." "-" "0b101" "0b-1" "-0b11" "1e400" ".Nan" "+inf" "0x" "99999999999999999999" "0xFFFFFFFFFFFFFFFFF" "18446744073709551615" "-9223372036854775808" "9223372036854775808") | replace "\n" "⏎" }}"#,
+        // fromYaml reads the first document only.
+        r#"{{ fromYaml "a: 1\n---\nb: 2" | toJson }} {{ fromYaml "---\na: 1\n---\nb: [" | toJson }} {{ fromYaml "a: 1\n...\nb: [" | toJson }} {{ fromYaml "---\n---\nb: 2" | toJson }} {{ fromYamlArray "- 1\n---\n- 2" | toJson }} {{ fromYaml "a: |\n  x\n---\nb: 1" | toJson }}"#,
+        // Strings and paths: goutils' AbbreviateFull, filepath (Unix), hello.
+        r#"{{ abbrevboth 5 10 "1234 5678 9123" }}|{{ abbrevboth 0 10 "1234 5678 9123" }}|{{ abbrevboth 3 6 "abcdefghijkl" }}|{{ abbrevboth 10 7 "abcdefghijklmnopqrstu" }}|{{ abbrevboth 20 8 "abcdefghijklmnopqrstu" }}|{{ abbrevboth 1 3 "abcdef" }}|{{ hello }}"#,
+        r#"{{ osBase "/a/b.txt" }} {{ osDir "/a/b" }} {{ osExt "x.tar.gz" }} {{ osClean "a//b/../c" }} {{ osIsAbs "/x" }} {{ osIsAbs "x" }} {{ osBase "" }} {{ osDir "" }}"#,
+        // net/url: urlParse's fields, urlJoin's URL.String, escapes.
+        r#"{{ urlParse "https://us%40r:p%3Aw@example.com:8443/a%20b/c?x=1&y=2#frag%21" | toJson }} {{ urlParse "mailto:a@b" | toJson }} {{ urlParse "//host/p" | toJson }} {{ urlParse "/rel?q" | toJson }} {{ urlParse "http://[::1]:80/x" | toJson }} {{ urlParse "HTTP://h" | toJson }}"#,
+        r#"{{ urlJoin (dict "scheme" "https" "host" "h:1" "path" "/a b" "query" "x=1" "fragment" "f g!" "userinfo" "u:p@x") }} {{ urlJoin (dict "path" "a:b") }} {{ urlJoin (dict "scheme" "mailto" "opaque" "a@b") }} {{ urlJoin (dict "host" "h" "path" "p") }} {{ urlJoin (dict) }}"#,
+        // helm template does no DNS lookups; mustFromJson takes any JSON value.
+        r#"{{ getHostByName "localhost" | quote }} {{ mustFromJson "[1,2]" | toJson }} {{ mustFromJson "\"s\"" }} {{ mustFromJson "{\"a\":1.5}" | toJson }}"#,
+        // toToml: BurntSushi's layout (direct keys first, tables, arrays of tables, inline
+        // tables in mixed arrays, quoted keys, nils skipped); fromToml.
+        r#"{{ toToml (dict "a" 1 "b" "x\ty\"" "c" (dict "d" (list 1 2) "e" (dict "f" true)) "g" (list (dict "h" 1) (dict "h" 2)) "i" 1.5 "j" 2.0 "k y" nil "l" (list 1 (dict "m" 2)) "" 3) | replace "\n" "⏎" }}"#,
+        r#"{{ toToml "str" }}|{{ toToml (list 1 nil) }}|{{ toToml .Values | replace "\n" "⏎" }}|{{ toToml (dict) }}"#,
+        r#"{{ fromToml "a = 1\nb = 'x'\n[c]\nd = [1.5, true]\n[[e]]\nf = 2\n" | toJson }}"#,
+        // Deterministic crypto: derivePassword (Master Password), decryptAES of helm's own
+        // encryptAES output (a password past 32 bytes is cut), an empty ciphertext.
+        r#"{{ derivePassword 1 "long" "password" "user" "example.com" }} {{ derivePassword 2 "maximum" "pw" "u" "s" }} {{ derivePassword 1 "pin" "pw" "u" "s" }} {{ derivePassword 1 "basic" "pw" "" "" }} {{ derivePassword 1 "nope" "pw" "u" "s" }} {{ derivePassword 1 "short" "p" "üser" "s" }} {{ derivePassword 3 "medium" "p" "u" "s" }}"#,
+        r#"{{ decryptAES "secretkey" "LUtjOzsxQR5TiAXYaDlti2QTfiTZT54KrPUxWzBpwxjgd8PbFlDZjlZydBdah37Z" }}|{{ decryptAES "a-much-longer-password-than-32-bytes-is-cut" "7Jn6+FyGtr+FnxixD7iEoyqeJv9OgJo8vLJmiVywNaE=" }}|{{ decryptAES "k" "" }}|{{ encryptAES "k" "" }}|{{ genPrivateKey "rsa2" }}|{{ htpasswd "a:b" "pw" }}"#,
     ];
     let mut wrong = Vec::new();
     for expr in cases {

@@ -5,7 +5,12 @@ use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("toToml", |a| {
-        // helm returns the encoder's error as the output.
+        // helm returns the encoder's error as the output; a nil panics in reflect.
+        if a[0].is_none() || a[0].is_undefined() {
+            return Err(err(
+                "error calling toToml: reflect: call of reflect.Value.Type on zero Value",
+            ));
+        }
         let mut enc = Encoder::default();
         Ok(Value::from(match enc.encode(&[], &a[0]) {
             Ok(()) => enc.out,
