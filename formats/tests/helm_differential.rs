@@ -857,6 +857,9 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ toToml (dict "a" 1 "b" "x\ty\"" "c" (dict "d" (list 1 2) "e" (dict "f" true)) "g" (list (dict "h" 1) (dict "h" 2)) "i" 1.5 "j" 2.0 "k y" nil "l" (list 1 (dict "m" 2)) "" 3) | replace "\n" "⏎" }}"#,
         r#"{{ toToml "str" }}|{{ toToml (list 1 nil) }}|{{ toToml .Values | replace "\n" "⏎" }}|{{ toToml (dict) }}"#,
         r#"{{ fromToml "a = 1\nb = 'x'\n[c]\nd = [1.5, true]\n[[e]]\nf = 2\n" | toJson }}"#,
+        // toYamlPretty: go-yaml v3 with indent 2 (indented sequences, natural key order,
+        // %g floats, no folding).
+        r#"{{ toYamlPretty .Values | replace "\n" "⏎" }}|{{ toYamlPretty (list "a" (dict "x" (list 1 2) "y" (dict)) (list) (list (list 1)) nil 1.5e6) | replace "\n" "⏎" }}|{{ toYamlPretty (dict "a10" 1 "a9" 2 "a09" 3 "B" 4 "_x" 5 "1" 6 "k2v" 7 "k2" 8 "yes" "on" "t" "1:20" "u" "10.0.0.1:2379") | replace "\n" "⏎" }}|{{ toYamlPretty (dict "m" "a\n b\n" "n" "x\n\n" "o" " x\ny" "p" "ends \nx") | replace "\n" "⏎" }}|{{ toYamlPretty "s" }}"#,
         // Deterministic crypto: derivePassword (Master Password), decryptAES of helm's own
         // encryptAES output (a password past 32 bytes is cut), an empty ciphertext.
         r#"{{ derivePassword 1 "long" "password" "user" "example.com" }} {{ derivePassword 2 "maximum" "pw" "u" "s" }} {{ derivePassword 1 "pin" "pw" "u" "s" }} {{ derivePassword 1 "basic" "pw" "" "" }} {{ derivePassword 1 "nope" "pw" "u" "s" }} {{ derivePassword 1 "short" "p" "üser" "s" }} {{ derivePassword 3 "medium" "p" "u" "s" }}"#,

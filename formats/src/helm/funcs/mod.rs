@@ -42,6 +42,7 @@ mod types;
 mod urls;
 mod x509;
 mod yaml;
+mod yaml3;
 
 use dates::*;
 use encoding::*;
