@@ -242,6 +242,8 @@ data:
   aesBack: {{ encryptAES "key" "some text" | decryptAES "key" | b64enc }}
   shuffle: {{ shuffle "abcdefghij" | b64enc }}
   uuid: {{ uuidv4 | b64enc }}
+  printed: {{ printf "%v" $ca | b64enc }}
+  json: {{ $ca | toJson | b64enc }}
 "#;
 
 /// Certificates, keys, hashes and ciphertexts from one render of each have the same shape.
@@ -335,6 +337,11 @@ fn crypto_functions_give_helms_shapes() {
         chars.sort_unstable();
         assert_eq!(chars.into_iter().collect::<String>(), "abcdefghij");
         assert_eq!(side["uuid"].len(), 36);
+        // A certificate is a struct: `{Cert Key}` printed, a two-field object in JSON.
+        let (cert, key) = (&side["ca.crt"], &side["ca.key"]);
+        assert_eq!(side["printed"], format!("{{{cert} {key}}}"));
+        let json: serde_json::Value = serde_json::from_str(&side["json"]).expect("JSON");
+        assert_eq!(json, serde_json::json!({"Cert": cert, "Key": key}));
     }
     assert_eq!(ours["aes"].len(), theirs["aes"].len());
 

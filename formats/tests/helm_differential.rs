@@ -477,6 +477,10 @@ fn pallet_fails_where_helm_fails() {
             r#"{{ decryptAES "k" "AAAAAAAAAAAAAAAAAAAAAAAA" }}"#,
             "input not full blocks",
         ),
+        (
+            r#"{{ decryptAES "k" "!!" }}"#,
+            "illegal base64 data at input byte 0",
+        ),
         (r#"{{ urlParse ":x" }}"#, "missing protocol scheme"),
         (
             r#"{{ urlJoin (dict "host" 1) }}"#,

@@ -376,7 +376,14 @@ fn decrypt_aes(password: &str, crypt64: &str) -> Result<String, String> {
     }
     let crypt = base64::engine::general_purpose::STANDARD
         .decode(crypt64)
-        .map_err(|e| format!("illegal base64 data ({e})"))?;
+        .map_err(|e| match e {
+            // Go's base64 error names the offset of the first bad byte.
+            base64::DecodeError::InvalidByte(at, _)
+            | base64::DecodeError::InvalidLastSymbol(at, _) => {
+                format!("illegal base64 data at input byte {at}")
+            }
+            _ => format!("illegal base64 data at input byte {}", crypt64.len()),
+        })?;
     if crypt.len() < 16 {
         return Err(format!(
             "runtime error: slice bounds out of range [:16] with capacity {}",
