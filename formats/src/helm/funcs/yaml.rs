@@ -47,6 +47,76 @@ pub fn to_yaml(v: &serde_json::Value) -> String {
     out
 }
 
+/// Sorts by go-yaml's key order with an insertion sort: Go's `keyList.Less` is not a total
+/// order for every set of keys (Rust's sorts may panic on that), and Go's own sort is an
+/// insertion sort up to 12 elements, so small maps come out in Go's order even then.
+pub(super) fn sort_keys<T>(items: &mut [T], key: impl Fn(&T) -> &str, v3: bool) {
+    for i in 1..items.len() {
+        let mut j = i;
+        while j > 0 && natural_key_order(key(&items[j]), key(&items[j - 1]), v3).is_lt() {
+            items.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+}
+
+/// go-yaml's `keyList.Less` for string keys (v2 for toYaml, v3 for toYamlPretty): runes
+/// compared, a letter after a non-letter, runs of digits by value (`k2` before `k10`). v3
+/// puts a letter first when the runes before it were digits.
+pub(super) fn natural_key_order(a: &str, b: &str, v3: bool) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (ar, br): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut digits = false;
+    for i in 0..ar.len().min(br.len()) {
+        if ar[i] == br[i] {
+            digits = ar[i].is_ascii_digit();
+            continue;
+        }
+        let (al, bl) = (ar[i].is_alphabetic(), br[i].is_alphabetic());
+        if al && bl {
+            return ar[i].cmp(&br[i]);
+        }
+        if al || bl {
+            let a_first = if v3 && digits { al } else { bl };
+            return if a_first {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+        }
+        let (mut an, mut bn) = (0i64, 0i64);
+        // A zero after non-zero digits counts (Go's quirk: both sides start at 1).
+        let nonzero_before = ar[..i]
+            .iter()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .any(|c| *c != '0');
+        if (ar[i] == '0' || br[i] == '0') && nonzero_before {
+            an = 1;
+            bn = 1;
+        }
+        let run = |r: &[char], n: &mut i64| {
+            let mut j = i;
+            while j < r.len() && r[j].is_ascii_digit() {
+                *n = n
+                    .wrapping_mul(10)
+                    .wrapping_add(i64::from(r[j] as u8 - b'0'));
+                j += 1;
+            }
+            j
+        };
+        let (ai, bi) = (run(&ar, &mut an), run(&br, &mut bn));
+        if an != bn {
+            return an.cmp(&bn);
+        }
+        if ai != bi {
+            return ai.cmp(&bi);
+        }
+        return ar[i].cmp(&br[i]);
+    }
+    ar.len().cmp(&br.len())
+}
+
 /// A scalar as go-yaml v2 emits it (after sigs.k8s.io/yaml's JSON round trip), for a value at
 /// block `indent`. Multi-line strings become literal blocks.
 /// Where a scalar value is written: its start column and the indentation of continuation
@@ -503,7 +573,10 @@ pub(super) fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, 
     let pad = " ".repeat(indent);
     match v {
         serde_json::Value::Object(m) if !m.is_empty() => {
-            for (i, (k, val)) in m.iter().enumerate() {
+            // go-yaml v2 sorts the keys of the map sigs.k8s.io/yaml decoded from JSON.
+            let mut entries: Vec<(&String, &serde_json::Value)> = m.iter().collect();
+            sort_keys(&mut entries, |e| e.0.as_str(), false);
+            for (i, (k, val)) in entries.into_iter().enumerate() {
                 if !(in_seq && i == 0) {
                     out.push_str(&pad);
                 }

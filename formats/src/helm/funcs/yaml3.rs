@@ -4,9 +4,7 @@
 //! print in Go's `%g` form (`1e+06`), and long scalars are never folded. Which strings need
 //! quotes is the same decision (v3 quotes YAML 1.1's old booleans and base-60 numbers too).
 
-use std::cmp::Ordering;
-
-use super::yaml::yaml_string;
+use super::yaml::{sort_keys, yaml_string};
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[("toYamlPretty", |a| {
@@ -17,60 +15,6 @@ pub(super) const FUNCS: &[(&str, F)] = &[("toYamlPretty", |a| {
     }
     Ok(Value::from(out))
 })];
-
-/// go-yaml v3's `keyList.Less` for string keys: runes compared, runs of digits by value.
-fn natural(a: &str, b: &str) -> Ordering {
-    let (ar, br): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut digits = false;
-    for i in 0..ar.len().min(br.len()) {
-        if ar[i] == br[i] {
-            digits = ar[i].is_numeric();
-            continue;
-        }
-        let (al, bl) = (ar[i].is_alphabetic(), br[i].is_alphabetic());
-        if al && bl {
-            return ar[i].cmp(&br[i]);
-        }
-        if al || bl {
-            let a_first = if digits { al } else { bl };
-            return if a_first {
-                Ordering::Less
-            } else {
-                Ordering::Greater
-            };
-        }
-        let (mut an, mut bn) = (0i64, 0i64);
-        // A zero after non-zero digits counts (Go's quirk: both sides start at 1).
-        let nonzero_before = ar[..i]
-            .iter()
-            .rev()
-            .take_while(|c| c.is_numeric())
-            .any(|c| *c != '0');
-        if (ar[i] == '0' || br[i] == '0') && nonzero_before {
-            an = 1;
-            bn = 1;
-        }
-        let run = |r: &[char], n: &mut i64| {
-            let mut j = i;
-            while j < r.len() && r[j].is_ascii_digit() {
-                *n = n
-                    .wrapping_mul(10)
-                    .wrapping_add(i64::from(r[j] as u8 - b'0'));
-                j += 1;
-            }
-            j
-        };
-        let (ai, bi) = (run(&ar, &mut an), run(&br, &mut bn));
-        if an != bn {
-            return an.cmp(&bn);
-        }
-        if ai != bi {
-            return ai.cmp(&bi);
-        }
-        return ar[i].cmp(&br[i]);
-    }
-    ar.len().cmp(&br.len())
-}
 
 fn scalar(v: &Value, indent: usize) -> Result<String, Error> {
     Ok(match v.kind() {
@@ -126,7 +70,7 @@ fn node(out: &mut String, v: &Value, indent: usize, inline: bool) -> Result<(), 
         Some(true) => {
             let mut entries: Vec<(String, Value)> =
                 map_entries(v).unwrap_or_default().into_iter().collect();
-            entries.sort_by(|a, b| natural(&a.0, &b.0));
+            sort_keys(&mut entries, |e| e.0.as_str(), true);
             for (i, (k, val)) in entries.iter().enumerate() {
                 if !(inline && i == 0) {
                     out.push_str(&pad);
@@ -173,9 +117,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn natural_key_order() {
+    fn natural_key_order_v3() {
         let mut keys = vec!["k10", "k2", "K", "a1b", "a01b", "b", "10", "9"];
-        keys.sort_by(|a, b| natural(a, b));
+        sort_keys(&mut keys, |k| k, true);
         assert_eq!(keys, ["9", "10", "K", "a1b", "a01b", "b", "k2", "k10"]);
     }
 }
