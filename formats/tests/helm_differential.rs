@@ -857,6 +857,7 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         // net/url: urlParse's fields, urlJoin's URL.String, escapes.
         r#"{{ urlParse "https://us%40r:p%3Aw@example.com:8443/a%20b/c?x=1&y=2#frag%21" | toJson }} {{ urlParse "mailto:a@b" | toJson }} {{ urlParse "//host/p" | toJson }} {{ urlParse "/rel?q" | toJson }} {{ urlParse "http://[::1]:80/x" | toJson }} {{ urlParse "HTTP://h" | toJson }}"#,
         r#"{{ urlJoin (dict "scheme" "https" "host" "h:1" "path" "/a b" "query" "x=1" "fragment" "f g!" "userinfo" "u:p@x") }} {{ urlJoin (dict "path" "a:b") }} {{ urlJoin (dict "scheme" "mailto" "opaque" "a@b") }} {{ urlJoin (dict "host" "h" "path" "p") }} {{ urlJoin (dict) }}"#,
+        r##"{{ range list "postgres://u:p%20w@db:5432/name?sslmode=disable" "redis://:secret@redis-master:6379/0" "s3://bucket/key/with%2Fslash" "file:///etc/passwd" "file:relative" "//x" "" "?q=1" "#frag" "HTTP://EXAMPLE.COM/%7Euser" "http://[fe80::1%25en0]:8080/" "http://host:/p" "urn:isbn:123" "http://a.b/c d" "http://h/p?" "http://h/ü" "http://h/p;params?q" }}{{ urlParse . | toJson }} {{ urlParse . | urlJoin }}|{{ end }}"##,
         // helm template does no DNS lookups; mustFromJson takes any JSON value.
         r#"{{ getHostByName "localhost" | quote }} {{ mustFromJson "[1,2]" | toJson }} {{ mustFromJson "\"s\"" }} {{ mustFromJson "{\"a\":1.5}" | toJson }}"#,
         // toToml: BurntSushi's layout (direct keys first, tables, arrays of tables, inline
