@@ -871,6 +871,8 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         // Deterministic crypto: derivePassword (Master Password), decryptAES of helm's own
         // encryptAES output (a password past 32 bytes is cut), an empty ciphertext.
         r#"{{ derivePassword 1 "long" "password" "user" "example.com" }} {{ derivePassword 2 "maximum" "pw" "u" "s" }} {{ derivePassword 1 "pin" "pw" "u" "s" }} {{ derivePassword 1 "basic" "pw" "" "" }} {{ derivePassword 1 "nope" "pw" "u" "s" }} {{ derivePassword 1 "short" "p" "üser" "s" }} {{ derivePassword 3 "medium" "p" "u" "s" }}"#,
+        // Random output whose shape is fixed: lengths, the bcrypt 72-byte limit, htpasswd.
+        r#"{{ len (bcrypt "x") }} {{ bcrypt (repeat 73 "a") }} {{ len (randBytes 5) }} {{ randBytes 0 | quote }} {{ len (shuffle "abc") }} {{ shuffle "" | quote }} {{ len (encryptAES "k" "x") }} {{ len (encryptAES "k" (repeat 16 "x")) }} {{ len (htpasswd "" "pw") }} {{ htpasswd "" "pw" | substr 0 8 }}"#,
         r#"{{ decryptAES "secretkey" "LUtjOzsxQR5TiAXYaDlti2QTfiTZT54KrPUxWzBpwxjgd8PbFlDZjlZydBdah37Z" }}|{{ decryptAES "a-much-longer-password-than-32-bytes-is-cut" "7Jn6+FyGtr+FnxixD7iEoyqeJv9OgJo8vLJmiVywNaE=" }}|{{ decryptAES "k" "" }}|{{ encryptAES "k" "" }}|{{ genPrivateKey "rsa2" }}|{{ htpasswd "a:b" "pw" }}"#,
     ];
     let mut wrong = Vec::new();
