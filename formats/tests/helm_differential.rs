@@ -362,6 +362,8 @@ const PROBE_VALUES: &str = "a:\n  b: 1\n  s: text\nnum: 3\nlist: [x, y]\nnested:
 #[test]
 fn pallet_fails_where_helm_fails() {
     let cases: &[(&str, &str)] = &[
+        (r#"{{ call .Values.missing }}"#, "call of nil"),
+        (r#"{{ call .Values.a.s }}"#, "non-function"),
         (r#"{{ dig "a" "b" 0 .Values }}"#, "chartutil.Values"),
         (
             r#"{{ dig "a" "b" 0 (dict "a" .Values) }}"#,
@@ -450,6 +452,66 @@ fn pallet_fails_where_helm_fails() {
             "slice bounds out of range [9:5]",
         ),
         (r#"{{ repeat -1 "x" }}"#, "negative Repeat count"),
+        // Sprig's crypto and URL functions: typed parameters and their errors.
+        (
+            r#"{{ genSignedCert "x" nil nil 1 (dict "Cert" "" "Key" "") }}"#,
+            "expected sprig.certificate",
+        ),
+        (
+            r#"{{ genCA "x" .Values.num }}"#,
+            "expected int; got float64",
+        ),
+        (
+            r#"{{ genSelfSignedCert "x" .Values.a.s nil 1 }}"#,
+            "expected []interface {}; got string",
+        ),
+        (
+            r#"{{ genCAWithKey "x" 1 "junk" }}"#,
+            "parsing private key: no PEM data in input",
+        ),
+        (
+            r#"{{ genSelfSignedCertWithKey "x" (list "1.2.3.x") nil 1 (genPrivateKey "ecdsa") }}"#,
+            "error parsing ip: 1.2.3.x",
+        ),
+        (
+            r#"{{ genSelfSignedCertWithKey "x" nil (list 1) 1 (genPrivateKey "ecdsa") }}"#,
+            "error processing alternate dns name: 1 is not a string",
+        ),
+        (
+            r#"{{ derivePassword .Values.num "long" "a" "b" "c" }}"#,
+            "expected uint32",
+        ),
+        (
+            r#"{{ decryptAES "k" "AAAA" }}"#,
+            "slice bounds out of range [:16]",
+        ),
+        (
+            r#"{{ decryptAES "k" "AAAAAAAAAAAAAAAAAAAAAAAA" }}"#,
+            "input not full blocks",
+        ),
+        (
+            r#"{{ decryptAES "k" "!!" }}"#,
+            "illegal base64 data at input byte 0",
+        ),
+        (r#"{{ urlParse ":x" }}"#, "missing protocol scheme"),
+        (
+            r#"{{ urlJoin (dict "host" 1) }}"#,
+            "unable to parse host key, must be of type string, but int found",
+        ),
+        (
+            r#"{{ urlJoin .Values.a.s }}"#,
+            "expected map[string]interface {}; got string",
+        ),
+        (
+            r#"{{ toToml nil }}"#,
+            "reflect: call of reflect.Value.Type on zero Value",
+        ),
+        (r#"{{ mustFromJson "{" }}"#, "mustFromJson"),
+        (
+            r#"{{ randBytes .Values.num }}"#,
+            "expected int; got float64",
+        ),
+        (r#"{{ mustToYaml 1 }}"#, "mustToYaml"),
         (r#"{{ nindent -1 "a" }}"#, "negative Repeat count"),
         (r#"{{ indent -2 "a" }}"#, "negative Repeat count"),
         (
@@ -769,6 +831,8 @@ fn yaml11_chart_matches_helm_template() {
 #[test]
 fn sprig_and_go_corner_cases_give_helms_output() {
     let cases = [
+        // Sprig's deprecated snake_case spellings.
+        r#"{{ toDate "2006-01-02" "2020-01-31" | date_modify "25h" | date "2006-01-02 15:04" }} {{ toDate "2006-01-02" "2020-01-31" | must_date_modify "-1h" | date "2006-01-02 15:04" }} {{ date_in_zone "2006-01-02" (toDate "2006-01-02" "2020-01-31") "UTC" }}"#,
         r#"{{ int "0x1F" }} {{ int "1e3" }} {{ int64 "077" }} {{ int "3.0" }} {{ int "3.5" }} {{ int "-0b101" }} {{ int "1_000" }} {{ int " 3" }} {{ int 3.9 }} {{ int -3.9 }} {{ int true }} {{ int nil }}"#,
         r#"{{ atoi " 12" }} {{ atoi "+12" }} {{ atoi "0x1F" }} {{ float64 "1e3" }} {{ add "1" 2 }} {{ sub 5 "2" }} {{ max 1 "5" 3 }}"#,
         r#"{{ toString nil }} {{ toString .Values.list }} {{ toStrings "ab" }} {{ toStrings nil }} {{ toStrings (list 1 nil "a") }}"#,
@@ -840,6 +904,37 @@ fn sprig_and_go_corner_cases_give_helms_output() {
         r#"{{ toYaml (list "a rather long string value with many words that goes well past the eighty  character  mark sure  thing  really") | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (list "averyveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryveryverylongword and more") | replace "\n" "⏎" }}"#,
         r#"{{ toYaml (list "- starts with dash and is a rather long string value with many words that goes well past eighty" "<<") | replace "\n" "⏎" }}"#,
+        // go-yaml v2's resolve decides quoting: Go's ParseInt/ParseUint with base prefixes,
+        // yamlStyleFloat, and isBase60Float's exact pattern (an address with a port is plain).
+        r#"{{ toYaml (list "10.0.0.1:2379" "1:20" "1:60" "12:30:45" "1:2.5" "-1:20" "+1:20" "1:5_5" "1_0:20" "v1:20" "1.2.3" "12.30" "_1" "1_000" "0x1F" "0X1f" "08" "1e5" "1e" ".5" "+.5" "1." "-" "0b101" "0b-1" "-0b11" "1e400" ".Nan" "+inf" "0x" "99999999999999999999" "0xFFFFFFFFFFFFFFFFF" "18446744073709551615" "-9223372036854775808" "9223372036854775808") | replace "\n" "⏎" }}"#,
+        // go-yaml sorts map keys in its natural order (digit runs by value, a letter after
+        // other characters), not byte order; v3 (toYamlPretty) differs after digits.
+        r#"{{ $d := dict "node1" 1 "node10" 1 "node2" 1 "node12" 1 "aB" 1 "a_" 1 "a-b" 1 "ab" 1 "Z" 1 "_x" 1 "k8s-app" 1 "k10s" 1 "app.kubernetes.io/name" 1 "helm.sh/chart" 1 "v1beta1" 1 "v1" 1 "v10" 1 "x01" 1 "x1" 1 "x001" 1 "é" 1 "e" 1 "key~" 1 "key{" 1 "key[" 1 "1a" 1 "1_" 1 }}{{ toYaml $d | replace "\n" "⏎" }}|{{ toYamlPretty $d | replace "\n" "⏎" }}|{{ toJson $d }}"#,
+        // fromYaml reads the first document only.
+        r#"{{ fromYaml "a: 1\n---\nb: 2" | toJson }} {{ fromYaml "---\na: 1\n---\nb: [" | toJson }} {{ fromYaml "a: 1\n...\nb: [" | toJson }} {{ fromYaml "---\n---\nb: 2" | toJson }} {{ fromYamlArray "- 1\n---\n- 2" | toJson }} {{ fromYaml "a: |\n  x\n---\nb: 1" | toJson }}"#,
+        // Strings and paths: goutils' AbbreviateFull, filepath (Unix), hello.
+        r#"{{ abbrevboth 5 10 "1234 5678 9123" }}|{{ abbrevboth 0 10 "1234 5678 9123" }}|{{ abbrevboth 3 6 "abcdefghijkl" }}|{{ abbrevboth 10 7 "abcdefghijklmnopqrstu" }}|{{ abbrevboth 20 8 "abcdefghijklmnopqrstu" }}|{{ abbrevboth 1 3 "abcdef" }}|{{ hello }}"#,
+        r#"{{ osBase "/a/b.txt" }} {{ osDir "/a/b" }} {{ osExt "x.tar.gz" }} {{ osClean "a//b/../c" }} {{ osIsAbs "/x" }} {{ osIsAbs "x" }} {{ osBase "" }} {{ osDir "" }}"#,
+        // net/url: urlParse's fields, urlJoin's URL.String, escapes.
+        r#"{{ urlParse "https://us%40r:p%3Aw@example.com:8443/a%20b/c?x=1&y=2#frag%21" | toJson }} {{ urlParse "mailto:a@b" | toJson }} {{ urlParse "//host/p" | toJson }} {{ urlParse "/rel?q" | toJson }} {{ urlParse "http://[::1]:80/x" | toJson }} {{ urlParse "HTTP://h" | toJson }}"#,
+        r#"{{ urlJoin (dict "scheme" "https" "host" "h:1" "path" "/a b" "query" "x=1" "fragment" "f g!" "userinfo" "u:p@x") }} {{ urlJoin (dict "path" "a:b") }} {{ urlJoin (dict "scheme" "mailto" "opaque" "a@b") }} {{ urlJoin (dict "host" "h" "path" "p") }} {{ urlJoin (dict) }}"#,
+        r##"{{ range list "postgres://u:p%20w@db:5432/name?sslmode=disable" "redis://:secret@redis-master:6379/0" "s3://bucket/key/with%2Fslash" "file:///etc/passwd" "file:relative" "//x" "" "?q=1" "#frag" "HTTP://EXAMPLE.COM/%7Euser" "http://[fe80::1%25en0]:8080/" "http://host:/p" "urn:isbn:123" "http://a.b/c d" "http://h/p?" "http://h/ü" "http://h/p;params?q" }}{{ urlParse . | toJson }} {{ urlParse . | urlJoin }}|{{ end }}"##,
+        // helm template does no DNS lookups; mustFromJson takes any JSON value.
+        r#"{{ getHostByName "localhost" | quote }} {{ mustFromJson "[1,2]" | toJson }} {{ mustFromJson "\"s\"" }} {{ mustFromJson "{\"a\":1.5}" | toJson }}"#,
+        // toToml: BurntSushi's layout (direct keys first, tables, arrays of tables, inline
+        // tables in mixed arrays, quoted keys, nils skipped); fromToml.
+        r#"{{ toToml (dict "a" 1 "b" "x\ty\"" "c" (dict "d" (list 1 2) "e" (dict "f" true)) "g" (list (dict "h" 1) (dict "h" 2)) "i" 1.5 "j" 2.0 "k y" nil "l" (list 1 (dict "m" 2)) "" 3) | replace "\n" "⏎" }}"#,
+        r#"{{ toToml "str" }}|{{ toToml (list 1 nil) }}|{{ toToml .Values | replace "\n" "⏎" }}|{{ toToml (dict) }}"#,
+        r#"{{ fromToml "a = 1\nb = 'x'\n[c]\nd = [1.5, true]\n[[e]]\nf = 2\n" | toJson }}"#,
+        // toYamlPretty: go-yaml v3 with indent 2 (indented sequences, natural key order,
+        // %g floats, no folding).
+        r#"{{ toYamlPretty .Values | replace "\n" "⏎" }}|{{ toYamlPretty (list "a" (dict "x" (list 1 2) "y" (dict)) (list) (list (list 1)) nil 1.5e6) | replace "\n" "⏎" }}|{{ toYamlPretty (dict "a10" 1 "a9" 2 "a09" 3 "B" 4 "_x" 5 "1" 6 "k2v" 7 "k2" 8 "yes" "on" "t" "1:20" "u" "10.0.0.1:2379") | replace "\n" "⏎" }}|{{ toYamlPretty (dict "m" "a\n b\n" "n" "x\n\n" "o" " x\ny" "p" "ends \nx") | replace "\n" "⏎" }}|{{ toYamlPretty "s" }}"#,
+        // Deterministic crypto: derivePassword (Master Password), decryptAES of helm's own
+        // encryptAES output (a password past 32 bytes is cut), an empty ciphertext.
+        r#"{{ derivePassword 1 "long" "password" "user" "example.com" }} {{ derivePassword 2 "maximum" "pw" "u" "s" }} {{ derivePassword 1 "pin" "pw" "u" "s" }} {{ derivePassword 1 "basic" "pw" "" "" }} {{ derivePassword 1 "nope" "pw" "u" "s" }} {{ derivePassword 1 "short" "p" "üser" "s" }} {{ derivePassword 3 "medium" "p" "u" "s" }}"#,
+        // Random output whose shape is fixed: lengths, the bcrypt 72-byte limit, htpasswd.
+        r#"{{ len (bcrypt "x") }} {{ bcrypt (repeat 73 "a") }} {{ len (randBytes 5) }} {{ randBytes 0 | quote }} {{ len (shuffle "abc") }} {{ shuffle "" | quote }} {{ len (encryptAES "k" "x") }} {{ len (encryptAES "k" (repeat 16 "x")) }} {{ len (htpasswd "" "pw") }} {{ htpasswd "" "pw" | substr 0 8 }}"#,
+        r#"{{ decryptAES "secretkey" "LUtjOzsxQR5TiAXYaDlti2QTfiTZT54KrPUxWzBpwxjgd8PbFlDZjlZydBdah37Z" }}|{{ decryptAES "a-much-longer-password-than-32-bytes-is-cut" "7Jn6+FyGtr+FnxixD7iEoyqeJv9OgJo8vLJmiVywNaE=" }}|{{ decryptAES "k" "" }}|{{ encryptAES "k" "" }}|{{ genPrivateKey "rsa2" }}|{{ htpasswd "a:b" "pw" }}"#,
     ];
     let mut wrong = Vec::new();
     for expr in cases {

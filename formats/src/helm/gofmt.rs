@@ -205,6 +205,8 @@ fn format_arg(a: &Value, verb: char, spec: Spec) -> String {
                 }
             }
         }
+        // Sprig's certificate struct prints as `{Cert Key}`.
+        ValueKind::Map if type_name(a) == "sprig.certificate" => pad(go_fmt(a), spec, false),
         ValueKind::Map => match map_entries(a) {
             Some(m) => {
                 let items: Vec<String> = m

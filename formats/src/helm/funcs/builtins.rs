@@ -4,6 +4,19 @@
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
+    // Go's `call` runs a function value; chart data holds none (values are maps, lists and
+    // scalars), so it always fails as text/template does for a nil or non-function operand.
+    ("call", |a| {
+        let f = arg(&a, 0);
+        Err(if f.is_none() || f.is_undefined() {
+            err("error calling call: call of nil")
+        } else {
+            err(format!(
+                "error calling call: non-function of type {}",
+                type_of(&f)
+            ))
+        })
+    }),
     ("eq", |a| {
         let (first, rest) =
             a.0.split_first()

@@ -26,6 +26,12 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             },
         )
     }),
+    ("mustFromJson", |a| {
+        // Sprig's: any JSON value, and its error.
+        serde_json::from_str::<serde_json::Value>(&s(&a[0]))
+            .map(|v| from_json(&v))
+            .map_err(|e| err(format!("error calling mustFromJson: {e}")))
+    }),
     ("b32enc", |a| {
         Ok(Value::from(b32_encode(s(&a[0]).as_bytes())))
     }),

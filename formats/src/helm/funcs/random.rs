@@ -14,7 +14,7 @@ impl Rng {
     pub fn value(seed: u64) -> Value {
         Value::from_object(Rng(Mutex::new(seed)))
     }
-    fn next(&self) -> u64 {
+    pub(super) fn next(&self) -> u64 {
         let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = *s;
@@ -23,7 +23,7 @@ impl Rng {
         z ^ (z >> 31)
     }
     /// A uniform value in `0..n` (n > 0), without modulo bias.
-    fn below(&self, n: u64) -> u64 {
+    pub(super) fn below(&self, n: u64) -> u64 {
         let zone = u64::MAX - (u64::MAX % n);
         loop {
             let x = self.next();

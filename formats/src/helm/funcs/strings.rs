@@ -3,6 +3,43 @@
 
 use super::*;
 
+/// `shuffle` (xstrings.Shuffle: a Fisher–Yates pass over the runes) draws on the render's
+/// seeded random source.
+pub(super) const STATE_FUNCS: &[(&str, SF)] = &[("shuffle", |st, a| {
+    let mut runes: Vec<char> = s(&a[0]).chars().collect();
+    let r = rng(st)?;
+    for i in (1..runes.len()).rev() {
+        let j = r.below(i as u64 + 1) as usize;
+        runes.swap(i, j);
+    }
+    Ok(Value::from(runes.into_iter().collect::<String>()))
+})];
+
+/// goutils' `AbbreviateFull` over bytes, as Go slices strings (width ≥ 4 is checked by
+/// the caller, as Sprig does).
+fn abbreviate_full(b: &[u8], offset: i64, width: i64) -> String {
+    let text = |x: &[u8]| String::from_utf8_lossy(x).into_owned();
+    let len = b.len() as i64;
+    if b.is_empty() || len <= width {
+        return text(b);
+    }
+    let mut offset = offset.min(len);
+    if len - offset < width - 3 {
+        offset = len - (width - 3);
+    }
+    if offset <= 4 {
+        return format!("{}...", text(&b[..(width - 3) as usize]));
+    }
+    if width < 7 {
+        return String::new();
+    }
+    if offset + width - 3 < len {
+        let rest = &b[offset as usize..];
+        return format!("...{}", abbreviate_full(rest, 0, width - 3));
+    }
+    format!("...{}", text(&b[(len - (width - 3)) as usize..]))
+}
+
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("quote", |a| {
         Ok(Value::from(
@@ -180,6 +217,15 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             String::from_utf8_lossy(&b[st as usize..en as usize]).into_owned(),
         ))
     }),
+    ("abbrevboth", |a| {
+        // Sprig guards goutils' errors by returning the string unchanged.
+        let (left, right, x) = (to_i64(&a[0]), to_i64(&a[1]), s(&a[2]));
+        if right < 4 || (left > 0 && right < 7) {
+            return Ok(Value::from(x));
+        }
+        Ok(Value::from(abbreviate_full(x.as_bytes(), left, right)))
+    }),
+    ("hello", |_| Ok(Value::from("Hello!"))),
     ("abbrev", |a| {
         let (w, x) = (to_i64(&arg(&a, 0)), s(&arg(&a, 1)));
         if w < 4 || x.len() as i64 <= w {

@@ -47,6 +47,76 @@ pub fn to_yaml(v: &serde_json::Value) -> String {
     out
 }
 
+/// Sorts by go-yaml's key order with an insertion sort: Go's `keyList.Less` is not a total
+/// order for every set of keys (Rust's sorts may panic on that), and Go's own sort is an
+/// insertion sort up to 12 elements, so small maps come out in Go's order even then.
+pub(super) fn sort_keys<T>(items: &mut [T], key: impl Fn(&T) -> &str, v3: bool) {
+    for i in 1..items.len() {
+        let mut j = i;
+        while j > 0 && natural_key_order(key(&items[j]), key(&items[j - 1]), v3).is_lt() {
+            items.swap(j, j - 1);
+            j -= 1;
+        }
+    }
+}
+
+/// go-yaml's `keyList.Less` for string keys (v2 for toYaml, v3 for toYamlPretty): runes
+/// compared, a letter after a non-letter, runs of digits by value (`k2` before `k10`). v3
+/// puts a letter first when the runes before it were digits.
+pub(super) fn natural_key_order(a: &str, b: &str, v3: bool) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (ar, br): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut digits = false;
+    for i in 0..ar.len().min(br.len()) {
+        if ar[i] == br[i] {
+            digits = ar[i].is_ascii_digit();
+            continue;
+        }
+        let (al, bl) = (ar[i].is_alphabetic(), br[i].is_alphabetic());
+        if al && bl {
+            return ar[i].cmp(&br[i]);
+        }
+        if al || bl {
+            let a_first = if v3 && digits { al } else { bl };
+            return if a_first {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+        }
+        let (mut an, mut bn) = (0i64, 0i64);
+        // A zero after non-zero digits counts (Go's quirk: both sides start at 1).
+        let nonzero_before = ar[..i]
+            .iter()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .any(|c| *c != '0');
+        if (ar[i] == '0' || br[i] == '0') && nonzero_before {
+            an = 1;
+            bn = 1;
+        }
+        let run = |r: &[char], n: &mut i64| {
+            let mut j = i;
+            while j < r.len() && r[j].is_ascii_digit() {
+                *n = n
+                    .wrapping_mul(10)
+                    .wrapping_add(i64::from(r[j] as u8 - b'0'));
+                j += 1;
+            }
+            j
+        };
+        let (ai, bi) = (run(&ar, &mut an), run(&br, &mut bn));
+        if an != bn {
+            return an.cmp(&bn);
+        }
+        if ai != bi {
+            return ai.cmp(&bi);
+        }
+        return ar[i].cmp(&br[i]);
+    }
+    ar.len().cmp(&br.len())
+}
+
 /// A scalar as go-yaml v2 emits it (after sigs.k8s.io/yaml's JSON round trip), for a value at
 /// block `indent`. Multi-line strings become literal blocks.
 /// Where a scalar value is written: its start column and the indentation of continuation
@@ -131,7 +201,10 @@ pub(super) fn yaml_scalar(v: &serde_json::Value, indent: usize, fold: Option<Fol
     }
 }
 
-/// Whether go-yaml v2 would read this plain scalar as something other than a string.
+/// Whether go-yaml v2's encoder refuses the plain style for this string because it would
+/// read back as something else: its `resolve` (the YAML 1.1 words, then by the first
+/// character: a timestamp, Go's `ParseInt`/`ParseUint` with base prefixes, a YAML-style float)
+/// or its `isBase60Float` (`1:20`, quoted for YAML 1.1 readers although v2 reads a string).
 pub(super) fn resolves_non_string(s: &str) -> bool {
     const WORDS: &[&str] = &[
         "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
@@ -142,29 +215,134 @@ pub(super) fn resolves_non_string(s: &str) -> bool {
     if s.is_empty() || WORDS.contains(&s) {
         return true;
     }
-    let t = s.replace('_', "");
-    let body = t.strip_prefix(['+', '-']).unwrap_or(&t);
-    let is_num = (body.starts_with("0o")
-        && body.len() > 2
-        && body[2..].bytes().all(|b| (b'0'..=b'7').contains(&b)))
-        || (body.starts_with("0x")
-            && body.len() > 2
-            && body[2..].bytes().all(|b| b.is_ascii_hexdigit()))
-        || (body.starts_with("0b")
-            && body.len() > 2
-            && body[2..].bytes().all(|b| b == b'0' || b == b'1'))
-        || (!body.is_empty() && body.bytes().all(|b| b.is_ascii_digit()))
-        || (body.bytes().any(|b| b.is_ascii_digit())
-            && body
-                .bytes()
-                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
-            && body.parse::<f64>().is_ok());
-    // Sexagesimal numbers (`1:20`) are YAML 1.1 ints/floats too.
-    let sexagesimal = body.contains(':')
-        && body
-            .split(':')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
-    is_num || sexagesimal || yaml_timestamp(s)
+    match s.as_bytes()[0] {
+        // Go's ParseFloat on the text as it is (no underscores allowed).
+        b'.' => yaml_style_float(s),
+        b'+' | b'-' | b'0'..=b'9' => {
+            if yaml_timestamp(s) {
+                return true;
+            }
+            let plain = s.replace('_', "");
+            go_parse_int(&plain, true)
+                || yaml_style_float(&plain)
+                || plain
+                    .strip_prefix("0b")
+                    .is_some_and(|rest| go_parse_int_radix(rest, 2))
+                || plain
+                    .strip_prefix("-0b")
+                    .is_some_and(|rest| go_parse_int_radix(&format!("-{rest}"), 2))
+                || base60_float(s)
+        }
+        _ => false,
+    }
+}
+
+/// Go's `strconv.ParseInt(s, 0, 64)` succeeding, or `ParseUint(s, 0, 64)` when `unsigned`
+/// (base prefixes `0x`, `0o`, `0b`, a leading `0` for octal, a sign for ParseInt only).
+fn go_parse_int(s: &str, unsigned: bool) -> bool {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'+') => (false, &s[1..]),
+        Some(b'-') => (true, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    let Ok(magnitude) = u128::from_str_radix(digits, radix) else {
+        return false;
+    };
+    if digits.starts_with(['+', '-']) {
+        return false;
+    }
+    let fits_i64 = if neg {
+        magnitude <= 1u128 << 63
+    } else {
+        magnitude < 1u128 << 63
+    };
+    let sign_given = s.starts_with(['+', '-']);
+    fits_i64 || (unsigned && !sign_given && magnitude <= u128::from(u64::MAX))
+}
+
+/// Go's `strconv.ParseInt(s, radix, 64)` succeeding (an optional sign, then digits).
+fn go_parse_int_radix(s: &str, radix: u32) -> bool {
+    let body = s.strip_prefix(['+', '-']).unwrap_or(s);
+    !body.is_empty()
+        && !body.starts_with(['+', '-'])
+        && i64::from_str_radix(s.strip_prefix('+').unwrap_or(s), radix).is_ok()
+}
+
+/// go-yaml's `yamlStyleFloat` (`^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$`) and a
+/// finite `ParseFloat`.
+fn yaml_style_float(s: &str) -> bool {
+    let b = s.strip_prefix(['+', '-']).unwrap_or(s).as_bytes();
+    let int = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut i = int;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let frac = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if int == 0 && frac == 0 {
+            return false;
+        }
+        i += frac;
+    } else if int == 0 {
+        return false;
+    }
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(b.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        let exp = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if exp == 0 {
+            return false;
+        }
+        i += exp;
+    }
+    i == b.len() && s.parse::<f64>().is_ok_and(f64::is_finite)
+}
+
+/// go-yaml v2's `isBase60Float`: `^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$`.
+fn base60_float(s: &str) -> bool {
+    let b = s.strip_prefix(['+', '-']).unwrap_or(s).as_bytes();
+    if !b.first().is_some_and(u8::is_ascii_digit) {
+        return false;
+    }
+    let mut i = 1 + b[1..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit() || **c == b'_')
+        .count();
+    let mut groups = 0;
+    while b.get(i) == Some(&b':') {
+        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        // `[0-5]?[0-9]`: one digit, or two whose first is 0-5.
+        let take = match digits {
+            0 => return false,
+            1 => 1,
+            _ if b[i + 1] <= b'5' => 2,
+            _ => 1,
+        };
+        i += 1 + take;
+        groups += 1;
+    }
+    if groups == 0 {
+        return false;
+    }
+    if b.get(i) == Some(&b'.') {
+        i += 1 + b[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit() || **c == b'_')
+            .count();
+    }
+    i == b.len()
 }
 
 /// go-yaml v2's timestamp resolution: `YYYY-` then one of its four layouts.
@@ -395,7 +573,10 @@ pub(super) fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, 
     let pad = " ".repeat(indent);
     match v {
         serde_json::Value::Object(m) if !m.is_empty() => {
-            for (i, (k, val)) in m.iter().enumerate() {
+            // go-yaml v2 sorts the keys of the map sigs.k8s.io/yaml decoded from JSON.
+            let mut entries: Vec<(&String, &serde_json::Value)> = m.iter().collect();
+            sort_keys(&mut entries, |e| e.0.as_str(), false);
+            for (i, (k, val)) in entries.into_iter().enumerate() {
                 if !(in_seq && i == 0) {
                     out.push_str(&pad);
                 }
@@ -464,6 +645,33 @@ pub(super) fn yaml_node(out: &mut String, v: &serde_json::Value, indent: usize, 
     }
 }
 
+/// The text of the first YAML document: up to a `---` that follows content or an earlier
+/// `---`, or up to a `...`, each at the start of a line.
+fn first_document(s: &str) -> &str {
+    let mut started = false;
+    let mut pos = 0;
+    for line in s.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let marker = |m: &str| {
+            body.strip_prefix(m)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+        };
+        if marker("...") {
+            return &s[..pos];
+        }
+        if marker("---") {
+            if started {
+                return &s[..pos];
+            }
+            started = true;
+        } else if !body.trim().is_empty() && !body.starts_with('#') && !body.starts_with('%') {
+            started = true;
+        }
+        pos += line.len();
+    }
+    s
+}
+
 /// YAML for fromYamlArray: an empty document is an empty list, not a map.
 pub(super) fn parse_yaml_value_array(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
@@ -473,6 +681,8 @@ pub(super) fn parse_yaml_value_array(s: &str) -> Result<serde_json::Value, Strin
 }
 
 pub(super) fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
+    // go-yaml's Unmarshal reads the first document only; the rest is never parsed.
+    let s = first_document(s);
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
