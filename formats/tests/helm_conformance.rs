@@ -190,8 +190,8 @@ fn helm_template(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
         .collect())
 }
 
-/// Renders one case through the agent's entry point.
-fn pallet_render(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, String> {
+/// Renders one case through the agent's entry point, with `now` (Unix seconds) as the clock.
+fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Value>, String> {
     let values = match values {
         Some(path) => {
             let text = std::fs::read_to_string(path).expect("reading values file");
@@ -214,7 +214,7 @@ fn pallet_render(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
                 kube_version: KUBE_VERSION.into(),
                 api_versions: helm::default_api_versions(),
             }),
-            now: 0,
+            now,
             seed: 0,
         },
         ..RenderConfig::default()
@@ -259,9 +259,32 @@ fn named_in_helm_error(msg: &str) -> Vec<String> {
 
 /// Compares one case; `Ok(summary)` when equal, `Err(why)` otherwise.
 fn compare_case(chart: &Path, values: Option<&Path>) -> Result<String, String> {
+    // helm's `now` is the wall clock while it runs; pallet's is injected. Render pallet at the
+    // second helm started and, when helm's run crossed into the next second, at that one too.
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    };
+    let started = unix_now();
     let first = helm_template(chart, values);
-    let ours = pallet_render(chart, values);
-    let want = match first {
+    let ended = unix_now();
+    let result = compare_at(chart, values, &first, started);
+    if result.is_err() && ended != started {
+        return compare_at(chart, values, &first, ended);
+    }
+    result
+}
+
+/// Compares pallet's render at `now` with helm's output `first`.
+fn compare_at(
+    chart: &Path,
+    values: Option<&Path>,
+    first: &Result<Vec<Value>, String>,
+    now: i64,
+) -> Result<String, String> {
+    let ours = pallet_render(chart, values, now);
+    let want = match first.clone() {
         Err(helm_err) => {
             let ours_err = match ours {
                 Ok(objs) => {
