@@ -39,7 +39,14 @@ port=${PALLET_CONTROLPLANE_PORT:-16443}
 
 # Static binaries, and fixed flags so Go's build cache keys stay the same from run to run.
 export CGO_ENABLED=0
-build_flags=(-trimpath "-ldflags=-s -w")
+# The release built, stamped into the binaries as Kubernetes' own build does: a control plane
+# built from Go modules otherwise reports v0.0.0-master+$Format:%H$, which no chart's
+# `kubeVersion` constraint (e.g. ">=1.21.0-0") accepts, so helm charts would not install.
+kube_release=$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes v\([0-9][0-9.]*\).*/\1/p' "$src/go.mod" | head -n 1)
+kube_minor=${kube_release#*.}
+kube_minor=${kube_minor%%.*}
+version_pkg=k8s.io/component-base/version
+build_flags=(-trimpath "-ldflags=-s -w -X $version_pkg.gitVersion=v$kube_release -X $version_pkg.gitMajor=${kube_release%%.*} -X $version_pkg.gitMinor=$kube_minor -X $version_pkg.gitTreeState=clean")
 
 fingerprint() {
   (cd "$src" && cat go.mod go.sum ./*.go && go version && echo "${build_flags[*]} $CGO_ENABLED") | sha256sum | cut -d' ' -f1

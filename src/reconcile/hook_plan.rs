@@ -346,6 +346,35 @@ pub fn readiness(group: &str, kind: &str, live: &Value) -> Readiness {
     }
 }
 
+/// True for a Job the TTL controller deletes once it finished (`spec.ttlSecondsAfterFinished`
+/// set; ingress-nginx's admission Jobs use 0): it may be gone before a pass sees it finish.
+pub fn deleted_when_finished(object: &Object) -> bool {
+    object.group() == "batch"
+        && object.kind() == "Job"
+        && object
+            .body()
+            .get("spec")
+            .and_then(|s| s.get("ttlSecondsAfterFinished"))
+            .is_some_and(|t| !t.is_null())
+}
+
+/// The outcome of a Job that is gone, from the Job controller's Events about it (reason, type,
+/// message; oldest first): `Completed` is success, a Warning is a failure; `None` when they
+/// say neither.
+pub fn job_outcome_from_events(events: &[(String, String, String)]) -> Option<Readiness> {
+    events.iter().rev().find_map(|(reason, type_, message)| {
+        if reason == "Completed" {
+            Some(Readiness::Succeeded)
+        } else if type_ == "Warning" {
+            Some(Readiness::Failed(format!(
+                "Job failed: {reason}: {message}"
+            )))
+        } else {
+            None
+        }
+    })
+}
+
 fn job_readiness(live: &Value) -> Readiness {
     let conditions = live
         .pointer("/status/conditions")
@@ -669,6 +698,48 @@ mod tests {
         };
         prepare(&mut status, &hooks, &rollback);
         assert_eq!(status.revisions[0].hooks[1].phase, HookPhase::Skipped);
+    }
+
+    #[test]
+    fn a_job_deleted_after_it_finished_is_judged_by_its_events() {
+        let event = |r: &str, t: &str, m: &str| (r.to_string(), t.to_string(), m.to_string());
+        assert_eq!(
+            job_outcome_from_events(&[event("SuccessfulCreate", "Normal", "Created pod: x")]),
+            None
+        );
+        assert_eq!(
+            job_outcome_from_events(&[
+                event("SuccessfulCreate", "Normal", "Created pod: x"),
+                event("Completed", "Normal", "Job completed"),
+            ]),
+            Some(Readiness::Succeeded)
+        );
+        assert_eq!(
+            job_outcome_from_events(&[event(
+                "BackoffLimitExceeded",
+                "Warning",
+                "Job has reached the specified backoff limit"
+            )]),
+            Some(Readiness::Failed(
+                "Job failed: BackoffLimitExceeded: Job has reached the specified backoff limit"
+                    .into()
+            ))
+        );
+        let job = |spec: Value| {
+            Object::new(
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": spec}),
+                Origin {
+                    file: "templates/job.yaml".into(),
+                    document: 0,
+                    line: 1,
+                },
+            )
+            .unwrap()
+        };
+        assert!(deleted_when_finished(&job(
+            json!({"ttlSecondsAfterFinished": 0})
+        )));
+        assert!(!deleted_when_finished(&job(json!({}))));
     }
 
     #[test]

@@ -300,6 +300,9 @@ async fn step(
         }
     }
     let Some(live) = live else {
+        if hook_plan::deleted_when_finished(&hook.object) {
+            return finished_job_outcome(ctx, bd, &key, revision).await;
+        }
         return Ok(Progress::Failed(format!(
             "{key} was deleted while the hook ran"
         )));
@@ -312,6 +315,64 @@ async fn step(
             Readiness::Running(what) => Progress::Running(what),
         },
     )
+}
+
+/// A hook Job the TTL controller deleted once it finished, before a pass saw how: its outcome
+/// from the Job controller's Events since the revision began applying (a Job of the same name
+/// from an earlier revision finished before that).
+async fn finished_job_outcome(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    key: &ObjectKey,
+    revision: i64,
+) -> Result<Progress, ReconcileError> {
+    let since = bd
+        .status
+        .as_ref()
+        .and_then(|s| s.revisions.iter().find(|r| r.number == revision))
+        .and_then(|r| r.applied_at.as_ref())
+        .map(|t| t.0.as_second());
+    let namespace = key.namespace.clone().unwrap_or_default();
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = format!("involvedObject.kind=Job,involvedObject.name={}", key.name);
+    let list = events
+        .list(&kube::api::ListParams::default().fields(&selector))
+        .await
+        .map_err(|e| ReconcileError::Kube {
+            context: format!("read the Events of hook {key}"),
+            source: e,
+        })?;
+    let mut seen: Vec<(i64, String, String, String)> = list
+        .items
+        .into_iter()
+        .filter_map(|e| {
+            let at = e
+                .last_timestamp
+                .map(|t| t.0.as_second())
+                .or_else(|| e.event_time.map(|t| t.0.as_second()))
+                .or_else(|| e.metadata.creation_timestamp.map(|t| t.0.as_second()))?;
+            Some((
+                at,
+                e.reason.unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            ))
+        })
+        .filter(|(at, ..)| since.is_none_or(|s| *at >= s))
+        .collect();
+    seen.sort_by_key(|e| e.0);
+    let events: Vec<(String, String, String)> =
+        seen.into_iter().map(|(_, r, t, m)| (r, t, m)).collect();
+    Ok(match hook_plan::job_outcome_from_events(&events) {
+        Some(Readiness::Succeeded) => Progress::Succeeded,
+        Some(Readiness::Failed(why)) => Progress::Failed(why),
+        Some(Readiness::Running(what)) => Progress::Running(what),
+        None => Progress::Failed(format!(
+            "{key} was deleted (spec.ttlSecondsAfterFinished) and its Events do not say \
+             whether it completed"
+        )),
+    })
 }
 
 fn to_dynamic(value: Value) -> Option<DynamicObject> {

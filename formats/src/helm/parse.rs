@@ -211,9 +211,6 @@ fn ident_char(c: char) -> bool {
     c == '_' || c.is_alphanumeric()
 }
 
-/// Tokenises the inside of an action. Returns tokens, bytes consumed including the closing
-/// delimiter, and whether the action ends with `-}}`.
-#[allow(clippy::type_complexity)]
 /// Where the action starting at `s` ends: just past the first `}}` outside a quoted string, raw
 /// string or character constant (or the end of `s` when there is none, so an unterminated
 /// action still reaches the lexer's own error).
@@ -242,6 +239,9 @@ fn action_extent(s: &str) -> usize {
     bytes.len()
 }
 
+/// Tokenises the inside of an action. Returns tokens, bytes consumed including the closing
+/// delimiter, and whether the action ends with `-}}`.
+#[allow(clippy::type_complexity)]
 fn lex_action(
     file: &str,
     line0: usize,
