@@ -9,6 +9,9 @@
 //!
 //! Prints one line per case and the count of equal cases; every case must be equal.
 
+mod oracle;
+
+use oracle::{helm_bin, split_docs, yaml11};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,50 +27,6 @@ use serde_json::Value;
 const RELEASE: &str = "rel";
 const NAMESPACE: &str = "ns";
 const KUBE_VERSION: &str = "v1.35.4";
-
-/// The oracle binary; fails (never skips) with instructions when it has not been built.
-fn helm_bin() -> PathBuf {
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/pallet")
-        });
-    let bin = cache.join("bin/helm");
-    assert!(
-        bin.exists(),
-        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root",
-        bin.display()
-    );
-    bin
-}
-
-/// YAML as Kubernetes reads it (1.1: `0644` is octal; a repeated key keeps its last value).
-fn yaml11() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        legacy_octal_numbers: true,
-        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
-        emit_comments: false,
-    }
-}
-
-fn split_docs(s: &str) -> Vec<Value> {
-    let mut docs = vec![String::new()];
-    for line in s.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs.iter()
-        .filter(|d| !d.trim().is_empty())
-        .filter_map(|d| {
-            let v: Value = serde_saphyr::from_str_with_options(d, yaml11())
-                .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
-            (!v.is_null()).then_some(v)
-        })
-        .collect()
-}
 
 /// `apiVersion/kind/namespace/name`, a missing namespace read as the release namespace.
 fn key(o: &Value) -> String {

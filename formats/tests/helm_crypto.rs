@@ -6,9 +6,12 @@
 //!
 //! Needs the helm oracle (`tools/helm.sh build`) and the `openssl` command.
 
+mod oracle;
+
+use oracle::helm_bin;
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use base64::Engine as _;
@@ -16,21 +19,6 @@ use pallet_formats::helm::{self, RenderOptions};
 
 /// The injected clock for pallet's renders.
 const NOW: i64 = 1_750_000_000;
-
-fn helm_bin() -> PathBuf {
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/pallet")
-        });
-    let bin = cache.join("bin/helm");
-    assert!(
-        bin.exists(),
-        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root",
-        bin.display()
-    );
-    bin
-}
 
 /// Runs openssl with `input` on stdin; its stdout and stderr together.
 fn openssl(args: &[&str], input: &str) -> String {

@@ -2,6 +2,9 @@
 //! testdata/helm/values/<chart>/ is rendered by pallet and by the real `helm template` (the
 //! oracle, built by `tools/helm.sh build`); the object sets must be semantically equal.
 
+mod oracle;
+
+use oracle::{helm_bin, split_docs, yaml11};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,52 +17,6 @@ const KUBE_VERSION: &str = "v1.33.0";
 
 fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/helm")
-}
-
-/// The oracle binary; fails (never skips) with instructions when it has not been built.
-fn helm_bin() -> PathBuf {
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/pallet")
-        });
-    let bin = cache.join("bin/helm");
-    assert!(
-        bin.exists(),
-        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root (needs Go and the Go module proxy)",
-        bin.display()
-    );
-    bin
-}
-
-/// YAML read as helm and Kubernetes read it (sigs.k8s.io/yaml, YAML 1.1): `0644` is octal,
-/// a repeated key keeps its last value. Used for helm's output and for values files (which
-/// helm reads with `-f`, and which reach pallet already parsed, as the CR's JSON).
-fn yaml11() -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        legacy_octal_numbers: true,
-        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
-        emit_comments: false,
-    }
-}
-
-fn split_docs(s: &str) -> Vec<serde_json::Value> {
-    let mut docs = vec![String::new()];
-    for line in s.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            docs.push(String::new());
-        } else if let Some(d) = docs.last_mut() {
-            d.push_str(line);
-        }
-    }
-    docs.iter()
-        .filter(|d| !d.trim().is_empty())
-        .filter_map(|d| {
-            let v: serde_json::Value = serde_saphyr::from_str_with_options(d, yaml11())
-                .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
-            (!v.is_null()).then_some(v)
-        })
-        .collect()
 }
 
 fn key(o: &serde_json::Value) -> String {

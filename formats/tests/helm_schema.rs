@@ -4,26 +4,13 @@
 //! values.yaml both tools read; both must accept it or both reject it, with the same message
 //! under the chart's name.
 
+mod oracle;
+
+use oracle::helm_bin;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use pallet_formats::helm::{self, RenderOptions};
-
-/// The oracle binary; fails (never skips) with instructions when it has not been built.
-fn helm_bin() -> PathBuf {
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").expect("HOME is set")).join(".cache/pallet")
-        });
-    let bin = cache.join("bin/helm");
-    assert!(
-        bin.exists(),
-        "the helm oracle is not built at {}: run `tools/helm.sh build` from the repository root",
-        bin.display()
-    );
-    bin
-}
 
 fn chart(dir: &Path, schema: &str, values: &str) -> PathBuf {
     let root = dir.join("c");
