@@ -78,87 +78,34 @@ pub(super) const STATE_FUNCS: &[(&str, SF)] = &[
         }))
     }),
     ("genCA", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = Key::rsa(&mut rng, 2048).map_err(|e| call_err("genCA", &e))?;
-        certificate(
-            st,
-            "genCA",
-            &mut rng,
-            &a[0],
-            &[],
-            &[],
-            &a[1],
-            true,
-            key,
-            None,
-        )
+        gen_certificate(st, &a, "genCA", CertKind::Ca, None)
     }),
     ("genCAWithKey", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = key_arg("genCAWithKey", &a[2])?;
-        certificate(
-            st,
-            "genCAWithKey",
-            &mut rng,
-            &a[0],
-            &[],
-            &[],
-            &a[1],
-            true,
-            key,
-            None,
-        )
+        gen_certificate(st, &a, "genCAWithKey", CertKind::Ca, Some(2))
     }),
     ("genSelfSignedCert", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = Key::rsa(&mut rng, 2048).map_err(|e| call_err("genSelfSignedCert", &e))?;
-        let (ips, dns) = (items(&a[1]), items(&a[2]));
-        certificate(
-            st,
-            "genSelfSignedCert",
-            &mut rng,
-            &a[0],
-            &ips,
-            &dns,
-            &a[3],
-            false,
-            key,
-            None,
-        )
+        gen_certificate(st, &a, "genSelfSignedCert", CertKind::SelfSigned, None)
     }),
     ("genSelfSignedCertWithKey", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = key_arg("genSelfSignedCertWithKey", &a[4])?;
-        let (ips, dns) = (items(&a[1]), items(&a[2]));
-        let name = "genSelfSignedCertWithKey";
-        certificate(
-            st, name, &mut rng, &a[0], &ips, &dns, &a[3], false, key, None,
+        gen_certificate(
+            st,
+            &a,
+            "genSelfSignedCertWithKey",
+            CertKind::SelfSigned,
+            Some(4),
         )
     }),
     ("genSignedCert", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = Key::rsa(&mut rng, 2048).map_err(|e| call_err("genSignedCert", &e))?;
-        let (ips, dns) = (items(&a[1]), items(&a[2]));
-        let ca = Some(&a[4]);
-        certificate(
-            st,
-            "genSignedCert",
-            &mut rng,
-            &a[0],
-            &ips,
-            &dns,
-            &a[3],
-            false,
-            key,
-            ca,
-        )
+        gen_certificate(st, &a, "genSignedCert", CertKind::SignedByCa, None)
     }),
     ("genSignedCertWithKey", |st, a| {
-        let mut rng = chacha(st)?;
-        let key = key_arg("genSignedCertWithKey", &a[5])?;
-        let (ips, dns) = (items(&a[1]), items(&a[2]));
-        let (name, ca) = ("genSignedCertWithKey", Some(&a[4]));
-        certificate(st, name, &mut rng, &a[0], &ips, &dns, &a[3], false, key, ca)
+        gen_certificate(
+            st,
+            &a,
+            "genSignedCertWithKey",
+            CertKind::SignedByCa,
+            Some(5),
+        )
     }),
     ("bcrypt", |st, a| {
         Ok(Value::from(bcrypt(&mut chacha(st)?, &s(&a[0]))))
@@ -215,6 +162,51 @@ fn items(v: &Value) -> Vec<Value> {
 
 fn key_arg(name: &str, v: &Value) -> Result<Key, Error> {
     Key::from_pem(&s(v)).map_err(|e| call_err(name, &format!("parsing private key: {e}")))
+}
+
+/// Which of Sprig's certificate generators: its arguments are `cn [ips dnsNames] days [ca]
+/// [key]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CertKind {
+    /// `genCA cn days`: a self-signed CA.
+    Ca,
+    /// `genSelfSignedCert cn ips dnsNames days`.
+    SelfSigned,
+    /// `genSignedCert cn ips dnsNames days ca`.
+    SignedByCa,
+}
+
+/// The `genCA`, `genSelfSignedCert` and `genSignedCert` families: a new 2048-bit RSA key (as
+/// Sprig) or, for the `*WithKey` forms, the PEM key at argument `key_at`.
+fn gen_certificate(
+    st: &State,
+    a: &[Value],
+    name: &str,
+    kind: CertKind,
+    key_at: Option<usize>,
+) -> Result<Value, Error> {
+    let mut rng = chacha(st)?;
+    let key = match key_at {
+        Some(i) => key_arg(name, &a[i])?,
+        None => Key::rsa(&mut rng, 2048).map_err(|e| call_err(name, &e))?,
+    };
+    let (ips, dns, days) = match kind {
+        CertKind::Ca => (Vec::new(), Vec::new(), &a[1]),
+        _ => (items(&a[1]), items(&a[2]), &a[3]),
+    };
+    let ca = (kind == CertKind::SignedByCa).then(|| &a[4]);
+    certificate(
+        st,
+        name,
+        &mut rng,
+        &a[0],
+        &ips,
+        &dns,
+        days,
+        kind == CertKind::Ca,
+        key,
+        ca,
+    )
 }
 
 /// Sprig's `getBaseCertTemplate` + `getCertAndKey` (+ the CA overrides when `is_ca`), signed
