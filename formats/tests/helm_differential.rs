@@ -216,6 +216,13 @@ fn legacy_v1_chart_matches_helm_template() {
     check_chart("legacy");
 }
 
+/// Helm 2's requirements.yaml (dependencies with an alias and conditions) and
+/// requirements.lock, both also in `.Files` of a v1 chart.
+#[test]
+fn requirements_yaml_chart_matches_helm_template() {
+    check_chart("legacyreqs");
+}
+
 #[test]
 fn versions_chart_semver_matches_helm_template() {
     check_chart("versions");

@@ -228,6 +228,33 @@ pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
     load_files(&label, files)
 }
 
+/// Helm 2's `requirements.yaml` as helm 3's loader reads it: its `dependencies` become the
+/// chart's (any apiVersion; helm warns for v2), and in an apiVersion v1 chart it and
+/// `requirements.lock` are also files of the chart (`.Files`).
+fn apply_requirements(
+    label: &str,
+    chart: &mut Chart,
+    requirements: Vec<(String, Vec<u8>)>,
+) -> Result<(), HelmError> {
+    let v1 = chart.metadata.get("apiVersion").and_then(Json::as_str) == Some("v1")
+        || chart.metadata.get("apiVersion").is_none();
+    for (path, data) in requirements {
+        if path == "requirements.yaml" {
+            let parsed = read_yaml(label, &data, "requirements.yaml")?;
+            if let (Some(deps), Some(meta)) = (
+                parsed.get("dependencies").filter(|d| !d.is_null()),
+                chart.metadata.as_object_mut(),
+            ) {
+                meta.insert("dependencies".into(), deps.clone());
+            }
+        }
+        if v1 {
+            chart.files.insert(path, data);
+        }
+    }
+    Ok(())
+}
+
 /// Loads a chart from its files (paths relative to the chart root), as helm's `LoadFiles`:
 /// every file given is used (no `.helmignore`).
 pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, HelmError> {
@@ -242,6 +269,7 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
     };
     let mut sub_dirs: BTreeMap<String, Vec<(String, Vec<u8>)>> = BTreeMap::new();
     let mut sub_archives = Vec::new();
+    let mut requirements = Vec::new();
     let text = |data: Vec<u8>, path: &str| {
         String::from_utf8(data).map_err(|_| chart_err(label, format!("{path} is not UTF-8")))
     };
@@ -251,12 +279,8 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
             "values.yaml" => chart.values = read_yaml(label, &data, "values.yaml")?,
             "values.schema.json" => chart.schema = Some(data),
             "Chart.lock" => {}
-            "requirements.yaml" | "requirements.lock" => {
-                return Err(chart_err(
-                    label,
-                    "unsupported construct: requirements.yaml (apiVersion v1 dependencies)",
-                ))
-            }
+            // Read once Chart.yaml is (below), as helm's loader reads them after it.
+            "requirements.yaml" | "requirements.lock" => requirements.push((path, data)),
             p if p.starts_with("templates/") => {
                 chart.templates.insert(path.clone(), text(data, &path)?);
             }
@@ -284,6 +308,7 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
     if chart.metadata.is_null() {
         return Err(chart_err(label, "Chart.yaml is missing"));
     }
+    apply_requirements(label, &mut chart, requirements)?;
     validate_metadata(label, &chart.metadata)?;
     let name = chart.name();
     if !chart.values.is_object() {
@@ -541,6 +566,7 @@ fn prune(chart: &mut Chart, cvals: &Json, prefix: &str) -> Result<(), HelmError>
     let deps = chart.dependencies();
     let tags = cvals.get("tags").and_then(|t| t.as_object());
     let mut keep = Vec::new();
+    let mut disabled = Vec::new();
     for sub in std::mem::take(&mut chart.subcharts) {
         let name = sub.name();
         let dep = deps.iter().find(|d| {
@@ -584,9 +610,34 @@ fn prune(chart: &mut Chart, cvals: &Json, prefix: &str) -> Result<(), HelmError>
             let mut sub = sub;
             prune(&mut sub, cvals, &format!("{prefix}{name}."))?;
             keep.push(sub);
+        } else {
+            disabled.push(name);
         }
     }
     chart.subcharts = keep;
+    // `.Chart.Dependencies` as helm leaves it: an aliased dependency is named by its alias, a
+    // disabled one is gone, the others are Enabled.
+    if let Some(meta) = chart.metadata.as_object_mut() {
+        if meta.get("dependencies").is_some_and(Json::is_array) {
+            let kept: Vec<Json> = deps
+                .into_iter()
+                .filter_map(|mut dep| {
+                    let alias = dep.get("alias").and_then(Json::as_str).map(str::to_string);
+                    let m = dep.as_object_mut()?;
+                    if let Some(alias) = alias.filter(|a| !a.is_empty()) {
+                        m.insert("name".into(), Json::String(alias));
+                    }
+                    let name = m.get("name").and_then(Json::as_str).unwrap_or_default();
+                    if disabled.iter().any(|d| d == name) {
+                        return None;
+                    }
+                    m.insert("enabled".into(), Json::Bool(true));
+                    Some(dep)
+                })
+                .collect();
+            meta.insert("dependencies".into(), Json::Array(kept));
+        }
+    }
     Ok(())
 }
 
