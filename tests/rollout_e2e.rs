@@ -930,3 +930,36 @@ async fn an_empty_render_is_refused_unless_allowed() {
     s.bds().delete(&s.name, &Default::default()).await.unwrap();
     agent::wait_bd_gone(&s.client, &s.name).await;
 }
+
+/// A `type: LoadBalancer` Service gets no address on a cluster without a load-balancer
+/// controller (this one, kind, bare metal), so by default it keeps its revision Progressing; an
+/// agent started with `--load-balancer-address-optional` counts it healthy.
+#[tokio::test]
+async fn load_balancer_services_are_healthy_without_an_address_when_the_agent_allows_it() {
+    let s = Scenario::new("lb").await;
+    s.commit(
+        b"apiVersion: v1\nkind: Service\nmetadata:\n  name: front\nspec:\n  type: LoadBalancer\n  \
+          selector: {app: front}\n  ports:\n  - port: 80\n"
+            .to_vec(),
+        "a LoadBalancer Service",
+    );
+    let agent = Agent::start_with(&s.name, &["--load-balancer-address-optional"]);
+    s.create_bd(json!({})).await;
+    let healthy = s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+    assert_eq!(condition(&healthy, "Ready").0, "True");
+    let service: k8s_openapi::api::core::v1::Service = Api::namespaced(s.client.clone(), &s.name)
+        .get("front")
+        .await
+        .unwrap();
+    let ingress = service
+        .status
+        .and_then(|st| st.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default();
+    assert!(
+        ingress.is_empty(),
+        "no load-balancer address here: {ingress:?}"
+    );
+    s.bds().delete(&s.name, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&s.client, &s.name).await;
+}

@@ -47,6 +47,10 @@ pub struct AgentArgs {
     /// Seconds between reconciles of an unchanged BundleDeployment (drift checks, floating refs).
     #[arg(long, default_value_t = controller::DEFAULT_REQUEUE.as_secs())]
     pub requeue_seconds: u64,
+    /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
+    /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
+    #[arg(long)]
+    pub load_balancer_address_optional: bool,
     /// Registries (host:port) spoken to over plain HTTP (repeatable; local test registries only).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
@@ -144,7 +148,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             args.apply_parallelism.max(1),
             changelog,
             Some(owned),
-        ));
+        )
+        .with_health_options(crate::health::HealthOptions {
+            load_balancer_needs_ingress: !args.load_balancer_address_optional,
+        }));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the

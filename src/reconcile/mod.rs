@@ -159,6 +159,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
     pub owned: Option<owned::OwnedWatches>,
+    /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
+    pub health: health::HealthOptions,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// The cluster's capabilities for helm charts, with when they were read.
@@ -178,6 +180,12 @@ pub struct Context {
 }
 
 impl Context {
+    /// The same context judging health with `health` instead of the defaults.
+    pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
+        self.health = health;
+        self
+    }
+
     /// A context with no failures recorded.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -209,6 +217,7 @@ impl Context {
             apply_parallelism,
             changelog,
             owned,
+            health: health::HealthOptions::default(),
             failures: Mutex::new(HashMap::new()),
             capabilities: tokio::sync::Mutex::new(None),
         }
@@ -872,7 +881,7 @@ async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let mut health = assess_health(&applied);
+    let mut health = assess_health(&applied, &ctx.health);
     let after = hooks::after(ctx, bd, &applier, work, hook_objects, &mut health);
     if let Some(step) = after.await? {
         return Ok(step);
@@ -926,14 +935,13 @@ const PROGRESS_POLL: Duration = Duration::from_secs(5);
 
 /// Applies the health rules to the applied objects as the API server last returned them in this
 /// pass (no extra reads); lists the first unhealthy ones. Pure.
-fn assess_health(applied: &[Applied]) -> HealthReport {
-    let options = health::HealthOptions::default();
+fn assess_health(applied: &[Applied], options: &health::HealthOptions) -> HealthReport {
     let assessed: Vec<(String, health::Health)> = applied
         .iter()
         .filter(|a| a.outcome != ApplyOutcome::Skipped)
         .map(|a| {
             let health = match &a.live {
-                Some(live) => health::assess(live, &options),
+                Some(live) => health::assess(live, options),
                 None => health::Health {
                     state: health::HealthState::InProgress,
                     message: "not read back from the cluster".into(),
