@@ -239,6 +239,21 @@ fn action_extent(s: &str) -> usize {
     bytes.len()
 }
 
+/// The index of the quote closing the string or character constant opened at `chars[open]`, as
+/// Go's lexer finds it: a backslash escapes any character but a newline; `None` when a newline
+/// or the end comes first.
+fn closing_quote(chars: &[(usize, char)], open: usize, quote: char) -> Option<usize> {
+    let mut j = open + 1;
+    loop {
+        match chars.get(j).map(|c| c.1) {
+            Some('\\') if !matches!(chars.get(j + 1).map(|c| c.1), None | Some('\n')) => j += 2,
+            None | Some('\n') | Some('\\') => return None,
+            Some(c) if c == quote => return Some(j),
+            Some(_) => j += 1,
+        }
+    }
+}
+
 /// Tokenises the inside of an action. Returns tokens, bytes consumed including the closing
 /// delimiter, and whether the action ends with `-}}`.
 #[allow(clippy::type_complexity)]
@@ -297,21 +312,8 @@ fn lex_action(
             }
             '"' => {
                 // Go's lexQuote then strconv.Unquote.
-                let mut j = i + 1;
-                loop {
-                    match chars.get(j).map(|c| c.1) {
-                        Some('\\')
-                            if !matches!(chars.get(j + 1).map(|c| c.1), None | Some('\n')) =>
-                        {
-                            j += 2
-                        }
-                        None | Some('\n') | Some('\\') => {
-                            return Err(err(line, "unterminated quoted string".into()))
-                        }
-                        Some('"') => break,
-                        Some(_) => j += 1,
-                    }
-                }
+                let j = closing_quote(&chars, i, '"')
+                    .ok_or_else(|| err(line, "unterminated quoted string".into()))?;
                 let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
                 let mut out = String::new();
                 let mut k = 0;
@@ -356,21 +358,8 @@ fn lex_action(
             '\'' => {
                 // Go's lexChar: up to the closing quote, a backslash escaping any character
                 // but a newline; then strconv.UnquoteChar.
-                let mut j = i + 1;
-                loop {
-                    match chars.get(j).map(|c| c.1) {
-                        Some('\\')
-                            if !matches!(chars.get(j + 1).map(|c| c.1), None | Some('\n')) =>
-                        {
-                            j += 2
-                        }
-                        None | Some('\n') | Some('\\') => {
-                            return Err(err(line, "unterminated character constant".into()))
-                        }
-                        Some('\'') => break,
-                        Some(_) => j += 1,
-                    }
-                }
+                let j = closing_quote(&chars, i, '\'')
+                    .ok_or_else(|| err(line, "unterminated character constant".into()))?;
                 let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
                 let text: String = chars[i..=j].iter().map(|c| c.1).collect();
                 let mut k = 0;
