@@ -210,6 +210,20 @@ start() {
   certs
   creds
   ssh_keys
+  # A port can still be taken between choosing and binding it; then start again on new ports.
+  local attempt
+  for attempt in 1 2 3; do
+    if spawn_servers; then break; fi
+    [ "$attempt" -lt 3 ] || die "fixtures: a server could not bind its port 3 times; logs in $state"
+    log "a server could not bind its port; starting again on other ports"
+  done
+  log "ready in $((SECONDS - t0))s; endpoints in $state/endpoints.json"
+}
+
+# spawn_servers: start the registries, sshd and pallet-fixtures on fresh ports and wait until all
+# answer, then write endpoints.json. Returns 1 (after stopping them) when one failed to bind its
+# port, so the caller can retry; dies on any other failure.
+spawn_servers() {
   local ports p1 p2 p3
   ports=$("$bin" freeport 3)
   p1=$(sed -n 1p <<<"$ports"); p2=$(sed -n 2p <<<"$ports"); p3=$(sed -n 3p <<<"$ports")
@@ -233,7 +247,11 @@ start() {
   until [ -s "$state/endpoints.base.json" ] && ssh_answers "$p3"; do
     for p in registry-plain registry-tls servers git-ssh; do
       # Just spawned by us, so the pid alone identifies it (it may not have exec'd yet).
-      kill -0 "$(cat "$state/$p.pid")" 2>/dev/null || { tail -n 20 "$state/$p.log" >&2; stop; die "$p exited during start; log: $state/$p.log"; }
+      if ! kill -0 "$(cat "$state/$p.pid")" 2>/dev/null; then
+        tail -n 20 "$state/$p.log" >&2
+        if grep -qi 'address already in use' "$state/$p.log"; then stop; return 1; fi
+        stop; die "$p exited during start; log: $state/$p.log"
+      fi
     done
     if [ $SECONDS -ge $deadline ]; then
       stop; die "fixtures did not become ready within 60s; logs in $state"
@@ -241,7 +259,6 @@ start() {
     sleep 0.1
   done
   write_endpoints "$p3"
-  log "ready in $((SECONDS - t0))s; endpoints in $state/endpoints.json"
 }
 
 # ssh_answers PORT: something on 127.0.0.1:PORT sends an SSH version banner.
