@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -263,24 +265,47 @@ func run() error {
 	return runErr
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct free ports below the kernel's ephemeral range. etcd binds them after
+// they are chosen; a port from the ephemeral range could be taken in between by any outgoing
+// connection on the machine, a port below it only by another server.
+func freePorts(n int) ([]int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil && v > 11000 {
+				low = v
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			return nil, fmt.Errorf("no free port below %d after 1000 tries", low)
+		}
+		port := 10000 + rng.Intn(low-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ls = append(ls, l)
+		ports = append(ports, port)
+	}
+	return ports, nil
 }
 
 func startEtcd(dir string) (*embed.Etcd, string, error) {
-	cport, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, "", err
 	}
-	pport, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
+	cport, pport := ports[0], ports[1]
 	cu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", cport)}
 	pu := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", pport)}
 	cfg := embed.NewConfig()
