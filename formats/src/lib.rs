@@ -9,6 +9,7 @@ pub mod object;
 pub mod plain;
 pub mod registry_v1;
 pub mod scope;
+pub mod semver;
 
 use std::path::Path;
 
