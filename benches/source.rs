@@ -106,12 +106,14 @@ fn image(reference: &str) -> Source {
         destination: String::new(),
         image: Some(ImageSource {
             reference: reference.into(),
+            semver: None,
             auth: None,
             insecure_skip_tls_verify: false,
             ca_secret: None,
         }),
         git: None,
         http: None,
+        helm_repository: None,
         poll_interval: None,
     }
 }
@@ -127,6 +129,7 @@ fn http(url: &str, sha256: Option<String>) -> Source {
             sha256,
             auth: None,
         }),
+        helm_repository: None,
         poll_interval: None,
     }
 }

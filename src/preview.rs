@@ -297,6 +297,8 @@ pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
             SourceKind::Image => {
                 if let Some(image) = source.get_mut("image").and_then(Value::as_object_mut) {
                     image.insert("ref".into(), Value::String(fetched.resolved.clone()));
+                    // The digest pins it; the API refuses a range next to a digest.
+                    image.remove("semver");
                 }
             }
             SourceKind::Git => {
@@ -314,6 +316,16 @@ pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
                         .strip_prefix("sha256:")
                         .unwrap_or(&fetched.resolved);
                     http.insert("sha256".into(), Value::String(hex.to_string()));
+                }
+            }
+            SourceKind::HelmRepository => {
+                if let Some(repo) = source
+                    .get_mut("helmRepository")
+                    .and_then(Value::as_object_mut)
+                {
+                    if let Some(version) = &fetched.version {
+                        repo.insert("version".into(), Value::String(version.clone()));
+                    }
                 }
             }
         }
@@ -963,6 +975,7 @@ mod tests {
             resolved: resolved.into(),
             destination: String::new(),
             path: PathBuf::new(),
+            version: None,
         }
     }
 

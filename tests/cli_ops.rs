@@ -477,6 +477,7 @@ async fn trace_falls_back_to_the_revision_store() {
                 kind: pallet::api::SourceKind::Git,
                 reference: "v7".into(),
                 resolved: "f".repeat(40),
+                version: None,
             }],
             objects: vec![
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old"}}),

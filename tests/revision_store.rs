@@ -67,11 +67,13 @@ fn record(
                 kind: SourceKind::Git,
                 reference: "main".into(),
                 resolved: "3f9c2e1d3f9c2e1d3f9c2e1d3f9c2e1d3f9c2e1d".into(),
+                version: None,
             },
             ResolvedSource {
                 kind: SourceKind::Image,
                 reference: "registry.example/bundle:v1".into(),
                 resolved: format!("registry.example/bundle@sha256:{:064x}", seed),
+                version: None,
             },
         ],
         objects: (0..config_maps)

@@ -164,15 +164,19 @@ pub enum SourceKind {
     /// A tarball or single manifest file served over HTTP(S).
     #[serde(rename = "http")]
     Http,
+    /// A chart from a Helm chart repository (`index.yaml` over HTTP(S), or an `oci://` registry).
+    #[serde(rename = "helmRepository")]
+    HelmRepository,
 }
 
 /// One place the bundle's content comes from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[x_kube(validation = Rule::new("self.kind == 'image' ? (has(self.image) && !has(self.git) && !has(self.http)) : self.kind == 'git' ? (has(self.git) && !has(self.image) && !has(self.http)) : (has(self.http) && !has(self.image) && !has(self.git))").message("the source's settings must match its kind: kind image takes `image`, git takes `git`, http takes `http`, and no other"))]
-#[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && !self.image.ref.contains('@')) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256))").message("pollInterval is only valid for floating refs (image tag, git branch or tag, http without sha256); a pinned ref never changes"))]
+#[x_kube(validation = Rule::new("(has(self.image) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.http) ? 1 : 0) + (has(self.helmRepository) ? 1 : 0) == 1 && (self.kind == 'image' ? has(self.image) : self.kind == 'git' ? has(self.git) : self.kind == 'http' ? has(self.http) : has(self.helmRepository))").message("the source's settings must match its kind: kind image takes `image`, git takes `git`, http takes `http`, helmRepository takes `helmRepository`, and no other"))]
+#[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && (!self.image.ref.contains('@') || has(self.image.semver))) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256)) || has(self.helmRepository)").message("pollInterval is only valid for floating refs (image tag or semver range, git branch, tag or semver range, http without sha256, helm repository); a pinned ref never changes"))]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
-    /// Which kind of source this is; the matching field (`image`, `git` or `http`) must be set.
+    /// Which kind of source this is; the matching field (`image`, `git`, `http` or
+    /// `helmRepository`) must be set.
     pub kind: SourceKind,
 
     /// Relative path inside the bundle tree where this source's content goes. Default: the root.
@@ -193,21 +197,34 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
 
-    /// How often a floating ref (image tag, git branch or tag, http URL without sha256) is
-    /// re-resolved. Refused on pinned refs.
+    /// Settings for kind helmRepository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helm_repository: Option<HelmRepositorySource>,
+
+    /// How often a floating ref (image tag or range, git branch, tag or range, http URL without
+    /// sha256, a chart repository's index) is re-resolved. Default: 5m. Refused on pinned refs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), regex(pattern = DURATION_PATTERN))]
     pub poll_interval: Option<String>,
 }
 
-/// An OCI image holding the bundle as its layers.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+/// An OCI artifact holding the bundle: an image's layers, a Helm chart pushed by `helm push`, a
+/// Flux or ORAS artifact.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("!has(self.semver) || (!self.ref.contains('@') && !self.ref.split('/')[self.ref.split('/').size() - 1].contains(':'))").message("semver takes a repository without a tag or digest: the range chooses the tag"))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageSource {
-    /// Image reference, by tag (`registry/repo:tag`, floating) or digest (`registry/repo@sha256:…`, pinned).
+    /// Image reference, by tag (`registry/repo:tag`, floating) or digest (`registry/repo@sha256:…`,
+    /// pinned); with `semver`, the repository alone (`registry/repo`).
     #[serde(rename = "ref")]
     #[schemars(length(min = 1, max = 1024))]
     pub reference: String,
+
+    /// A semver range (Masterminds rules, as helm and Flux use them): the newest tag of the
+    /// repository that satisfies it is taken. Pre-releases only when the range names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub semver: Option<String>,
 
     /// Credentials for the registry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,9 +265,9 @@ pub struct GitSource {
     pub auth: Option<SourceAuth>,
 }
 
-/// A git revision: exactly one of commit, tag or branch.
+/// A git revision: exactly one of commit, tag, branch or semver.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
-#[x_kube(validation = Rule::new("(has(self.commit) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.branch) ? 1 : 0) == 1").message("exactly one of commit, tag or branch must be set"))]
+#[x_kube(validation = Rule::new("(has(self.commit) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.branch) ? 1 : 0) + (has(self.semver) ? 1 : 0) == 1").message("exactly one of commit, tag, branch or semver must be set"))]
 pub struct GitReference {
     /// Full commit SHA (pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,6 +281,10 @@ pub struct GitReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub branch: Option<String>,
+    /// A semver range (Masterminds rules): the newest tag that satisfies it (floating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub semver: Option<String>,
 }
 
 /// A tarball or a single manifest file over HTTP(S).
@@ -282,6 +303,43 @@ pub struct HttpSource {
     /// Credentials: basic-auth or a bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
+}
+
+/// A chart from a Helm chart repository: `https://` (its `index.yaml`) or `oci://` (the
+/// registry's tag list).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelmRepositorySource {
+    /// Repository URL: `https://charts.example` (or `http://`), or `oci://registry/path` (the
+    /// chart is then `registry/path/<chart>`).
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^(https?|oci)://"))]
+    pub url: String,
+
+    /// Chart name, as in the repository's index.
+    #[schemars(length(min = 1, max = 253))]
+    pub chart: String,
+
+    /// An exact version (`1.17.2`) or a semver range (`1.x`, `>=1.14 <2`); default `*`, the newest
+    /// release. Pre-releases only when the range names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub version: Option<String>,
+
+    /// Credentials: basic-auth or a bearer token (dockerconfigjson for `oci://`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<SourceAuth>,
+
+    /// A Secret whose `ca.crt` key holds extra PEM CA certificates to trust for this repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret: Option<SecretReference>,
+
+    /// Skip TLS certificate verification (test repositories only).
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        rename = "insecureSkipTLSVerify"
+    )]
+    pub insecure_skip_tls_verify: bool,
 }
 
 /// Where a source's credentials come from.
@@ -333,6 +391,49 @@ pub struct HelmConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
+    /// Values read from ConfigMaps and Secrets, merged in order after the chart's values files and
+    /// before `values` (Flux's HelmRelease `valuesFrom`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub values_from: Vec<ValuesReference>,
+    /// Values files inside the chart (paths relative to the chart's root), merged in order over
+    /// its values.yaml and before `valuesFrom`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub values_files: Vec<String>,
+}
+
+/// Kinds of object values can be read from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ValuesSourceKind {
+    /// A ConfigMap (`data`).
+    ConfigMap,
+    /// A Secret (`data`, `stringData`).
+    Secret,
+}
+
+/// A ConfigMap or Secret holding helm values.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValuesReference {
+    /// ConfigMap or Secret.
+    pub kind: ValuesSourceKind,
+    /// Its name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Its namespace. Default: the agent's namespace (the secret-namespace rule applies to both
+    /// kinds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub namespace: Option<String>,
+    /// The key whose content is a YAML values document. Default: every key, in key order, each
+    /// read as a values document (a ConfigMap with one `values.yaml` key reads as Flux's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub values_key: Option<String>,
+    /// A missing object (or key) is skipped instead of an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// Settings for OLM registry+v1 bundles.
@@ -547,6 +648,9 @@ pub struct RevisionStatus {
     /// Every source resolved to an immutable ref.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<ResolvedSource>,
+    /// The `valuesFrom` references as read for this revision (helm only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values_from: Vec<ResolvedValues>,
     /// Where the revision is in its life.
     pub phase: RevisionPhase,
     /// When its objects were applied.
@@ -615,6 +719,21 @@ pub struct ResolvedSource {
     pub reference: String,
     /// The immutable ref (image digest reference, commit SHA, `sha256:` of the content).
     pub resolved: String,
+    /// The version a range or a chart repository resolved to (the tag or chart version chosen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A `valuesFrom` reference as read for a revision.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedValues {
+    /// ConfigMap or Secret.
+    pub kind: ValuesSourceKind,
+    /// `namespace/name`.
+    pub name: String,
+    /// `sha256:` of the values it contributed, or `absent` for a missing optional reference.
+    pub digest: String,
 }
 
 /// Life cycle of a revision.

@@ -1030,6 +1030,7 @@ async fn fetch_and_render(
             kind: f.kind,
             reference: f.reference.clone(),
             resolved: f.resolved.clone(),
+            version: f.version.clone(),
         })
         .collect();
     Ok((rendered?, sources))

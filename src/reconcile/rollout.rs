@@ -202,6 +202,7 @@ pub fn start_revision(
             spec_digest: Some(new.spec_digest.to_string()),
             digest: new.digest.to_string(),
             sources: new.sources,
+            values_from: Vec::new(),
             phase: RevisionPhase::Applying,
             applied_at: Some(now.clone()),
             healthy_at: None,

@@ -210,6 +210,7 @@ mod tests {
                 kind: SourceKind::Git,
                 reference: "main".into(),
                 resolved: "3f9c2e1".into(),
+                version: None,
             }],
             objects: (0..objects)
                 .map(|i| {

@@ -225,6 +225,8 @@ pub struct Fetched {
     pub destination: String,
     /// The cached content (read-only: it is shared by every reconcile of this ref).
     pub path: PathBuf,
+    /// The version a range or chart repository resolved to (tag or chart version), if any.
+    pub version: Option<String>,
 }
 
 impl Fetched {
@@ -239,6 +241,7 @@ fn kind_name(kind: SourceKind) -> &'static str {
         SourceKind::Image => "image",
         SourceKind::Git => "git",
         SourceKind::Http => "http",
+        SourceKind::HelmRepository => "helmRepository",
     }
 }
 
@@ -309,6 +312,11 @@ impl Fetcher {
                 let (resolved, path) = http::fetch(self, spec, secrets).await?;
                 (spec.url.clone(), resolved, path)
             }
+            SourceKind::HelmRepository => {
+                return Err(SourceError::Invalid(
+                    "helmRepository sources are not implemented yet".into(),
+                ))
+            }
         };
         Ok(Fetched {
             kind: source.kind,
@@ -316,6 +324,7 @@ impl Fetcher {
             resolved,
             destination: source.destination.clone(),
             path,
+            version: None,
         })
     }
 }
@@ -421,6 +430,7 @@ mod tests {
             resolved: "sha256:x".into(),
             destination: destination.into(),
             path: dir.to_path_buf(),
+            version: None,
         }
     }
 

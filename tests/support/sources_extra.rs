@@ -46,6 +46,7 @@ fn source(kind: SourceKind) -> Source {
         image: None,
         git: None,
         http: None,
+        helm_repository: None,
         poll_interval: None,
     }
 }
@@ -55,6 +56,7 @@ pub fn image_source(reference: &str) -> Source {
     Source {
         image: Some(ImageSource {
             reference: reference.into(),
+            semver: None,
             auth: None,
             insecure_skip_tls_verify: false,
             ca_secret: None,
