@@ -172,7 +172,7 @@ pub enum SourceKind {
 /// One place the bundle's content comes from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = Rule::new("(has(self.image) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.http) ? 1 : 0) + (has(self.helmRepository) ? 1 : 0) == 1 && (self.kind == 'image' ? has(self.image) : self.kind == 'git' ? has(self.git) : self.kind == 'http' ? has(self.http) : has(self.helmRepository))").message("the source's settings must match its kind: kind image takes `image`, git takes `git`, http takes `http`, helmRepository takes `helmRepository`, and no other"))]
-#[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && (!self.image.ref.contains('@') || has(self.image.semver))) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256)) || has(self.helmRepository)").message("pollInterval is only valid for floating refs (image tag or semver range, git branch, tag or semver range, http without sha256, helm repository); a pinned ref never changes"))]
+#[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && (!self.image.ref.contains('@') || has(self.image.semver))) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256)) || (has(self.helmRepository) && !has(self.helmRepository.digest))").message("pollInterval is only valid for floating refs (image tag or semver range, git branch, tag or semver range, http without sha256, helm repository without digest); a pinned ref never changes"))]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
     /// Which kind of source this is; the matching field (`image`, `git`, `http` or
@@ -324,6 +324,13 @@ pub struct HelmRepositorySource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub version: Option<String>,
+
+    /// `sha256:<hex>` of the chart archive (HTTP repositories) or the chart's manifest digest
+    /// (`oci://`). Pins the source with `version` exact (`pallet plan --pin` writes both); a
+    /// mismatch is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub digest: Option<String>,
 
     /// Credentials: basic-auth or a bearer token (dockerconfigjson for `oci://`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -10,6 +10,7 @@
 //!   [`credentials`] the secret material the fetchers take.
 
 pub mod cache;
+pub mod chart;
 pub mod credentials;
 pub mod git;
 pub mod http;
