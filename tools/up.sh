@@ -50,7 +50,9 @@ PY
 }
 
 say "installing the BundleDeployment CRD"
-"$pallet" crd | kubectl apply --server-side --field-manager=pallet-up -f -
+# --force-conflicts: the test suite applies the CRD too (its own field manager), and this
+# script must work again after it; the CRD printed by this binary is the one to have.
+"$pallet" crd | kubectl apply --server-side --force-conflicts --field-manager=pallet-up -f -
 kubectl wait --for=condition=Established --timeout=60s crd/bundledeployments.pallet.dev
 
 # The selector leaves the BundleDeployments of tests (labelled pallet.dev/test) to the agents the
