@@ -438,3 +438,69 @@ async fn ssh_floating_branch_moved_resolves_to_the_new_commit() {
     assert_eq!(list_tree(&moved.path), ["a.yaml", "b.yaml"]);
     assert_eq!(std::fs::read(moved.path.join("a.yaml")).unwrap(), b"2");
 }
+
+#[tokio::test]
+async fn a_semver_range_takes_the_newest_matching_tag_from_one_ls_remote() {
+    let fx = Fixtures::load();
+    let git = fx.git_plain();
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let repo = fx.git_repo(&unique_name("git-semver"));
+    let c1 = repo.commit_files("main", &[("a.yaml", b"1")], "one");
+    repo.tag("v1.0.0", &c1, None);
+    let c2 = repo.commit_files("main", &[("a.yaml", b"2")], "two");
+    // Annotated: the range must resolve to the commit, not the tag object.
+    repo.tag("v1.2.0", &c2, Some("annotated"));
+    let c3 = repo.commit_files("main", &[("a.yaml", b"3")], "three");
+    repo.tag("v1.3.0-rc.1", &c3, None);
+    repo.tag("v2.0.0", &c3, None);
+    repo.tag("not-a-version", &c3, None);
+
+    let range = |r: &str| {
+        git_source(
+            &repo.url(git),
+            pallet::api::GitReference {
+                semver: Some(r.into()),
+                ..Default::default()
+            },
+            None,
+        )
+    };
+    let got = fetcher
+        .fetch(&range(">=1.0.0 <2.0.0"), &no_secrets())
+        .await
+        .unwrap();
+    assert_eq!(got.resolved, c2, "v1.2.0 is the newest release below 2");
+    assert_eq!(got.version.as_deref(), Some("v1.2.0"));
+    assert_eq!(got.reference, ">=1.0.0 <2.0.0");
+    assert_eq!(std::fs::read(got.path.join("a.yaml")).unwrap(), b"2");
+
+    // Pre-releases only when the range asks for one.
+    let got = fetcher
+        .fetch(&range(">=1.3.0-0 <2.0.0-0"), &no_secrets())
+        .await
+        .unwrap();
+    assert_eq!(got.version.as_deref(), Some("v1.3.0-rc.1"));
+
+    // A newer matching tag is seen at the next resolve.
+    let c4 = repo.commit_files("main", &[("a.yaml", b"4")], "four");
+    repo.tag("v1.4.0", &c4, None);
+    let got = fetcher.fetch(&range("1.x"), &no_secrets()).await.unwrap();
+    assert_eq!(
+        (got.resolved.as_str(), got.version.as_deref()),
+        (c4.as_str(), Some("v1.4.0"))
+    );
+
+    let err = fetcher
+        .fetch(&range(">=3"), &no_secrets())
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "NoMatchingVersion");
+    let msg = err.to_string();
+    assert!(msg.contains(">=3") && msg.contains("v2.0.0"), "{msg}");
+
+    let err = fetcher
+        .fetch(&range(">=banana"), &no_secrets())
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "InvalidSource", "{err}");
+}

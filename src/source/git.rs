@@ -1,7 +1,8 @@
-//! Git sources: a commit, tag or branch of a repository, optionally one directory of it.
+//! Git sources: a commit, tag, branch or semver range of tags of a repository, optionally one
+//! directory of it.
 //!
-//! A pinned commit that is cached costs nothing. A branch or tag is resolved with one ls-remote
-//! (the ref advertisement), not a fetch; only a cache miss fetches, shallowly (depth 1) where the
+//! A pinned commit that is cached costs nothing. A branch, tag or range is resolved with one
+//! ls-remote (the ref advertisement; a range picks the newest matching tag from it), not a fetch; only a cache miss fetches, shallowly (depth 1) where the
 //! server allows it. libgit2 is blocking, so every operation runs on the blocking pool under the
 //! configured timeout, and its callbacks abort once the deadline has passed.
 
@@ -22,16 +23,17 @@ pub fn ref_as_written(r: &GitReference) -> String {
         .clone()
         .or_else(|| r.tag.clone())
         .or_else(|| r.branch.clone())
+        .or_else(|| r.semver.clone())
         .unwrap_or_default()
 }
 
-/// Resolves and fetches a git source; returns the commit SHA and the cached content (only
-/// `directory` when one is given).
+/// Resolves and fetches a git source; returns the commit SHA, the cached content (only
+/// `directory` when one is given) and, for a semver range, the tag it chose.
 pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &GitSource,
     secrets: &SourceSecrets,
-) -> Result<(String, PathBuf), SourceError> {
+) -> Result<(String, PathBuf, Option<String>), SourceError> {
     let wanted = Wanted::from_spec(&spec.reference)?;
     let directory = spec.directory.clone().unwrap_or_default();
     let key = |commit: &str| {
@@ -42,7 +44,7 @@ pub(crate) async fn fetch(
     };
     if let Wanted::Commit(c) = &wanted {
         if let Some(path) = fetcher.cache().lookup(&key(c)) {
-            return Ok((c.clone(), path));
+            return Ok((c.clone(), path, None));
         }
     }
     let opts = fetcher.options().clone();
@@ -52,8 +54,8 @@ pub(crate) async fn fetch(
         credentials: secrets.credentials.clone(),
         deadline,
     };
-    let commit = match &wanted {
-        Wanted::Commit(c) => c.clone(),
+    let (commit, chosen_tag) = match &wanted {
+        Wanted::Commit(c) => (c.clone(), None),
         _ => {
             let (r, w) = (remote.clone(), wanted.clone());
             blocking(opts.timeout, &remote.url, move || r.ls_remote(&w)).await?
@@ -70,10 +72,12 @@ pub(crate) async fn fetch(
                 scratch.clone(),
             );
             let limits = opts.limits;
-            let refname = match &wanted {
-                Wanted::Branch(b) => Some(format!("refs/heads/{b}")),
-                Wanted::Tag(t) => Some(format!("refs/tags/{t}")),
-                Wanted::Commit(_) => None,
+            let refname = match (&wanted, &chosen_tag) {
+                (Wanted::Branch(b), _) => Some(format!("refs/heads/{b}")),
+                (Wanted::Tag(t), _) | (Wanted::Semver(_), Some(t)) => {
+                    Some(format!("refs/tags/{t}"))
+                }
+                (Wanted::Commit(_), _) | (Wanted::Semver(_), None) => None,
             };
             async move {
                 blocking(opts.timeout, &r.url.clone(), move || {
@@ -84,7 +88,8 @@ pub(crate) async fn fetch(
         })
         .await;
     let _ = std::fs::remove_dir_all(&scratch);
-    Ok((commit, path?))
+    let version = chosen_tag.filter(|_| matches!(wanted, Wanted::Semver(_)));
+    Ok((commit, path?, version))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -110,16 +115,22 @@ enum Wanted {
     Commit(String),
     Tag(String),
     Branch(String),
+    /// A range, kept as written (it is parsed once checked valid in `from_spec`).
+    Semver(String),
 }
 
 impl Wanted {
     fn from_spec(r: &GitReference) -> Result<Self, SourceError> {
-        match (&r.commit, &r.tag, &r.branch) {
-            (Some(c), None, None) => Ok(Wanted::Commit(c.to_ascii_lowercase())),
-            (None, Some(t), None) => Ok(Wanted::Tag(t.clone())),
-            (None, None, Some(b)) => Ok(Wanted::Branch(b.clone())),
+        match (&r.commit, &r.tag, &r.branch, &r.semver) {
+            (Some(c), None, None, None) => Ok(Wanted::Commit(c.to_ascii_lowercase())),
+            (None, Some(t), None, None) => Ok(Wanted::Tag(t.clone())),
+            (None, None, Some(b), None) => Ok(Wanted::Branch(b.clone())),
+            (None, None, None, Some(range)) => {
+                super::parse_range(range)?;
+                Ok(Wanted::Semver(range.clone()))
+            }
             _ => Err(SourceError::Invalid(
-                "git ref: exactly one of commit, tag or branch must be set".into(),
+                "git ref: exactly one of commit, tag, branch or semver must be set".into(),
             )),
         }
     }
@@ -254,8 +265,9 @@ impl Remote {
         SourceError::Server { what, detail: msg }
     }
 
-    /// One ref advertisement: the commit a branch or tag points at (peeled for annotated tags).
-    fn ls_remote(&self, wanted: &Wanted) -> Result<String, SourceError> {
+    /// One ref advertisement: the commit a branch or tag points at (peeled for annotated tags),
+    /// and for a range the newest tag satisfying it.
+    fn ls_remote(&self, wanted: &Wanted) -> Result<(String, Option<String>), SourceError> {
         let mut remote = git2::Remote::create_detached(self.url.as_str()).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
@@ -264,13 +276,28 @@ impl Remote {
             .connect_auth(git2::Direction::Fetch, Some(self.callbacks(&tried)), None)
             .map_err(|e| self.map_err(tried.get(), &e))?;
         let heads = conn.list().map_err(|e| self.map_err(tried.get(), &e))?;
+        let mut chosen = None;
         let (name, peeled) = match wanted {
             Wanted::Branch(b) => (format!("refs/heads/{b}"), None),
             Wanted::Tag(t) => (
                 format!("refs/tags/{t}"),
                 Some(format!("refs/tags/{t}^{{}}")),
             ),
-            Wanted::Commit(c) => return Ok(c.clone()),
+            Wanted::Commit(c) => return Ok((c.clone(), None)),
+            Wanted::Semver(range) => {
+                let tags: Vec<&str> = heads
+                    .iter()
+                    .filter_map(|h| h.name().strip_prefix("refs/tags/"))
+                    .filter(|t| !t.ends_with("^{}"))
+                    .collect();
+                let what = format!("git repository {}", self.url);
+                let tag = super::newest_matching(&what, range, tags.iter().copied())?;
+                chosen = Some(tag.clone());
+                (
+                    format!("refs/tags/{tag}"),
+                    Some(format!("refs/tags/{tag}^{{}}")),
+                )
+            }
         };
         let find = |n: &str| {
             heads
@@ -282,6 +309,7 @@ impl Remote {
             .as_deref()
             .and_then(find)
             .or_else(|| find(&name))
+            .map(|commit| (commit, chosen))
             .ok_or_else(|| SourceError::NotFound {
                 what: format!("{name} in git repository {}", self.url),
             })

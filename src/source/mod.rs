@@ -98,6 +98,16 @@ pub enum SourceError {
         /// The digest of what arrived.
         actual: String,
     },
+    /// No tag or chart version satisfies a semver range.
+    #[error("no version of {what} satisfies {range} ({available})")]
+    NoMatchingVersion {
+        /// The repository or chart.
+        what: String,
+        /// The range as written.
+        range: String,
+        /// What there is, briefly.
+        available: String,
+    },
     /// Two sources write the same path of the assembled tree.
     #[error("sources {first} and {second} both write {path}")]
     Conflict {
@@ -151,6 +161,7 @@ impl SourceError {
             SourceError::BadArchive { .. } => "BadArchive",
             SourceError::LimitExceeded { .. } => "LimitExceeded",
             SourceError::DigestMismatch { .. } => "DigestMismatch",
+            SourceError::NoMatchingVersion { .. } => "NoMatchingVersion",
             SourceError::Conflict { .. } => "SourceConflict",
             SourceError::Invalid(_) => "InvalidSource",
             SourceError::Unreachable { .. } => "Unreachable",
@@ -288,6 +299,8 @@ impl Fetcher {
         source: &Source,
         secrets: &SourceSecrets,
     ) -> Result<Fetched, SourceError> {
+        // The version a range resolved to, for the kinds that take one.
+        let mut version = None;
         let (reference, resolved, path) = match source.kind {
             SourceKind::Image => {
                 let spec = source
@@ -302,7 +315,8 @@ impl Fetcher {
                     .git
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind git without `git`".into()))?;
-                let (resolved, path) = git::fetch(self, spec, secrets).await?;
+                let (resolved, path, chosen) = git::fetch(self, spec, secrets).await?;
+                version = chosen;
                 (git::ref_as_written(&spec.reference), resolved, path)
             }
             SourceKind::Http => {
@@ -325,7 +339,7 @@ impl Fetcher {
             resolved,
             destination: source.destination.clone(),
             path,
-            version: None,
+            version,
         })
     }
 }
@@ -402,6 +416,44 @@ fn copy_tree(
         owners.insert(item_rel, index);
     }
     Ok(())
+}
+
+/// Parses a semver range of a source spec (Masterminds rules); a bad one is an invalid spec.
+pub(crate) fn parse_range(range: &str) -> Result<pallet_formats::semver::Range, SourceError> {
+    pallet_formats::semver::Range::parse(range)
+        .map_err(|e| SourceError::Invalid(format!("semver range {range:?}: {e}")))
+}
+
+/// The newest of `candidates` (tags, chart versions) satisfying `range`. Nothing matching is
+/// `NoMatchingVersion`, naming the range and the newest candidates that are versions, so the user
+/// sees what there is to choose from.
+pub(crate) fn newest_matching<'a>(
+    what: &str,
+    range: &str,
+    candidates: impl Iterator<Item = &'a str> + Clone,
+) -> Result<String, SourceError> {
+    let parsed = parse_range(range)?;
+    if let Some((chosen, _)) = parsed.newest(candidates.clone()) {
+        return Ok(chosen.to_string());
+    }
+    let mut versions: Vec<(pallet_formats::semver::Version, &str)> = candidates
+        .filter_map(|c| {
+            pallet_formats::semver::Version::parse(c)
+                .ok()
+                .map(|v| (v, c))
+        })
+        .collect();
+    versions.sort_by(|a, b| b.0.compare(&a.0));
+    let newest: Vec<&str> = versions.iter().take(5).map(|(_, c)| *c).collect();
+    Err(SourceError::NoMatchingVersion {
+        what: what.to_string(),
+        range: range.to_string(),
+        available: if newest.is_empty() {
+            "no versions".into()
+        } else {
+            format!("newest: {}", newest.join(", "))
+        },
+    })
 }
 
 /// Hex SHA-256 of `data`.
