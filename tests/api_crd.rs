@@ -152,7 +152,7 @@ async fn two_git_refs_are_refused() {
     spec["sources"][0]["git"]["ref"] = json!({"branch": "main", "tag": "v1"});
     let message = rejection(&client, bd(&cluster::unique_name("tworefs"), spec)).await;
     assert!(
-        message.contains("exactly one of commit, tag or branch must be set"),
+        message.contains("exactly one of commit, tag, branch or semver must be set"),
         "{message}"
     );
     assert!(

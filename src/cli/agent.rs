@@ -47,6 +47,9 @@ pub struct AgentArgs {
     /// Seconds between reconciles of an unchanged BundleDeployment (drift checks, floating refs).
     #[arg(long, default_value_t = controller::DEFAULT_REQUEUE.as_secs())]
     pub requeue_seconds: u64,
+    /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
+    #[arg(long, default_value = "5m", value_parser = parse_poll_interval)]
+    pub default_poll_interval: Duration,
     /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
     /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
     #[arg(long)]
@@ -151,7 +154,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         )
         .with_health_options(crate::health::HealthOptions {
             load_balancer_needs_ingress: !args.load_balancer_address_optional,
-        }));
+        })
+        .with_default_poll_interval(args.default_poll_interval));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
@@ -287,5 +291,12 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn parse_poll_interval(text: &str) -> Result<Duration, String> {
+    match crate::api::parse_duration(text)? {
+        d if d.is_zero() => Err("the poll interval must be positive".into()),
+        d => Ok(d),
     }
 }

@@ -13,7 +13,7 @@ use kube::Client;
 
 use super::ReconcileError;
 use crate::api::{BundleDeployment, SecretReference, ServiceAccountReference, Source};
-use crate::source::{assemble, Credentials, Fetched, Fetcher, SourceSecrets};
+use crate::source::{assemble, Credentials, Fetched, SourceSecrets};
 
 /// Where Secrets named by sources may be read from (api.md, "Secret references").
 #[derive(Clone, Debug)]
@@ -32,14 +32,31 @@ pub struct FetchedBundle {
     pub tree: PathBuf,
 }
 
-/// Fetches every source of `bd` and assembles them under a fresh scratch directory.
+/// Fetches every source of `bd` and assembles them under a fresh scratch directory. A floating
+/// source resolved less than its poll interval ago is taken as then resolved, without a request,
+/// unless `force_poll`.
 pub async fn fetch_bundle(
-    client: &Client,
-    fetcher: &Fetcher,
-    policy: &SecretPolicy,
+    ctx: &super::Context,
     bd: &BundleDeployment,
+    force_poll: bool,
 ) -> Result<FetchedBundle, ReconcileError> {
-    let fetched = fetch_sources(client, fetcher, policy, bd).await?;
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    let mut fetched = Vec::with_capacity(bd.spec.sources.len());
+    for (index, source) in bd.spec.sources.iter().enumerate() {
+        let now = std::time::Instant::now();
+        if !force_poll {
+            if let Some(polled) = ctx.polls.fresh(uid, index, source, now) {
+                fetched.push(polled);
+                continue;
+            }
+        }
+        let sa = bd.spec.service_account.as_ref();
+        let secrets = source_secrets(&ctx.client, &ctx.secret_policy, sa, source).await?;
+        let one = ctx.fetcher.fetch(source, &secrets).await?;
+        ctx.polls.record(uid, index, source, &one, now);
+        fetched.push(one);
+    }
+    let fetcher = &ctx.fetcher;
     let tree = fetcher.cache().scratch_dir()?;
     if let Err(e) = assemble(&fetched, &tree) {
         remove_tree(&tree);
@@ -49,22 +66,6 @@ pub async fn fetch_bundle(
         sources: fetched,
         tree,
     })
-}
-
-/// Fetches every source of `bd` (reading the Secrets they name) into the cache, in spec order.
-pub async fn fetch_sources(
-    client: &Client,
-    fetcher: &Fetcher,
-    policy: &SecretPolicy,
-    bd: &BundleDeployment,
-) -> Result<Vec<Fetched>, ReconcileError> {
-    let mut fetched = Vec::with_capacity(bd.spec.sources.len());
-    for source in &bd.spec.sources {
-        let secrets =
-            source_secrets(client, policy, bd.spec.service_account.as_ref(), source).await?;
-        fetched.push(fetcher.fetch(source, &secrets).await?);
-    }
-    Ok(fetched)
 }
 
 /// Removes an assembled tree; failure only leaks scratch space, which the cache clears at start.

@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
+pub mod polling;
 pub mod render;
 pub mod rollout;
 pub mod status;
@@ -163,6 +164,8 @@ pub struct Context {
     pub health: health::HealthOptions,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// When each floating source was last resolved: polled at its `pollInterval`.
+    pub polls: polling::SourcePolls,
     /// The cluster's capabilities for helm charts, with when they were read.
     capabilities:
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
@@ -183,6 +186,12 @@ impl Context {
     /// The same context judging health with `health` instead of the defaults.
     pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
         self.health = health;
+        self
+    }
+
+    /// The same context polling floating sources without `pollInterval` every `interval`.
+    pub fn with_default_poll_interval(mut self, interval: Duration) -> Self {
+        self.polls = polling::SourcePolls::new(interval);
         self
     }
 
@@ -219,6 +228,7 @@ impl Context {
             owned,
             health: health::HealthOptions::default(),
             failures: Mutex::new(HashMap::new()),
+            polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             capabilities: tokio::sync::Mutex::new(None),
         }
     }
@@ -423,21 +433,28 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
         // Paused: no writes to the bundle's objects, so rollback and retry requests wait (they
         // are writes); drift is still observed so users see what resuming would revert, and a
         // reconcile request is answered by this very pass.
-        if let Some(value) = rollout::pending_requests(bd.annotations(), &work).reconcile {
+        let requested = rollout::pending_requests(bd.annotations(), &work).reconcile;
+        let force_poll = requested.is_some();
+        if let Some(value) = requested {
             work.last_handled_reconcile = Some(value);
         }
         let reason = bd.annotations().get(PAUSED_REASON_ANNOTATION).cloned();
-        let drift = match observe_drift(bd, ctx).await {
+        let drift = match observe_drift(bd, ctx, force_poll).await {
             Ok(drift) => Some(drift),
             Err(error) => {
                 tracing::warn!(bundle_deployment = %name, error = %error, "paused: could not compute drift");
                 None
             }
         };
+        // A failed fetch is not retried at the poll interval (it would be a tight loop then).
+        let requeue = match drift {
+            Some(_) => poll_capped(bd, ctx, ctx.requeue_interval),
+            None => ctx.requeue_interval,
+        };
         writer
             .write(&mut work, &Outcome::Paused { reason, drift })
             .await?;
-        return Ok(Next::RequeueAfter(ctx.requeue_interval));
+        return Ok(Next::RequeueAfter(requeue));
     }
     let requests = rollout::pending_requests(bd.annotations(), &work);
     if let Some(value) = &requests.reconcile {
@@ -457,13 +474,17 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     }
     let result = match rollback_to {
         Some(to) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
-        None => progress(bd, ctx, &mut writer, &mut work, requests.retry.as_deref()).await,
+        None => {
+            let force_poll = requests.reconcile.is_some();
+            let retry = requests.retry.as_deref();
+            progress(bd, ctx, &mut writer, &mut work, retry, force_poll).await
+        }
     };
     match result {
         Ok((outcome, requeue)) => {
             ctx.reset_backoff(&name);
             writer.write(&mut work, &outcome).await?;
-            Ok(Next::RequeueAfter(requeue))
+            Ok(Next::RequeueAfter(poll_capped(bd, ctx, requeue)))
         }
         Err(error) => {
             let outcome = Outcome::Failed {
@@ -476,6 +497,19 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             writer.write(&mut work, &outcome).await?;
             Err(error)
         }
+    }
+}
+
+/// `requeue`, shortened so that the next reconcile comes when a floating source's poll is due
+/// (at least a second later: a poll that just failed is retried by the error backoff instead).
+fn poll_capped(bd: &BundleDeployment, ctx: &Context, requeue: Duration) -> Duration {
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    match ctx
+        .polls
+        .next_due(uid, &bd.spec.sources, std::time::Instant::now())
+    {
+        Some(due) => requeue.min(due.max(Duration::from_secs(1))),
+        None => requeue,
     }
 }
 
@@ -508,10 +542,11 @@ async fn progress(
     writer: &mut StatusWriter<'_>,
     work: &mut BundleDeploymentStatus,
     retry: Option<&str>,
+    force_poll: bool,
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
-    let (rendered, sources) = fetch_and_render(bd, ctx).await?;
+    let (rendered, sources) = fetch_and_render(bd, ctx, force_poll).await?;
     // Handled once the content to retry is known: a fetch that fails keeps the request pending.
     if let Some(value) = retry {
         work.last_handled_retry = Some(value.to_string());
@@ -979,8 +1014,9 @@ fn now() -> Time {
 async fn observe_drift(
     bd: &BundleDeployment,
     ctx: &Context,
+    force_poll: bool,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let rendered = fetch_and_render(bd, ctx).await?.0;
+    let rendered = fetch_and_render(bd, ctx, force_poll).await?.0;
     let status = bd.status.clone().unwrap_or_default();
     let spec_digest = bd.spec.digest();
     let spec = rollout::SpecVersion {
@@ -1011,16 +1047,20 @@ async fn observe_drift(
 
 /// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree. Returns the
 /// rendered set and every source resolved.
+///
+/// Floating sources are re-resolved only when their poll is due, or with `force_poll` (a
+/// reconcile request: the user asked to look now).
 async fn fetch_and_render(
     bd: &BundleDeployment,
     ctx: &Context,
+    force_poll: bool,
 ) -> Result<(pallet_formats::Rendered, Vec<ResolvedSource>), ReconcileError> {
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
         _ => None,
     };
-    let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
+    let fetched = fetch::fetch_bundle(ctx, bd, force_poll).await?;
     let rendered = render::render(bd, &fetched.tree, capabilities);
     fetch::remove_tree(&fetched.tree);
     let sources = fetched
@@ -1112,6 +1152,8 @@ async fn ensure_namespace(
 /// paused: deleting is the user's explicit request.
 pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
     let name = bd.name_any();
+    ctx.polls
+        .forget(bd.metadata.uid.as_deref().unwrap_or_default());
     let inventory = bd
         .status
         .as_ref()

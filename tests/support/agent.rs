@@ -80,11 +80,17 @@ impl Agent {
         } else {
             &["--namespace", "pallet-system"]
         };
-        // A short requeue by default, so retries are quick; a test may set its own.
+        // A short requeue and default poll by default, so retries and moved refs are quick; a
+        // test may set its own.
         let requeue: &[&str] = if extra_args.contains(&"--requeue-seconds") {
             &[]
         } else {
             &["--requeue-seconds", "2"]
+        };
+        let poll: &[&str] = if extra_args.contains(&"--default-poll-interval") {
+            &[]
+        } else {
+            &["--default-poll-interval", "2s"]
         };
         // Agents of parallel tests must not fight over one metrics port: any free port unless
         // a test picks one.
@@ -97,6 +103,7 @@ impl Agent {
             .arg("agent")
             .args(namespace)
             .args(requeue)
+            .args(poll)
             .args(metrics)
             .arg("--kubeconfig")
             .arg(agent_kubeconfig())
