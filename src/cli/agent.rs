@@ -47,8 +47,15 @@ pub struct AgentArgs {
     /// Seconds between reconciles of an unchanged BundleDeployment (drift checks, floating refs).
     #[arg(long, default_value_t = controller::DEFAULT_REQUEUE.as_secs())]
     pub requeue_seconds: u64,
+    /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
+    /// these, never a worker).
+    #[arg(long, default_value_t = 4)]
+    pub fetch_concurrency: usize,
+    /// Deadline of one whole source fetch (connect, answer and body), as a Go duration.
+    #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
+    pub fetch_timeout: Duration,
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
-    #[arg(long, default_value = "5m", value_parser = parse_poll_interval)]
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
     pub default_poll_interval: Duration,
     /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
     /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
@@ -106,7 +113,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let client = Client::try_from(config.clone()).context("building the Kubernetes client")?;
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
             .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?;
-        let options = FetchOptions { plain_http_registries: args.plain_http_registries.clone(), ..Default::default() };
+        let options = FetchOptions {
+            plain_http_registries: args.plain_http_registries.clone(),
+            timeout: args.fetch_timeout,
+            ..Default::default()
+        };
         let fetcher = Fetcher::new(Arc::new(cache), options);
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
@@ -141,6 +152,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             tokio::spawn(keep_renewing(Elector::new(client.clone(), e.config().clone())))
         });
         let (owned_tx, owned_rx) = tokio::sync::mpsc::unbounded_channel();
+        let fetch_done = owned_tx.clone();
         let owned = OwnedWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
             client,
@@ -155,7 +167,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_health_options(crate::health::HealthOptions {
             load_balancer_needs_ingress: !args.load_balancer_address_optional,
         })
-        .with_default_poll_interval(args.default_poll_interval));
+        .with_default_poll_interval(args.default_poll_interval)
+        .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
@@ -294,9 +307,9 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn parse_poll_interval(text: &str) -> Result<Duration, String> {
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     match crate::api::parse_duration(text)? {
-        d if d.is_zero() => Err("the poll interval must be positive".into()),
+        d if d.is_zero() => Err("the duration must be positive".into()),
         d => Ok(d),
     }
 }

@@ -13,7 +13,10 @@ use kube::Client;
 
 use super::ReconcileError;
 use crate::api::{BundleDeployment, SecretReference, ServiceAccountReference, Source};
-use crate::source::{assemble, Credentials, Fetched, SourceSecrets};
+use std::time::Instant;
+
+use super::fetch_pool::FetchState;
+use crate::source::{assemble, describe_source, Credentials, Fetched, SourceSecrets};
 
 /// Where Secrets named by sources may be read from (api.md, "Secret references").
 #[derive(Clone, Debug)]
@@ -42,19 +45,36 @@ pub async fn fetch_bundle(
 ) -> Result<FetchedBundle, ReconcileError> {
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let mut fetched = Vec::with_capacity(bd.spec.sources.len());
+    let mut pending = Vec::new();
     for (index, source) in bd.spec.sources.iter().enumerate() {
-        let now = std::time::Instant::now();
         if !force_poll {
-            if let Some(polled) = ctx.polls.fresh(uid, index, source, now) {
+            if let Some(polled) = ctx.polls.fresh(uid, index, source, Instant::now()) {
                 fetched.push(polled);
                 continue;
             }
         }
         let sa = bd.spec.service_account.as_ref();
         let secrets = source_secrets(&ctx.client, &ctx.secret_policy, sa, source).await?;
-        let one = ctx.fetcher.fetch(source, &secrets).await?;
-        ctx.polls.record(uid, index, source, &one, now);
-        fetched.push(one);
+        let started = Instant::now();
+        match ctx
+            .fetches
+            .fetch(&ctx.fetcher, bd, index, source, secrets)
+            .await
+        {
+            FetchState::Done(result) => {
+                let one = result?;
+                ctx.polls.record(uid, index, source, &one, started);
+                fetched.push(one);
+            }
+            FetchState::Pending { since } => pending.push(format!(
+                "{} for {} s",
+                describe_source(source),
+                since.elapsed().as_secs()
+            )),
+        }
+    }
+    if !pending.is_empty() {
+        return Err(ReconcileError::Fetching(pending.join("; ")));
     }
     let fetcher = &ctx.fetcher;
     let tree = fetcher.cache().scratch_dir()?;

@@ -10,6 +10,7 @@
 pub mod changes;
 pub mod controller;
 pub mod fetch;
+pub mod fetch_pool;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
@@ -46,7 +47,7 @@ use fetch::SecretPolicy;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
 use rollout::Decision;
-use status::{FailedPhase, HealthReport, Outcome, Transition};
+use status::{FailedPhase, HealthReport, Outcome, SourceState, Transition};
 
 /// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
 pub const FINALIZER: &str = "pallet.dev/cleanup";
@@ -59,6 +60,10 @@ pub enum ReconcileError {
     /// A source could not be fetched.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// Sources are still being fetched in the background (slow or hanging servers); the
+    /// message names each with how long it has been running.
+    #[error("fetching {0}")]
+    Fetching(String),
     /// A Secret could not be used.
     #[error("{message}")]
     Secret {
@@ -104,6 +109,7 @@ impl ReconcileError {
     pub fn category(&self) -> &'static str {
         match self {
             ReconcileError::Source(e) => e.category(),
+            ReconcileError::Fetching(_) => "Fetching",
             ReconcileError::Secret { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
             ReconcileError::Apply(e) => e.category(),
@@ -123,13 +129,17 @@ impl ReconcileError {
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
-            ReconcileError::Kube { .. } | ReconcileError::Deleting(_) => true,
+            ReconcileError::Kube { .. }
+            | ReconcileError::Deleting(_)
+            | ReconcileError::Fetching(_) => true,
         }
     }
 
     fn phase(&self) -> FailedPhase {
         match self {
-            ReconcileError::Source(_) | ReconcileError::Secret { .. } => FailedPhase::Fetch,
+            ReconcileError::Source(_)
+            | ReconcileError::Fetching(_)
+            | ReconcileError::Secret { .. } => FailedPhase::Fetch,
             _ => FailedPhase::Install,
         }
     }
@@ -166,6 +176,8 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// When each floating source was last resolved: polled at its `pollInterval`.
     pub polls: polling::SourcePolls,
+    /// Fetches running apart from the reconcile workers.
+    pub fetches: fetch_pool::FetchPool,
     /// The cluster's capabilities for helm charts, with when they were read.
     capabilities:
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
@@ -192,6 +204,19 @@ impl Context {
     /// The same context polling floating sources without `pollInterval` every `interval`.
     pub fn with_default_poll_interval(mut self, interval: Duration) -> Self {
         self.polls = polling::SourcePolls::new(interval);
+        self
+    }
+
+    /// The same context running at most `slots` fetches at once, asking the controller through
+    /// `trigger` to reconcile a BundleDeployment whose slow fetch has finished.
+    pub fn with_fetch_pool(
+        mut self,
+        slots: usize,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.fetches = fetch_pool::FetchPool::new(slots, fetch_pool::DEFAULT_GRACE, Some(trigger));
         self
     }
 
@@ -229,6 +254,7 @@ impl Context {
             health: health::HealthOptions::default(),
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
+            fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
             capabilities: tokio::sync::Mutex::new(None),
         }
     }
@@ -482,7 +508,16 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     };
     match result {
         Ok((outcome, requeue)) => {
-            ctx.reset_backoff(&name);
+            // Enforcing a snapshot while the sources fail keeps the fetch's backoff growing.
+            if !matches!(
+                &outcome,
+                Outcome::Installed {
+                    sources: SourceState::Unavailable { .. },
+                    ..
+                }
+            ) {
+                ctx.reset_backoff(&name);
+            }
             writer.write(&mut work, &outcome).await?;
             Ok(Next::RequeueAfter(poll_capped(bd, ctx, requeue)))
         }
@@ -546,7 +581,13 @@ async fn progress(
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
-    let (rendered, sources) = fetch_and_render(bd, ctx, force_poll).await?;
+    let (rendered, sources) = match fetch_and_render(bd, ctx, force_poll).await {
+        Ok(done) => done,
+        Err(error) if error.phase() == FailedPhase::Fetch => {
+            return enforce_active(bd, ctx, writer, work, error).await;
+        }
+        Err(error) => return Err(error),
+    };
     // Handled once the content to retry is known: a fetch that fails keeps the request pending.
     if let Some(value) = retry {
         work.last_handled_retry = Some(value.to_string());
@@ -626,7 +667,44 @@ async fn progress(
         }
     }?;
     let current = rollout::active_revision(work).is_some_and(|r| r.digest == digest);
-    Ok((with_flags(outcome, true, current), requeue))
+    Ok((with_flags(outcome, SourceState::Fetched, current), requeue))
+}
+
+/// The sources could not be fetched (down, slow, refused credentials): keep the active revision
+/// applied from its stored snapshot and judge its health, so an outage never stops enforcement,
+/// and report the source problem in Unpacked only. Without an active revision, or when its
+/// snapshot cannot be read, the fetch error stands.
+async fn enforce_active(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    error: ReconcileError,
+) -> Progress {
+    let name = bd.name_any();
+    let Some(active) = rollout::active_revision(work).map(|r| r.number) else {
+        return Err(error);
+    };
+    let objects = match ctx.load(&name, active).await {
+        Ok(objects) => objects,
+        Err(load_error) => {
+            tracing::warn!(bundle_deployment = %name, revision = active, error = %load_error, "sources unavailable and the active snapshot unreadable");
+            return Err(error);
+        }
+    };
+    tracing::warn!(bundle_deployment = %name, revision = active, reason = error.category(), error = %error, "sources unavailable; enforcing the active revision from its snapshot");
+    let (outcome, requeue) = roll_out(bd, ctx, writer, work, objects, Transition::Reapply).await?;
+    // Retried like a failed fetch: with backoff while it may pass, else at the requeue period.
+    let retry = if error.is_transient() {
+        ctx.backoff(&name)
+    } else {
+        ctx.requeue_interval
+    };
+    let sources = SourceState::Unavailable {
+        reason: error.category().to_string(),
+        message: error.to_string(),
+    };
+    Ok((with_flags(outcome, sources, false), requeue.min(retry)))
 }
 
 /// A rollback on request: re-apply stored revision `to` (no fetch: the sources may be gone).
@@ -654,12 +732,12 @@ async fn requested_rollback_to(
     };
     let (outcome, requeue) = roll_out(bd, ctx, writer, work, objects, transition).await?;
     // The sources were not fetched: Unpacked keeps what the last fetch said.
-    Ok((with_flags(outcome, false, false), requeue))
+    Ok((with_flags(outcome, SourceState::NotFetched, false), requeue))
 }
 
-/// Sets what [`apply_revision`] cannot know on an Installed outcome: whether the sources were
-/// fetched in this pass, and whether the active revision is what they render.
-fn with_flags(outcome: Outcome, fetched_now: bool, current: bool) -> Outcome {
+/// Sets what [`apply_revision`] cannot know on an Installed outcome: what this pass knows of the
+/// sources, and whether the active revision is what they render.
+fn with_flags(outcome: Outcome, sources: SourceState, current: bool) -> Outcome {
     match outcome {
         Outcome::Installed {
             inventory,
@@ -672,7 +750,7 @@ fn with_flags(outcome: Outcome, fetched_now: bool, current: bool) -> Outcome {
             skipped,
             written,
             health,
-            fetched: fetched_now,
+            sources,
             spec_current: current,
         },
         other => other,
@@ -958,7 +1036,7 @@ async fn apply_revision(
             skipped,
             written,
             health,
-            fetched: true,
+            sources: SourceState::Fetched,
             spec_current: false,
         },
         requeue,
@@ -1152,8 +1230,9 @@ async fn ensure_namespace(
 /// paused: deleting is the user's explicit request.
 pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
     let name = bd.name_any();
-    ctx.polls
-        .forget(bd.metadata.uid.as_deref().unwrap_or_default());
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    ctx.polls.forget(uid);
+    ctx.fetches.forget(uid);
     let inventory = bd
         .status
         .as_ref()

@@ -24,8 +24,8 @@ pub enum Outcome {
         written: usize,
         /// The health of the applied objects.
         health: HealthReport,
-        /// False when the sources were not fetched in this pass (a rollback request).
-        fetched: bool,
+        /// What this pass knows of the sources (condition Unpacked).
+        sources: SourceState,
         /// The active revision is what the spec and sources render now: a rollback in force
         /// (automatic or requested) is over.
         spec_current: bool,
@@ -61,6 +61,23 @@ pub enum Outcome {
         message: String,
         /// True when retrying without a change may succeed.
         transient: bool,
+    },
+}
+
+/// What a pass that installed the active revision knows of the sources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceState {
+    /// Fetched and resolved in this pass.
+    Fetched,
+    /// Not fetched in this pass (a rollback request): Unpacked keeps what the last fetch said.
+    NotFetched,
+    /// They could not be fetched (down, slow, refused): the active revision was enforced from its
+    /// stored snapshot instead, and Unpacked says why the sources are not current.
+    Unavailable {
+        /// CamelCase reason (the error's category, or `Fetching`).
+        reason: String,
+        /// What went wrong, where.
+        message: String,
     },
 }
 
@@ -166,16 +183,23 @@ pub fn next_status(
             skipped,
             written,
             health,
-            fetched,
+            sources,
             spec_current,
         } => {
-            if *fetched {
-                set(
+            match sources {
+                SourceState::Fetched => set(
                     types::UNPACKED,
                     true,
                     "Unpacked",
                     "all sources fetched and resolved".into(),
-                );
+                ),
+                SourceState::NotFetched => {}
+                SourceState::Unavailable { reason, message } => set(
+                    types::UNPACKED,
+                    false,
+                    reason,
+                    format!("{message}; the active revision is kept applied from its snapshot"),
+                ),
             }
             let active = status.active_revision;
             let revision = status
@@ -456,7 +480,7 @@ mod tests {
                 total: 2,
                 message: String::new(),
             },
-            fetched: true,
+            sources: SourceState::Fetched,
             spec_current: true,
         }
     }
@@ -472,7 +496,7 @@ mod tests {
                 total: 1,
                 message: "Deployment ns/web: 0 of 1 updated replicas available".into(),
             },
-            fetched: true,
+            sources: SourceState::Fetched,
             spec_current: true,
         }
     }

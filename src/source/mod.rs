@@ -257,6 +257,25 @@ fn kind_name(kind: SourceKind) -> &'static str {
     }
 }
 
+/// How a source is named in messages before it is fetched: its kind and where it points.
+pub fn describe_source(source: &Source) -> String {
+    let target = match (
+        &source.image,
+        &source.git,
+        &source.http,
+        &source.helm_repository,
+    ) {
+        (Some(image), _, _, _) => image.reference.clone(),
+        (_, Some(git), _, _) => {
+            format!("{} {}", git.repository, git::ref_as_written(&git.reference))
+        }
+        (_, _, Some(http), _) => http.url.clone(),
+        (_, _, _, Some(repo)) => format!("{} chart {}", repo.url, repo.chart),
+        _ => String::new(),
+    };
+    format!("{} {target}", kind_name(source.kind))
+}
+
 /// Fetches sources of every kind through one content-addressed cache.
 #[derive(Clone)]
 pub struct Fetcher {
@@ -289,7 +308,20 @@ impl Fetcher {
         source: &Source,
         secrets: &SourceSecrets,
     ) -> Result<Fetched, SourceError> {
-        let result = self.fetch_uncounted(source, secrets).await;
+        // One deadline over the whole fetch, whatever the kind: per-request timeouts alone let
+        // a server that drips its body a byte at a time hold a fetch for ever.
+        let deadline = self.options.timeout;
+        let result =
+            match tokio::time::timeout(deadline, self.fetch_uncounted(source, secrets)).await {
+                Ok(result) => result,
+                Err(_) => Err(SourceError::Unreachable {
+                    what: describe_source(source),
+                    detail: format!(
+                        "the fetch did not complete within {}s (connect, answer and whole body)",
+                        deadline.as_secs()
+                    ),
+                }),
+            };
         crate::metrics::METRICS.fetched(kind_name(source.kind), result.is_ok());
         result
     }

@@ -281,9 +281,15 @@ pub async fn wait_bd_gone(client: &Client, name: &str) {
 /// Server-side applies a BundleDeployment named `name` with `spec`, labelled for the test's
 /// agent (`TEST_LABEL=name`).
 pub async fn apply_bd(client: &Client, name: &str, spec: serde_json::Value) {
+    apply_bd_labelled(client, name, name, spec).await
+}
+
+/// Like [`apply_bd`], labelled for the agent of test `label` (several BundleDeployments for one
+/// agent).
+pub async fn apply_bd_labelled(client: &Client, name: &str, label: &str, spec: serde_json::Value) {
     let bd = serde_json::json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": name, "labels": {TEST_LABEL: name}},
+        "metadata": {"name": name, "labels": {TEST_LABEL: label}},
         "spec": spec,
     });
     Api::<BundleDeployment>::all(client.clone())

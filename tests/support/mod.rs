@@ -252,6 +252,16 @@ impl Fixtures {
         self.server("http-tls")
     }
 
+    /// A server that accepts connections and never answers (any path).
+    pub fn hang(&self) -> &Server {
+        self.server("hang")
+    }
+
+    /// A server that answers 200 at once and then drips its body a byte a second (any path).
+    pub fn drip(&self) -> &Server {
+        self.server("drip")
+    }
+
     /// Path of the test CA certificate (PEM) that signed the TLS servers' certificate.
     pub fn ca_cert(&self) -> &Path {
         &self.endpoints.ca_cert
