@@ -69,6 +69,7 @@ pub struct Metrics {
     applied: Family<OperationLabel, Counter>,
     pruned: Counter,
     revisions: Counter,
+    renders: Counter,
     rollbacks: Family<TriggerLabel, Counter>,
     drift: Counter,
     in_flight: Gauge,
@@ -88,6 +89,7 @@ impl Metrics {
         let rollbacks = Family::<TriggerLabel, Counter>::default();
         let (pruned, revisions, drift) =
             (Counter::default(), Counter::default(), Counter::default());
+        let renders = Counter::default();
         let (in_flight, leader) = (Gauge::default(), Gauge::default());
         // Counters get `_total` appended by the encoder; names below are without it.
         registry.register(
@@ -102,7 +104,8 @@ impl Metrics {
         );
         registry.register(
             "fetches",
-            "Source fetches, by source kind (image|git|http) and result (success|error)",
+            "Source fetches, by source kind (image|git|http|helmRepository) and result \
+             (success|error)",
             fetches.clone(),
         );
         registry.register(
@@ -119,6 +122,11 @@ impl Metrics {
             "revisions_created",
             "Revisions recorded (a new set of resolved sources and rendered objects applied)",
             revisions.clone(),
+        );
+        registry.register(
+            "renders",
+            "Bundle renders (a pass whose sources and settings are unchanged reuses the last one)",
+            renders.clone(),
         );
         registry.register(
             "rollbacks",
@@ -147,7 +155,7 @@ impl Metrics {
             let label = ResultLabel { result };
             let _ = reconciles.get_or_create(&label);
             let _ = reconcile_duration.get_or_create(&label);
-            for kind in ["image", "git", "http"] {
+            for kind in ["image", "git", "http", "helmRepository"] {
                 let _ = fetches.get_or_create(&FetchLabels { kind, result });
             }
         }
@@ -167,6 +175,7 @@ impl Metrics {
             applied,
             pruned,
             revisions,
+            renders,
             rollbacks,
             drift,
             in_flight,
@@ -221,6 +230,11 @@ impl Metrics {
     /// Counts objects pruned.
     pub fn pruned(&self, n: usize) {
         self.pruned.inc_by(count(n));
+    }
+
+    /// Counts one render of a bundle.
+    pub fn rendered(&self) {
+        self.renders.inc();
     }
 
     /// Counts one revision recorded.

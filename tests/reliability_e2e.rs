@@ -294,3 +294,150 @@ async fn a_registry_outage_and_a_restart_keep_the_active_revision_enforced() {
     wait_condition(&client, &agent, &test, "Unpacked", "True", "all sources").await;
     delete_bd_and_namespace(&client, &test).await;
 }
+
+/// `value` lines of pseudo-random base64 (it does not compress), `bytes` long.
+fn incompressible(seed: &str, bytes: usize) -> String {
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+    let mut raw = Vec::with_capacity(bytes);
+    let mut block = Sha256::digest(seed.as_bytes());
+    while raw.len() * 4 / 3 < bytes {
+        raw.extend_from_slice(&block);
+        block = Sha256::digest(block);
+    }
+    let mut text = base64::engine::general_purpose::STANDARD.encode(raw);
+    text.truncate(bytes);
+    text
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} not found"))
+}
+
+async fn revision_secrets(client: &Client, name: &str) -> usize {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "pallet-system");
+    let selector = format!("pallet.dev/revision-of={name}");
+    secrets
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+/// An object over the API server's size limit, and a revision over the agent's snapshot cap, are
+/// refused before anything is stored or applied; the active revision keeps running; and the
+/// refused content is not rendered again at every requeue.
+#[tokio::test]
+async fn oversized_content_is_refused_before_it_is_stored_and_not_rendered_again() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let test = support::unique_name("oversize");
+    let repo = fx.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_maps(&[("app", "1")]).as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start_with(&test, &["--max-revision-mib", "1"]);
+    let spec = json!({
+        "installNamespace": test,
+        "sources": [{"kind": "git", "git": {"repository": repo.url(fx.git_plain()), "ref": {"branch": "main"}}}],
+        "format": "plain",
+    });
+    agent::apply_bd(&client, &test, spec).await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+    let stored = revision_secrets(&client, &test).await;
+
+    // One object of 2 MB: over etcd's 1.5 MiB.
+    let big = config_maps(&[("app", "1"), ("big", &incompressible("big", 2 << 20))]);
+    repo.commit_files("main", &[("app.yaml", big.as_bytes())], "too big");
+    let bd = wait_condition(&client, &agent, &test, "Installed", "False", "ConfigMap").await;
+    let installed = find(&bd.status.as_ref().unwrap().conditions, "Installed").unwrap();
+    assert_eq!(installed.reason, "ObjectTooLarge", "{}", installed.message);
+    assert!(
+        installed.message.contains(&format!("{test}/big")),
+        "{}",
+        installed.message
+    );
+    assert_eq!(
+        revision_secrets(&client, &test).await,
+        stored,
+        "nothing stored"
+    );
+    assert_eq!(bd.status.as_ref().unwrap().revisions.len(), 1);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    assert!(cms.get_opt("big").await.unwrap().is_none());
+    wait_value(&cms, "app", "1").await;
+
+    // Requeues (every 2 s here) find the same inputs: no render again.
+    let before = agent.metrics().await;
+    let renders = metric(&before, "pallet_renders_total");
+    let reconciles = metric(&before, "pallet_reconciles_total{result=\"error\"}");
+    cluster::poll_until("three more reconciles", Duration::from_secs(60), || async {
+        let now = metric(
+            &agent.metrics().await,
+            "pallet_reconciles_total{result=\"error\"}",
+        );
+        if now >= reconciles + 3.0 {
+            Ok(())
+        } else {
+            Err(format!("{now} error reconciles"))
+        }
+    })
+    .await;
+    assert_eq!(
+        metric(&agent.metrics().await, "pallet_renders_total"),
+        renders,
+        "unchanged content was rendered again"
+    );
+
+    // Three objects of 0.9 MB each: each fits, the revision (2.7 MB, incompressible) is over
+    // the 1 MiB cap this agent was given.
+    let parts: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            (
+                format!("part{i}"),
+                incompressible(&format!("p{i}"), 900 << 10),
+            )
+        })
+        .collect();
+    let items: Vec<(&str, &str)> = parts
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_maps(&items).as_bytes())],
+        "big revision",
+    );
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Installed",
+        "False",
+        "--max-revision-mib",
+    )
+    .await;
+    let installed = find(&bd.status.as_ref().unwrap().conditions, "Installed").unwrap();
+    assert_eq!(
+        installed.reason, "RevisionTooLarge",
+        "{}",
+        installed.message
+    );
+    assert_eq!(
+        revision_secrets(&client, &test).await,
+        stored,
+        "nothing stored"
+    );
+    wait_value(&cms, "app", "1").await;
+    assert!(cms.get_opt("part0").await.unwrap().is_none());
+    delete_bd_and_namespace(&client, &test).await;
+}

@@ -175,6 +175,19 @@ pub enum RenderError {
     Empty(&'static str),
     #[error("the {0} format is not implemented in this entry point")]
     NotImplemented(&'static str),
+    /// An object larger than the API server stores: refused before anything is stored or applied.
+    #[error(
+        "object {object} is {bytes} bytes as JSON, over the {limit}-byte limit of an object the \
+         API server stores (etcd's request limit); split it, or move the data out of the bundle"
+    )]
+    TooLarge {
+        /// `kind namespace/name` of the object.
+        object: String,
+        /// Its size as JSON.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl RenderError {
@@ -197,6 +210,7 @@ impl RenderError {
             Self::InvalidConfig { .. } => "InvalidConfig",
             Self::Empty(_) => "EmptyBundle",
             Self::NotImplemented(_) => "NotImplemented",
+            Self::TooLarge { .. } => "ObjectTooLarge",
         }
     }
 }

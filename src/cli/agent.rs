@@ -51,6 +51,10 @@ pub struct AgentArgs {
     /// these, never a worker).
     #[arg(long, default_value_t = 4)]
     pub fetch_concurrency: usize,
+    /// What one revision may store (its snapshot, compressed), in MiB: a bigger render is
+    /// refused before anything is stored or applied.
+    #[arg(long, default_value_t = (crate::revision::DEFAULT_MAX_REVISION_BYTES >> 20) as u64)]
+    pub max_revision_mib: u64,
     /// Deadline of one whole source fetch (connect, answer and body), as a Go duration.
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
     pub fetch_timeout: Duration,
@@ -168,6 +172,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             load_balancer_needs_ingress: !args.load_balancer_address_optional,
         })
         .with_default_poll_interval(args.default_poll_interval)
+        .with_max_revision_bytes((args.max_revision_mib.max(1) << 20) as usize)
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;

@@ -16,7 +16,7 @@ use crate::api::{BundleDeployment, SecretReference, ServiceAccountReference, Sou
 use std::time::Instant;
 
 use super::fetch_pool::FetchState;
-use crate::source::{assemble, describe_source, Credentials, Fetched, SourceSecrets};
+use crate::source::{assemble, describe_source, Credentials, Fetched, Fetcher, SourceSecrets};
 
 /// Where Secrets named by sources may be read from (api.md, "Secret references").
 #[derive(Clone, Debug)]
@@ -27,22 +27,13 @@ pub struct SecretPolicy {
     pub allowed_namespaces: Vec<String>,
 }
 
-/// The fetched sources and the assembled tree. The tree is scratch space: delete it when done.
-pub struct FetchedBundle {
-    /// Every source resolved, in spec order.
-    pub sources: Vec<Fetched>,
-    /// The assembled tree.
-    pub tree: PathBuf,
-}
-
-/// Fetches every source of `bd` and assembles them under a fresh scratch directory. A floating
-/// source resolved less than its poll interval ago is taken as then resolved, without a request,
-/// unless `force_poll`.
-pub async fn fetch_bundle(
+/// Resolves every source of `bd` into the cache, in spec order. A floating source resolved less
+/// than its poll interval ago is taken as then resolved, without a request, unless `force_poll`.
+pub async fn fetch_sources(
     ctx: &super::Context,
     bd: &BundleDeployment,
     force_poll: bool,
-) -> Result<FetchedBundle, ReconcileError> {
+) -> Result<Vec<Fetched>, ReconcileError> {
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let mut fetched = Vec::with_capacity(bd.spec.sources.len());
     let mut pending = Vec::new();
@@ -76,16 +67,17 @@ pub async fn fetch_bundle(
     if !pending.is_empty() {
         return Err(ReconcileError::Fetching(pending.join("; ")));
     }
-    let fetcher = &ctx.fetcher;
+    Ok(fetched)
+}
+
+/// Assembles fetched sources into a fresh scratch tree (the caller removes it).
+pub fn assemble_tree(fetcher: &Fetcher, fetched: &[Fetched]) -> Result<PathBuf, ReconcileError> {
     let tree = fetcher.cache().scratch_dir()?;
-    if let Err(e) = assemble(&fetched, &tree) {
+    if let Err(e) = assemble(fetched, &tree) {
         remove_tree(&tree);
         return Err(e.into());
     }
-    Ok(FetchedBundle {
-        sources: fetched,
-        tree,
-    })
+    Ok(tree)
 }
 
 /// Removes an assembled tree; failure only leaks scratch space, which the cache clears at start.

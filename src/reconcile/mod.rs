@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod owned;
 pub mod polling;
 pub mod render;
+pub mod render_memo;
 pub mod rollout;
 pub mod status;
 
@@ -75,6 +76,15 @@ pub enum ReconcileError {
     /// The bundle could not be rendered.
     #[error("render: {0}")]
     Render(#[from] pallet_formats::RenderError),
+    /// The bundle was refused by the renderer (now, or earlier for the same inputs: a refusal
+    /// is kept and not rendered again until something changes).
+    #[error("render: {message}")]
+    RenderRefused {
+        /// The render error's category.
+        category: &'static str,
+        /// The render error's message.
+        message: String,
+    },
     /// An object could not be applied or pruned (boxed: it is the largest variant by far).
     #[error(transparent)]
     Apply(Box<ApplyError>),
@@ -112,6 +122,7 @@ impl ReconcileError {
             ReconcileError::Fetching(_) => "Fetching",
             ReconcileError::Secret { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
+            ReconcileError::RenderRefused { category, .. } => category,
             ReconcileError::Apply(e) => e.category(),
             ReconcileError::Forbidden(_) => "Forbidden",
             ReconcileError::Revision(e) => e.category(),
@@ -126,6 +137,7 @@ impl ReconcileError {
             ReconcileError::Source(e) => e.is_transient(),
             ReconcileError::Secret { .. }
             | ReconcileError::Render(_)
+            | ReconcileError::RenderRefused { .. }
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -178,6 +190,8 @@ pub struct Context {
     pub polls: polling::SourcePolls,
     /// Fetches running apart from the reconcile workers.
     pub fetches: fetch_pool::FetchPool,
+    /// The last render of each BundleDeployment, reused while its inputs are unchanged.
+    pub renders: render_memo::RenderMemo,
     /// The cluster's capabilities for helm charts, with when they were read.
     capabilities:
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
@@ -220,6 +234,12 @@ impl Context {
         self
     }
 
+    /// The same context refusing revisions whose snapshot is over `max_bytes` compressed.
+    pub fn with_max_revision_bytes(mut self, max_bytes: usize) -> Self {
+        self.store = self.store.with_max_bytes(max_bytes);
+        self
+    }
+
     /// A context with no failures recorded.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -255,6 +275,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
+            renders: render_memo::RenderMemo::default(),
             capabilities: tokio::sync::Mutex::new(None),
         }
     }
@@ -581,7 +602,11 @@ async fn progress(
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
-    let (rendered, sources) = match fetch_and_render(bd, ctx, force_poll).await {
+    let RenderedBundle {
+        rendered,
+        digest,
+        sources,
+    } = match fetch_and_render(bd, ctx, force_poll).await {
         Ok(done) => done,
         Err(error) if error.phase() == FailedPhase::Fetch => {
             return enforce_active(bd, ctx, writer, work, error).await;
@@ -592,7 +617,6 @@ async fn progress(
     if let Some(value) = retry {
         work.last_handled_retry = Some(value.to_string());
     }
-    let digest = rendered.digest();
     let objects = rendered.object_list();
     let now = now();
     let spec_digest = bd.spec.digest();
@@ -1094,7 +1118,9 @@ async fn observe_drift(
     ctx: &Context,
     force_poll: bool,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let rendered = fetch_and_render(bd, ctx, force_poll).await?.0;
+    let RenderedBundle {
+        rendered, digest, ..
+    } = fetch_and_render(bd, ctx, force_poll).await?;
     let status = bd.status.clone().unwrap_or_default();
     let spec_digest = bd.spec.digest();
     let spec = rollout::SpecVersion {
@@ -1103,7 +1129,7 @@ async fn observe_drift(
     };
     // What resuming would apply: the rendered set, unless it is refused content after a
     // rollback, in which case the active revision's snapshot stays.
-    let objects = match rollout::decide(&status, &rendered.digest(), &spec, false) {
+    let objects = match rollout::decide(&status, &digest, &spec, false) {
         Decision::Refused { failed } => match status.active_revision {
             Some(active) if active != failed => ctx.load(&bd.name_any(), active).await?,
             _ => rendered.object_list(),
@@ -1132,17 +1158,14 @@ async fn fetch_and_render(
     bd: &BundleDeployment,
     ctx: &Context,
     force_poll: bool,
-) -> Result<(pallet_formats::Rendered, Vec<ResolvedSource>), ReconcileError> {
+) -> Result<RenderedBundle, ReconcileError> {
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
         _ => None,
     };
-    let fetched = fetch::fetch_bundle(ctx, bd, force_poll).await?;
-    let rendered = render::render(bd, &fetched.tree, capabilities);
-    fetch::remove_tree(&fetched.tree);
+    let fetched = fetch::fetch_sources(ctx, bd, force_poll).await?;
     let sources = fetched
-        .sources
         .iter()
         .map(|f| ResolvedSource {
             kind: f.kind,
@@ -1151,7 +1174,51 @@ async fn fetch_and_render(
             version: f.version.clone(),
         })
         .collect();
-    Ok((rendered?, sources))
+    let config = render::render_config(bd, capabilities);
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    let format = render::format(bd.spec.format);
+    let allow_empty = bd.spec.rollout().allow_empty();
+    let inputs = render_memo::inputs_digest(format, &config, allow_empty, &fetched);
+    let kept = match ctx.renders.get(uid, &inputs) {
+        Some(kept) => kept,
+        None => {
+            let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
+            let result = render::render_with(bd, &tree, &config);
+            fetch::remove_tree(&tree);
+            METRICS.rendered();
+            let kept = match result {
+                Ok(rendered) => render_memo::KeptRender::Objects {
+                    digest: rendered.digest(),
+                    rendered: std::sync::Arc::new(rendered),
+                },
+                // A local read failure may pass: not kept.
+                Err(error @ pallet_formats::RenderError::Io { .. }) => return Err(error.into()),
+                Err(error) => render_memo::KeptRender::Refused {
+                    category: error.category(),
+                    message: error.to_string(),
+                },
+            };
+            ctx.renders.put(uid, inputs, kept.clone());
+            kept
+        }
+    };
+    match kept {
+        render_memo::KeptRender::Objects { rendered, digest } => Ok(RenderedBundle {
+            rendered,
+            digest,
+            sources,
+        }),
+        render_memo::KeptRender::Refused { category, message } => {
+            Err(ReconcileError::RenderRefused { category, message })
+        }
+    }
+}
+
+/// What phases 1 and 2 produce: the rendered set, its digest and the resolved sources.
+struct RenderedBundle {
+    rendered: std::sync::Arc<pallet_formats::Rendered>,
+    digest: String,
+    sources: Vec<ResolvedSource>,
 }
 
 /// Applies `objects`, then prunes what the previous inventory had and they do not.
@@ -1233,6 +1300,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     ctx.polls.forget(uid);
     ctx.fetches.forget(uid);
+    ctx.renders.forget(uid);
     let inventory = bd
         .status
         .as_ref()

@@ -58,9 +58,52 @@ pub fn render(
     tree: &Path,
     capabilities: Option<HelmCapabilities>,
 ) -> Result<Rendered, RenderError> {
+    render_with(bd, tree, &render_config(bd, capabilities))
+}
+
+/// [`render`] with the configuration already made.
+pub fn render_with(
+    bd: &BundleDeployment,
+    tree: &Path,
+    config: &RenderConfig,
+) -> Result<Rendered, RenderError> {
     let format = format(bd.spec.format);
-    let rendered = pallet_formats::render(format, tree, &render_config(bd, capabilities))?;
-    refuse_empty(rendered, format, bd.spec.rollout().allow_empty())
+    let rendered = pallet_formats::render(format, tree, config)?;
+    let rendered = refuse_empty(rendered, format, bd.spec.rollout().allow_empty())?;
+    refuse_oversized(rendered, MAX_OBJECT_BYTES)
+}
+
+/// The largest object the API server stores: etcd's default request limit (1.5 MiB). A bigger
+/// one would be refused at apply time, after its revision had been stored; finding it here
+/// keeps the active revision and stores nothing.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// Refuses a render holding an object over `limit` bytes as JSON, naming the first one.
+pub fn refuse_oversized(rendered: Rendered, limit: usize) -> Result<Rendered, RenderError> {
+    for item in &rendered.objects {
+        // Counting bytes, not keeping them: serde_json writes into a counter.
+        let mut counter = ByteCounter(0);
+        if serde_json::to_writer(&mut counter, item.object.body()).is_ok() && counter.0 > limit {
+            return Err(RenderError::TooLarge {
+                object: item.object.key().to_string(),
+                bytes: counter.0,
+                limit,
+            });
+        }
+    }
+    Ok(rendered)
+}
+
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// An empty render would prune every object of the active revision: usually a wrong directory

@@ -57,7 +57,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use codec::{decode, encode, encode_with_chunk_size, CHUNK_SIZE, FORMAT_VERSION};
-pub use store::RevisionStore;
+pub use store::{RevisionStore, DEFAULT_MAX_REVISION_BYTES};
 
 /// Secret `type` of revision chunks.
 pub const SECRET_TYPE: &str = "pallet.dev/revision";
@@ -184,6 +184,18 @@ pub enum RevisionError {
         /// What is wrong.
         detail: String,
     },
+    /// The revision's snapshot is over the configured size cap: nothing was stored.
+    #[error("revision {number} of BundleDeployment {bundle_deployment} is {bytes} bytes compressed, over the cap of {limit} bytes one revision may store (agent flag --max-revision-mib); nothing was stored or applied")]
+    TooLarge {
+        /// The BundleDeployment.
+        bundle_deployment: String,
+        /// The revision.
+        number: i64,
+        /// Its compressed size.
+        bytes: usize,
+        /// The cap.
+        limit: usize,
+    },
     /// A Secret with the revision's name exists and cannot be replaced.
     #[error(
         "revision {number} of BundleDeployment {bundle_deployment}: Secret {secret}: {detail}"
@@ -256,6 +268,7 @@ impl RevisionError {
             RevisionError::Corrupt { .. } => "RevisionCorrupt",
             RevisionError::UnsupportedFormat { .. } => "RevisionFormatUnsupported",
             RevisionError::Invalid { .. } => "RevisionInvalid",
+            RevisionError::TooLarge { .. } => "RevisionTooLarge",
             RevisionError::Conflict { .. } => "RevisionConflict",
             RevisionError::Kube { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403) => {
                 "Forbidden"

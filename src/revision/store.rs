@@ -25,7 +25,11 @@ const CREATE_ATTEMPTS: usize = 3;
 pub struct RevisionStore {
     secrets: Api<Secret>,
     namespace: String,
+    max_bytes: usize,
 }
+
+/// What one revision may store by default, compressed (about 11 Secrets of 768 KiB).
+pub const DEFAULT_MAX_REVISION_BYTES: usize = 8 << 20;
 
 impl RevisionStore {
     /// A store writing Secrets in `namespace` through `client`.
@@ -34,12 +38,19 @@ impl RevisionStore {
         RevisionStore {
             secrets: Api::namespaced(client, &namespace),
             namespace,
+            max_bytes: DEFAULT_MAX_REVISION_BYTES,
         }
+    }
+
+    /// The same store refusing revisions over `max_bytes` compressed.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
     }
 
     /// A store like this one with another client (e.g. one with other credentials).
     pub fn with_client(&self, client: Client) -> Self {
-        RevisionStore::new(client, self.namespace.clone())
+        RevisionStore::new(client, self.namespace.clone()).with_max_bytes(self.max_bytes)
     }
 
     /// The namespace the Secrets live in.
@@ -53,6 +64,15 @@ impl RevisionStore {
     pub async fn save(&self, record: &RevisionRecord) -> Result<(), RevisionError> {
         validate(record)?;
         let chunks = encode(record)?;
+        let bytes: usize = chunks.iter().map(Vec::len).sum();
+        if bytes > self.max_bytes {
+            return Err(RevisionError::TooLarge {
+                bundle_deployment: record.bundle_deployment.clone(),
+                number: record.number,
+                bytes,
+                limit: self.max_bytes,
+            });
+        }
         let wanted = self.chunk_secrets(record, &chunks)?;
         let bd = &record.bundle_deployment;
         let number = record.number;
