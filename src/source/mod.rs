@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod git;
 pub mod http;
 pub mod image;
+pub mod oci_layers;
 pub mod unpack;
 
 use std::collections::HashMap;
@@ -288,14 +289,16 @@ impl Fetcher {
         source: &Source,
         secrets: &SourceSecrets,
     ) -> Result<Fetched, SourceError> {
+        let mut version = None;
         let (reference, resolved, path) = match source.kind {
             SourceKind::Image => {
                 let spec = source
                     .image
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind image without `image`".into()))?;
-                let (resolved, path) = image::fetch(self, spec, secrets).await?;
-                (spec.reference.clone(), resolved, path)
+                let pulled = image::fetch(self, spec, secrets).await?;
+                version = pulled.tag;
+                (spec.reference.clone(), pulled.resolved, pulled.path)
             }
             SourceKind::Git => {
                 let spec = source
@@ -314,9 +317,17 @@ impl Fetcher {
                 (spec.url.clone(), resolved, path)
             }
             SourceKind::HelmRepository => {
-                return Err(SourceError::Invalid(
-                    "helmRepository sources are not implemented yet".into(),
-                ))
+                let spec = source.helm_repository.as_ref().ok_or_else(|| {
+                    SourceError::Invalid("kind helmRepository without `helmRepository`".into())
+                })?;
+                if !spec.url.starts_with("oci://") {
+                    return Err(SourceError::Invalid(
+                        "helmRepository sources are not implemented yet".into(),
+                    ));
+                }
+                let chart = image::fetch_helm_oci(self, spec, secrets).await?;
+                version = chart.version;
+                (chart.reference, chart.resolved, chart.path)
             }
         };
         Ok(Fetched {
@@ -325,7 +336,7 @@ impl Fetcher {
             resolved,
             destination: source.destination.clone(),
             path,
-            version: None,
+            version,
         })
     }
 }
