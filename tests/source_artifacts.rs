@@ -10,6 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use futures::StreamExt;
 use oci_client::secrets::RegistryAuth;
 use pallet::api::{HelmRepositorySource, Source, SourceKind};
 use pallet::source::Limits;
@@ -531,4 +532,60 @@ async fn an_oci_chart_repository_refuses_what_is_not_a_chart() {
             .contains("config application/vnd.oci.image.config.v1+json"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn image_semver_follows_the_tag_list_past_its_first_page() {
+    let fx = Fixtures::load();
+    let reg = fx.registry_plain();
+    let repo = unique_name("manytags");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x.yaml"), "x").unwrap();
+    // The fetcher asks for pages of 1000 tags; the registry lists tags in lexical order, so the
+    // one matching tag, 9.0.0, is only on the second page.
+    let digest = fx
+        .push_dir_as_image(reg, &repo, "9.0.0", dir.path(), &RegistryAuth::Anonymous)
+        .await
+        .unwrap();
+    // One client for all the tag pushes: a client per push makes this test slow.
+    let client = fx.oci_client(reg);
+    let (manifest, _) = client
+        .pull_manifest_raw(
+            &support::image_ref(reg, &repo, &digest),
+            &RegistryAuth::Anonymous,
+            &[support::media::OCI_MANIFEST],
+        )
+        .await
+        .unwrap();
+    let content_type: http::HeaderValue = support::media::OCI_MANIFEST.parse().unwrap();
+    let pushes = (0..1005).map(|i| {
+        let (client, manifest, content_type) = (&client, manifest.to_vec(), content_type.clone());
+        let target = support::image_ref(reg, &repo, &format!("0.0.{i}"));
+        async move {
+            client
+                .push_manifest_raw(&target, manifest, content_type)
+                .await
+                .unwrap();
+        }
+    });
+    futures::stream::iter(pushes)
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let (_tmp, fetcher) = fetcher(Limits::default());
+    let got = fetcher
+        .fetch(
+            &semver_source(&format!("{}/{repo}", reg.host), ">=9"),
+            &no_secrets(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.version.as_deref(), Some("9.0.0"));
+    let tag_lists = fx
+        .requests(&[("server", &reg.name), ("repo", &repo)])
+        .await
+        .iter()
+        .filter(|r| r.path.ends_with("/tags/list"))
+        .count();
+    assert_eq!(tag_lists, 2, "two pages of the tag list");
 }
