@@ -251,5 +251,35 @@ async fn an_oci_chart_repository_range_upgrades_to_new_matching_versions_only() 
         config_map_version(&client, &name, &name).await.as_deref(),
         Some("0.2.0")
     );
+
+    // A range that matches nothing: a condition naming it and the tags seen; the installed
+    // objects stay as they are.
+    apply_bd(
+        &client,
+        &name,
+        json!({
+            "installNamespace": name,
+            "format": "helm",
+            "sources": [{
+                "kind": "helmRepository",
+                "helmRepository": {"url": url, "chart": "info", "version": ">=5"},
+                "pollInterval": "1s",
+            }],
+        }),
+    )
+    .await;
+    let bd = agent::wait_condition(&client, &agent, &name, "Ready", "False", "\">=5\"").await;
+    let ready = bd
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .unwrap();
+    assert_eq!(ready.reason, "NotFound", "{}", ready.message);
+    assert!(ready.message.contains("1.0.0"), "{}", ready.message);
+    assert_eq!(bd.status.unwrap().active_revision, Some(2));
+    assert_eq!(
+        config_map_version(&client, &name, &name).await.as_deref(),
+        Some("0.2.0")
+    );
     clean_up(&client, &name).await;
 }
