@@ -349,13 +349,34 @@ async fn an_unusable_artifact_is_refused_naming_its_media_types() {
     )
     .await
     .unwrap();
+    // And a file whose title would escape the tree.
+    let mut escaping = Descriptor::of("application/yaml", &blob).to_json();
+    escaping["annotations"] = json!({"org.opencontainers.image.title": "../escape.yaml"});
+    let escape = json!({
+        "schemaVersion": 2,
+        "mediaType": support::media::OCI_MANIFEST,
+        "config": Descriptor::of("application/vnd.oci.empty.v1+json", &config).to_json(),
+        "layers": [escaping],
+    });
+    fx.push_manifest_bytes(
+        reg,
+        &repo,
+        "escape",
+        support::media::OCI_MANIFEST,
+        serde_json::to_vec(&escape).unwrap(),
+        &RegistryAuth::Anonymous,
+    )
+    .await
+    .unwrap();
     let (_tmp, fetcher) = fetcher(Limits::default());
-    for (tag, expected) in [
+    for (tag, category, expected) in [
         (
             "v1",
+            "NotABundle",
             "config application/vnd.oci.empty.v1+json, layers [application/x-thing]",
         ),
-        ("empty", "no layers"),
+        ("empty", "NotABundle", "no layers"),
+        ("escape", "UnsafeContent", "../escape.yaml"),
     ] {
         let err = fetcher
             .fetch(
@@ -364,7 +385,7 @@ async fn an_unusable_artifact_is_refused_naming_its_media_types() {
             )
             .await
             .unwrap_err();
-        assert_eq!(err.category(), "NotABundle", "{err}");
+        assert_eq!(err.category(), category, "{err}");
         assert!(err.to_string().contains(expected), "{tag}: {err}");
     }
 }
