@@ -195,6 +195,10 @@ async fn resolve(ctx: &Ctx, reference: &Reference, what: &str) -> Result<String,
 
 /// Tags asked for per page of the tag list; a registry may return fewer (its own cap).
 const TAGS_PAGE: usize = 1000;
+/// Registries cap pages at their own size (100 is common) and oci-client does not expose the
+/// `Link` header that says more follow: a page this long or longer may not be the last, so the
+/// next is asked for; a shorter one is the end.
+const SMALLEST_PAGE_CAP: usize = 100;
 /// Pages of the tag list read at most (a registry that keeps answering is cut off there).
 const MAX_TAG_PAGES: usize = 100;
 
@@ -212,11 +216,10 @@ async fn list_all_tags(
             .list_tags(reference, &ctx.auth, Some(TAGS_PAGE), last.as_deref())
             .await
             .map_err(|e| map_oci(what, &ctx.cred_origin, e))?;
-        let page_len = page.tags.len();
         let next = page.tags.last().cloned();
+        let done = is_last_page(page.tags.len(), next.as_deref(), last.as_deref());
         tags.extend(page.tags);
-        // A short page is the last; a registry that ignores `last` repeats itself.
-        if page_len < TAGS_PAGE || next.is_none() || next == last {
+        if done {
             break;
         }
         last = next;
@@ -224,6 +227,12 @@ async fn list_all_tags(
     tags.sort();
     tags.dedup();
     Ok(tags)
+}
+
+/// Whether a page of `len` tags ending at `next`, asked for after `last`, ends the list: a page
+/// below any registry's cap is the last, and a registry that ignores `last` repeats itself.
+fn is_last_page(len: usize, next: Option<&str>, last: Option<&str>) -> bool {
+    len < SMALLEST_PAGE_CAP || next.is_none() || next == last
 }
 
 /// A tag as the version it stands for: OCI tags cannot hold `+`, so `helm push` writes build
@@ -643,6 +652,16 @@ mod tests {
         assert_eq!(newest_tag(&only_pre, &seen), Some("0.3.0-rc.1"));
         assert_eq!(newest_tag(&Range::parse(">=2").unwrap(), &seen), None);
         assert_eq!(version_to_tag("1.2.3+b"), "1.2.3_b");
+    }
+
+    #[test]
+    fn tag_pages_end_short_empty_or_repeated() {
+        assert!(is_last_page(6, Some("b"), Some("a")));
+        assert!(!is_last_page(1000, Some("b"), Some("a")));
+        // A registry capping pages at 100 is asked again.
+        assert!(!is_last_page(100, Some("b"), None));
+        assert!(is_last_page(0, None, Some("a")));
+        assert!(is_last_page(1000, Some("a"), Some("a")));
     }
 
     #[test]
