@@ -267,8 +267,9 @@ pub async fn helm_capabilities(
 
 /// Pins every source of the BundleDeployment document `doc` to what it resolved to (in spec
 /// order, as [`fetch_sources`] returns them): image `ref` to its digest reference, git `ref` to
-/// `{commit: …}`, http `sha256` to the content's digest. `pollInterval` is removed (the API
-/// refuses it on pinned refs) and so is `status`.
+/// `{commit: …}`, http `sha256` to the content's digest, helmRepository `version` to the chart
+/// version chosen (and, for `oci://`, `digest` to the chart's manifest digest). `pollInterval` is
+/// removed (the API refuses it on pinned refs) and so is `status`.
 pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
     let mismatch = |message: String| PreviewError::Manifest {
         origin: "pin".into(),
@@ -325,6 +326,11 @@ pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
                 {
                     if let Some(version) = &fetched.version {
                         repo.insert("version".into(), Value::String(version.clone()));
+                    }
+                    // `oci://` charts resolve to `repo@sha256:…` (the manifest digest).
+                    let digest = fetched.resolved.rsplit('@').next().unwrap_or_default();
+                    if digest.starts_with("sha256:") {
+                        repo.insert("digest".into(), Value::String(digest.to_string()));
                     }
                 }
             }
@@ -1014,6 +1020,23 @@ mod tests {
         // The pinned document is still a valid BundleDeployment.
         let bd: BundleDeployment = serde_json::from_value(doc).unwrap();
         assert_eq!(bd.spec.sources.len(), 3);
+    }
+
+    #[test]
+    fn pin_writes_an_oci_chart_version_and_manifest_digest() {
+        let digest = format!("sha256:{}", "b".repeat(64));
+        let mut doc = json!({"spec": {"sources": [{"kind": "helmRepository", "pollInterval": "1m",
+            "helmRepository": {"url": "oci://r.example/charts", "chart": "app", "version": "1.x"}}]}});
+        let mut chart = fetched(
+            SourceKind::HelmRepository,
+            &format!("r.example/charts/app@{digest}"),
+        );
+        chart.version = Some("1.4.0".into());
+        pin(&mut doc, &[chart]).unwrap();
+        let source = &doc["spec"]["sources"][0];
+        assert_eq!(source["helmRepository"]["version"], "1.4.0");
+        assert_eq!(source["helmRepository"]["digest"], json!(digest));
+        assert!(source.get("pollInterval").is_none());
     }
 
     #[test]

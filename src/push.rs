@@ -1,6 +1,9 @@
 //! Publishing a directory as an OCI bundle image: one deterministic tar+gzip layer holding the
 //! directory's tree at the root, an OCI image config and manifest, which the image source reads
-//! back as the same tree.
+//! back as the same tree. The layer's and config's media types (and the manifest's
+//! `artifactType`) can be set, to publish the tree as another kind of artifact (a Flux artifact:
+//! config `application/vnd.cncf.flux.config.v1+json`, layer
+//! `application/vnd.cncf.flux.content.v1.tar+gzip`); a config that is not an image config is `{}`.
 //!
 //! Deterministic (sorted entries, fixed mtimes and modes, no owner names), so pushing the same
 //! tree twice gives the same digest and a re-push is a no-op for pinned consumers.
@@ -182,6 +185,12 @@ pub struct PushOptions {
     pub ca_pem: Option<Vec<u8>>,
     /// Credentials (username, password); anonymous when unset.
     pub basic_auth: Option<(String, String)>,
+    /// The layer's media type; default [`OCI_LAYER_GZIP`].
+    pub layer_media_type: Option<String>,
+    /// The config's media type; default [`OCI_CONFIG`] (an image config). Any other gets `{}`.
+    pub config_media_type: Option<String>,
+    /// The manifest's `artifactType`; none by default.
+    pub artifact_type: Option<String>,
 }
 
 /// An oci-client for `registry` with `options`.
@@ -243,8 +252,17 @@ pub async fn push_dir(
         .auth(&target, &auth, RegistryOperation::Push)
         .await
         .map_err(registry_error)?;
-    let config = image_config(std::slice::from_ref(&layer.diff_id));
-    let config_desc = descriptor(OCI_CONFIG, &config);
+    let config_type = options.config_media_type.as_deref().unwrap_or(OCI_CONFIG);
+    let config = if config_type == OCI_CONFIG {
+        image_config(std::slice::from_ref(&layer.diff_id))
+    } else {
+        b"{}".to_vec()
+    };
+    let config_desc = descriptor(config_type, &config);
+    let layer_type = options
+        .layer_media_type
+        .as_deref()
+        .unwrap_or(OCI_LAYER_GZIP);
     client
         .push_blob(&target, config.clone(), &sha256_digest(&config))
         .await
@@ -253,12 +271,15 @@ pub async fn push_dir(
         .push_blob(&target, layer.data.clone(), &sha256_digest(&layer.data))
         .await
         .map_err(registry_error)?;
-    let manifest = serde_json::json!({
+    let mut manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": config_desc,
-        "layers": [descriptor(OCI_LAYER_GZIP, &layer.data)],
+        "layers": [descriptor(layer_type, &layer.data)],
     });
+    if let Some(artifact_type) = &options.artifact_type {
+        manifest["artifactType"] = serde_json::Value::String(artifact_type.clone());
+    }
     let body = serde_json::to_vec(&manifest).unwrap_or_default();
     let digest = sha256_digest(&body);
     let content_type = http::HeaderValue::from_static(OCI_MANIFEST);

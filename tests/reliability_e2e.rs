@@ -221,6 +221,7 @@ async fn a_registry_outage_and_a_restart_keep_the_active_revision_enforced() {
         plain_http: true,
         ca_pem: None,
         basic_auth: None,
+        ..Default::default()
     };
     let digest = pallet::push::push_dir(
         &format!("{}/outage:v1", registry.host),

@@ -40,8 +40,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build the tests"
 cargo test --workspace --locked --no-run
 
-step "helm oracle (for the helm format's differential tests)"
+step "helm oracle (for the helm format's differential tests and helm push in the source tests)"
 tools/helm.sh build
+
+step "oras CLI (pushes ORAS artifacts in tests/source_artifacts.rs)"
+tools/oras.sh build
 
 step "local control plane"
 if ! tools/controlplane.sh status >/dev/null 2>&1; then

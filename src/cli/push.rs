@@ -1,5 +1,7 @@
 //! `pallet push DIR REF`: publish a directory as an OCI bundle image (one deterministic tar+gzip
 //! layer) that an image source reads back as the same tree; prints the pinned digest reference.
+//! `--media-type`, `--config-media-type` and `--artifact-type` publish it as another kind of
+//! artifact (Flux's, or a custom one).
 
 use std::path::PathBuf;
 
@@ -28,6 +30,16 @@ pub struct PushArgs {
     /// Registry password.
     #[arg(long, env = "PALLET_REGISTRY_PASSWORD", hide_env_values = true)]
     pub password: Option<String>,
+    /// Media type of the layer (e.g. `application/vnd.cncf.flux.content.v1.tar+gzip`).
+    #[arg(long, value_name = "TYPE", default_value = crate::push::OCI_LAYER_GZIP)]
+    pub media_type: String,
+    /// Media type of the config; anything but the OCI image config is pushed as `{}` (e.g.
+    /// `application/vnd.cncf.flux.config.v1+json`).
+    #[arg(long, value_name = "TYPE", default_value = crate::push::OCI_CONFIG)]
+    pub config_media_type: String,
+    /// The manifest's `artifactType` (e.g. `application/vnd.example.bundle.v1`).
+    #[arg(long, value_name = "TYPE")]
+    pub artifact_type: Option<String>,
 }
 
 /// Runs `pallet push`.
@@ -42,6 +54,9 @@ pub fn run(args: PushArgs) -> anyhow::Result<()> {
         plain_http: args.plain_http,
         ca_pem,
         basic_auth: args.username.clone().zip(args.password.clone()),
+        layer_media_type: Some(args.media_type.clone()),
+        config_media_type: Some(args.config_media_type.clone()),
+        artifact_type: args.artifact_type.clone(),
     };
     let digest =
         super::block_on(async { Ok(push_dir(&args.reference, &args.dir, &options).await?) })?;

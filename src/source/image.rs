@@ -1,10 +1,13 @@
-//! Image sources: an OCI (or Docker v2) image whose tar layers, applied in order, make the
-//! bundle tree.
+//! Image sources: an OCI artifact in a registry whose layers make the bundle tree: a container
+//! image (tar layers applied in order), a Helm chart pushed by `helm push`, a Flux or ORAS
+//! artifact ([`super::oci_layers`] says how each is read). Charts of `oci://` chart repositories
+//! are fetched here too ([`fetch_helm_oci`]).
 //!
 //! A digest reference is pinned: cached means no request at all. A tag is resolved with one
-//! manifest HEAD (the registry's `Docker-Content-Digest`). Multi-platform indexes resolve to
-//! linux/amd64, or to their only entry. Every blob is hashed while it downloads and compared with
-//! its descriptor's digest before it is unpacked.
+//! manifest HEAD (the registry's `Docker-Content-Digest`); a semver range with the repository's
+//! tag list (paginated with `n`/`last`) and then one HEAD of the chosen tag. Multi-platform
+//! indexes resolve to linux/amd64, or to their only entry. Every blob is hashed while it
+//! downloads and compared with its descriptor's digest before it is unpacked.
 
 use std::path::PathBuf;
 
@@ -17,21 +20,13 @@ use oci_client::{Client, Reference};
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
-use super::http::describe;
-use super::unpack::{self, Budget, Compression};
-use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
-use crate::api::ImageSource;
+use pallet_formats::semver::{self, Range};
 
-const TAR_TYPES: &[&str] = &[
-    "application/vnd.oci.image.layer.v1.tar",
-    "application/vnd.docker.image.rootfs.diff.tar",
-    "application/vnd.oci.image.layer.nondistributable.v1.tar",
-];
-const GZIP_TYPES: &[&str] = &[
-    "application/vnd.oci.image.layer.v1.tar+gzip",
-    "application/vnd.docker.image.rootfs.diff.tar.gzip",
-    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-];
+use super::http::describe;
+use super::oci_layers::{self, Downloaded, LayerDesc};
+use super::unpack;
+use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
+use crate::api::{HelmRepositorySource, ImageSource};
 
 /// Chooses linux/amd64 from an index, or its only entry.
 fn choose_platform(entries: &[ImageIndexEntry]) -> Option<String> {
@@ -55,7 +50,7 @@ struct Ctx {
 
 fn client_for(
     fetcher: &Fetcher,
-    spec: &ImageSource,
+    insecure_skip_tls_verify: bool,
     secrets: &SourceSecrets,
     registry: &str,
 ) -> Result<Ctx, SourceError> {
@@ -66,7 +61,7 @@ fn client_for(
         } else {
             ClientProtocol::HttpsExcept(opts.plain_http_registries.clone())
         },
-        accept_invalid_certificates: spec.insecure_skip_tls_verify,
+        accept_invalid_certificates: insecure_skip_tls_verify,
         connect_timeout: Some(opts.connect_timeout),
         read_timeout: Some(opts.timeout),
         ..Default::default()
@@ -198,42 +193,296 @@ async fn resolve(ctx: &Ctx, reference: &Reference, what: &str) -> Result<String,
         .map_err(|e| map_oci(what, &ctx.cred_origin, e))
 }
 
-/// Resolves and fetches an image source; returns the resolved digest reference and the cached
-/// content.
+/// Tags asked for per page of the tag list; a registry may return fewer (its own cap).
+const TAGS_PAGE: usize = 1000;
+/// Registries cap pages at their own size (100 is common) and oci-client does not expose the
+/// `Link` header that says more follow: a page this long or longer may not be the last, so the
+/// next is asked for; a shorter one is the end.
+const SMALLEST_PAGE_CAP: usize = 100;
+/// Pages of the tag list read at most (a registry that keeps answering is cut off there).
+const MAX_TAG_PAGES: usize = 100;
+
+/// Every tag of the repository, following the `n`/`last` pagination of the distribution API.
+async fn list_all_tags(
+    ctx: &Ctx,
+    reference: &Reference,
+    what: &str,
+) -> Result<Vec<String>, SourceError> {
+    let mut tags: Vec<String> = Vec::new();
+    let mut last: Option<String> = None;
+    for _ in 0..MAX_TAG_PAGES {
+        let page = ctx
+            .client
+            .list_tags(reference, &ctx.auth, Some(TAGS_PAGE), last.as_deref())
+            .await
+            .map_err(|e| map_oci(what, &ctx.cred_origin, e))?;
+        let next = page.tags.last().cloned();
+        let done = is_last_page(page.tags.len(), next.as_deref(), last.as_deref());
+        tags.extend(page.tags);
+        if done {
+            break;
+        }
+        last = next;
+    }
+    tags.sort();
+    tags.dedup();
+    Ok(tags)
+}
+
+/// Whether a page of `len` tags ending at `next`, asked for after `last`, ends the list: a page
+/// below any registry's cap is the last, and a registry that ignores `last` repeats itself.
+fn is_last_page(len: usize, next: Option<&str>, last: Option<&str>) -> bool {
+    len < SMALLEST_PAGE_CAP || next.is_none() || next == last
+}
+
+/// A tag as the version it stands for: OCI tags cannot hold `+`, so `helm push` writes build
+/// metadata after `_` (`1.2.3+build` is tag `1.2.3_build`).
+pub fn tag_to_version(tag: &str) -> String {
+    tag.replace('_', "+")
+}
+
+/// A chart version as its tag (see [`tag_to_version`]).
+pub fn version_to_tag(version: &str) -> String {
+    version.replace('+', "_")
+}
+
+/// The newest tag whose version satisfies `range` (tags that are not versions are skipped), or
+/// `None`.
+pub fn newest_tag<'a>(range: &Range, tags: &'a [String]) -> Option<&'a str> {
+    let versions: Vec<String> = tags.iter().map(|t| tag_to_version(t)).collect();
+    let (best, _) = range.newest(versions.iter().map(String::as_str))?;
+    let index = versions.iter().position(|v| v.as_str() == best)?;
+    Some(tags[index].as_str())
+}
+
+/// "0.1.0, 0.2.0, … (12 tags)": the tags a failed range saw, shortened for a condition.
+fn sample_tags(tags: &[String]) -> String {
+    const SHOWN: usize = 10;
+    if tags.is_empty() {
+        return "the repository has no tags".into();
+    }
+    // The newest-looking ones are the most useful: the end of the sorted list.
+    let start = tags.len().saturating_sub(SHOWN);
+    let shown = tags[start..].join(", ");
+    if start == 0 {
+        format!("tags: {shown}")
+    } else {
+        format!("tags: …, {shown} ({} tags)", tags.len())
+    }
+}
+
+fn parse_range(range: &str, what: &str) -> Result<Range, SourceError> {
+    Range::parse(range)
+        .map_err(|e| SourceError::Invalid(format!("{what}: semver range {range:?}: {e}")))
+}
+
+/// Whether an image reference names a tag or digest (its last path segment has `:`, or it has
+/// `@`); `semver` takes a bare repository.
+fn has_tag_or_digest(reference: &str) -> bool {
+    reference.contains('@')
+        || reference
+            .rsplit('/')
+            .next()
+            .is_some_and(|s| s.contains(':'))
+}
+
+/// What to fetch from a repository.
+enum Selector {
+    /// A tag or digest reference, as parsed.
+    Exact(Reference),
+    /// The newest tag satisfying a range.
+    Range(Range),
+}
+
+/// A source resolved and fetched from a registry.
+pub(crate) struct Pulled {
+    /// The digest reference it resolved to.
+    pub resolved: String,
+    /// The cached tree.
+    pub path: PathBuf,
+    /// The tag a range chose.
+    pub tag: Option<String>,
+}
+
+/// Resolves and fetches an image source; returns the resolved digest reference, the cached
+/// content and, for a `semver` range, the tag chosen.
 pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &ImageSource,
     secrets: &SourceSecrets,
-) -> Result<(String, PathBuf), SourceError> {
+) -> Result<Pulled, SourceError> {
+    let what = format!("image {}", spec.reference);
     let reference: Reference = spec
         .reference
         .parse()
         .map_err(|e| SourceError::Invalid(format!("image ref {}: {e}", spec.reference)))?;
-    let what = format!("image {}", spec.reference);
+    let selector = match &spec.semver {
+        None => Selector::Exact(reference.clone()),
+        Some(range) => {
+            if has_tag_or_digest(&spec.reference) {
+                return Err(SourceError::Invalid(format!(
+                    "image ref {} has a tag or digest; with semver it names the repository alone",
+                    spec.reference
+                )));
+            }
+            Selector::Range(parse_range(range, &what)?)
+        }
+    };
+    fetch_from_registry(
+        fetcher,
+        secrets,
+        spec.insecure_skip_tls_verify,
+        &reference,
+        selector,
+        &what,
+        false,
+    )
+    .await
+}
+
+/// A chart of an `oci://` chart repository, fetched.
+pub(crate) struct HelmOciChart {
+    /// `oci://host/path/chart version <v>` (or `@sha256:…` when pinned by digest only).
+    pub reference: String,
+    /// The digest reference of the chart's manifest.
+    pub resolved: String,
+    /// The cached chart, `Chart.yaml` at the root.
+    pub path: PathBuf,
+    /// The chart version chosen (from the tag, `_` read as `+`).
+    pub version: Option<String>,
+}
+
+/// Fetches a chart from an `oci://` chart repository: the chart is the repository
+/// `<url without oci://>/<chart>`; `digest` pins its manifest (cached: no request), an exact
+/// `version` is its tag (`+` written `_`), a range (default `*`) chooses the newest matching tag.
+/// The artifact must be a Helm chart.
+pub(crate) async fn fetch_helm_oci(
+    fetcher: &Fetcher,
+    spec: &HelmRepositorySource,
+    secrets: &SourceSecrets,
+) -> Result<HelmOciChart, SourceError> {
+    let base = spec
+        .url
+        .strip_prefix("oci://")
+        .ok_or_else(|| SourceError::Invalid(format!("{} is not an oci:// URL", spec.url)))?
+        .trim_end_matches('/');
+    let chart_repo = format!("{base}/{}", spec.chart);
+    let shown = format!("oci://{chart_repo}");
+    let what = format!("chart {shown}");
+    let version = spec.version.as_deref().map(str::trim);
+    let exact = version.filter(|v| !semver::is_range(v));
+    let parse = |text: &str| -> Result<Reference, SourceError> {
+        text.parse()
+            .map_err(|e| SourceError::Invalid(format!("{what}: {text}: {e}")))
+    };
+    let selector = match (&spec.digest, exact, version) {
+        (Some(digest), _, _) => Selector::Exact(parse(&format!("{chart_repo}@{digest}"))?),
+        (None, Some(v), _) => {
+            let v = v.strip_prefix('=').unwrap_or(v).trim();
+            Selector::Exact(parse(&format!("{chart_repo}:{}", version_to_tag(v)))?)
+        }
+        (None, None, range) => Selector::Range(parse_range(range.unwrap_or("*"), &what)?),
+    };
+    let repo_ref = parse(&chart_repo)?;
+    let pulled = fetch_from_registry(
+        fetcher,
+        secrets,
+        spec.insecure_skip_tls_verify,
+        &repo_ref,
+        selector,
+        &what,
+        true,
+    )
+    .await?;
+    let version = match (&pulled.tag, exact) {
+        (Some(tag), _) => Some(tag_to_version(tag)),
+        (None, Some(v)) => Some(v.strip_prefix('=').unwrap_or(v).trim().to_string()),
+        (None, None) => None,
+    };
+    let reference = match (&version, &spec.digest) {
+        (Some(v), _) => format!("{shown} version {v}"),
+        (None, Some(d)) => format!("{shown}@{d}"),
+        (None, None) => shown,
+    };
+    Ok(HelmOciChart {
+        reference,
+        resolved: pulled.resolved,
+        path: pulled.path,
+        version,
+    })
+}
+
+async fn fetch_from_registry(
+    fetcher: &Fetcher,
+    secrets: &SourceSecrets,
+    insecure_skip_tls_verify: bool,
+    reference: &Reference,
+    selector: Selector,
+    what: &str,
+    expect_chart: bool,
+) -> Result<Pulled, SourceError> {
     let registry = reference.resolve_registry().to_string();
     let repo = reference.repository().to_string();
-    let pinned_key = |digest: &str| format!("image-{}", digest.replace(':', "-"));
+    // A chart repository refuses what an image source takes, so their cache entries differ.
+    let prefix = if expect_chart { "ocichart" } else { "image" };
+    let pinned_key = |digest: &str| format!("{prefix}-{}", digest.replace(':', "-"));
 
     // Pinned and cached: no client, no request.
-    if let Some(d) = reference.digest() {
-        if let Some(path) = fetcher.cache().lookup(&pinned_key(d)) {
-            return Ok((format!("{registry}/{repo}@{d}"), path));
+    if let Selector::Exact(r) = &selector {
+        if let Some(d) = r.digest() {
+            if let Some(path) = fetcher.cache().lookup(&pinned_key(d)) {
+                return Ok(Pulled {
+                    resolved: format!("{registry}/{repo}@{d}"),
+                    path,
+                    tag: None,
+                });
+            }
         }
     }
-    let ctx = client_for(fetcher, spec, secrets, &registry)?;
-    let digest = resolve(&ctx, &reference, &what).await?;
+    let ctx = client_for(fetcher, insecure_skip_tls_verify, secrets, &registry)?;
+    let (exact, tag) = match selector {
+        Selector::Exact(r) => (r, None),
+        Selector::Range(range) => {
+            let tags = list_all_tags(&ctx, reference, what).await?;
+            let Some(tag) = newest_tag(&range, &tags) else {
+                return Err(SourceError::NoMatchingVersion {
+                    what: what.to_string(),
+                    range: range.to_string(),
+                    available: sample_tags(&tags),
+                });
+            };
+            let tag = tag.to_string();
+            let r = Reference::with_tag(registry.clone(), repo.clone(), tag.clone());
+            (r, Some(tag))
+        }
+    };
+    let digest = resolve(&ctx, &exact, what).await?;
     let resolved = format!("{registry}/{repo}@{digest}");
     let key = pinned_key(&digest);
     let limits = fetcher.options().limits;
     let by_digest = Reference::with_digest(registry.clone(), repo.clone(), digest.clone());
     let cache = fetcher.cache().clone();
     let scratch_cache = cache.clone();
+    let what_owned = what.to_string();
     let path = cache
         .get_or_populate(&key, |tree| async move {
-            pull_into(&ctx, &by_digest, &what, tree, limits, &scratch_cache).await
+            pull_into(
+                &ctx,
+                &by_digest,
+                &what_owned,
+                tree,
+                limits,
+                &scratch_cache,
+                expect_chart,
+            )
+            .await
         })
         .await?;
-    Ok((resolved, path))
+    Ok(Pulled {
+        resolved,
+        path,
+        tag,
+    })
 }
 
 async fn pull_into(
@@ -243,6 +492,7 @@ async fn pull_into(
     tree: PathBuf,
     limits: unpack::Limits,
     cache: &super::Cache,
+    expect_chart: bool,
 ) -> Result<(), SourceError> {
     let err = |e| map_oci(what, &ctx.cred_origin, e);
     // pull_image_manifest follows an index through the platform resolver and checks the
@@ -274,64 +524,57 @@ async fn pull_into(
         }
         Err(e) => return Err(err(e)),
     };
-    if manifest.layers.is_empty() {
-        return Err(SourceError::NotABundle {
+    let layers: Vec<LayerDesc> = manifest
+        .layers
+        .iter()
+        .map(|l| LayerDesc {
+            media_type: l.media_type.clone(),
+            digest: l.digest.clone(),
+            annotations: l.annotations.clone().unwrap_or_default(),
+        })
+        .collect();
+    let config_type = manifest.config.media_type.as_str();
+    let types = oci_layers::describe_media_types(config_type, &layers);
+    let plan = oci_layers::plan_layers(config_type, &layers, expect_chart).map_err(|reason| {
+        SourceError::NotABundle {
             what: what.to_string(),
-            reason: "the image has no layers".into(),
-        });
-    }
-    let mut plan = Vec::new();
-    for layer in &manifest.layers {
-        let compression = if TAR_TYPES.contains(&layer.media_type.as_str()) {
-            Compression::None
-        } else if GZIP_TYPES.contains(&layer.media_type.as_str()) {
-            Compression::Gzip
-        } else {
-            return Err(SourceError::NotABundle {
-                what: what.to_string(),
-                reason: format!(
-                    "layer {} has media type {}, not a tar or tar+gzip layer",
-                    layer.digest, layer.media_type
-                ),
-            });
-        };
-        plan.push((layer.clone(), compression));
-    }
+            reason,
+        }
+    })?;
     let scratch = cache.scratch_dir()?;
-    let result = download_and_apply(ctx, reference, what, &plan, &scratch, tree, limits).await;
+    let result = async {
+        // Download every layer (verifying its digest) before applying any: layers must be
+        // applied in order, and nothing unverified should reach the unpacker.
+        let mut downloaded = Vec::new();
+        for (i, usage) in plan {
+            let file = scratch.join(format!("layer-{i}"));
+            let descriptor = &manifest.layers[i];
+            download_blob(
+                ctx,
+                reference,
+                what,
+                descriptor,
+                &file,
+                limits.max_total_bytes,
+            )
+            .await?;
+            downloaded.push(Downloaded {
+                file,
+                usage,
+                layer: layers[i].clone(),
+            });
+        }
+        let what = what.to_string();
+        tokio::task::spawn_blocking(move || {
+            oci_layers::apply_layers(downloaded, &tree, limits, &what, &types)
+        })
+        .await
+        .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
+    }
+    .await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
-
-async fn download_and_apply(
-    ctx: &Ctx,
-    reference: &Reference,
-    what: &str,
-    plan: &[(OciDescriptor, Compression)],
-    scratch: &std::path::Path,
-    tree: PathBuf,
-    limits: unpack::Limits,
-) -> Result<(), SourceError> {
-    // Download every layer (verifying its digest) before applying any: layers must be applied in
-    // order, and nothing unverified should reach the unpacker.
-    let mut files = Vec::new();
-    for (i, (layer, compression)) in plan.iter().enumerate() {
-        let file = scratch.join(format!("layer-{i}"));
-        download_blob(ctx, reference, what, layer, &file, limits.max_total_bytes).await?;
-        files.push((file, *compression));
-    }
-    tokio::task::spawn_blocking(move || {
-        let mut budget = Budget::new(limits);
-        for (file, compression) in files {
-            let f = std::fs::File::open(&file).map_err(|e| SourceError::io("read layer", e))?;
-            unpack::unpack_tar(f, compression, &tree, &mut budget, true)?;
-        }
-        Ok(())
-    })
-    .await
-    .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
-}
-
 async fn download_blob(
     ctx: &Ctx,
     reference: &Reference,
@@ -386,4 +629,55 @@ async fn download_blob(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(list: &[&str]) -> Vec<String> {
+        list.iter().map(|t| t.to_string()).collect()
+    }
+
+    #[test]
+    fn newest_tag_reads_helm_build_metadata_and_skips_pre_releases() {
+        let seen = tags(&["0.1.0", "0.2.0_build.1", "0.3.0-rc.1", "latest", "1.0.0"]);
+        let range = Range::parse(">=0.1.0 <1").unwrap();
+        assert_eq!(newest_tag(&range, &seen), Some("0.2.0_build.1"));
+        let pre = Range::parse(">=0.3.0-rc.0").unwrap();
+        assert_eq!(newest_tag(&pre, &seen), Some("1.0.0"));
+        let only_pre = Range::parse("~0.3.0-rc.0").unwrap();
+        assert_eq!(newest_tag(&only_pre, &seen), Some("0.3.0-rc.1"));
+        assert_eq!(newest_tag(&Range::parse(">=2").unwrap(), &seen), None);
+        assert_eq!(version_to_tag("1.2.3+b"), "1.2.3_b");
+    }
+
+    #[test]
+    fn tag_pages_end_short_empty_or_repeated() {
+        assert!(is_last_page(6, Some("b"), Some("a")));
+        assert!(!is_last_page(1000, Some("b"), Some("a")));
+        // A registry capping pages at 100 is asked again.
+        assert!(!is_last_page(100, Some("b"), None));
+        assert!(is_last_page(0, None, Some("a")));
+        assert!(is_last_page(1000, Some("a"), Some("a")));
+    }
+
+    #[test]
+    fn semver_takes_a_bare_repository() {
+        assert!(!has_tag_or_digest("localhost:5000/charts/podinfo"));
+        assert!(has_tag_or_digest("localhost:5000/charts/podinfo:1.0"));
+        assert!(has_tag_or_digest("ghcr.io/x/y@sha256:00"));
+    }
+
+    #[test]
+    fn failed_ranges_show_the_newest_tags_seen() {
+        let many: Vec<String> = (0..15).map(|i| format!("0.{i:02}.0")).collect();
+        let shown = sample_tags(&many);
+        assert!(
+            shown.contains("0.14.0") && shown.contains("(15 tags)"),
+            "{shown}"
+        );
+        assert!(!shown.contains("0.04.0"), "{shown}");
+        assert_eq!(sample_tags(&[]), "the repository has no tags");
+    }
 }

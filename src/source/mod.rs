@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod git;
 pub mod http;
 pub mod image;
+pub mod oci_layers;
 pub mod unpack;
 
 use std::collections::HashMap;
@@ -99,7 +100,7 @@ pub enum SourceError {
         actual: String,
     },
     /// No tag or chart version satisfies a semver range.
-    #[error("no version of {what} satisfies {range} ({available})")]
+    #[error("no version of {what} satisfies the semver range {range:?} ({available})")]
     NoMatchingVersion {
         /// The repository or chart.
         what: String,
@@ -339,8 +340,9 @@ impl Fetcher {
                     .image
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind image without `image`".into()))?;
-                let (resolved, path) = image::fetch(self, spec, secrets).await?;
-                (spec.reference.clone(), resolved, path)
+                let pulled = image::fetch(self, spec, secrets).await?;
+                version = pulled.tag;
+                (spec.reference.clone(), pulled.resolved, pulled.path)
             }
             SourceKind::Git => {
                 let spec = source
@@ -360,9 +362,17 @@ impl Fetcher {
                 (spec.url.clone(), resolved, path)
             }
             SourceKind::HelmRepository => {
-                return Err(SourceError::Invalid(
-                    "helmRepository sources are not implemented yet".into(),
-                ))
+                let spec = source.helm_repository.as_ref().ok_or_else(|| {
+                    SourceError::Invalid("kind helmRepository without `helmRepository`".into())
+                })?;
+                if !spec.url.starts_with("oci://") {
+                    return Err(SourceError::Invalid(
+                        "helmRepository sources are not implemented yet".into(),
+                    ));
+                }
+                let chart = image::fetch_helm_oci(self, spec, secrets).await?;
+                version = chart.version;
+                (chart.reference, chart.resolved, chart.path)
             }
         };
         Ok(Fetched {

@@ -409,6 +409,7 @@ impl Fixtures {
                 RegistryAuth::Basic(user, password) => Some((user.clone(), password.clone())),
                 _ => None,
             },
+            ..Default::default()
         };
         pallet::push::push_dir(&format!("{}/{repo}:{tag}", registry.host), dir, &options).await
     }
