@@ -14,6 +14,7 @@ use crate::leader::{self, Attempt, Elector, LeaseConfig};
 use crate::metrics::METRICS;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::owned::OwnedWatches;
+use crate::reconcile::values_watch::ValuesWatches;
 use crate::reconcile::{controller, Context};
 use crate::source::{Cache, FetchOptions, Fetcher};
 
@@ -138,7 +139,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             tokio::spawn(keep_renewing(Elector::new(client.clone(), e.config().clone())))
         });
         let (owned_tx, owned_rx) = tokio::sync::mpsc::unbounded_channel();
-        let owned = OwnedWatches::spawn(client.clone(), owned_tx);
+        let owned = OwnedWatches::spawn(client.clone(), owned_tx.clone());
+        // Edits of valuesFrom objects reach the controller on the same channel.
+        let values_watches = ValuesWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -151,7 +154,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         )
         .with_health_options(crate::health::HealthOptions {
             load_balancer_needs_ingress: !args.load_balancer_address_optional,
-        }));
+        })
+        .with_values_watches(values_watches));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the

@@ -16,6 +16,8 @@ pub mod owned;
 pub mod render;
 pub mod rollout;
 pub mod status;
+pub mod values;
+pub mod values_watch;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -30,7 +32,7 @@ use serde_json::json;
 
 use crate::api::{
     parse_duration, BundleDeployment, BundleDeploymentStatus, DeletionPolicy, HookPhase,
-    ObjectReference, OnFailure, ResolvedSource, RevisionPhase,
+    ObjectReference, OnFailure, ResolvedSource, ResolvedValues, RevisionPhase,
 };
 use crate::apply::{
     plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
@@ -81,6 +83,14 @@ pub enum ReconcileError {
     /// A revision snapshot could not be stored or read.
     #[error("revision snapshot: {0}")]
     Revision(#[source] RevisionError),
+    /// `config.helm.valuesFrom` could not be read or merged.
+    #[error("{message}")]
+    Values {
+        /// CamelCase reason (`ValuesNotFound`, `ValuesInvalid`, `ValuesNotAllowed`).
+        reason: &'static str,
+        /// What and where (kind, namespace, name, key; never the content).
+        message: String,
+    },
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -103,7 +113,7 @@ impl ReconcileError {
     pub fn category(&self) -> &'static str {
         match self {
             ReconcileError::Source(e) => e.category(),
-            ReconcileError::Secret { reason, .. } => reason,
+            ReconcileError::Secret { reason, .. } | ReconcileError::Values { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
             ReconcileError::Apply(e) => e.category(),
             ReconcileError::Forbidden(_) => "Forbidden",
@@ -118,6 +128,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
             ReconcileError::Secret { .. }
+            | ReconcileError::Values { .. }
             | ReconcileError::Render(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
@@ -128,7 +139,9 @@ impl ReconcileError {
 
     fn phase(&self) -> FailedPhase {
         match self {
-            ReconcileError::Source(_) | ReconcileError::Secret { .. } => FailedPhase::Fetch,
+            ReconcileError::Source(_)
+            | ReconcileError::Secret { .. }
+            | ReconcileError::Values { .. } => FailedPhase::Fetch,
             _ => FailedPhase::Install,
         }
     }
@@ -161,6 +174,8 @@ pub struct Context {
     pub owned: Option<owned::OwnedWatches>,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
+    /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
+    pub values_watches: Option<values_watch::ValuesWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// The cluster's capabilities for helm charts, with when they were read.
@@ -183,6 +198,12 @@ impl Context {
     /// The same context judging health with `health` instead of the defaults.
     pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
         self.health = health;
+        self
+    }
+
+    /// The same context watching `valuesFrom` objects through `watches`.
+    pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
+        self.values_watches = Some(watches);
         self
     }
 
@@ -218,6 +239,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
+            values_watches: None,
             failures: Mutex::new(HashMap::new()),
             capabilities: tokio::sync::Mutex::new(None),
         }
@@ -511,7 +533,7 @@ async fn progress(
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
-    let (rendered, sources) = fetch_and_render(bd, ctx).await?;
+    let (rendered, sources, values_from) = fetch_and_render(bd, ctx).await?;
     // Handled once the content to retry is known: a fetch that fails keeps the request pending.
     if let Some(value) = retry {
         work.last_handled_retry = Some(value.to_string());
@@ -519,7 +541,8 @@ async fn progress(
     let digest = rendered.digest();
     let objects = rendered.object_list();
     let now = now();
-    let spec_digest = bd.spec.digest();
+    // Values read from other objects are part of what was asked for, as the spec is.
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
         generation,
         digest: &spec_digest,
@@ -548,6 +571,7 @@ async fn progress(
                     spec_digest: &spec_digest,
                     digest: &digest,
                     sources,
+                    values_from,
                     objects: objects.len(),
                 },
                 bd.spec.rollout().history_limit().max(1) as usize,
@@ -980,9 +1004,9 @@ async fn observe_drift(
     bd: &BundleDeployment,
     ctx: &Context,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
-    let rendered = fetch_and_render(bd, ctx).await?.0;
+    let (rendered, _, values_from) = fetch_and_render(bd, ctx).await?;
     let status = bd.status.clone().unwrap_or_default();
-    let spec_digest = bd.spec.digest();
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
         generation: bd.metadata.generation.unwrap_or(0),
         digest: &spec_digest,
@@ -1009,19 +1033,33 @@ async fn observe_drift(
         .collect())
 }
 
-/// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree. Returns the
-/// rendered set and every source resolved.
+/// Phases 1 and 2: read the `valuesFrom` objects, fetch the sources into a scratch tree, render
+/// it, drop the tree. Returns the rendered set, every source resolved and every `valuesFrom`
+/// reference as read.
 async fn fetch_and_render(
     bd: &BundleDeployment,
     ctx: &Context,
-) -> Result<(pallet_formats::Rendered, Vec<ResolvedSource>), ReconcileError> {
+) -> Result<
+    (
+        pallet_formats::Rendered,
+        Vec<ResolvedSource>,
+        Vec<ResolvedValues>,
+    ),
+    ReconcileError,
+> {
+    let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
+    if let Some(watches) = &ctx.values_watches {
+        // Before the result is known: a missing required object is watched for its creation.
+        watches.set(&bd.name_any(), observed);
+    }
+    let values = values?;
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
         _ => None,
     };
     let fetched = fetch::fetch_bundle(&ctx.client, &ctx.fetcher, &ctx.secret_policy, bd).await?;
-    let rendered = render::render(bd, &fetched.tree, capabilities);
+    let rendered = render::render(bd, &fetched.tree, capabilities, Some(values.values));
     fetch::remove_tree(&fetched.tree);
     let sources = fetched
         .sources
@@ -1033,7 +1071,7 @@ async fn fetch_and_render(
             version: f.version.clone(),
         })
         .collect();
-    Ok((rendered?, sources))
+    Ok((rendered?, sources, values.resolved))
 }
 
 /// Applies `objects`, then prunes what the previous inventory had and they do not.
@@ -1175,6 +1213,9 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&name);
+    if let Some(watches) = &ctx.values_watches {
+        watches.set(&name, Vec::new());
+    }
     Ok(Next::RequeueAfter(ctx.requeue_interval))
 }
 
