@@ -64,10 +64,11 @@ impl Registry {
         let mut start = Vec::new();
         let mut stop = Vec::new();
         for (id, readers) in self.readers.iter_mut() {
-            if !wanted.contains_key(id) && readers.remove(bundle_deployment).is_some() {
-                if readers.is_empty() {
-                    stop.push(id.clone());
-                }
+            if !wanted.contains_key(id)
+                && readers.remove(bundle_deployment).is_some()
+                && readers.is_empty()
+            {
+                stop.push(id.clone());
             }
         }
         self.readers.retain(|_, readers| !readers.is_empty());
