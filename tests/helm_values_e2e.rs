@@ -435,6 +435,29 @@ async fn a_missing_required_reference_is_a_clear_condition_and_the_objects_stay(
             output(&client, &name, &name).await.0["extra"],
             "from values-prod.yaml"
         );
+
+        // The secret-namespace rule holds for ConfigMaps: another namespace, no serviceAccount.
+        let mut refused = spec(json!(["values-prod.yaml"]));
+        refused["config"]["helm"]["valuesFrom"] =
+            json!([{"kind": "ConfigMap", "name": "elsewhere", "namespace": name}]);
+        apply_bd(&client, &name, refused).await;
+        let bd = wait_condition(
+            &client,
+            &agent,
+            &name,
+            "Ready",
+            "False",
+            &format!("ConfigMap {name}/elsewhere is outside the agent's namespace"),
+        )
+        .await;
+        let status = bd.status.unwrap();
+        let unpacked = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Unpacked")
+            .unwrap();
+        assert_eq!(unpacked.reason, "ValuesNotAllowed", "{unpacked:?}");
+        assert_eq!(status.active_revision, Some(3));
     };
     let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
     cleanup(&client, &name, &name, &[values_name], &[]).await;
