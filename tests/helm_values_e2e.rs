@@ -327,6 +327,18 @@ async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revisio
             )),
             "{text}"
         );
+
+        // The Secret is watched the same way.
+        secrets
+            .patch(
+                &secret_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"stringData": {"values.yaml": "password: rotated"}})),
+            )
+            .await
+            .unwrap();
+        wait_ready(&client, &agent, &name, 3, PROMPT).await;
+        assert_eq!(output(&client, &name, &name).await.0["password"], "rotated");
     };
     let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
     cleanup(&client, &name, &name, &[values_name], &[secret_name]).await;
