@@ -79,7 +79,14 @@ pub async fn read_values(
                 };
                 reads.push(read);
             }
-            Err(error) => return (observed, Err(error)),
+            Err(error) => {
+                // A reference the namespace rule refuses is not watched: the agent may well
+                // have no right to, and only a spec change can lift the refusal.
+                if error.category() == REASON_NOT_ALLOWED {
+                    observed.remove(index);
+                }
+                return (observed, Err(error));
+            }
         }
     }
     let merged = merge(references, &reads, policy, inline)
