@@ -57,6 +57,12 @@ pub enum PreviewError {
         /// The error (shown in this error's message, not as a separate cause).
         error: Box<crate::reconcile::ReconcileError>,
     },
+    /// `config.helm.valuesFrom` could not be read or merged.
+    #[error("{0}")]
+    Values(Box<crate::reconcile::ReconcileError>),
+    /// Values given on the command line could not be used.
+    #[error("{0}")]
+    ValuesFlag(String),
     /// The fetched sources could not be assembled into one tree.
     #[error("assembling the bundle tree: {0}")]
     Assemble(#[from] SourceError),
@@ -206,19 +212,41 @@ pub async fn fetch_sources(
 }
 
 /// Assembles `fetched` into a fresh scratch tree of `fetcher`'s cache and renders it as `bd`
-/// asks; the tree is removed afterwards.
+/// asks, with the user `values` (`valuesFrom` and `values` merged, see [`read_values`]; `None`:
+/// the inline `values` alone); the tree is removed afterwards.
 pub fn assemble_and_render(
     fetcher: &Fetcher,
     bd: &BundleDeployment,
     fetched: &[Fetched],
     capabilities: Option<pallet_formats::HelmCapabilities>,
+    values: Option<Value>,
 ) -> Result<Rendered, PreviewError> {
     let tree: PathBuf = fetcher.cache().scratch_dir()?;
     let result = assemble(fetched, &tree)
         .map_err(PreviewError::from)
-        .and_then(|()| Ok(crate::reconcile::render::render(bd, &tree, capabilities)?));
+        .and_then(|()| {
+            Ok(crate::reconcile::render::render(
+                bd,
+                &tree,
+                capabilities,
+                values,
+            )?)
+        });
     crate::reconcile::fetch::remove_tree(&tree);
     result
+}
+
+/// Reads and merges `bd`'s `valuesFrom` objects through `client`, under `policy`, as the agent
+/// does: the user values to render with, and each reference as read.
+pub async fn read_values(
+    client: &Client,
+    policy: &SecretPolicy,
+    bd: &BundleDeployment,
+) -> Result<crate::reconcile::values::UserValues, PreviewError> {
+    crate::reconcile::values::read_values(client, policy, bd)
+        .await
+        .1
+        .map_err(|e| PreviewError::Values(Box::new(e)))
 }
 
 /// Renders a local tree in `format` with `config` (no sources, no cluster).

@@ -445,3 +445,69 @@ fn sources_text(manifest: &std::path::Path) -> String {
     let start = text.find("  sources:\n").unwrap() + "  sources:\n".len();
     text[start..].to_string()
 }
+
+/// `pallet plan` reads `config.helm.valuesFrom` as the agent does: the plan lists each reference's
+/// digest and the objects rendered with its values (here, an object named by a value).
+#[tokio::test]
+async fn plan_renders_helm_charts_with_values_from_the_cluster() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("planvals");
+    let work = tempfile::tempdir().unwrap();
+    let chart = work.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: app\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(chart.join("values.yaml"), "objectName: from-chart\n").unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: {{ .Values.objectName }}}\n",
+    )
+    .unwrap();
+    let repo = fx.git_repo(&name);
+    repo.commit_dir("main", &chart, "chart");
+    let values_cm = format!("{name}-values");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "pallet-system");
+    seed(
+        &cms,
+        cluster::TEST_FIELD_MANAGER,
+        &values_cm,
+        json!({}),
+        json!({"values.yaml": format!("objectName: {name}-from-configmap\n")}),
+    )
+    .await;
+    let manifest = work.path().join("bd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata: {{name: {name}}}\n\
+             spec:\n  installNamespace: {name}\n  format: helm\n  sources:\n\
+             \x20 - kind: git\n    git: {{repository: \"{}\", ref: {{branch: main}}}}\n\
+             \x20 config:\n    helm:\n      valuesFrom: [{{kind: ConfigMap, name: {values_cm}}}]\n",
+            repo.url(fx.git_plain()),
+        ),
+    )
+    .unwrap();
+    let cache = work.path().join("cache");
+    let out = cli::pallet_ok(&[
+        "plan",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    let _ = cms.delete(&values_cm, &DeleteParams::default()).await;
+    assert!(out.contains("Values from:"), "{out}");
+    assert!(
+        out.contains(&format!("  ConfigMap pallet-system/{values_cm} -> sha256:")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("ConfigMap {name}/{name}-from-configmap")),
+        "{out}"
+    );
+}

@@ -287,3 +287,83 @@ fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
         "{stderr}"
     );
 }
+
+/// A helm BundleDeployment rendered without a cluster: `--values` files (repeatable, later wins)
+/// stand in for `valuesFrom`, under the inline `values` and over the chart's `valuesFiles`; a
+/// required `valuesFrom` reference without them is refused, naming it.
+#[test]
+fn helm_values_flags_stand_in_for_values_from() {
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("rendervals");
+    let work = tempfile::tempdir().unwrap();
+    let chart = work.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: app\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("values.yaml"),
+        "a: chart\nb: chart\nc: chart\nd: chart\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("values-prod.yaml"),
+        "a: prod\nb: prod\nc: prod\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: out}\ndata:\n  a: {{ .Values.a }}\n  \
+         b: {{ .Values.b }}\n  c: {{ .Values.c }}\n  d: {{ .Values.d }}\n",
+    )
+    .unwrap();
+    let repo = fx.git_repo(&name);
+    repo.commit_dir("main", &chart, "chart");
+    let manifest = work.path().join("bd.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata: {{name: {name}}}\n\
+             spec:\n  installNamespace: demo\n  format: helm\n  sources:\n\
+             \x20 - kind: git\n    git: {{repository: \"{}\", ref: {{branch: main}}}}\n\
+             \x20 config:\n    helm:\n      valuesFiles: [values-prod.yaml]\n\
+             \x20     valuesFrom: [{{kind: ConfigMap, name: app-values}}]\n\
+             \x20     values: {{a: inline}}\n",
+            repo.url(fx.git_plain()),
+        ),
+    )
+    .unwrap();
+    let cache = work.path().join("cache");
+    let (manifest, cache) = (manifest.to_str().unwrap(), cache.to_str().unwrap());
+    let refused = pallet(&["render", "-f", manifest, "--cache-dir", cache]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        err.contains("config.helm.valuesFrom names ConfigMap app-values")
+            && err.contains("--values FILE"),
+        "{err}"
+    );
+    let first = work.path().join("first.yaml");
+    let second = work.path().join("second.yaml");
+    std::fs::write(&first, "a: first\nb: first\n").unwrap();
+    std::fs::write(&second, "b: second\n").unwrap();
+    let (yaml, _) = ok(&[
+        "render",
+        "-f",
+        manifest,
+        "--cache-dir",
+        cache,
+        "--values",
+        first.to_str().unwrap(),
+        "--values",
+        second.to_str().unwrap(),
+    ]);
+    let out = docs(&yaml).remove(0);
+    assert_eq!(
+        out["data"],
+        serde_json::json!({"a": "inline", "b": "second", "c": "prod", "d": "chart"}),
+        "{yaml}"
+    );
+}

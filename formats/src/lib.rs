@@ -45,8 +45,12 @@ impl Format {
 pub struct HelmOptions {
     /// Release name (the API defaults it to the BundleDeployment's name).
     pub release_name: String,
-    /// Values merged over the chart's values.yaml.
+    /// User values (`config.helm.valuesFrom` then `values`, already merged), merged over the
+    /// chart's values.yaml and its `values_files`.
     pub values: serde_json::Value,
+    /// Values files inside the chart (`config.helm.valuesFiles`), merged in order over its
+    /// values.yaml and under `values`, as `helm -f` files are.
+    pub values_files: Vec<String>,
     /// The target cluster's capabilities (`.Capabilities`); `None` renders with helm's
     /// built-in defaults, as `helm template` without a cluster does.
     pub capabilities: Option<HelmCapabilities>,

@@ -169,6 +169,7 @@ fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Va
         helm: HelmOptions {
             release_name: RELEASE.into(),
             values,
+            values_files: Vec::new(),
             capabilities: Some(HelmCapabilities {
                 kube_version: KUBE_VERSION.into(),
                 api_versions: helm::default_api_versions(),

@@ -965,3 +965,68 @@ fn chart_metadata_validation_matches_helm() {
 fn comments_chart_matches_helm_template() {
     check_chart("comments");
 }
+
+/// `valuesFiles` then user values, as `helm template -f chart/values-prod.yaml -f user.yaml`
+/// merges them over the chart's values.yaml: maps key by key, lists and scalars replaced, a null
+/// removing a chart default.
+#[test]
+fn values_files_merge_as_helm_dash_f_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("chart");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: vf\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("values.yaml"),
+        "image: {repo: app, tag: v1, pull: IfNotPresent}\nports: [80, 443]\ndebug: true\nname: chart\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("values-prod.yaml"),
+        "image: {tag: v2}\nports: [8080]\ndebug: null\nname: prod\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: values}\ndata:\n  values: {{ toJson .Values | quote }}\n",
+    )
+    .unwrap();
+    let user = dir.path().join("user.yaml");
+    std::fs::write(&user, "image: {pull: Always}\nname: user\n").unwrap();
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .args(["--namespace", NAMESPACE, "-f"])
+        .arg(chart.join("values-prod.yaml"))
+        .arg("-f")
+        .arg(&user)
+        .output()
+        .expect("running helm");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = split_docs(&String::from_utf8_lossy(&out.stdout));
+    let config = pallet_formats::RenderConfig {
+        install_namespace: NAMESPACE.into(),
+        helm: pallet_formats::HelmOptions {
+            release_name: RELEASE.into(),
+            values: serde_json::json!({"image": {"pull": "Always"}, "name": "user"}),
+            values_files: vec!["values-prod.yaml".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let got = pallet_formats::render(pallet_formats::Format::Helm, &chart, &config).unwrap();
+    let got = got.objects[0].object.body()["data"]["values"].clone();
+    assert_eq!(got, want[0]["data"]["values"]);
+    let values: serde_json::Value = serde_json::from_str(got.as_str().unwrap()).unwrap();
+    assert_eq!(
+        values,
+        serde_json::json!({"image": {"repo": "app", "tag": "v2", "pull": "Always"}, "ports": [8080], "name": "user"})
+    );
+}

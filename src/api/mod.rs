@@ -411,7 +411,9 @@ pub struct HelmConfig {
 }
 
 /// Kinds of object values can be read from.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
 pub enum ValuesSourceKind {
     /// A ConfigMap (`data`).
     ConfigMap,

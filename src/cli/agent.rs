@@ -14,6 +14,7 @@ use crate::leader::{self, Attempt, Elector, LeaseConfig};
 use crate::metrics::METRICS;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::owned::OwnedWatches;
+use crate::reconcile::values_watch::ValuesWatches;
 use crate::reconcile::{controller, Context};
 use crate::source::{Cache, FetchOptions, Fetcher};
 
@@ -157,7 +158,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         });
         let (owned_tx, owned_rx) = tokio::sync::mpsc::unbounded_channel();
         let fetch_done = owned_tx.clone();
-        let owned = OwnedWatches::spawn(client.clone(), owned_tx);
+        let owned = OwnedWatches::spawn(client.clone(), owned_tx.clone());
+        // Edits of valuesFrom objects reach the controller on the same channel.
+        let values_watches = ValuesWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -173,7 +176,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         })
         .with_default_poll_interval(args.default_poll_interval)
         .with_max_revision_bytes((args.max_revision_mib.max(1) << 20) as usize)
-        .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done));
+        .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done)
+        .with_values_watches(values_watches));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the

@@ -558,7 +558,14 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
             _ => None,
         };
-        let rendered = preview::assemble_and_render(&fetcher, &bd, &fetched, capabilities)?;
+        let values = preview::read_values(&client, &policy, &bd).await?;
+        let rendered = preview::assemble_and_render(
+            &fetcher,
+            &bd,
+            &fetched,
+            capabilities,
+            Some(values.values),
+        )?;
         let target = preview::Target {
             client: &client,
             owner: &args.name,
@@ -758,6 +765,12 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                             .and_then(|v| v.as_str().map(str::to_string))
                             .unwrap_or_default();
                         let _ = writeln!(out, "  {kind} {} -> {}", s.reference, s.resolved);
+                    }
+                    if !r.values_from.is_empty() {
+                        let _ = writeln!(out, "Values from:");
+                        for v in &r.values_from {
+                            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
+                        }
                     }
                 }
                 Err(_) => {

@@ -48,6 +48,7 @@ struct Report {
     name: String,
     digest: String,
     fetched: Vec<Fetched>,
+    values_from: Vec<crate::api::ResolvedValues>,
     planned: Vec<Planned>,
     prune: Vec<crate::api::ObjectReference>,
     live_exists: bool,
@@ -76,7 +77,14 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
             _ => None,
         };
-        let rendered = preview::assemble_and_render(&fetcher, &bd, &fetched, capabilities)?;
+        let values = preview::read_values(&client, &policy, &bd).await?;
+        let rendered = preview::assemble_and_render(
+            &fetcher,
+            &bd,
+            &fetched,
+            capabilities,
+            Some(values.values),
+        )?;
         let objects = rendered.object_list();
         // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
         let writer = match &bd.spec.service_account {
@@ -119,6 +127,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             digest: rendered.digest(),
             name,
             fetched,
+            values_from: values.resolved,
             planned,
         })
     })?;
@@ -170,6 +179,12 @@ fn format_table(report: &Report) -> String {
     let _ = writeln!(out, "Sources:");
     for source in &report.fetched {
         let _ = writeln!(out, "  {} -> {}", source.label(), source.resolved);
+    }
+    if !report.values_from.is_empty() {
+        let _ = writeln!(out, "Values from:");
+        for v in &report.values_from {
+            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
+        }
     }
     let _ = writeln!(
         out,
@@ -313,6 +328,7 @@ fn report_json(report: &Report) -> Value {
         "bundleDeployment": report.name,
         "digest": report.digest,
         "sources": report.fetched.iter().map(|f| json!({"source": f.label(), "resolved": f.resolved})).collect::<Vec<_>>(),
+        "valuesFrom": report.values_from,
         "objects": objects,
         "prune": report.prune.iter().map(reference_text).collect::<Vec<_>>(),
         "rbac": {"roles": roles, "bindings": bindings, "warnings": report.rbac.flags()},

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
+use pallet_formats::helm::values::{merge_values, parse_values_document};
 use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig, Rendered};
 
 use super::progress::Progress;
@@ -53,9 +54,11 @@ pub struct RenderArgs {
     /// Helm release name for a local tree.
     #[arg(long, default_value = "release")]
     pub release_name: String,
-    /// Helm values file (YAML) for a local tree.
-    #[arg(long)]
-    pub values: Option<PathBuf>,
+    /// Helm values file (YAML), repeatable: merged in order, later wins (`helm -f`). With
+    /// `-f BD.yaml` they stand in for the BundleDeployment's `config.helm.valuesFrom` (which
+    /// needs a cluster) and go under its inline `values`.
+    #[arg(long, value_name = "FILE")]
+    pub values: Vec<PathBuf>,
     /// Kubernetes version for helm's `.Capabilities.KubeVersion` and a chart's `kubeVersion`
     /// constraint (as `helm template --kube-version`; default v1.20.0, helm's).
     #[arg(long, value_name = "VERSION")]
@@ -122,6 +125,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
             let text = read_manifest(file)?;
             let (_, bd) =
                 crate::preview::parse_bundle_deployment(&text, &file.display().to_string())?;
+            let values = bd_values(&bd, &read_values_files(&args.values)?)?;
             let fetcher = args.fetch.fetcher()?;
             super::block_on(async move {
                 let progress = Progress::stderr();
@@ -134,15 +138,16 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     &bd,
                     &fetched,
                     capabilities,
+                    values,
                 )?)
             })?
         }
         (None, Some(format), Some(dir)) => {
-            let values = match &args.values {
-                Some(path) => serde_saphyr::from_str(&read_manifest(path)?)
-                    .with_context(|| format!("{} is not valid YAML", path.display()))?,
-                None => serde_json::json!({}),
-            };
+            let mut values = serde_json::Map::new();
+            for file in read_values_files(&args.values)? {
+                merge_values(&mut values, &file);
+            }
+            let values = serde_json::Value::Object(values);
             let config = RenderConfig {
                 install_namespace: args.install_namespace.clone().unwrap_or_default(),
                 watch_namespace: args.watch_namespace.clone().unwrap_or_default(),
@@ -164,6 +169,54 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
     super::write_stdout(&format_rendered(&rendered, args.output)?)
+}
+
+/// Each `--values` file as a mapping of values (helm's YAML reading).
+fn read_values_files(
+    paths: &[PathBuf],
+) -> anyhow::Result<Vec<serde_json::Map<String, serde_json::Value>>> {
+    paths
+        .iter()
+        .map(|path| {
+            parse_values_document(&read_manifest(path)?)
+                .map_err(|why| anyhow::anyhow!("--values {}: {why}", path.display()))
+        })
+        .collect()
+}
+
+/// The user values for a BundleDeployment rendered without a cluster: the `--values` files in
+/// place of `valuesFrom`, then its inline `values`. `None` when it names no `valuesFrom` and no
+/// files are given (the inline values alone). A required `valuesFrom` reference without
+/// `--values` is an error: leaving it out would render something the agent never would.
+fn bd_values(
+    bd: &crate::api::BundleDeployment,
+    files: &[serde_json::Map<String, serde_json::Value>],
+) -> anyhow::Result<Option<serde_json::Value>> {
+    let helm = bd.spec.config.as_ref().and_then(|c| c.helm.as_ref());
+    let references = helm.map(|h| h.values_from.as_slice()).unwrap_or_default();
+    if files.is_empty() {
+        if let Some(required) = references.iter().find(|r| !r.optional) {
+            bail!(
+                "config.helm.valuesFrom names {:?} {}: `pallet render` reads no cluster; give \
+                 its values with --values FILE (repeatable), or use `pallet plan`, which reads it",
+                required.kind,
+                required.name
+            );
+        }
+        if references.is_empty() {
+            return Ok(None);
+        }
+    }
+    let mut values = serde_json::Map::new();
+    for file in files {
+        merge_values(&mut values, file);
+    }
+    match helm.and_then(|h| h.values.as_ref()) {
+        Some(serde_json::Value::Object(inline)) => merge_values(&mut values, inline),
+        Some(serde_json::Value::Null) | None => {}
+        Some(_) => bail!("config.helm.values must be a mapping"),
+    }
+    Ok(Some(serde_json::Value::Object(values)))
 }
 
 /// The rendered objects as YAML documents or a JSON List.

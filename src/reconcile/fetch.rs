@@ -123,7 +123,8 @@ pub async fn source_secrets(
     Ok(secrets)
 }
 
-fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+/// A Secret's `data` and `stringData` (which wins), as bytes.
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
     let mut data: BTreeMap<String, Vec<u8>> = secret
         .data
         .iter()
@@ -149,27 +150,20 @@ async fn read_secret(
         .as_deref()
         .unwrap_or(&policy.agent_namespace);
     let origin = format!("secret {namespace}/{}", reference.name);
-    let trusted = namespace == policy.agent_namespace
-        || policy.allowed_namespaces.iter().any(|n| n == namespace);
-    if !trusted {
-        let Some(sa) = service_account else {
-            return Err(ReconcileError::Secret {
-                reason: "SecretNotAllowed",
-                message: format!(
-                    "{origin} is outside the agent's namespace {} and its allow-list; name a spec.serviceAccount that may get it",
-                    policy.agent_namespace
-                ),
-            });
-        };
-        if !service_account_may_get(client, sa, namespace, &reference.name).await? {
-            return Err(ReconcileError::Secret {
-                reason: "SecretNotAllowed",
-                message: format!(
-                    "{origin}: ServiceAccount {}/{} may not get it (checked with a SubjectAccessReview)",
-                    sa.namespace, sa.name
-                ),
-            });
-        }
+    if let Err(why) = may_read(
+        client,
+        policy,
+        service_account,
+        "secrets",
+        namespace,
+        &reference.name,
+    )
+    .await?
+    {
+        return Err(ReconcileError::Secret {
+            reason: "SecretNotAllowed",
+            message: format!("{origin} {why}"),
+        });
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     match secrets.get_opt(&reference.name).await {
@@ -185,9 +179,43 @@ async fn read_secret(
     }
 }
 
+/// The secret-namespace rule (api.md, "Secret references") for an object of `resource`
+/// (`secrets`, `configmaps`) named for a BundleDeployment: the agent's namespace and the
+/// allow-listed ones always; another namespace only when the BundleDeployment's ServiceAccount
+/// may `get` the object itself (a SubjectAccessReview). `Ok(Err(why))` when it may not; `why`
+/// reads after the object's kind and name.
+pub async fn may_read(
+    client: &Client,
+    policy: &SecretPolicy,
+    service_account: Option<&ServiceAccountReference>,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<(), String>, ReconcileError> {
+    let trusted = namespace == policy.agent_namespace
+        || policy.allowed_namespaces.iter().any(|n| n == namespace);
+    if trusted {
+        return Ok(Ok(()));
+    }
+    let Some(sa) = service_account else {
+        return Ok(Err(format!(
+            "is outside the agent's namespace {} and its allow-list; name a spec.serviceAccount that may get it",
+            policy.agent_namespace
+        )));
+    };
+    if !service_account_may_get(client, sa, resource, namespace, name).await? {
+        return Ok(Err(format!(
+            "may not be read: ServiceAccount {}/{} may not get it (checked with a SubjectAccessReview)",
+            sa.namespace, sa.name
+        )));
+    }
+    Ok(Ok(()))
+}
+
 async fn service_account_may_get(
     client: &Client,
     sa: &ServiceAccountReference,
+    resource: &str,
     namespace: &str,
     name: &str,
 ) -> Result<bool, ReconcileError> {
@@ -205,7 +233,7 @@ async fn service_account_may_get(
             resource_attributes: Some(ResourceAttributes {
                 namespace: Some(namespace.into()),
                 verb: Some("get".into()),
-                resource: Some("secrets".into()),
+                resource: Some(resource.into()),
                 name: Some(name.into()),
                 ..Default::default()
             }),

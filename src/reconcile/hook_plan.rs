@@ -667,6 +667,7 @@ mod tests {
                     spec_digest: "sha256:spec",
                     digest: "sha256:x",
                     sources: vec![],
+                    values_from: vec![],
                     objects: 2,
                 },
                 5,

@@ -19,6 +19,8 @@ pub mod render;
 pub mod render_memo;
 pub mod rollout;
 pub mod status;
+pub mod values;
+pub mod values_watch;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -33,7 +35,7 @@ use serde_json::json;
 
 use crate::api::{
     parse_duration, BundleDeployment, BundleDeploymentStatus, DeletionPolicy, HookPhase,
-    ObjectReference, OnFailure, ResolvedSource, RevisionPhase,
+    ObjectReference, OnFailure, ResolvedSource, ResolvedValues, RevisionPhase,
 };
 use crate::apply::{
     plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
@@ -97,6 +99,14 @@ pub enum ReconcileError {
     /// A revision snapshot could not be stored or read.
     #[error("revision snapshot: {0}")]
     Revision(#[source] RevisionError),
+    /// `config.helm.valuesFrom` could not be read or merged.
+    #[error("{message}")]
+    Values {
+        /// CamelCase reason (`ValuesNotFound`, `ValuesInvalid`, `ValuesNotAllowed`).
+        reason: &'static str,
+        /// What and where (kind, namespace, name, key; never the content).
+        message: String,
+    },
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -120,7 +130,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(e) => e.category(),
             ReconcileError::Fetching(_) => "Fetching",
-            ReconcileError::Secret { reason, .. } => reason,
+            ReconcileError::Secret { reason, .. } | ReconcileError::Values { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
             ReconcileError::RenderRefused { category, .. } => category,
             ReconcileError::Apply(e) => e.category(),
@@ -136,6 +146,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(e) => e.is_transient(),
             ReconcileError::Secret { .. }
+            | ReconcileError::Values { .. }
             | ReconcileError::Render(_)
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Forbidden(_) => false,
@@ -151,7 +162,8 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(_)
             | ReconcileError::Fetching(_)
-            | ReconcileError::Secret { .. } => FailedPhase::Fetch,
+            | ReconcileError::Secret { .. }
+            | ReconcileError::Values { .. } => FailedPhase::Fetch,
             _ => FailedPhase::Install,
         }
     }
@@ -184,6 +196,8 @@ pub struct Context {
     pub owned: Option<owned::OwnedWatches>,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
+    /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
+    pub values_watches: Option<values_watch::ValuesWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// When each floating source was last resolved: polled at its `pollInterval`.
@@ -240,6 +254,12 @@ impl Context {
         self
     }
 
+    /// The same context watching `valuesFrom` objects through `watches`.
+    pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
+        self.values_watches = Some(watches);
+        self
+    }
+
     /// A context with no failures recorded.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -272,6 +292,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
+            values_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
@@ -606,6 +627,7 @@ async fn progress(
         rendered,
         digest,
         sources,
+        values_from,
     } = match fetch_and_render(bd, ctx, force_poll).await {
         Ok(done) => done,
         Err(error) if error.phase() == FailedPhase::Fetch => {
@@ -619,7 +641,8 @@ async fn progress(
     }
     let objects = rendered.object_list();
     let now = now();
-    let spec_digest = bd.spec.digest();
+    // Values read from other objects are part of what was asked for, as the spec is.
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
         generation,
         digest: &spec_digest,
@@ -648,6 +671,7 @@ async fn progress(
                     spec_digest: &spec_digest,
                     digest: &digest,
                     sources,
+                    values_from,
                     objects: objects.len(),
                 },
                 bd.spec.rollout().history_limit().max(1) as usize,
@@ -1119,10 +1143,13 @@ async fn observe_drift(
     force_poll: bool,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
     let RenderedBundle {
-        rendered, digest, ..
+        rendered,
+        digest,
+        values_from,
+        ..
     } = fetch_and_render(bd, ctx, force_poll).await?;
     let status = bd.status.clone().unwrap_or_default();
-    let spec_digest = bd.spec.digest();
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
         generation: bd.metadata.generation.unwrap_or(0),
         digest: &spec_digest,
@@ -1149,8 +1176,9 @@ async fn observe_drift(
         .collect())
 }
 
-/// Phases 1 and 2: fetch the sources into a scratch tree, render it, drop the tree. Returns the
-/// rendered set and every source resolved.
+/// Phases 1 and 2: read the `valuesFrom` objects, fetch the sources, render them (or reuse the
+/// last render when nothing it depends on changed). Returns the rendered set, every source
+/// resolved and every `valuesFrom` reference as read.
 ///
 /// Floating sources are re-resolved only when their poll is due, or with `force_poll` (a
 /// reconcile request: the user asked to look now).
@@ -1159,6 +1187,12 @@ async fn fetch_and_render(
     ctx: &Context,
     force_poll: bool,
 ) -> Result<RenderedBundle, ReconcileError> {
+    let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
+    if let Some(watches) = &ctx.values_watches {
+        // Before the result is known: a missing required object is watched for its creation.
+        watches.set(&bd.name_any(), observed);
+    }
+    let values = values?;
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
@@ -1174,7 +1208,7 @@ async fn fetch_and_render(
             version: f.version.clone(),
         })
         .collect();
-    let config = render::render_config(bd, capabilities);
+    let config = render::render_config(bd, capabilities, Some(values.values));
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
     let allow_empty = bd.spec.rollout().allow_empty();
@@ -1207,6 +1241,7 @@ async fn fetch_and_render(
             rendered,
             digest,
             sources,
+            values_from: values.resolved,
         }),
         render_memo::KeptRender::Refused { category, message } => {
             Err(ReconcileError::RenderRefused { category, message })
@@ -1214,11 +1249,13 @@ async fn fetch_and_render(
     }
 }
 
-/// What phases 1 and 2 produce: the rendered set, its digest and the resolved sources.
+/// What phases 1 and 2 produce: the rendered set, its digest, the resolved sources and the
+/// `valuesFrom` references as read.
 struct RenderedBundle {
     rendered: std::sync::Arc<pallet_formats::Rendered>,
     digest: String,
     sources: Vec<ResolvedSource>,
+    values_from: Vec<ResolvedValues>,
 }
 
 /// Applies `objects`, then prunes what the previous inventory had and they do not.
@@ -1364,6 +1401,9 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&name);
+    if let Some(watches) = &ctx.values_watches {
+        watches.set(&name, Vec::new());
+    }
     Ok(Next::RequeueAfter(ctx.requeue_interval))
 }
 

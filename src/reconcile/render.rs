@@ -7,10 +7,12 @@ use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig, Render
 use crate::api::{BundleDeployment, BundleFormat};
 
 /// The renderer's configuration for `bd`, with the API's defaults filled in. `capabilities`
-/// describe the target cluster for helm's `.Capabilities`.
+/// describe the target cluster for helm's `.Capabilities`; `values` are the user values
+/// (`valuesFrom` then `values`, see [`super::values`]), `None` for the inline `values` alone.
 pub fn render_config(
     bd: &BundleDeployment,
     capabilities: Option<HelmCapabilities>,
+    values: Option<serde_json::Value>,
 ) -> RenderConfig {
     let spec = &bd.spec;
     let config = spec.config.clone().unwrap_or_default();
@@ -25,7 +27,10 @@ pub fn render_config(
             release_name: helm
                 .release_name
                 .unwrap_or_else(|| bd.metadata.name.clone().unwrap_or_default()),
-            values: helm.values.unwrap_or_else(|| serde_json::json!({})),
+            values: values
+                .or(helm.values)
+                .unwrap_or_else(|| serde_json::json!({})),
+            values_files: helm.values_files,
             capabilities,
             // `now` and the random functions are pinned so the rendered digest is stable:
             // `now` is the object's creation time, random output changes with the generation.
@@ -51,14 +56,16 @@ pub fn format(format: BundleFormat) -> Format {
     }
 }
 
-/// Renders the tree at `tree` as `bd` asks, for a cluster with `capabilities`. A render with no
-/// objects is refused unless `spec.rollout.allowEmpty` (see [`refuse_empty`]).
+/// Renders the tree at `tree` as `bd` asks, for a cluster with `capabilities`, with the user
+/// `values` (see [`render_config`]). A render with no objects is refused unless
+/// `spec.rollout.allowEmpty` (see [`refuse_empty`]).
 pub fn render(
     bd: &BundleDeployment,
     tree: &Path,
     capabilities: Option<HelmCapabilities>,
+    values: Option<serde_json::Value>,
 ) -> Result<Rendered, RenderError> {
-    render_with(bd, tree, &render_config(bd, capabilities))
+    render_with(bd, tree, &render_config(bd, capabilities, values))
 }
 
 /// [`render`] with the configuration already made.
@@ -151,7 +158,7 @@ mod tests {
                      "installNamespace": "apps", "config": {"helm": {"values": {"a": 1}}}}
         }))
         .unwrap();
-        let config = render_config(&bd, None);
+        let config = render_config(&bd, None, None);
         assert_eq!(config.helm.release_name, "argo");
         assert_eq!(config.helm.values["a"], 1);
         assert_eq!(config.install_namespace, "apps");

@@ -16,7 +16,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::{
-    BundleDeploymentStatus, ResolvedSource, RevisionPhase, RevisionStatus,
+    BundleDeploymentStatus, ResolvedSource, ResolvedValues, RevisionPhase, RevisionStatus,
     REQUESTED_RECONCILE_ANNOTATION, REQUESTED_RETRY_ANNOTATION, REQUESTED_ROLLBACK_ANNOTATION,
 };
 
@@ -166,6 +166,8 @@ pub struct NewRevision<'a> {
     pub digest: &'a str,
     /// Its resolved sources.
     pub sources: Vec<ResolvedSource>,
+    /// Its `valuesFrom` references as read.
+    pub values_from: Vec<ResolvedValues>,
     /// How many objects it has.
     pub objects: usize,
 }
@@ -202,7 +204,7 @@ pub fn start_revision(
             spec_digest: Some(new.spec_digest.to_string()),
             digest: new.digest.to_string(),
             sources: new.sources,
-            values_from: Vec::new(),
+            values_from: new.values_from,
             phase: RevisionPhase::Applying,
             applied_at: Some(now.clone()),
             healthy_at: None,
@@ -395,6 +397,7 @@ mod tests {
                 spec_digest: spec_of(generation),
                 digest,
                 sources: vec![],
+                values_from: vec![],
                 objects: 1,
             },
             3,

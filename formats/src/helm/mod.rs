@@ -31,6 +31,7 @@ pub mod parse;
 pub mod schema;
 pub mod semver;
 pub mod translate;
+pub mod values;
 pub mod yaml11;
 
 use std::collections::BTreeMap;
@@ -885,9 +886,9 @@ pub fn render_bundle(
             message: "releaseName must not be empty".into(),
         });
     }
-    let values = match &config.helm.values {
-        serde_json::Value::Null => serde_json::json!({}),
-        v @ serde_json::Value::Object(_) => v.clone(),
+    let user = match &config.helm.values {
+        serde_json::Value::Null => serde_json::Map::new(),
+        serde_json::Value::Object(map) => map.clone(),
         _ => {
             return Err(crate::RenderError::InvalidConfig {
                 format: "helm",
@@ -895,6 +896,12 @@ pub fn render_bundle(
             })
         }
     };
+    let values = values::with_values_files(tree, &config.helm.values_files, &user)
+        .map(serde_json::Value::Object)
+        .map_err(|e| crate::RenderError::InvalidConfig {
+            format: "helm",
+            message: e.to_string(),
+        })?;
     let mut opts = RenderOptions {
         release_name: config.helm.release_name.clone(),
         namespace: config.install_namespace.clone(),
