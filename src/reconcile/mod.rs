@@ -751,6 +751,7 @@ async fn enforce_active(
     let sources = SourceState::Unavailable {
         reason: error.category().to_string(),
         message: error.to_string(),
+        transient: error.is_transient(),
     };
     Ok((with_flags(outcome, sources, false), requeue.min(retry)))
 }

@@ -72,12 +72,16 @@ pub enum SourceState {
     /// Not fetched in this pass (a rollback request): Unpacked keeps what the last fetch said.
     NotFetched,
     /// They could not be fetched (down, slow, refused): the active revision was enforced from its
-    /// stored snapshot instead, and Unpacked says why the sources are not current.
+    /// stored snapshot instead, and Unpacked says why the sources are not current. A transient
+    /// problem (an outage) leaves Ready as the revision's health says; a permanent one (a bad
+    /// spec, a missing version or Secret) also sets Ready=False and Stalled, as the user must act.
     Unavailable {
         /// CamelCase reason (the error's category, or `Fetching`).
         reason: String,
         /// What went wrong, where.
         message: String,
+        /// True when it may pass without a change (network, server, a fetch in progress).
+        transient: bool,
     },
 }
 
@@ -194,7 +198,9 @@ pub fn next_status(
                     "all sources fetched and resolved".into(),
                 ),
                 SourceState::NotFetched => {}
-                SourceState::Unavailable { reason, message } => set(
+                SourceState::Unavailable {
+                    reason, message, ..
+                } => set(
                     types::UNPACKED,
                     false,
                     reason,
@@ -314,6 +320,22 @@ pub fn next_status(
                     );
                     set(types::STALLED, false, "Idle", "not stalled".into());
                 }
+            }
+            if let SourceState::Unavailable {
+                reason,
+                message,
+                transient: false,
+            } = sources
+            {
+                let kept = format!("{message}; {name} is kept applied meanwhile");
+                set(types::READY, false, reason, kept.clone());
+                set(types::STALLED, true, reason, kept);
+                set(
+                    types::RECONCILING,
+                    false,
+                    reason,
+                    "waiting for a change to the spec or the sources".into(),
+                );
             }
             status.inventory = Some(bounded_inventory(inventory));
             status.skipped = skipped.clone();
