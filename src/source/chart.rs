@@ -29,7 +29,13 @@ fn strip_chart_dir(dest: &Path, what: &str) -> Result<String, SourceError> {
     let io = |e| SourceError::io("unpack chart", e);
     let mut names = Vec::new();
     for entry in fs::read_dir(dest).map_err(io)? {
-        names.push(entry.map_err(io)?.file_name().to_string_lossy().into_owned());
+        names.push(
+            entry
+                .map_err(io)?
+                .file_name()
+                .to_string_lossy()
+                .into_owned(),
+        );
     }
     names.sort();
     let not_a_chart = |reason: String| SourceError::NotABundle {
@@ -111,12 +117,15 @@ mod tests {
                 "holds a, b",
             ),
             (vec![("a/values.yaml", "x")], "a is not such a directory"),
-            (vec![("Chart.yaml", "x")], "Chart.yaml is not such a directory"),
+            (
+                vec![("Chart.yaml", "x")],
+                "Chart.yaml is not such a directory",
+            ),
         ] {
             let tmp = tempfile::tempdir().unwrap();
             let mut budget = Budget::new(Limits::default());
-            let err = unpack_chart(&targz(&entries)[..], tmp.path(), &mut budget, "chart c")
-                .unwrap_err();
+            let err =
+                unpack_chart(&targz(&entries)[..], tmp.path(), &mut budget, "chart c").unwrap_err();
             assert_eq!(err.category(), "NotABundle");
             assert!(err.to_string().contains(expected), "{err}");
         }

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod chart;
 pub mod credentials;
 pub mod git;
+pub mod helm_repo;
 pub mod http;
 pub mod image;
 pub mod unpack;
@@ -288,6 +289,7 @@ impl Fetcher {
         source: &Source,
         secrets: &SourceSecrets,
     ) -> Result<Fetched, SourceError> {
+        let mut version = None;
         let (reference, resolved, path) = match source.kind {
             SourceKind::Image => {
                 let spec = source
@@ -314,9 +316,17 @@ impl Fetcher {
                 (spec.url.clone(), resolved, path)
             }
             SourceKind::HelmRepository => {
-                return Err(SourceError::Invalid(
-                    "helmRepository sources are not implemented yet".into(),
-                ))
+                let spec = source.helm_repository.as_ref().ok_or_else(|| {
+                    SourceError::Invalid("kind helmRepository without `helmRepository`".into())
+                })?;
+                if spec.url.starts_with("oci://") {
+                    return Err(SourceError::Invalid(
+                        "helmRepository sources with oci:// URLs are not implemented yet".into(),
+                    ));
+                }
+                let (resolved, path, chosen) = helm_repo::fetch(self, spec, secrets).await?;
+                version = Some(chosen);
+                (helm_repo::reference(spec), resolved, path)
             }
         };
         Ok(Fetched {
@@ -325,7 +335,7 @@ impl Fetcher {
             resolved,
             destination: source.destination.clone(),
             path,
-            version: None,
+            version,
         })
     }
 }
