@@ -398,10 +398,7 @@ async fn no_matching_version_a_missing_chart_and_a_bad_index_are_clear_errors() 
 
     let broken = ChartRepo::new(fx, "chartrepo-badindex");
     fx.put_file(
-        &broken
-            .file_path("index.yaml")
-            .trim_start_matches('/')
-            .to_string(),
+        broken.file_path("index.yaml").trim_start_matches('/'),
         b"<html><body>not an index</body></html>\n",
     );
     let err = fetcher
