@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::http::{
     authorize, check_status, client, conditional, display_url, download_to, not_modified_unasked,
-    transport_error, validators_of,
+    send, validators_of,
 };
 use super::unpack::Budget;
 use super::{Fetcher, SourceError, SourceSecrets};
@@ -389,10 +389,7 @@ async fn read_index(
         secrets.credentials.as_ref(),
         "a helmRepository source",
     )?;
-    let response = request
-        .send()
-        .await
-        .map_err(|e| transport_error(&what, e))?;
+    let response = send(request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         return match &meta.index {
@@ -485,10 +482,7 @@ async fn fetch_chart(
     } else {
         cred_origin
     };
-    let response = request
-        .send()
-        .await
-        .map_err(|e| transport_error(&what, e))?;
+    let response = send(request, &what).await?;
     check_status(&what, response.status(), &cred_origin)?;
     let scratch = cache.scratch_dir()?;
     let download = scratch.join("chart.tgz");

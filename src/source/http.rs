@@ -178,6 +178,14 @@ pub(crate) fn check_status(
     }
 }
 
+/// Sends `request`, mapping transport failures to errors naming `what`.
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    what: &str,
+) -> Result<reqwest::Response, SourceError> {
+    request.send().await.map_err(|e| transport_error(what, e))
+}
+
 /// A 304 although nothing usable was remembered to make the request conditional.
 pub(crate) fn not_modified_unasked(what: String) -> SourceError {
     SourceError::Server {
@@ -256,10 +264,7 @@ pub(crate) async fn fetch(
     );
     let (request, cred_origin) =
         authorize(request, secrets.credentials.as_ref(), "an http source")?;
-    let response = request
-        .send()
-        .await
-        .map_err(|e| transport_error(&what, e))?;
+    let response = send(request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         if let Some(v) = previous {
