@@ -7,6 +7,8 @@
 mod agent;
 #[path = "support/chart_repo.rs"]
 mod chart_repo;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 mod support;
@@ -14,7 +16,7 @@ mod support;
 use std::time::Duration;
 
 use agent::{apply_bd, wait_condition, Agent};
-use chart_repo::{ChartRepo, DEMO_CHART};
+use chart_repo::{file_sha256, ChartRepo, DEMO_CHART};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -205,19 +207,57 @@ async fn a_range_follows_new_matching_versions_and_bad_sources_leave_the_install
 }
 
 #[tokio::test]
-async fn a_pinned_chart_version_makes_no_requests_in_steady_state() {
+async fn plan_pin_writes_version_and_digest_and_the_pinned_chart_makes_no_requests() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
     let fx = Fixtures::load();
     let name = support::unique_name("chartrepo-pin");
     create_namespace(&client, &name).await;
     let repo = ChartRepo::new(fx, "chartrepo-pin-e2e");
-    repo.publish(&["0.1.0", "0.2.0"]);
-    let agent = Agent::start(&name);
-    let pinned = json!({"url": repo.url(fx.http_plain()), "chart": DEMO_CHART, "version": "0.1.0"});
-    apply_bd(&client, &name, spec(&name, pinned)).await;
-    wait_installed(&client, &agent, &name, "0.1.0").await;
+    repo.publish(&["0.1.0", "0.2.0", "1.0.0"]);
 
+    // `pallet plan --pin` turns the range into the exact version and digest it resolved to.
+    let work = tempfile::tempdir().expect("tempdir");
+    let manifest = work.path().join("bd.yaml");
+    let floating = json!({
+        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+        "metadata": {"name": name, "labels": {agent::TEST_LABEL: name}},
+        "spec": {
+            "installNamespace": name, "format": "helm",
+            "sources": [{"kind": "helmRepository", "pollInterval": "1s",
+                         "helmRepository": {"url": repo.url(fx.http_plain()), "chart": DEMO_CHART,
+                                            "version": "0.x"}}],
+        },
+    });
+    std::fs::write(&manifest, serde_json::to_string(&floating).unwrap()).unwrap();
+    let out = cli::pallet(&[
+        "plan",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--pin",
+        "--cache-dir",
+        work.path().join("cache").to_str().unwrap(),
+    ]);
+    let review = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{review}");
+    let digest = format!(
+        "sha256:{}",
+        file_sha256(&repo.dir.join(format!("{DEMO_CHART}-0.2.0.tgz")))
+    );
+    assert!(
+        review.contains(&format!("-> {digest} (version 0.2.0)")),
+        "{review}"
+    );
+    let pinned: Value = serde_saphyr::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let source = &pinned["spec"]["sources"][0];
+    assert_eq!(source["helmRepository"]["version"], "0.2.0");
+    assert_eq!(source["helmRepository"]["digest"], json!(digest));
+    assert!(source.get("pollInterval").is_none(), "{source}");
+
+    // The pinned manifest, applied: installed, then no request in steady state.
+    let agent = Agent::start(&name);
+    apply_bd(&client, &name, pinned["spec"].clone()).await;
+    wait_installed(&client, &agent, &name, "0.2.0").await;
     let requests = || async {
         fx.stats(&[("server", &fx.http_plain().name), ("prefix", &repo.path)])
             .await
@@ -255,6 +295,6 @@ async fn a_pinned_chart_version_makes_no_requests_in_steady_state() {
     );
     assert_eq!(
         installed_version(&client, &name).await.as_deref(),
-        Some("0.1.0")
+        Some("0.2.0")
     );
 }
