@@ -37,11 +37,17 @@ async fn create_namespace(client: &Client, name: &str) {
         .expect("namespace");
 }
 
+/// A helm BundleDeployment spec of one helmRepository source; floating ones (no `digest`) are
+/// re-resolved every second.
 fn spec(name: &str, repository: Value) -> Value {
+    let mut source = json!({"kind": "helmRepository", "helmRepository": repository});
+    if source["helmRepository"].get("digest").is_none() {
+        source["pollInterval"] = json!("1s");
+    }
     json!({
         "installNamespace": name,
         "format": "helm",
-        "sources": [{"kind": "helmRepository", "helmRepository": repository}],
+        "sources": [source],
         "config": {"helm": {"releaseName": name}},
     })
 }

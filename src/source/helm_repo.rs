@@ -255,12 +255,12 @@ fn hex_digest(digest: &str) -> String {
 }
 
 /// The cached chart for an exact `version` (or the spec's `digest`) downloaded before, if any:
-/// `(hex digest, chosen version)`. No network.
+/// `(hex digest, cached tree, chosen version)`. No network.
 fn pinned_in_cache(
     fetcher: &Fetcher,
     spec: &HelmRepositorySource,
     meta: &RepoMeta,
-) -> Option<(String, String)> {
+) -> Option<(String, PathBuf, String)> {
     let cache = fetcher.cache();
     let exact = spec.version.as_deref().filter(|v| !semver::is_range(v));
     let recorded = exact.and_then(|v| {
@@ -282,12 +282,12 @@ fn pinned_in_cache(
                     .find(|(_, sha)| **sha == pin)
                     .map(|(v, _)| v.clone())
             })?;
-        cache.lookup(&cache_key(&pin))?;
-        return Some((pin, version));
+        let path = cache.lookup(&cache_key(&pin))?;
+        return Some((pin, path, version));
     }
     let (version, sha) = recorded?;
-    cache.lookup(&cache_key(sha))?;
-    Some((sha.clone(), version.clone()))
+    let path = cache.lookup(&cache_key(sha))?;
+    Some((sha.clone(), path, version.clone()))
 }
 
 /// Resolves and fetches a chart from an HTTP(S) chart repository; returns the resolved ref
@@ -314,10 +314,8 @@ pub(crate) async fn fetch(
         .read_meta(&meta_name)
         .and_then(|raw| serde_json::from_slice(&raw).ok())
         .unwrap_or_default();
-    if let Some((sha, version)) = pinned_in_cache(fetcher, spec, &meta) {
-        if let Some(path) = cache.lookup(&cache_key(&sha)) {
-            return Ok((format!("sha256:{sha}"), path, version));
-        }
+    if let Some((sha, path, version)) = pinned_in_cache(fetcher, spec, &meta) {
+        return Ok((format!("sha256:{sha}"), path, version));
     }
 
     let opts = fetcher.options();
