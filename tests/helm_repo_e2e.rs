@@ -163,8 +163,37 @@ async fn a_range_follows_new_matching_versions_and_bad_sources_leave_the_install
         second
     );
 
-    // Broken sources: each a condition naming the problem; the installed objects stay.
+    // A repository whose 0.2.0 archive was replaced after indexing (by the 0.1.0 one).
+    let tampered = ChartRepo::new(fx, "chartrepo-e2e-tampered");
+    tampered.publish(&["0.1.0", "0.2.0"]);
+    std::fs::copy(
+        tampered.dir.join(format!("{DEMO_CHART}-0.1.0.tgz")),
+        tampered.dir.join(format!("{DEMO_CHART}-0.2.0.tgz")),
+    )
+    .expect("tamper");
+    let broken_index = ChartRepo::new(fx, "chartrepo-e2e-badindex");
+    std::fs::write(
+        broken_index.dir.join("index.yaml"),
+        "apiVersion: v1\nentries: [\n",
+    )
+    .expect("write index");
+
+    let tampered_chart = tampered.file_path(&format!("{DEMO_CHART}-0.2.0.tgz"));
+    let zeros = "0".repeat(64);
+
+    // Broken sources: each a condition naming the problem (each message distinct, so that a
+    // wait never matches the previous case's condition); the installed objects stay.
     let cases = [
+        (
+            json!({"url": tampered.url(fx.http_plain()), "chart": DEMO_CHART, "version": "0.x"}),
+            "DigestMismatch",
+            tampered_chart.as_str(),
+        ),
+        (
+            json!({"url": broken_index.url(fx.http_plain()), "chart": DEMO_CHART}),
+            "InvalidSource",
+            "is not a chart repository index",
+        ),
         (
             json!({"url": url, "chart": DEMO_CHART, "version": "5.x"}),
             "NotFound",
@@ -177,9 +206,9 @@ async fn a_range_follows_new_matching_versions_and_bad_sources_leave_the_install
         ),
         (
             json!({"url": url, "chart": DEMO_CHART, "version": "0.2.0",
-                   "digest": format!("sha256:{}", "0".repeat(64))}),
+                   "digest": format!("sha256:{zeros}")}),
             "DigestMismatch",
-            "digest mismatch",
+            zeros.as_str(),
         ),
         (
             json!({"url": repo.url(fx.http_basic()), "chart": DEMO_CHART, "version": "0.x"}),
