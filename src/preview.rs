@@ -355,11 +355,12 @@ pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
                     if let Some(version) = &fetched.version {
                         repo.insert("version".into(), Value::String(version.clone()));
                     }
-                    // `oci://` charts resolve to `repo@sha256:…` (the manifest digest).
-                    let digest = fetched.resolved.rsplit('@').next().unwrap_or_default();
-                    if digest.starts_with("sha256:") {
-                        repo.insert("digest".into(), Value::String(digest.to_string()));
-                    }
+                    // The chart archive's digest (https) or the manifest digest after `@` (oci).
+                    let digest = fetched
+                        .resolved
+                        .rsplit_once('@')
+                        .map_or(fetched.resolved.as_str(), |(_, d)| d);
+                    repo.insert("digest".into(), Value::String(digest.to_string()));
                 }
             }
         }
@@ -1065,6 +1066,28 @@ mod tests {
         assert_eq!(source["helmRepository"]["version"], "1.4.0");
         assert_eq!(source["helmRepository"]["digest"], json!(digest));
         assert!(source.get("pollInterval").is_none());
+    }
+
+    #[test]
+    fn pin_writes_a_chart_repository_version_and_digest() {
+        let mut doc = json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "x"},
+            "spec": {"format": "helm", "sources": [
+                {"kind": "helmRepository", "pollInterval": "1m",
+                 "helmRepository": {"url": "https://charts.example", "chart": "c", "version": "1.x"}},
+            ]},
+        });
+        let digest = format!("sha256:{}", "b".repeat(64));
+        let mut chart = fetched(SourceKind::HelmRepository, &digest);
+        chart.version = Some("1.4.2".into());
+        pin(&mut doc, &[chart]).unwrap();
+        let source = &doc["spec"]["sources"][0];
+        assert_eq!(source["helmRepository"]["version"], "1.4.2");
+        assert_eq!(source["helmRepository"]["digest"], digest.as_str());
+        assert!(source.get("pollInterval").is_none());
+        let bd: BundleDeployment = serde_json::from_value(doc).unwrap();
+        assert_eq!(bd.spec.sources.len(), 1);
     }
 
     #[test]

@@ -35,7 +35,10 @@ fn revisions() -> Value {
          "sources": [{"kind": "git", "ref": "main", "resolved": "2".repeat(40)}]},
         {"number": 1, "generation": 1, "digest": format!("sha256:{}", "a".repeat(64)), "phase": "Superseded",
          "objects": 2, "appliedAt": "2025-12-31T00:00:00Z", "healthyAt": "2025-12-31T00:01:00Z",
-         "sources": [{"kind": "git", "ref": "main", "resolved": "1".repeat(40)}], "message": "superseded by 2"},
+         "sources": [{"kind": "git", "ref": "main", "resolved": "1".repeat(40)},
+                     {"kind": "helmRepository", "ref": "https://charts.example demo 0.x",
+                      "resolved": format!("sha256:{}", "c".repeat(64)), "version": "0.2.0"}],
+         "message": "superseded by 2"},
     ])
 }
 
@@ -115,6 +118,13 @@ async fn status_and_history_show_what_the_agent_reported() {
     );
     assert!(
         rows[1].starts_with("  1") && rows[1].contains("Superseded"),
+        "{history}"
+    );
+    assert!(
+        rows[1].contains(&format!(
+            "https://charts.example demo 0.x -> sha256:{} (version 0.2.0)",
+            "c".repeat(64)
+        )),
         "{history}"
     );
     let yaml: Value =
@@ -426,6 +436,10 @@ async fn trace_names_the_bundle_deployment_revision_and_sources() {
         "Phase:            Superseded".to_string(),
         format!("Content digest:   sha256:{}", "a".repeat(64)),
         format!("git main -> {}", "1".repeat(40)),
+        format!(
+            "helmRepository https://charts.example demo 0.x -> sha256:{} (version 0.2.0)",
+            "c".repeat(64)
+        ),
     ] {
         assert!(out.contains(&expected), "missing {expected:?} in:\n{out}");
     }

@@ -383,7 +383,7 @@ pub fn format_revisions(status: &BundleDeploymentStatus) -> String {
         let sources: Vec<String> = r
             .sources
             .iter()
-            .map(|s| format!("{} -> {}", s.reference, s.resolved))
+            .map(|s| resolved_line(&s.reference, &s.resolved, s.version.as_deref()))
             .collect();
         let _ = write!(
             out,
@@ -764,7 +764,8 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                             .ok()
                             .and_then(|v| v.as_str().map(str::to_string))
                             .unwrap_or_default();
-                        let _ = writeln!(out, "  {kind} {} -> {}", s.reference, s.resolved);
+                        let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
+                        let _ = writeln!(out, "  {kind} {line}");
                     }
                     if !r.values_from.is_empty() {
                         let _ = writeln!(out, "Values from:");
@@ -785,13 +786,13 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                             let _ = writeln!(out, "Generation:       {}", stored["generation"]);
                             let _ = writeln!(out, "Sources:");
                             for s in stored["sources"].as_array().into_iter().flatten() {
-                                let _ = writeln!(
-                                    out,
-                                    "  {} {} -> {}",
-                                    s["kind"].as_str().unwrap_or(""),
+                                let line = resolved_line(
                                     s["ref"].as_str().unwrap_or(""),
-                                    s["resolved"].as_str().unwrap_or("")
+                                    s["resolved"].as_str().unwrap_or(""),
+                                    s["version"].as_str(),
                                 );
+                                let _ =
+                                    writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
                             }
                         }
                         None => {
@@ -808,4 +809,13 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
     }
     print!("{out}");
     Ok(())
+}
+
+/// A source as written, what it resolved to, and the version a range or chart repository chose:
+/// `ref -> resolved (version 1.2.3)`.
+pub(super) fn resolved_line(reference: &str, resolved: &str, version: Option<&str>) -> String {
+    match version {
+        Some(v) => format!("{reference} -> {resolved} (version {v})"),
+        None => format!("{reference} -> {resolved}"),
+    }
 }

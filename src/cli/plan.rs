@@ -178,7 +178,9 @@ fn format_table(report: &Report) -> String {
     let _ = writeln!(out, "BundleDeployment {}", report.name);
     let _ = writeln!(out, "Sources:");
     for source in &report.fetched {
-        let _ = writeln!(out, "  {} -> {}", source.label(), source.resolved);
+        let line =
+            super::ops::resolved_line(&source.label(), &source.resolved, source.version.as_deref());
+        let _ = writeln!(out, "  {line}");
     }
     if !report.values_from.is_empty() {
         let _ = writeln!(out, "Values from:");
@@ -327,8 +329,7 @@ fn report_json(report: &Report) -> Value {
     json!({
         "bundleDeployment": report.name,
         "digest": report.digest,
-        "sources": report.fetched.iter().map(|f| json!({"source": f.label(), "resolved": f.resolved})).collect::<Vec<_>>(),
-        "valuesFrom": report.values_from,
+        "sources": report.fetched.iter().map(|f| json!({"source": f.label(), "resolved": f.resolved, "version": f.version})).collect::<Vec<_>>(),
         "objects": objects,
         "prune": report.prune.iter().map(reference_text).collect::<Vec<_>>(),
         "rbac": {"roles": roles, "bindings": bindings, "warnings": report.rbac.flags()},

@@ -94,10 +94,17 @@ pub async fn source_secrets(
     service_account: Option<&ServiceAccountReference>,
     source: &Source,
 ) -> Result<SourceSecrets, ReconcileError> {
-    let (auth, ca) = match (&source.image, &source.git, &source.http) {
-        (Some(image), _, _) => (image.auth.as_ref(), image.ca_secret.as_ref()),
-        (_, Some(git), _) => (git.auth.as_ref(), None),
-        (_, _, Some(http)) => (http.auth.as_ref(), None),
+    let (auth, ca) = match (
+        &source.image,
+        &source.git,
+        &source.http,
+        &source.helm_repository,
+    ) {
+        (Some(image), _, _, _) => (image.auth.as_ref(), image.ca_secret.as_ref()),
+        (_, Some(git), _, _) => (git.auth.as_ref(), None),
+        (_, _, Some(http), _) => (http.auth.as_ref(), None),
+        // Both https:// and oci:// chart repositories.
+        (_, _, _, Some(repo)) => (repo.auth.as_ref(), repo.ca_secret.as_ref()),
         _ => (None, None),
     };
     let mut secrets = SourceSecrets::default();

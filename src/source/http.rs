@@ -12,7 +12,7 @@ use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
 use super::unpack::{self, Budget, Compression};
-use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
+use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::HttpSource;
 
 /// What the URL's file name says the content is.
@@ -66,7 +66,7 @@ struct Validators {
 }
 
 /// The URL without credentials or query, safe for messages.
-fn display_url(url: &url::Url) -> String {
+pub(crate) fn display_url(url: &url::Url) -> String {
     let mut u = url.clone();
     let _ = u.set_username("");
     let _ = u.set_password(None);
@@ -89,7 +89,124 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-fn transport_error(what: &str, e: reqwest::Error) -> SourceError {
+/// The reqwest client every HTTP(S) fetch uses: the agent's timeouts and redirect limit, extra CA
+/// certificates (PEM) to trust, and optionally no certificate verification at all.
+pub(crate) fn client(
+    opts: &super::FetchOptions,
+    ca_pem: Option<&[u8]>,
+    insecure_skip_tls_verify: bool,
+) -> Result<reqwest::Client, SourceError> {
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(opts.connect_timeout)
+        .timeout(opts.timeout)
+        .redirect(reqwest::redirect::Policy::limited(opts.max_redirects))
+        .danger_accept_invalid_certs(insecure_skip_tls_verify);
+    if let Some(pem) = ca_pem {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|_| SourceError::Invalid("the CA bundle is not valid PEM".into()))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| SourceError::Invalid(format!("http client: {}", describe(&e))))
+}
+
+/// Adds `If-None-Match` / `If-Modified-Since` from the validators of the last download, if any.
+pub(crate) fn conditional(
+    mut request: reqwest::RequestBuilder,
+    validators: Option<(Option<&str>, Option<&str>)>,
+) -> reqwest::RequestBuilder {
+    if let Some((etag, last_modified)) = validators {
+        if let Some(etag) = etag {
+            request = request.header(IF_NONE_MATCH, etag);
+        }
+        if let Some(lm) = last_modified {
+            request = request.header(IF_MODIFIED_SINCE, lm);
+        }
+    }
+    request
+}
+
+/// Adds basic-auth or a bearer token from `credentials`; returns the request and the credentials'
+/// origin for messages ("no credentials" without). `who` names the source kind in the error for
+/// credentials of another kind.
+pub(crate) fn authorize(
+    request: reqwest::RequestBuilder,
+    credentials: Option<&Credentials>,
+    who: &str,
+) -> Result<(reqwest::RequestBuilder, String), SourceError> {
+    let Some(c) = credentials else {
+        return Ok((request, "no credentials".to_string()));
+    };
+    let request = match &c.kind {
+        CredentialKind::Basic { username, password } => {
+            request.basic_auth(username, Some(password))
+        }
+        CredentialKind::Token(token) => request.bearer_auth(token),
+        _ => {
+            return Err(SourceError::InvalidCredentials {
+                origin: c.origin.clone(),
+                reason: format!("{who} takes basic-auth or a bearer token"),
+            })
+        }
+    };
+    Ok((request, c.origin.clone()))
+}
+
+/// Maps a response status that is neither success nor 304 to the error it means.
+pub(crate) fn check_status(
+    what: &str,
+    status: StatusCode,
+    cred_origin: &str,
+) -> Result<(), SourceError> {
+    let what = what.to_string();
+    match status {
+        s if s.is_success() => Ok(()),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(SourceError::Unauthorized {
+            what,
+            credentials: cred_origin.to_string(),
+            detail: status.to_string(),
+        }),
+        StatusCode::NOT_FOUND | StatusCode::GONE => Err(SourceError::NotFound { what }),
+        s if s.is_server_error() => Err(SourceError::Server {
+            what,
+            detail: status.to_string(),
+        }),
+        _ => Err(SourceError::Invalid(format!("{what} answered {status}"))),
+    }
+}
+
+/// Sends `request`, mapping transport failures to errors naming `what`.
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    what: &str,
+) -> Result<reqwest::Response, SourceError> {
+    request.send().await.map_err(|e| transport_error(what, e))
+}
+
+/// A 304 although nothing usable was remembered to make the request conditional.
+pub(crate) fn not_modified_unasked(what: String) -> SourceError {
+    SourceError::Server {
+        what,
+        detail: "304 Not Modified to an unconditional request".into(),
+    }
+}
+
+/// The response's `ETag` and `Last-Modified`, to make the next request conditional.
+pub(crate) fn validators_of(response: &reqwest::Response) -> (Option<String>, Option<String>) {
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
+            .map(str::to_string)
+    };
+    (header(ETAG), header(LAST_MODIFIED))
+}
+
+pub(crate) fn transport_error(what: &str, e: reqwest::Error) -> SourceError {
     let e = e.without_url();
     if e.is_redirect() {
         // A redirect loop or chain longer than allowed will not fix itself by retrying.
@@ -127,20 +244,7 @@ pub(crate) async fn fetch(
     }
 
     let opts = fetcher.options();
-    let mut builder = reqwest::Client::builder()
-        .connect_timeout(opts.connect_timeout)
-        .timeout(opts.timeout)
-        .redirect(reqwest::redirect::Policy::limited(opts.max_redirects));
-    if let Some(pem) = &secrets.ca_pem {
-        for cert in reqwest::Certificate::from_pem_bundle(pem)
-            .map_err(|_| SourceError::Invalid("the CA bundle is not valid PEM".into()))?
-        {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    let client = builder
-        .build()
-        .map_err(|e| SourceError::Invalid(format!("http client: {}", describe(&e))))?;
+    let client = client(opts, secrets.ca_pem.as_deref(), false)?;
 
     let meta_name = format!("http-url-{}", super::sha256_hex(spec.url.as_bytes()));
     let previous: Option<Validators> = cache
@@ -152,38 +256,15 @@ pub(crate) async fn fetch(
                 && cache.lookup(&cache_key(&v.sha256, &shape)).is_some()
         });
 
-    let mut request = client.get(url.clone());
-    if let Some(v) = &previous {
-        if let Some(etag) = &v.etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
-        if let Some(lm) = &v.last_modified {
-            request = request.header(IF_MODIFIED_SINCE, lm);
-        }
-    }
-    let cred_origin = match &secrets.credentials {
-        None => "no credentials".to_string(),
-        Some(c) => {
-            request = match &c.kind {
-                CredentialKind::Basic { username, password } => {
-                    request.basic_auth(username, Some(password))
-                }
-                CredentialKind::Token(token) => request.bearer_auth(token),
-                _ => {
-                    return Err(SourceError::InvalidCredentials {
-                        origin: c.origin.clone(),
-                        reason: "an http source takes basic-auth or a bearer token".into(),
-                    })
-                }
-            };
-            c.origin.clone()
-        }
-    };
-
-    let response = request
-        .send()
-        .await
-        .map_err(|e| transport_error(&what, e))?;
+    let request = conditional(
+        client.get(url.clone()),
+        previous
+            .as_ref()
+            .map(|v| (v.etag.as_deref(), v.last_modified.as_deref())),
+    );
+    let (request, cred_origin) =
+        authorize(request, secrets.credentials.as_ref(), "an http source")?;
+    let response = send(request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         if let Some(v) = previous {
@@ -191,38 +272,10 @@ pub(crate) async fn fetch(
                 return Ok((format!("sha256:{}", v.sha256), path));
             }
         }
-        return Err(SourceError::Server {
-            what,
-            detail: "304 Not Modified to an unconditional request".into(),
-        });
+        return Err(not_modified_unasked(what));
     }
-    match status {
-        s if s.is_success() => {}
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-            return Err(SourceError::Unauthorized {
-                what,
-                credentials: cred_origin,
-                detail: status.to_string(),
-            })
-        }
-        StatusCode::NOT_FOUND | StatusCode::GONE => return Err(SourceError::NotFound { what }),
-        s if s.is_server_error() => {
-            return Err(SourceError::Server {
-                what,
-                detail: status.to_string(),
-            })
-        }
-        _ => return Err(SourceError::Invalid(format!("{what} answered {status}"))),
-    }
-    let header = |name| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
-            .map(str::to_string)
-    };
-    let etag = header(ETAG);
-    let last_modified = header(LAST_MODIFIED);
+    check_status(&what, status, &cred_origin)?;
+    let (etag, last_modified) = validators_of(&response);
 
     // Download to scratch space while hashing; the content is unpacked only once its digest is
     // known (and matches the pin).
@@ -274,7 +327,7 @@ pub(crate) async fn fetch(
     Ok((format!("sha256:{sha}"), path))
 }
 
-async fn download_to(
+pub(crate) async fn download_to(
     mut response: reqwest::Response,
     path: &Path,
     what: &str,

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod chart;
 pub mod credentials;
 pub mod git;
+pub mod helm_repo;
 pub mod http;
 pub mod image;
 pub mod oci_layers;
@@ -365,14 +366,15 @@ impl Fetcher {
                 let spec = source.helm_repository.as_ref().ok_or_else(|| {
                     SourceError::Invalid("kind helmRepository without `helmRepository`".into())
                 })?;
-                if !spec.url.starts_with("oci://") {
-                    return Err(SourceError::Invalid(
-                        "helmRepository sources are not implemented yet".into(),
-                    ));
+                if spec.url.starts_with("oci://") {
+                    let chart = image::fetch_helm_oci(self, spec, secrets).await?;
+                    version = chart.version;
+                    (chart.reference, chart.resolved, chart.path)
+                } else {
+                    let (resolved, path, chosen) = helm_repo::fetch(self, spec, secrets).await?;
+                    version = Some(chosen);
+                    (helm_repo::reference(spec), resolved, path)
                 }
-                let chart = image::fetch_helm_oci(self, spec, secrets).await?;
-                version = chart.version;
-                (chart.reference, chart.resolved, chart.path)
             }
         };
         Ok(Fetched {
