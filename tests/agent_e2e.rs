@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use agent::{wait_condition, Agent};
+use agent::{wait_condition, wait_value, Agent};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -360,29 +360,6 @@ async fn drift_is_corrected_and_logged() {
         .await;
 }
 
-async fn wait_value(cms: &Api<ConfigMap>, name: &str, value: &str) {
-    cluster::poll_until(
-        &format!("ConfigMap {name} to hold {value}"),
-        Duration::from_secs(60),
-        || {
-            let cms = cms.clone();
-            let (name, value) = (name.to_string(), value.to_string());
-            async move {
-                let cm = cms.get_opt(&name).await.map_err(|e| e.to_string())?;
-                let live = cm
-                    .and_then(|c| c.data)
-                    .and_then(|d| d.get("value").cloned());
-                if live.as_deref() == Some(value.as_str()) {
-                    Ok(())
-                } else {
-                    Err(format!("value {live:?}"))
-                }
-            }
-        },
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn pause_keeps_hands_off_a_hotfix_and_resume_reverts_it() {
     let client = cluster::client().await;
@@ -524,7 +501,7 @@ mod rbac {
         names: &[&str],
         verbs: &[&str],
     ) {
-        let name = format!("grant-{}-{}", sa.1, resources.join("-"));
+        let name = format!("grant-{}-{}-{}", sa.1, resources.join("-"), verbs.join("-"));
         let mut rule = json!({"apiGroups": [""], "resources": resources, "verbs": verbs});
         if !names.is_empty() {
             rule["resourceNames"] = json!(names);
@@ -630,6 +607,90 @@ async fn writes_impersonate_the_service_account_and_rbac_decides() {
     wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
     assert!(cms.get_opt("app").await.unwrap().is_some());
     bds.delete(&test, &Default::default()).await.unwrap();
+}
+
+/// #15 item 7: deleting a BundleDeployment whose ServiceAccount was never allowed to create its
+/// objects finishes (they need no deletion), and one whose ServiceAccount may not delete what
+/// it created says so in a condition until it may.
+#[tokio::test]
+async fn deletion_finishes_for_objects_never_created_and_names_what_may_not_be_deleted() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("del-rbac");
+    rbac::namespace(&client, &test).await;
+    rbac::service_account(&client, &test, "installer").await;
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let agent = Agent::start(&test);
+    let spec = || {
+        json!({
+            "installNamespace": test,
+            "serviceAccount": {"namespace": test, "name": "installer"},
+            "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
+            "format": "plain",
+            "deletionPolicy": "Delete",
+        })
+    };
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+
+    // Never allowed to create anything: refused, then deleted without waiting for ever.
+    agent::apply_bd(&client, &test, spec()).await;
+    wait_condition(&client, &agent, &test, "Ready", "False", "installer").await;
+    bds.delete(&test, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&client, &test).await;
+
+    // Allowed to create but not to delete: the deletion waits, and says why on the object.
+    rbac::grant(
+        &client,
+        &test,
+        (&test, "installer"),
+        &["configmaps"],
+        &[],
+        &["get", "list", "watch", "create", "update", "patch"],
+    )
+    .await;
+    let second = format!("{test}-2");
+    agent::apply_bd_labelled(&client, &second, &test, spec()).await;
+    wait_condition(&client, &agent, &second, "Ready", "True", "1 objects").await;
+    bds.delete(&second, &Default::default()).await.unwrap();
+    let blocked = wait_condition(
+        &client,
+        &agent,
+        &second,
+        "Ready",
+        "False",
+        "may not be deleted",
+    )
+    .await;
+    let ready = find(&blocked.status.unwrap().conditions, "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready.reason, "DeletionForbidden", "{}", ready.message);
+    assert!(
+        ready.message.contains(&format!("ConfigMap {test}/app")),
+        "{}",
+        ready.message
+    );
+    rbac::grant(
+        &client,
+        &test,
+        (&test, "installer"),
+        &["configmaps"],
+        &[],
+        &["delete"],
+    )
+    .await;
+    agent::wait_bd_gone(&client, &second).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    assert!(cms.get_opt("app").await.unwrap().is_none());
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await;
 }
 
 #[tokio::test]

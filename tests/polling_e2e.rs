@@ -7,9 +7,7 @@ mod agent;
 mod cluster;
 mod support;
 
-use std::time::Duration;
-
-use agent::{wait_condition, Agent};
+use agent::{wait_condition, wait_value, Agent};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -30,22 +28,6 @@ async fn create_bd(client: &Client, name: &str, git_url: &str, poll: &str) {
         "format": "plain",
     });
     agent::apply_bd(client, name, spec).await;
-}
-
-async fn wait_value(cms: &Api<ConfigMap>, value: &str, within: Duration) {
-    cluster::poll_until(&format!("ConfigMap app = {value}"), within, || {
-        let cms = cms.clone();
-        async move {
-            let cm = cms.get("app").await.map_err(|e| e.to_string())?;
-            let got = cm.data.unwrap_or_default().get("value").cloned();
-            if got.as_deref() == Some(value) {
-                Ok(())
-            } else {
-                Err(format!("value {got:?}"))
-            }
-        }
-    })
-    .await;
 }
 
 async fn cleanup(client: &Client, name: &str) {
@@ -72,7 +54,7 @@ async fn a_moved_branch_is_picked_up_at_the_poll_interval_not_the_requeue_period
 
     repo.commit_files("main", &[("app.yaml", config_map("2").as_bytes())], "v2");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
-    wait_value(&cms, "2", Duration::from_secs(60)).await;
+    wait_value(&cms, "app", "2").await;
     cleanup(&client, &test).await;
 }
 
@@ -94,7 +76,7 @@ async fn reconciles_between_polls_cost_no_request_and_a_reconcile_request_polls_
     // the resolution it has, without asking the git server again.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
     cms.delete("app", &Default::default()).await.unwrap();
-    wait_value(&cms, "1", Duration::from_secs(60)).await;
+    wait_value(&cms, "app", "1").await;
     assert_eq!(
         fixtures.git_requests(git, &test).await,
         before,
@@ -108,7 +90,7 @@ async fn reconciles_between_polls_cost_no_request_and_a_reconcile_request_polls_
     bds.patch(&test, &PatchParams::default(), &Patch::Merge(&request))
         .await
         .unwrap();
-    wait_value(&cms, "2", Duration::from_secs(60)).await;
+    wait_value(&cms, "app", "2").await;
     assert!(fixtures.git_requests(git, &test).await > before);
     cleanup(&client, &test).await;
 }

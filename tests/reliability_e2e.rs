@@ -12,7 +12,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use agent::{wait_condition, Agent};
+use agent::{wait_condition, wait_value, Agent};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -48,26 +48,6 @@ async fn delete_bd_and_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(name, &Default::default())
         .await;
-}
-
-async fn wait_value(cms: &Api<ConfigMap>, name: &str, value: &str) {
-    cluster::poll_until(
-        &format!("ConfigMap {name} = {value}"),
-        Duration::from_secs(60),
-        || {
-            let cms = cms.clone();
-            async move {
-                let cm = cms.get(name).await.map_err(|e| e.to_string())?;
-                let got = cm.data.unwrap_or_default().get("value").cloned();
-                if got.as_deref() == Some(value) {
-                    Ok(())
-                } else {
-                    Err(format!("value {got:?}"))
-                }
-            }
-        },
-    )
-    .await;
 }
 
 /// Four BundleDeployments whose sources hang (an http URL, an image and a git repository on a

@@ -564,6 +564,18 @@ impl Applier {
         Ok(Some((api, resource)))
     }
 
+    /// Whether the object exists, read with this applier's identity (an error when it may not
+    /// read it).
+    pub async fn exists(&self, key: &ObjectKey, api_version: &str) -> Result<bool, ApplyError> {
+        let Some((api, _)) = self.api_for_existing(key, api_version).await? else {
+            return Ok(false); // its kind is not served, so it has no objects
+        };
+        match api.get_metadata_opt(&key.name).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(e) => Err(ApplyError::from_kube(key, e)),
+        }
+    }
+
     /// Removes this owner's label from an applied object, leaving the object in place
     /// (`deletionPolicy: Orphan`). An object already gone is fine.
     pub async fn orphan(&self, key: &ObjectKey, api_version: &str) -> Result<(), ApplyError> {

@@ -91,12 +91,51 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Con
     use kube::runtime::finalizer::Error as F;
     let permanent =
         matches!(&*error.0, F::ApplyFailed(e) | F::CleanupFailed(e) if !e.is_transient());
+    let name = bd.name_any();
     if permanent {
         // A bad spec or bad content: nothing changes until the user changes something, which the
         // watch delivers; the long requeue only re-checks floating sources.
-        Action::requeue(ctx.requeue_interval)
-    } else {
-        Action::requeue(ctx.backoff(&bd.name_any()))
+        return Action::requeue(ctx.requeue_interval);
+    }
+    let unreachable = match &*error.0 {
+        F::ApplyFailed(e) | F::CleanupFailed(e) => e.api_unreachable(),
+        F::AddFinalizer(e) | F::RemoveFinalizer(e) => super::api_unreachable(e),
+        _ => false,
+    };
+    let after = ctx.retry_after(&name, unreachable);
+    // Said at warn: during an outage this is what the agent is doing.
+    tracing::warn!(bundle_deployment = %name, retry_in = ?after, api_unreachable = unreachable, error = %error, "reconcile failed; retrying");
+    Action::requeue(after)
+}
+
+/// The backoff of the agent's watches after an error: 250 ms doubling to [`super::API_RETRY_MAX`]
+/// (kube's default grows to 30 s, which is how long recovery took after an API outage), reset
+/// once events flow again.
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (self.next * 2).min(super::API_RETRY_MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        *self = WatchBackoff::default();
     }
 }
 
@@ -126,7 +165,7 @@ pub async fn run(
     );
     let (reader, writer) = reflector::store();
     let bundle_deployments = watcher(raw, watch)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .filter_map(|event| std::future::ready(event.map(decode_event).transpose()))
         .inspect(|event| {
             // The first complete list: /readyz may report ready (see `metrics`).

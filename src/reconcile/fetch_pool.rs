@@ -21,6 +21,10 @@ use crate::source::{Fetched, Fetcher, SourceError, SourceSecrets};
 /// How long a reconcile waits for a fetch before handing its worker back.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 
+/// Fetches from one server at once: a server that hangs holds at most this many of the pool's
+/// slots, so the other servers' sources keep being fetched.
+pub const PER_SERVER: usize = 2;
+
 /// Where a fetch stands.
 #[derive(Debug)]
 pub enum FetchState {
@@ -46,6 +50,8 @@ struct Job {
 /// The fetches in flight, and the ones finished but not yet picked up.
 pub struct FetchPool {
     slots: Arc<Semaphore>,
+    /// One semaphore of [`PER_SERVER`] permits per server (`host:port`).
+    servers: Mutex<HashMap<String, Arc<Semaphore>>>,
     grace: Duration,
     jobs: Mutex<HashMap<(String, usize), Job>>,
     trigger: Option<mpsc::UnboundedSender<ObjectRef<BundleDeployment>>>,
@@ -62,6 +68,7 @@ impl FetchPool {
     ) -> Self {
         FetchPool {
             slots: Arc::new(Semaphore::new(slots.max(1))),
+            servers: Mutex::new(HashMap::new()),
             grace,
             jobs: Mutex::new(HashMap::new()),
             trigger,
@@ -79,13 +86,14 @@ impl FetchPool {
         secrets: SourceSecrets,
     ) -> FetchState {
         let key = (bd.metadata.uid.clone().unwrap_or_default(), index);
-        let (result, done, abandoned, started) = {
+        let (result, done, abandoned, started, fresh) = {
             let mut jobs = self.lock();
             if jobs.get(&key).is_some_and(|job| job.spec != *source) {
                 if let Some(old) = jobs.remove(&key) {
                     old.task.abort();
                 }
             }
+            let fresh = !jobs.contains_key(&key);
             let job = jobs
                 .entry(key.clone())
                 .or_insert_with(|| self.start(fetcher, bd, source, secrets));
@@ -94,6 +102,7 @@ impl FetchPool {
                 job.done.clone(),
                 job.abandoned.clone(),
                 job.started,
+                fresh,
             )
         };
         // Registered before the check, so a completion in between is not missed.
@@ -102,6 +111,9 @@ impl FetchPool {
         notified.as_mut().enable();
         let finished = match take(&result) {
             Some(finished) => Some(finished),
+            // A fetch that already outlived one grace period is not waited for again: a hanging
+            // source must not take a worker for a grace period at every retry.
+            None if !fresh => None,
             None => {
                 let _ = tokio::time::timeout(self.grace, notified).await;
                 take(&result).or_else(|| {
@@ -135,10 +147,23 @@ impl FetchPool {
             let (fetcher, source) = (fetcher.clone(), source.clone());
             let (result, done, abandoned) = (result.clone(), done.clone(), abandoned.clone());
             let slots = self.slots.clone();
+            let server = crate::source::source_host(&source).map(|host| {
+                self.servers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(host)
+                    .or_insert_with(|| Arc::new(Semaphore::new(PER_SERVER)))
+                    .clone()
+            });
             let trigger = self.trigger.clone();
             let object = ObjectRef::from_obj(bd);
             tokio::spawn(async move {
-                // The semaphore is never closed; a failed acquire would only mean no bound.
+                // The server's permit first, so a hanging server's queue holds no pool slot.
+                // The semaphores are never closed; a failed acquire would only mean no bound.
+                let _server = match server {
+                    Some(server) => server.acquire_owned().await.ok(),
+                    None => None,
+                };
                 let _slot = slots.acquire_owned().await.ok();
                 let fetched = fetcher.fetch(&source, &secrets).await;
                 *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(fetched);

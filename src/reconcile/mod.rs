@@ -96,6 +96,10 @@ pub enum ReconcileError {
     /// Deleting the bundle's objects is under way; the finalizer stays until they are gone.
     #[error("waiting for {0} to be deleted")]
     Deleting(String),
+    /// Objects of a BundleDeployment being deleted exist and may not be deleted (RBAC); the
+    /// finalizer stays until they can be.
+    #[error("{0}")]
+    DeletionForbidden(String),
     /// A revision snapshot could not be stored or read.
     #[error("revision snapshot: {0}")]
     Revision(#[source] RevisionError),
@@ -137,6 +141,7 @@ impl ReconcileError {
             ReconcileError::Forbidden(_) => "Forbidden",
             ReconcileError::Revision(e) => e.category(),
             ReconcileError::Deleting(_) => "Deleting",
+            ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
         }
     }
@@ -154,7 +159,23 @@ impl ReconcileError {
             ReconcileError::Revision(e) => e.is_transient(),
             ReconcileError::Kube { .. }
             | ReconcileError::Deleting(_)
+            | ReconcileError::DeletionForbidden(_)
             | ReconcileError::Fetching(_) => true,
+        }
+    }
+
+    /// True when the API server could not be reached or gave no answer (not an answer with an
+    /// error status): the failure ends the moment the API server is back, so it is retried at a
+    /// short, bounded interval rather than with the growing backoff.
+    pub fn api_unreachable(&self) -> bool {
+        match self {
+            ReconcileError::Kube { source, .. } => api_unreachable(source),
+            ReconcileError::Apply(e) => match e.as_ref() {
+                ApplyError::Transient { source, .. } => api_unreachable(source),
+                _ => false,
+            },
+            ReconcileError::Revision(RevisionError::Kube { source, .. }) => api_unreachable(source),
+            _ => false,
         }
     }
 
@@ -168,6 +189,16 @@ impl ReconcileError {
         }
     }
 }
+
+/// Whether `error` is a transport failure talking to the API server (refused, reset, timed out).
+pub fn api_unreachable(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
+}
+
+/// The longest a BundleDeployment waits to retry while the API server is unreachable: failed
+/// attempts cost nothing then (the connection is refused), and recovery must not wait for a
+/// backoff grown during a long outage.
+pub const API_RETRY_MAX: Duration = Duration::from_secs(4);
 
 /// A stored revision's objects, shared between passes.
 type Snapshot = std::sync::Arc<Vec<Object>>;
@@ -435,6 +466,17 @@ impl Context {
         let n = failures.entry(name.to_string()).or_insert(0);
         *n = n.saturating_add(1);
         Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    /// The retry delay after a failure of `name`: the backoff, but at most [`API_RETRY_MAX`] when
+    /// the API server was unreachable.
+    pub fn retry_after(&self, name: &str, api_unreachable: bool) -> Duration {
+        let backoff = self.backoff(name);
+        if api_unreachable {
+            backoff.min(API_RETRY_MAX)
+        } else {
+            backoff
+        }
     }
 
     fn reset_backoff(&self, name: &str) {
@@ -1358,7 +1400,10 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 .into_iter()
                 .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
                 .collect();
-            delete_all(&applier, &name, &order).await
+            // Objects the writer may not even read are checked with the agent's own identity:
+            // one that was never created (its ServiceAccount was refused) needs no deletion.
+            let own = ctx.applier(bd, ctx.client.clone());
+            delete_all(&applier, &own, &name, &order).await
         }
         DeletionPolicy::Orphan => {
             let mut result = Ok(());
@@ -1380,6 +1425,20 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
             result
         }
     };
+    if let Err(ReconcileError::DeletionForbidden(message)) = &result {
+        // Said on the object, not only in the log: the deletion waits for someone to act.
+        let mut writer = StatusWriter::new(ctx, bd);
+        let mut work = writer.written.clone();
+        let outcome = Outcome::Failed {
+            phase: FailedPhase::Install,
+            reason: "DeletionForbidden".into(),
+            message: message.clone(),
+            transient: true,
+        };
+        if let Err(e) = writer.write(&mut work, &outcome).await {
+            tracing::warn!(bundle_deployment = %name, error = %e, "could not report the blocked deletion");
+        }
+    }
     let deletions: Vec<Applied> =
         std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
     for write in &deletions {
@@ -1411,16 +1470,52 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
 /// Deletes the objects in `order` and waits briefly for them to be gone. Objects still there
 /// (terminating, e.g. a Namespace being emptied) make it return [`ReconcileError::Deleting`], so
 /// the finalizer stays and the deletion is checked again with backoff.
+///
+/// An object the writer may not read or delete is checked with `own` (the agent's identity):
+/// when it does not exist (never created: its ServiceAccount was refused), it needs no deletion;
+/// when it exists, or the agent cannot tell, the deletion stops with
+/// [`ReconcileError::DeletionForbidden`] naming each such object and why.
 async fn delete_all(
     applier: &Applier,
+    own: &Applier,
     name: &str,
     order: &[(ObjectKey, String)],
 ) -> Result<(), ReconcileError> {
     let mut remaining = Vec::new();
     for attempt in 0..5 {
-        let pruned = applier.prune(order).await?;
+        let mut pruned = crate::apply::Pruned::default();
+        let mut blocked = Vec::new();
+        for one in order {
+            match applier.prune(std::slice::from_ref(one)).await {
+                Ok(done) => {
+                    pruned.deleted.extend(done.deleted);
+                    pruned.kept.extend(done.kept);
+                    pruned.terminating.extend(done.terminating);
+                }
+                Err(error) if error.category() == "Forbidden" => {
+                    match own.exists(&one.0, &one.1).await {
+                        Ok(false) => {
+                            tracing::info!(bundle_deployment = %name, object = %one.0, "not deleted: it was never created");
+                        }
+                        Ok(true) => blocked.push(error.to_string()),
+                        Err(check) => blocked.push(format!(
+                            "{error} (and the agent cannot tell whether it exists: {check})"
+                        )),
+                    }
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
         for (key, why) in &pruned.kept {
             tracing::warn!(bundle_deployment = %name, object = %key, "not deleted: {why}");
+        }
+        if !blocked.is_empty() {
+            let shown: Vec<&str> = blocked.iter().take(3).map(String::as_str).collect();
+            return Err(ReconcileError::DeletionForbidden(format!(
+                "{} objects may not be deleted: {}; grant the delete (or remove the finalizer {FINALIZER} to leave them)",
+                blocked.len(),
+                shown.join("; ")
+            )));
         }
         if pruned.deleted.is_empty() && pruned.terminating.is_empty() {
             return Ok(());

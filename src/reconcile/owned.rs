@@ -68,7 +68,7 @@ async fn watch_kind(
     let config = watcher::Config::default().labels(OWNER_LABEL);
     tracing::debug!(kind = %resource.kind, group = %resource.group, "watching owned objects");
     let mut events = watcher(api, config)
-        .default_backoff()
+        .backoff(super::controller::WatchBackoff::default())
         .touched_objects()
         .boxed();
     while let Some(event) = events.next().await {

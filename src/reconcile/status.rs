@@ -462,13 +462,27 @@ pub fn next_status(
                     types::RECONCILING,
                     false,
                     reason,
-                    "waiting for a change to the spec or the sources".into(),
+                    waiting_message(reason).into(),
                 );
                 set(types::STALLED, true, reason, message.clone());
             }
         }
     }
     status
+}
+
+/// What a permanent failure waits for. Causes that can be fixed outside the bundle (a CRD
+/// installed by hand, RBAC granted) are retried at every requeue as well, and the message says
+/// so instead of claiming the agent only waits.
+fn waiting_message(reason: &str) -> &'static str {
+    match reason {
+        "KindNotServed" | "Forbidden" | "SecretNotFound" | "SecretNotAllowed" => {
+            "waiting for a change to the spec or the sources; also retried at every requeue, as \
+             the cause may be fixed outside the bundle (a CRD installed, RBAC granted, a Secret \
+             created)"
+        }
+        _ => "waiting for a change to the spec or the sources",
+    }
 }
 
 #[cfg(test)]

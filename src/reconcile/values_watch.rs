@@ -218,7 +218,7 @@ where
 {
     let api: Api<PartialObjectMeta<K>> = Api::namespaced(client, namespace);
     watcher(api, config)
-        .default_backoff()
+        .backoff(super::controller::WatchBackoff::default())
         .map(|event| {
             event.map(|event| match event {
                 watcher::Event::Apply(o) => watcher::Event::Apply(o.metadata),

@@ -278,6 +278,32 @@ pub fn describe_source(source: &Source) -> String {
     format!("{} {target}", kind_name(source.kind))
 }
 
+/// The server a source is fetched from (`host[:port]`), for limits per server; `None` when the
+/// spec names none that parses.
+pub fn source_host(source: &Source) -> Option<String> {
+    let from_url = |raw: &str| {
+        // ssh://user@host:port/path and scp-like user@host:path both name a host.
+        let url = url::Url::parse(raw).ok()?;
+        let host = url.host_str()?.to_string();
+        Some(match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host,
+        })
+    };
+    match (
+        &source.image,
+        &source.git,
+        &source.http,
+        &source.helm_repository,
+    ) {
+        (Some(image), _, _, _) => image.reference.split('/').next().map(str::to_string),
+        (_, Some(git), _, _) => from_url(&git.repository),
+        (_, _, Some(http), _) => from_url(&http.url),
+        (_, _, _, Some(repo)) => from_url(&repo.url),
+        _ => None,
+    }
+}
+
 /// Fetches sources of every kind through one content-addressed cache.
 #[derive(Clone)]
 pub struct Fetcher {
@@ -529,6 +555,25 @@ mod tests {
             path: dir.to_path_buf(),
             version: None,
         }
+    }
+
+    #[test]
+    fn sources_name_their_server() {
+        let mut source: Source = serde_json::from_value(serde_json::json!({
+            "kind": "image", "image": {"ref": "127.0.0.1:5000/team/app:v1"}
+        }))
+        .unwrap();
+        assert_eq!(source_host(&source).as_deref(), Some("127.0.0.1:5000"));
+        source = serde_json::from_value(serde_json::json!({
+            "kind": "git", "git": {"repository": "ssh://git@git.example:2222/r.git", "ref": {"branch": "main"}}
+        }))
+        .unwrap();
+        assert_eq!(source_host(&source).as_deref(), Some("git.example:2222"));
+        source = serde_json::from_value(serde_json::json!({
+            "kind": "helmRepository", "helmRepository": {"url": "https://charts.example/stable", "chart": "c"}
+        }))
+        .unwrap();
+        assert_eq!(source_host(&source).as_deref(), Some("charts.example"));
     }
 
     #[test]

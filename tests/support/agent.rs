@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::Client;
 use pallet::api::conditions::find;
@@ -60,6 +61,21 @@ impl Agent {
         Agent::start_selecting_env(selector, log_name, extra_args, &[])
     }
 
+    /// Like [`Agent::start_with`], against the cluster of `kubeconfig` instead of the shared one.
+    pub fn start_on(
+        kubeconfig: &std::path::Path,
+        selector_value: &str,
+        extra_args: &[&str],
+    ) -> Agent {
+        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+        Agent::start_selecting_env(
+            &format!("{TEST_LABEL}={selector_value}"),
+            selector_value,
+            extra_args,
+            &[("PALLET_TEST_AGENT_KUBECONFIG", kubeconfig.as_str())],
+        )
+    }
+
     /// Like [`Agent::start_selecting`], with extra environment variables.
     pub fn start_selecting_env(
         selector: &str,
@@ -106,7 +122,11 @@ impl Agent {
             .args(poll)
             .args(metrics)
             .arg("--kubeconfig")
-            .arg(agent_kubeconfig())
+            .arg(
+                env.iter()
+                    .find(|(k, _)| *k == "PALLET_TEST_AGENT_KUBECONFIG")
+                    .map_or_else(agent_kubeconfig, |(_, v)| PathBuf::from(v)),
+            )
             .arg("--cache-dir")
             .arg(cache.path().join("cache"))
             .arg("--change-log")
@@ -254,6 +274,30 @@ pub async fn wait_condition(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Waits until ConfigMap `name` holds `value` under `data.value`.
+pub async fn wait_value(cms: &Api<ConfigMap>, name: &str, value: &str) {
+    cluster::poll_until(
+        &format!("ConfigMap {name} to hold {value}"),
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            let (name, value) = (name.to_string(), value.to_string());
+            async move {
+                let cm = cms.get_opt(&name).await.map_err(|e| e.to_string())?;
+                let live = cm
+                    .and_then(|c| c.data)
+                    .and_then(|d| d.get("value").cloned());
+                if live.as_deref() == Some(value.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!("value {live:?}"))
+                }
+            }
+        },
+    )
+    .await;
 }
 
 /// Waits until the BundleDeployment `name` no longer exists (its finalizer has run).
