@@ -2,6 +2,8 @@
 //! of its own (the project's `tools/controlplane.sh` on another port and state directory), so
 //! stopping it disturbs no other test, and checks that the agent repairs drift within a few
 //! seconds of the API server's return, however long the outage made its retries back off.
+//!
+//! rbac-pass: skip (tools/test.sh: the deploy/ ServiceAccount lives in the shared cluster only)
 
 #[path = "support/agent.rs"]
 mod agent;

@@ -69,7 +69,10 @@ step "RBAC is sufficient: the agent end-to-end tests again, the agent as deploy/
 # of pallet-system/pallet-agent instead of the admin's; the test code itself stays admin.
 rbac_kubeconfig=$(tools/rbac-kubeconfig.sh)
 agent_tests=()
+# (Files marked "rbac-pass: skip" run agents against a control plane of their own, where the
+# deploy/ ServiceAccount does not exist.)
 for file in $(grep -l 'support/agent.rs' tests/*.rs); do
+  grep -q 'rbac-pass: skip' "$file" && continue
   agent_tests+=(--test "$(basename "$file" .rs)")
 done
 PALLET_E2E_AGENT_KUBECONFIG=$rbac_kubeconfig \
