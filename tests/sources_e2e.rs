@@ -284,3 +284,98 @@ async fn an_oci_chart_repository_range_upgrades_to_new_matching_versions_only() 
     );
     clean_up(&client, &name).await;
 }
+
+/// A Flux-style artifact (pushed by `pallet push` with Flux's media types) and an ORAS artifact
+/// (pushed by the real `oras` CLI) each install as a plain bundle.
+#[tokio::test]
+async fn flux_and_oras_artifacts_install_as_plain_bundles() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let reg = fx.registry_plain();
+    let name = support::unique_name("artifacts");
+    let config_map = |cm: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {cm}\ndata:\n  from: {cm}\n")
+    };
+    let run = |command: &mut Command| {
+        let out = command.output().expect("the client runs");
+        assert!(
+            out.status.success(),
+            "{command:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+
+    let flux_dir = tempfile::tempdir().unwrap();
+    std::fs::write(flux_dir.path().join("cm.yaml"), config_map("flux")).unwrap();
+    let flux_ref = format!("{}/{name}-flux:v1", reg.host);
+    run(Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .arg("push")
+        .arg(flux_dir.path())
+        .args([&flux_ref, "--plain-http"])
+        .args([
+            "--media-type",
+            "application/vnd.cncf.flux.content.v1.tar+gzip",
+        ])
+        .args([
+            "--config-media-type",
+            "application/vnd.cncf.flux.config.v1+json",
+        ]));
+
+    // ORAS: the directory's content pushed from inside it, so it lands at the root.
+    let oras_dir = tempfile::tempdir().unwrap();
+    std::fs::write(oras_dir.path().join("cm.yaml"), config_map("oras")).unwrap();
+    let oras = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/pallet/bin/oras");
+    assert!(oras.is_file(), "oras is built by tools/oras.sh");
+    let oras_ref = format!("{}/{name}-oras:v1", reg.host);
+    run(Command::new(oras).current_dir(oras_dir.path()).args([
+        "push",
+        "--plain-http",
+        &oras_ref,
+        ".",
+    ]));
+
+    let agent = Agent::start_with(&name, &["--plain-http-registry", &reg.host]);
+    for (bd, reference) in [("flux", &flux_ref), ("oras", &oras_ref)] {
+        agent::apply_bd_labelled(
+            &client,
+            &format!("{name}-{bd}"),
+            &name,
+            json!({
+                "installNamespace": name,
+                "format": "plain",
+                "sources": [{"kind": "image", "image": {"ref": reference}}],
+            }),
+        )
+        .await;
+    }
+    for bd in ["flux", "oras"] {
+        agent::wait_condition(
+            &client,
+            &agent,
+            &format!("{name}-{bd}"),
+            "Ready",
+            "True",
+            "1 objects",
+        )
+        .await;
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), &name)
+            .get(bd)
+            .await
+            .unwrap();
+        assert_eq!(
+            cm.data.unwrap_or_default().get("from").map(String::as_str),
+            Some(bd)
+        );
+    }
+    for bd in ["flux", "oras"] {
+        Api::<BundleDeployment>::all(client.clone())
+            .delete(&format!("{name}-{bd}"), &DeleteParams::default())
+            .await
+            .expect("delete bd");
+        agent::wait_bd_gone(&client, &format!("{name}-{bd}")).await;
+    }
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
+}
