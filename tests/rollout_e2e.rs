@@ -641,6 +641,69 @@ async fn requested_rollback_to_an_earlier_revision_and_forward_again() {
     assert_eq!(s.config_map_value("new").await.as_deref(), Some("2"));
 }
 
+/// #15 item 8: a rollback requested while paused is held (a rollback is a write), applied on
+/// resume, and then stays in force like any requested rollback: the newest content does not
+/// replace it until the spec or the sources change.
+#[tokio::test]
+async fn a_rollback_requested_while_paused_is_held_applied_on_resume_and_stays() {
+    let s = Scenario::new("rb-paused").await;
+    s.commit(docs(&[config_map("app", "1")]), "v1");
+    let agent = Agent::start(&s.name);
+    s.create_bd(json!({})).await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+    s.commit(docs(&[config_map("app", "2")]), "v2");
+    s.wait_healthy(&agent, 2, Duration::from_secs(60)).await;
+
+    let pause = |paused: bool| json!({"spec": {"paused": paused}});
+    s.bds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&pause(true)),
+        )
+        .await
+        .unwrap();
+    s.annotate(pallet::api::REQUESTED_ROLLBACK_ANNOTATION, "1@paused")
+        .await;
+    let held = s.reconcile_now(&agent, "while-paused").await;
+    assert_ne!(
+        held.last_handled_rollback.as_deref(),
+        Some("1@paused"),
+        "held while paused"
+    );
+    assert_eq!(held.active_revision, Some(2));
+    assert_eq!(s.config_map_value("app").await.as_deref(), Some("2"));
+
+    s.bds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&pause(false)),
+        )
+        .await
+        .unwrap();
+    s.wait_status(
+        &agent,
+        "the held rollback applied",
+        Duration::from_secs(60),
+        |st| {
+            check(
+                st.last_handled_rollback.as_deref() == Some("1@paused")
+                    && st.active_revision == Some(1)
+                    && phase(st, 1) == Some(RevisionPhase::Healthy),
+                "not rolled back",
+            )
+        },
+    )
+    .await;
+    assert_eq!(s.config_map_value("app").await.as_deref(), Some("1"));
+    for token in ["after-resume-1", "after-resume-2"] {
+        let still = s.reconcile_now(&agent, token).await;
+        assert_eq!(still.active_revision, Some(1), "replaced after {token}");
+        assert_eq!(s.config_map_value("app").await.as_deref(), Some("1"));
+    }
+}
+
 #[tokio::test]
 async fn history_is_bounded_and_old_snapshots_are_deleted() {
     let s = Scenario::new("rb-history").await;
