@@ -158,6 +158,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     // No BundleDeployment here: `now` is the epoch, the random seed 0.
                     ..HelmOptions::default()
                 },
+                registry_v1: Default::default(),
             };
             let format = match format {
                 FormatArg::Plain => Format::Plain,
