@@ -1,0 +1,390 @@
+//! End-to-end: a registry-v1 bundle with validating, mutating and conversion webhooks
+//! (webhook-operator v0.0.5 from the conformance data) installed by the agent binary on the
+//! local control plane with the BuiltIn certificate provider; and the CertManager provider on a
+//! cluster without cert-manager.
+//!
+//! The agent runs with `--webhook-cert-validity 60s` (a hidden flag for tests), so its
+//! certificates are renewed 40 s after they are issued, while the test watches.
+
+#[path = "support/agent.rs"]
+mod agent;
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/kubelet.rs"]
+mod kubelet;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use agent::{apply_bd, wait_condition, Agent};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use pallet::api::BundleDeployment;
+use serde_json::json;
+
+const CONVERSION_CRD: &str = "webhooktests.webhook.operators.coreos.io";
+const SERVICE: &str = "webhook-operator-controller-manager-service";
+const SERVING_SECRET: &str = "webhook-operator-controller-manager-service-cert";
+
+fn webhook_bundle() -> PathBuf {
+    let dir = std::env::var_os("PALLET_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/conformance/registry-v1"
+            ))
+        })
+        .join("webhook-operator.v0.0.5");
+    assert!(
+        dir.is_dir(),
+        "the conformance bundle is missing at {} (shared/ beside the repo, or PALLET_CONFORMANCE_DIR)",
+        dir.display()
+    );
+    dir
+}
+
+/// Publishes the bundle as a tarball on the fixture HTTP server; returns the source.
+fn publish(fx: &support::Fixtures, name: &str, dir: &Path) -> serde_json::Value {
+    let work = tempfile::tempdir().unwrap();
+    let tarball = work.path().join("bundle.tgz");
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let path = fx.put_file(
+        &format!("{name}/bundle.tgz"),
+        &std::fs::read(&tarball).unwrap(),
+    );
+    json!({"kind": "http", "http": {"url": fx.http_plain().url_for(&path)}})
+}
+
+async fn delete_bd(client: &Client, name: &str) {
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+    agent::wait_bd_gone(client, name).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &Default::default())
+        .await;
+}
+
+fn secret_text(secret: &Secret, key: &str) -> String {
+    String::from_utf8(secret.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+/// `openssl verify`: `serving` chains to `ca_bundle`, is a TLS server certificate, and holds
+/// `host`. Returns openssl's output on failure.
+fn openssl_verifies(ca_bundle: &str, serving: &str, host: &str) -> Result<(), String> {
+    let work = tempfile::tempdir().unwrap();
+    let ca = work.path().join("ca.pem");
+    let cert = work.path().join("tls.crt");
+    std::fs::write(&ca, ca_bundle).unwrap();
+    std::fs::write(&cert, serving).unwrap();
+    let out = Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(&ca)
+        .args(["-purpose", "sslserver", "-verify_hostname", host])
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The caBundle of the three webhook client configs, decoded, once they all hold the same one
+/// (an apply in progress may have updated some of them only).
+async fn injected_bundle(client: &Client) -> Result<String, String> {
+    let validating: ValidatingWebhookConfiguration = Api::all(client.clone())
+        .get("vwebhooktest-v1.kb.io")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mutating: MutatingWebhookConfiguration = Api::all(client.clone())
+        .get("mwebhooktest-v1.kb.io")
+        .await
+        .map_err(|e| e.to_string())?;
+    let crd: CustomResourceDefinition = Api::all(client.clone())
+        .get(CONVERSION_CRD)
+        .await
+        .map_err(|e| e.to_string())?;
+    let bundles = [
+        validating.webhooks.unwrap_or_default()[0]
+            .client_config
+            .ca_bundle
+            .clone(),
+        mutating.webhooks.unwrap_or_default()[0]
+            .client_config
+            .ca_bundle
+            .clone(),
+        crd.spec
+            .conversion
+            .and_then(|c| c.webhook)
+            .and_then(|w| w.client_config)
+            .and_then(|c| c.ca_bundle),
+    ];
+    let first = bundles[0]
+        .clone()
+        .ok_or("the validating webhook has no caBundle")?;
+    if bundles.iter().any(|b| b.as_ref() != Some(&first)) {
+        return Err("the three caBundles differ".into());
+    }
+    String::from_utf8(first.0).map_err(|e| e.to_string())
+}
+
+async fn active_revision(client: &Client, name: &str) -> Option<i64> {
+    Api::<BundleDeployment>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.active_revision)
+}
+
+#[tokio::test]
+async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renews_it() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("olm-webhooks");
+    let source = publish(fx, &name, &webhook_bundle());
+    let agent = Agent::start_with(&name, &["--webhook-cert-validity", "60s"]);
+    let _kubelet = kubelet::FakeKubelet::start(&client, &name, &["*"]);
+    // collisionProtection None: the conversion CRD is cluster-wide (see formats_e2e).
+    apply_bd(
+        &client,
+        &name,
+        json!({"installNamespace": name, "sources": [source], "format": "registry-v1",
+               "collisionProtection": "None"}),
+    )
+    .await;
+    wait_condition(&client, &agent, &name, "Ready", "True", "objects").await;
+    let issued_at = std::time::Instant::now();
+
+    // The serving certificate verifies against the injected caBundle, for the Service's name.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &name);
+    let serving = secrets.get(SERVING_SECRET).await.unwrap();
+    assert_eq!(serving.type_.as_deref(), Some("kubernetes.io/tls"));
+    let bundle = cluster::poll_until("one caBundle everywhere", Duration::from_secs(30), || {
+        injected_bundle(&client)
+    })
+    .await;
+    openssl_verifies(
+        &bundle,
+        &secret_text(&serving, "tls.crt"),
+        &format!("{SERVICE}.{name}.svc"),
+    )
+    .unwrap();
+    assert!(
+        openssl_verifies(&bundle, &secret_text(&serving, "tls.crt"), "other.example").is_err(),
+        "the hostname check is real"
+    );
+    // The Deployment mounts that Secret where controller-runtime looks for it.
+    let deployment: Deployment = Api::namespaced(client.clone(), &name)
+        .get("webhook-operator-controller-manager")
+        .await
+        .unwrap();
+    let volumes = deployment
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    let cert_volume = volumes.iter().find(|v| v.name == "webhook-cert").unwrap();
+    assert_eq!(
+        cert_volume.secret.as_ref().unwrap().secret_name.as_deref(),
+        Some(SERVING_SECRET)
+    );
+    // The conversion webhook's CRD is Established.
+    let crd: CustomResourceDefinition = Api::all(client.clone()).get(CONVERSION_CRD).await.unwrap();
+    let established = crd
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established, "{CONVERSION_CRD} is Established");
+
+    // Another pass, asked for explicitly, writes nothing: no change-log line, no Secret
+    // rewritten, no new revision.
+    let revision = active_revision(&client, &name).await;
+    let changes_before = agent.change_entries().len();
+    let ca_secret = format!("{name}-pallet-webhook-ca");
+    let ca_version = secrets
+        .get(&ca_secret)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    let serving_version = serving.metadata.resource_version.clone();
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let request =
+        json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "again-1"}}});
+    bds.patch(&name, &PatchParams::default(), &Patch::Merge(&request))
+        .await
+        .unwrap();
+    cluster::poll_until("the requested reconcile", Duration::from_secs(30), || {
+        let (bds, name) = (bds.clone(), name.clone());
+        async move {
+            let bd = bds.get(&name).await.map_err(|e| e.to_string())?;
+            let handled = bd.status.and_then(|s| s.last_handled_reconcile);
+            (handled.as_deref() == Some("again-1"))
+                .then_some(())
+                .ok_or(format!("lastHandledReconcile {handled:?}"))
+        }
+    })
+    .await;
+    assert!(
+        issued_at.elapsed() < Duration::from_secs(35),
+        "still before the renewal window; the checks below would not be meaningful"
+    );
+    assert_eq!(
+        agent.change_entries().len(),
+        changes_before,
+        "no writes: {:?}",
+        &agent.change_entries()[changes_before..]
+    );
+    assert_eq!(
+        secrets
+            .get(&ca_secret)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        ca_version
+    );
+    assert_eq!(
+        secrets
+            .get(SERVING_SECRET)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        serving_version
+    );
+    assert_eq!(active_revision(&client, &name).await, revision);
+
+    // Renewal: 40 s after issue (a third of 60 s left) the agent issues a new CA and serving
+    // certificate; the caBundle holds both CAs, a new revision applies it, and the new serving
+    // certificate verifies.
+    let renewed = cluster::poll_until(
+        "the certificates to be renewed",
+        Duration::from_secs(90),
+        || {
+            let (client, old) = (client.clone(), bundle.clone());
+            async move {
+                let bundle = injected_bundle(&client).await?;
+                if bundle == old {
+                    return Err("caBundle unchanged".to_string());
+                }
+                Ok(bundle)
+            }
+        },
+    )
+    .await;
+    assert!(
+        renewed.ends_with(&bundle),
+        "the previous CA stays in the bundle after the new one"
+    );
+    assert!(
+        active_revision(&client, &name).await > revision,
+        "a new revision"
+    );
+    let serving = secrets.get(SERVING_SECRET).await.unwrap();
+    assert_ne!(serving.metadata.resource_version, serving_version);
+    openssl_verifies(
+        &renewed,
+        &secret_text(&serving, "tls.crt"),
+        &format!("{SERVICE}.{name}.svc"),
+    )
+    .unwrap();
+    let reasons: Vec<String> = agent
+        .change_entries()
+        .iter()
+        .filter(|e| e["object"]["kind"] == "Secret")
+        .map(|e| format!("{} {}", e["operation"], e["reason"]))
+        .collect();
+    assert!(
+        reasons.iter().filter(|r| r.contains("certificate")).count() >= 4,
+        "two issues and two renewals in the change log: {reasons:?}"
+    );
+
+    delete_bd(&client, &name).await;
+}
+
+#[tokio::test]
+async fn cert_manager_provider_without_cert_manager_installs_nothing() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("olm-certmanager");
+    let source = publish(fx, &name, &webhook_bundle());
+    let agent = Agent::start(&name);
+    apply_bd(
+        &client,
+        &name,
+        json!({"installNamespace": name, "sources": [source], "format": "registry-v1",
+               "collisionProtection": "None",
+               "config": {"registryV1": {"certificateProvider": "CertManager"}}}),
+    )
+    .await;
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &name,
+        "Ready",
+        "False",
+        "does not serve cert-manager.io/v1",
+    )
+    .await;
+    let status = bd.status.unwrap();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.reason, "CertManagerMissing");
+    assert!(
+        ready.message.contains("certificateProvider: BuiltIn"),
+        "{}",
+        ready.message
+    );
+    // Nothing half-installed: no revision, no inventory, no Deployment.
+    assert_eq!(status.active_revision, None);
+    assert!(status.inventory.is_none_or(|i| i.objects.is_empty()));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &name);
+    assert!(deployments
+        .get_opt("webhook-operator-controller-manager")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        agent.change_entries().is_empty(),
+        "{:?}",
+        agent.change_entries()
+    );
+    delete_bd(&client, &name).await;
+}
