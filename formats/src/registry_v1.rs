@@ -463,6 +463,35 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
     })
 }
 
+/// Replaces every `caBundle` already set on a webhook client config among `objects` (a stored
+/// revision rendered with the BuiltIn provider) with `ca_pem`, so an older revision re-applied
+/// after a renewal trusts the current CA. Returns how many it replaced.
+pub fn replace_ca_bundles(objects: &mut [Object], ca_pem: &str) -> usize {
+    objects
+        .iter_mut()
+        .map(|object| with_value(object, |value| webhooks::replace_ca_bundles(value, ca_pem)))
+        .sum()
+}
+
+/// The namespace of the webhook Services whose `caBundle` is set among `objects`, if any.
+pub fn injected_service_namespace(objects: &[Object]) -> Option<String> {
+    objects.iter().find_map(|object| {
+        let mut value = Value::Object(object.body().clone());
+        webhooks::injected_service_namespace(&mut value)
+    })
+}
+
+/// Runs `edit` on the object's body as a JSON value.
+fn with_value<T>(object: &mut Object, edit: impl FnOnce(&mut Value) -> T) -> T {
+    let body = object.body_mut();
+    let mut value = Value::Object(std::mem::take(body));
+    let result = edit(&mut value);
+    if let Value::Object(map) = value {
+        *body = map;
+    }
+    result
+}
+
 /// Sets the `caBundle` (`ca_pem`, PEM) of every webhook client config in `rendered` that points at
 /// a Service of [`Rendered::webhook_certificates`]: what the BuiltIn provider does once it has
 /// issued them. Returns how many client configs it set. Pure: the agent owns the certificates.
@@ -472,16 +501,15 @@ pub fn inject_ca_bundle(rendered: &mut Rendered, ca_pem: &str) -> usize {
         .iter()
         .map(|c| (c.namespace.clone(), c.service_name.clone()))
         .collect();
-    let mut count = 0;
-    for entry in &mut rendered.objects {
-        let body = entry.object.body_mut();
-        let mut value = Value::Object(std::mem::take(body));
-        count += webhooks::inject_ca_bundle(std::slice::from_mut(&mut value), &services, ca_pem);
-        if let Value::Object(map) = value {
-            *body = map;
-        }
-    }
-    count
+    rendered
+        .objects
+        .iter_mut()
+        .map(|entry| {
+            with_value(&mut entry.object, |value| {
+                webhooks::inject_ca_bundle(std::slice::from_mut(value), &services, ca_pem)
+            })
+        })
+        .sum()
 }
 
 fn load(tree: &Path) -> Result<Bundle, RenderError> {

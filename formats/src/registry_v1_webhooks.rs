@@ -688,24 +688,7 @@ pub(crate) fn inject_ca_bundle(
     };
     let mut count = 0;
     for object in objects.iter_mut() {
-        let kind = object
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let mut configs: Vec<&mut Value> = Vec::new();
-        match kind {
-            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => {
-                if let Some(list) = object.get_mut("webhooks").and_then(Value::as_array_mut) {
-                    configs.extend(list.iter_mut().filter_map(|w| w.get_mut("clientConfig")));
-                }
-            }
-            "CustomResourceDefinition" => {
-                if let Some(config) = object.pointer_mut("/spec/conversion/webhook/clientConfig") {
-                    configs.push(config);
-                }
-            }
-            _ => {}
-        }
+        let configs = client_configs(object);
         for config in configs {
             if points_here(config) {
                 if let Some(config) = config.as_object_mut() {
@@ -716,6 +699,53 @@ pub(crate) fn inject_ca_bundle(
         }
     }
     count
+}
+
+/// The webhook client configs of an object (admission webhooks, CRD conversion).
+fn client_configs(object: &mut Value) -> Vec<&mut Value> {
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut configs: Vec<&mut Value> = Vec::new();
+    match kind.as_str() {
+        "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => {
+            if let Some(list) = object.get_mut("webhooks").and_then(Value::as_array_mut) {
+                configs.extend(list.iter_mut().filter_map(|w| w.get_mut("clientConfig")));
+            }
+        }
+        "CustomResourceDefinition" => {
+            if let Some(config) = object.pointer_mut("/spec/conversion/webhook/clientConfig") {
+                configs.push(config);
+            }
+        }
+        _ => {}
+    }
+    configs
+}
+
+/// Replaces the `caBundle` of every service client config that has one; returns how many.
+pub(crate) fn replace_ca_bundles(object: &mut Value, ca_pem: &str) -> usize {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
+    let mut count = 0;
+    for config in client_configs(object) {
+        if config.get("service").is_some() && config.get("caBundle").is_some() {
+            if let Some(config) = config.as_object_mut() {
+                config.insert("caBundle".to_owned(), json!(encoded));
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// The namespace of the first service client config with a `caBundle`.
+pub(crate) fn injected_service_namespace(object: &mut Value) -> Option<String> {
+    client_configs(object).into_iter().find_map(|config| {
+        config.get("caBundle")?;
+        Some(config.pointer("/service/namespace")?.as_str()?.to_owned())
+    })
 }
 
 #[cfg(test)]

@@ -381,4 +381,25 @@ fn builtin_provider_lists_certificates_and_takes_a_ca_bundle() {
             ["clientConfig"]["caBundle"],
         encoded
     );
+
+    // A stored revision re-applied after a renewal gets the current bundle where one was set.
+    let mut stored = rendered.object_list();
+    assert_eq!(
+        pallet_formats::registry_v1::injected_service_namespace(&stored).as_deref(),
+        Some("webhook-system")
+    );
+    assert_eq!(
+        pallet_formats::registry_v1::replace_ca_bundles(&mut stored, "NEW"),
+        3
+    );
+    let mut plain = render_webhook_operator(CertificateProvider::None).object_list();
+    assert_eq!(
+        pallet_formats::registry_v1::injected_service_namespace(&plain),
+        None
+    );
+    assert_eq!(
+        pallet_formats::registry_v1::replace_ca_bundles(&mut plain, "NEW"),
+        0,
+        "no caBundle, nothing replaced"
+    );
 }

@@ -848,6 +848,8 @@ async fn roll_out(
 ) -> Progress {
     let name = bd.name_any();
     loop {
+        // A stored revision re-applied after a renewal trusts the current webhook CA.
+        objects = webhook_certs::with_current_bundle(ctx, bd, objects).await?;
         let was_failed =
             rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Failed);
         let (reason, message) =
@@ -1178,6 +1180,8 @@ async fn observe_drift(
         values_from,
         ..
     } = fetch_and_render(bd, ctx, force_poll).await?;
+    // Drift is measured against the caBundle the agent keeps (read-only while paused).
+    let (rendered, digest) = webhook_certs::with_kept_bundle(ctx, bd, rendered, digest).await?;
     let status = bd.status.clone().unwrap_or_default();
     let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {

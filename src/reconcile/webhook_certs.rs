@@ -407,6 +407,90 @@ pub async fn provide(
     })
 }
 
+/// For previews (`pallet plan`, the drift of a paused bundle): injects the caBundle the agent
+/// keeps for `bundle_deployment`, read-only, so the preview matches what the agent applies.
+/// Nothing is injected when the CA Secret does not exist yet (the agent issues it on install).
+pub async fn inject_existing(
+    client: &kube::Client,
+    bundle_deployment: &str,
+    rendered: &mut Rendered,
+) -> Result<(), kube::Error> {
+    if rendered.webhook_certificates.is_empty() {
+        return Ok(());
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &rendered.install_namespace);
+    if let Some(ca) = secrets
+        .get_opt(&ca_secret_name(bundle_deployment))
+        .await?
+        .as_ref()
+        .and_then(stored_ca)
+    {
+        pallet_formats::registry_v1::inject_ca_bundle(rendered, &ca.bundle_pem);
+    }
+    Ok(())
+}
+
+/// [`inject_existing`] for the agent's paused passes: the render (and digest) with the kept
+/// caBundle, unchanged when the bundle has no BuiltIn webhooks.
+pub async fn with_kept_bundle(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    rendered: Arc<Rendered>,
+    digest: String,
+) -> Result<(Arc<Rendered>, String), ReconcileError> {
+    if rendered.webhook_certificates.is_empty() {
+        return Ok((rendered, digest));
+    }
+    let mut with_bundle = (*rendered).clone();
+    inject_existing(&ctx.client, &bd.name_any(), &mut with_bundle)
+        .await
+        .map_err(|source| ReconcileError::Kube {
+            context: "read the webhook CA".into(),
+            source,
+        })?;
+    let digest = with_bundle.digest();
+    Ok((Arc::new(with_bundle), digest))
+}
+
+/// `objects` (a stored revision or a fresh render) with every injected `caBundle` set to the
+/// bundle the agent keeps now, for registry-v1 BundleDeployments with the BuiltIn provider: a
+/// revision stored before a renewal would otherwise re-apply a CA the serving certificates no
+/// longer chain to. Reads the CA Secret only when `objects` carry a caBundle.
+pub async fn with_current_bundle(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    mut objects: Vec<pallet_formats::Object>,
+) -> Result<Vec<pallet_formats::Object>, ReconcileError> {
+    let builtin = bd.spec.format == crate::api::BundleFormat::RegistryV1
+        && bd
+            .spec
+            .config
+            .as_ref()
+            .and_then(|c| c.registry_v1.as_ref())
+            .map(|r| r.certificate_provider())
+            .unwrap_or_default()
+            == CertificateProviderName::BuiltIn;
+    if !builtin {
+        return Ok(objects);
+    }
+    let Some(namespace) = pallet_formats::registry_v1::injected_service_namespace(&objects) else {
+        return Ok(objects);
+    };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let name = ca_secret_name(&bd.name_any());
+    let kept = secrets
+        .get_opt(&name)
+        .await
+        .map_err(|source| ReconcileError::Kube {
+            context: format!("read Secret {namespace}/{name}"),
+            source,
+        })?;
+    if let Some(ca) = kept.as_ref().and_then(stored_ca) {
+        pallet_formats::registry_v1::replace_ca_bundles(&mut objects, &ca.bundle_pem);
+    }
+    Ok(objects)
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn issue_and_store(
     ctx: &Context,
