@@ -13,6 +13,8 @@ mod cluster;
 #[path = "support/kubelet.rs"]
 mod kubelet;
 mod support;
+#[path = "support/test_webhook.rs"]
+mod test_webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,9 +25,10 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use pallet::api::BundleDeployment;
 use serde_json::json;
@@ -332,7 +335,95 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
         "two issues and two renewals in the change log: {reasons:?}"
     );
 
+    api_server_calls_the_webhooks(&client, &name, &serving).await;
     delete_bd(&client, &name).await;
+}
+
+/// The API server calls the rendered webhooks, verifying the test server's (renewed) serving
+/// certificate against the injected caBundle under the Service's DNS name.
+///
+/// The network path is the one substitution: the local control plane has no kube-proxy, so a
+/// ClusterIP leads nowhere. The webhook Service is switched to `type: ExternalName` with
+/// `externalName: localhost` (the API server resolves such a Service to that host, at the
+/// Service's port 443), and this test process serves on 127.0.0.1:443 in place of the operator
+/// Pod. pallet does not manage the Service's type, so it leaves this alone. Everything else is
+/// as rendered: the client configs (Service name, namespace, path, port), the caBundle, and the
+/// TLS server name `<service>.<namespace>.svc` the API server checks the certificate for.
+async fn api_server_calls_the_webhooks(client: &Client, namespace: &str, serving: &Secret) {
+    let server = test_webhook::TestWebhook::serve(
+        "127.0.0.1:443",
+        &secret_text(serving, "tls.crt"),
+        &secret_text(serving, "tls.key"),
+    )
+    .expect("serve on 127.0.0.1:443 (the webhook Service's port; needs root)");
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let external = json!({"spec": {"type": "ExternalName", "externalName": "localhost",
+        "clusterIP": null, "clusterIPs": null, "ipFamilies": null, "ipFamilyPolicy": null}});
+    services
+        .patch(SERVICE, &PatchParams::default(), &Patch::Merge(&external))
+        .await
+        .unwrap();
+    let resource = ApiResource {
+        group: "webhook.operators.coreos.io".into(),
+        version: "v1".into(),
+        api_version: "webhook.operators.coreos.io/v1".into(),
+        kind: "WebhookTest".into(),
+        plural: "webhooktests".into(),
+    };
+    let tests: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let object = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "webhook.operators.coreos.io/v1",
+            "kind": "WebhookTest", "metadata": {"name": name}, "spec": {"valid": true}}))
+        .unwrap()
+    };
+    // Refused by the validating webhook (polled: the API server's view of the Service follows
+    // the patch a moment later).
+    let refusal = cluster::poll_until(
+        "the validating webhook to refuse reject-me",
+        Duration::from_secs(30),
+        || {
+            let (tests, object) = (tests.clone(), object("reject-me"));
+            async move {
+                match tests.create(&PostParams::default(), &object).await {
+                    Ok(_) => Err("reject-me was admitted".to_string()),
+                    Err(e) if e.to_string().contains(test_webhook::REJECTION) => Ok(e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(refusal.contains("vwebhooktest-v1.kb.io"), "{refusal}");
+    tests
+        .create(&PostParams::default(), &object("accept-me"))
+        .await
+        .expect("admitted by both webhooks");
+    // Read as v2: the API server asks the conversion webhook.
+    let v2 = ApiResource {
+        version: "v2".into(),
+        api_version: "webhook.operators.coreos.io/v2".into(),
+        ..resource.clone()
+    };
+    let converted = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &v2)
+        .get("accept-me")
+        .await
+        .expect("converted to v2 by the conversion webhook");
+    assert_eq!(
+        converted.types.map(|t| t.api_version).as_deref(),
+        Some("webhook.operators.coreos.io/v2")
+    );
+    let calls = server.calls();
+    for path in [
+        "/validate-webhook-operators-coreos-io-v1-webhooktest",
+        "/mutate-webhook-operators-coreos-io-v1-webhooktest",
+        "/convert",
+    ] {
+        assert!(calls.iter().any(|c| c == path), "{path} called: {calls:?}");
+    }
+    tests
+        .delete("accept-me", &Default::default())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
