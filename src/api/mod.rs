@@ -544,6 +544,10 @@ pub struct DeploymentConfig {
     /// Annotations added to the Deployment and its pod template (existing ones win).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
+    /// OLM v0's pod selector: accepted so OLM configs carry over, and ignored, as OLM v1
+    /// ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
 
 /// Rollout settings.

@@ -219,6 +219,14 @@ mod tests {
             options.certificate_provider,
             CertificateProvider::CertManager
         );
+
+        // `selector` is accepted and reaches the renderer, which ignores it as OLM v1 does.
+        let with_selector: RegistryV1Config =
+            serde_saphyr::from_str("deploymentConfig: {selector: {matchLabels: {a: b}}}").unwrap();
+        let value = registry_v1_options(&with_selector)
+            .deployment_config
+            .unwrap();
+        assert_eq!(value["selector"]["matchLabels"]["a"], "b");
     }
 
     #[test]
