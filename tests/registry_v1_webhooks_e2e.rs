@@ -336,7 +336,56 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
     );
 
     api_server_calls_the_webhooks(&client, &name, &serving).await;
-    delete_bd(&client, &name).await;
+
+    // deletionPolicy Orphan: the certificate Secrets stay with the orphaned operator (their
+    // owner reference, which would let the garbage collector take them, is removed).
+    let orphan = json!({"spec": {"deletionPolicy": "Orphan"}});
+    bds.patch(&name, &PatchParams::default(), &Patch::Merge(&orphan))
+        .await
+        .unwrap();
+    cluster::poll_until(
+        "the Orphan policy to be seen",
+        Duration::from_secs(30),
+        || {
+            let (bds, name) = (bds.clone(), name.clone());
+            async move {
+                let bd = bds.get(&name).await.map_err(|e| e.to_string())?;
+                let observed = bd.status.and_then(|s| s.observed_generation);
+                (observed == bd.metadata.generation)
+                    .then_some(())
+                    .ok_or(format!("observedGeneration {observed:?}"))
+            }
+        },
+    )
+    .await;
+    bds.delete(&name, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&client, &name).await;
+    for secret in [SERVING_SECRET.to_string(), ca_secret.clone()] {
+        let kept = Api::<Secret>::namespaced(client.clone(), &name)
+            .get(&secret)
+            .await
+            .unwrap_or_else(|e| panic!("{secret} kept: {e}"));
+        assert!(
+            kept.metadata
+                .owner_references
+                .unwrap_or_default()
+                .is_empty(),
+            "{secret} no longer owned by the BundleDeployment"
+        );
+    }
+    // The orphans are this test's to remove.
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&name, &Default::default())
+        .await;
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete("vwebhooktest-v1.kb.io", &Default::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete("mwebhooktest-v1.kb.io", &Default::default())
+        .await;
+    let _ = Api::<CustomResourceDefinition>::all(client.clone())
+        .delete(CONVERSION_CRD, &Default::default())
+        .await;
 }
 
 /// The API server calls the rendered webhooks, verifying the test server's (renewed) serving

@@ -1410,6 +1410,16 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 entry.details.insert("orphaned".into(), json!(true));
                 ctx.changelog.record(&entry);
             }
+            if result.is_ok() {
+                let namespaces: BTreeSet<String> = inventory
+                    .objects
+                    .iter()
+                    .map(|r| r.namespace.clone())
+                    .filter(|namespace| !namespace.is_empty())
+                    .chain(bd.spec.install_namespace.clone())
+                    .collect();
+                result = webhook_certs::orphan_secrets(ctx, bd, &namespaces).await;
+            }
             result
         }
     };

@@ -491,6 +491,56 @@ pub async fn with_current_bundle(
     Ok(objects)
 }
 
+/// With `deletionPolicy: Orphan`, the certificate Secrets stay with the orphaned operator: their
+/// owner reference to the BundleDeployment (which would let the garbage collector delete them)
+/// is removed. `namespaces` are where the bundle's objects were.
+pub async fn orphan_secrets(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    namespaces: &std::collections::BTreeSet<String>,
+) -> Result<(), ReconcileError> {
+    let name = bd.name_any();
+    let writer = ctx.writer(bd)?;
+    for namespace in namespaces {
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+        let selector = format!("{CERTIFICATES_OF_LABEL}={name}");
+        let listed = secrets
+            .list_metadata(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| ReconcileError::Kube {
+                context: format!("list webhook certificate Secrets in {namespace}"),
+                source,
+            })?;
+        let writes: Api<Secret> = Api::namespaced(writer.clone(), namespace);
+        for secret in listed.items {
+            let secret_name = secret.name_any();
+            let patch = json!({"metadata": {"ownerReferences": null}});
+            writes
+                .patch(&secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|source| ReconcileError::Kube {
+                    context: format!("orphan Secret {namespace}/{secret_name}"),
+                    source,
+                })?;
+            let mut entry = ctx.changelog.entry(
+                &name,
+                Operation::Update,
+                Reason::Deletion,
+                ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Secret".into(),
+                    namespace: Some(namespace.clone()),
+                    name: secret_name,
+                },
+            );
+            entry.fields_changed = vec![".metadata.ownerReferences".into()];
+            entry.details.insert("orphaned".into(), json!(true));
+            ctx.changelog.record(&entry);
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn issue_and_store(
     ctx: &Context,
