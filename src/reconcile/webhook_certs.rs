@@ -330,7 +330,9 @@ pub async fn provide(
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let writer = ctx.writer(bd)?;
     super::ensure_namespace(&ctx.client, &writer, &namespace).await?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Read as the writer: a BundleDeployment's ServiceAccount that keeps these Secrets can read
+    // them, while the agent itself may not read Secrets outside its namespace.
+    let secrets: Api<Secret> = Api::namespaced(writer.clone(), &namespace);
     let write_secrets: Api<Secret> = Api::namespaced(writer, &namespace);
     let read = |secret_name: String| {
         let secrets = secrets.clone();
@@ -442,7 +444,7 @@ pub async fn with_kept_bundle(
         return Ok((rendered, digest));
     }
     let mut with_bundle = (*rendered).clone();
-    inject_existing(&ctx.client, &bd.name_any(), &mut with_bundle)
+    inject_existing(&ctx.writer(bd)?, &bd.name_any(), &mut with_bundle)
         .await
         .map_err(|source| ReconcileError::Kube {
             context: "read the webhook CA".into(),
@@ -476,7 +478,7 @@ pub async fn with_current_bundle(
     let Some(namespace) = pallet_formats::registry_v1::injected_service_namespace(&objects) else {
         return Ok(objects);
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.writer(bd)?, &namespace);
     let name = ca_secret_name(&bd.name_any());
     let kept = secrets
         .get_opt(&name)
@@ -502,7 +504,7 @@ pub async fn orphan_secrets(
     let name = bd.name_any();
     let writer = ctx.writer(bd)?;
     for namespace in namespaces {
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+        let secrets: Api<Secret> = Api::namespaced(writer.clone(), namespace);
         let selector = format!("{CERTIFICATES_OF_LABEL}={name}");
         let listed = secrets
             .list_metadata(&kube::api::ListParams::default().labels(&selector))
