@@ -178,8 +178,12 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
     apply_bd(
         &client,
         &name,
+        // The provider is left to its default (BuiltIn); a deploymentConfig rides along.
         json!({"installNamespace": name, "sources": [source], "format": "registry-v1",
-               "collisionProtection": "None"}),
+               "collisionProtection": "None",
+               "config": {"registryV1": {"deploymentConfig": {
+                   "env": [{"name": "LOG_LEVEL", "value": "debug"}],
+                   "annotations": {"team": "platform"}}}}}),
     )
     .await;
     wait_condition(&client, &agent, &name, "Ready", "True", "objects").await;
@@ -208,14 +212,22 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
         .get("webhook-operator-controller-manager")
         .await
         .unwrap();
-    let volumes = deployment
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .volumes
-        .unwrap();
+    assert_eq!(
+        deployment.metadata.annotations.as_ref().unwrap()["team"],
+        "platform",
+        "deploymentConfig.annotations"
+    );
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert!(
+        pod.containers[0]
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|e| e.name == "LOG_LEVEL" && e.value.as_deref() == Some("debug")),
+        "deploymentConfig.env"
+    );
+    let volumes = pod.volumes.unwrap();
     let cert_volume = volumes.iter().find(|v| v.name == "webhook-cert").unwrap();
     assert_eq!(
         cert_volume.secret.as_ref().unwrap().secret_name.as_deref(),
