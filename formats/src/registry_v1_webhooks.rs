@@ -752,6 +752,109 @@ pub(crate) fn injected_service_namespace(object: &mut Value) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn check(webhooks: Value, modes: &[&str]) -> Result<Vec<WebhookDefinition>, String> {
+        let spec = json!({"webhookdefinitions": webhooks});
+        let deployments: BTreeSet<&str> = ["op"].into();
+        let owned: BTreeSet<&str> = ["a.example.com", "b.example.com"].into();
+        let modes: BTreeSet<&str> = modes.iter().copied().collect();
+        read_webhooks(&spec, "CSV", &deployments, &owned, &modes).map_err(|e| e.to_string())
+    }
+
+    fn webhook(kind: &str, name: &str) -> Value {
+        json!({"type": kind, "generateName": name, "deploymentName": "op", "containerPort": 443,
+               "admissionReviewVersions": ["v1"], "sideEffects": "None"})
+    }
+
+    #[test]
+    fn olm_v1_rules_for_webhooks() {
+        let all = ["AllNamespaces"];
+        assert!(check(json!([webhook(VALIDATING, "v.example.com")]), &all).is_ok());
+        assert!(check(json!(null), &all).unwrap().is_empty());
+
+        let error = check(json!([webhook("Bogus", "v.example.com")]), &all).unwrap_err();
+        assert!(error.contains("has type \"Bogus\""), "{error}");
+        let error = check(json!([webhook(VALIDATING, "Not_DNS")]), &all).unwrap_err();
+        assert!(error.contains("invalid name 'Not_DNS'"), "{error}");
+        let twice = json!([
+            webhook(MUTATING, "m.example.com"),
+            webhook(MUTATING, "m.example.com")
+        ]);
+        let error = check(twice, &all).unwrap_err();
+        assert!(
+            error.contains("duplicate webhook 'm.example.com'"),
+            "{error}"
+        );
+        // The same name with another type is fine.
+        let both = json!([
+            webhook(MUTATING, "w.example.com"),
+            webhook(VALIDATING, "w.example.com")
+        ]);
+        assert!(check(both, &all).is_ok());
+
+        let mut star = webhook(VALIDATING, "v.example.com");
+        star["rules"] = json!([{"apiGroups": ["*"], "resources": ["pods"]}]);
+        let error = check(json!([star]), &all).unwrap_err();
+        assert!(
+            error.contains("cannot reference API group \"*\""),
+            "{error}"
+        );
+        let mut configs = webhook(VALIDATING, "v.example.com");
+        configs["rules"] = json!([{"apiGroups": ["admissionregistration.k8s.io"],
+                                   "resources": ["ValidatingWebhookConfigurations"]}]);
+        let error = check(json!([configs]), &all).unwrap_err();
+        assert!(error.contains("cannot reference resource"), "{error}");
+
+        let mut conversion = webhook(CONVERSION, "c.example.com");
+        conversion["conversionCRDs"] = json!(["a.example.com"]);
+        assert!(check(json!([conversion.clone()]), &all).is_ok());
+        let error = check(
+            json!([conversion.clone()]),
+            &["AllNamespaces", "OwnNamespace"],
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("only supported for bundles that only support AllNamespaces"),
+            "{error}"
+        );
+        let mut other = webhook(CONVERSION, "d.example.com");
+        other["conversionCRDs"] = json!(["a.example.com"]);
+        let error = check(json!([conversion, other]), &all).unwrap_err();
+        assert!(
+            error.contains("reference same custom resource definition 'a.example.com'"),
+            "{error}"
+        );
+        let mut foreign = webhook(CONVERSION, "c.example.com");
+        foreign["conversionCRDs"] = json!(["z.example.com"]);
+        let error = check(json!([foreign]), &all).unwrap_err();
+        assert!(error.contains("'z.example.com' not owned"), "{error}");
+    }
+
+    #[test]
+    fn service_ports_are_distinct_and_sorted() {
+        let mut a = webhook(VALIDATING, "a.example.com");
+        a["containerPort"] = json!(8443);
+        let mut b = webhook(MUTATING, "b.example.com");
+        b["targetPort"] = json!(9443);
+        let c = webhook(CONVERSION, "c.example.com");
+        let mut none = webhook(MUTATING, "d.example.com");
+        none.as_object_mut().unwrap().remove("containerPort");
+        let webhooks = check(json!([a, b, c, none]), &["AllNamespaces"]).unwrap();
+        let services = services(
+            &webhooks,
+            &[("op".to_owned(), Some(json!({"app": "op"})))],
+            "ns",
+        );
+        assert_eq!(services.len(), 1);
+        assert_eq!(
+            services[0]["spec"],
+            json!({"ports": [
+                {"name": "443", "port": 443, "targetPort": 443},
+                {"name": "443", "port": 443, "targetPort": 9443},
+                {"name": "8443", "port": 8443, "targetPort": 8443}],
+                "selector": {"app": "op"}})
+        );
+    }
+
     #[test]
     fn names_follow_olm() {
         assert_eq!(
