@@ -156,6 +156,39 @@ async fn injected_bundle(client: &Client) -> Result<String, String> {
     String::from_utf8(first.0).map_err(|e| e.to_string())
 }
 
+/// Applies the BundleDeployment and checks its `config.registryV1` was kept. On a shared local
+/// control plane another checkout may have installed its own CRD, without these fields, which
+/// the API server would silently prune: the CRD is installed again until the field sticks.
+async fn apply_registry_v1_bd(client: &Client, name: &str, spec: serde_json::Value) {
+    let field = spec["config"]["registryV1"]
+        .as_object()
+        .and_then(|config| config.keys().next().cloned())
+        .expect("the spec sets config.registryV1");
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    cluster::poll_until(
+        "config.registryV1 to be kept (this checkout's CRD installed)",
+        Duration::from_secs(30),
+        || {
+            let (client, bds, spec, field) =
+                (client.clone(), bds.clone(), spec.clone(), field.clone());
+            let name = name.to_string();
+            async move {
+                cluster::install_crd(&client).await;
+                apply_bd(&client, &name, spec).await;
+                let stored = bds.get(&name).await.map_err(|e| e.to_string())?;
+                let kept = serde_json::to_value(&stored.spec).map_err(|e| e.to_string())?;
+                match kept["config"]["registryV1"].get(&field) {
+                    Some(_) => Ok(()),
+                    None => Err(format!(
+                        "config.registryV1.{field} was pruned: the cluster's CRD lacks it"
+                    )),
+                }
+            }
+        },
+    )
+    .await;
+}
+
 async fn active_revision(client: &Client, name: &str) -> Option<i64> {
     Api::<BundleDeployment>::all(client.clone())
         .get(name)
@@ -175,7 +208,7 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
     let agent = Agent::start_with(&name, &["--webhook-cert-validity", "60s"]);
     let _kubelet = kubelet::FakeKubelet::start(&client, &name, &["*"]);
     // collisionProtection None: the conversion CRD is cluster-wide (see formats_e2e).
-    apply_bd(
+    apply_registry_v1_bd(
         &client,
         &name,
         // The provider is left to its default (BuiltIn); a deploymentConfig rides along.
@@ -370,6 +403,14 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
         },
     )
     .await;
+    let inventory = bds
+        .get(&name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.inventory)
+        .map(|i| i.objects)
+        .unwrap_or_default();
     bds.delete(&name, &Default::default()).await.unwrap();
     agent::wait_bd_gone(&client, &name).await;
     for secret in [SERVING_SECRET.to_string(), ca_secret.clone()] {
@@ -385,19 +426,19 @@ async fn builtin_provider_installs_webhooks_with_a_verifying_ca_bundle_and_renew
             "{secret} no longer owned by the BundleDeployment"
         );
     }
-    // The orphans are this test's to remove.
+    // The orphans are this test's to remove: the namespace (with what is in it) and the
+    // cluster-scoped objects of the inventory (CRD, webhook configurations, cluster RBAC).
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&name, &Default::default())
         .await;
-    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .delete("vwebhooktest-v1.kb.io", &Default::default())
-        .await;
-    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .delete("mwebhooktest-v1.kb.io", &Default::default())
-        .await;
-    let _ = Api::<CustomResourceDefinition>::all(client.clone())
-        .delete(CONVERSION_CRD, &Default::default())
-        .await;
+    for object in inventory.iter().filter(|o| o.namespace.is_empty()) {
+        let gvk = kube::core::GroupVersionKind::gvk(&object.group, &object.version, &object.kind);
+        if let Ok((resource, _)) = kube::discovery::pinned_kind(&client, &gvk).await {
+            let _ = Api::<DynamicObject>::all_with(client.clone(), &resource)
+                .delete(&object.name, &Default::default())
+                .await;
+        }
+    }
 }
 
 /// The API server calls the rendered webhooks, verifying the test server's (renewed) serving
@@ -495,7 +536,7 @@ async fn cert_manager_provider_without_cert_manager_installs_nothing() {
     let name = support::unique_name("olm-certmanager");
     let source = publish(fx, &name, &webhook_bundle());
     let agent = Agent::start(&name);
-    apply_bd(
+    apply_registry_v1_bd(
         &client,
         &name,
         json!({"installNamespace": name, "sources": [source], "format": "registry-v1",
