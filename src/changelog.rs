@@ -12,7 +12,7 @@
 //! | `revision` | number of the revision being applied (an integer), when known |
 //! | `digest` | content digest (`sha256:…`) of that revision's rendered set, when known |
 //! | `operation` | `create`, `update` or `delete` |
-//! | `reason` | `new-revision`, `drift`, `rollback`, `prune`, `adoption`, `deletion` or `hook` |
+//! | `reason` | `new-revision`, `drift`, `rollback`, `prune`, `adoption`, `deletion`, `hook` or `certificate` |
 //! | `object` | `{apiVersion, kind, namespace?, name}` |
 //! | `resourceVersionBefore` / `resourceVersionAfter` | around the write, when known |
 //! | `fieldsChanged` | field paths that differed (never values: they may be secret) |
@@ -64,6 +64,9 @@ pub enum Reason {
     /// A helm hook was created, or deleted by its delete policy (`details.hookEvent` names the
     /// event, `details.deletePolicy` the policy that deleted it).
     Hook,
+    /// A certificate Secret of the BuiltIn provider for registry-v1 webhooks was issued or
+    /// renewed.
+    Certificate,
 }
 
 /// The object written.

@@ -319,3 +319,49 @@ async fn readme_bundle_deployment_examples_are_accepted() {
         .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
     }
 }
+
+/// config.registryV1's deploymentConfig is checked by the schema (Kubernetes' own types) and
+/// certificateProvider is an enum.
+#[tokio::test]
+async fn registry_v1_config_is_checked_by_the_schema() {
+    let client = ready_client().await;
+    let with = |registry_v1: Value| {
+        let mut spec = valid_spec();
+        spec["format"] = json!("registry-v1");
+        spec["config"] = json!({"registryV1": registry_v1});
+        bd("registry-v1-config", spec)
+    };
+    let message = rejection(
+        &client,
+        with(json!({"deploymentConfig": {"env": [{"value": "no name"}]}})),
+    )
+    .await;
+    assert!(
+        message.contains("spec.config.registryV1.deploymentConfig.env[0].name"),
+        "{message}"
+    );
+    let message = rejection(
+        &client,
+        with(json!({"deploymentConfig": {"volumeMounts": [{"name": "no-path"}]}})),
+    )
+    .await;
+    assert!(
+        message.contains("deploymentConfig.volumeMounts[0].mountPath"),
+        "{message}"
+    );
+    let message = rejection(&client, with(json!({"certificateProvider": "Vault"}))).await;
+    assert!(
+        message.contains("certificateProvider") && message.contains("BuiltIn"),
+        "{message}"
+    );
+    // An empty affinity (erase) and empty sub-affinities are valid.
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    api.patch(
+        "registry-v1-config",
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(),
+        &Patch::Apply(&with(json!({"certificateProvider": "CertManager",
+            "deploymentConfig": {"affinity": {"nodeAffinity": {}, "podAffinity": {}}, "nodeSelector": {}}}))),
+    )
+    .await
+    .expect("empty affinities are accepted");
+}

@@ -367,3 +367,67 @@ fn helm_values_flags_stand_in_for_values_from() {
         "{yaml}"
     );
 }
+
+/// `--config FILE` takes `config.registryV1`: the provider and the deploymentConfig show in the
+/// rendered webhook bundle; a file that is not one is a clear error.
+#[test]
+fn registry_v1_config_file() {
+    let conformance = std::env::var_os("PALLET_CONFORMANCE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/registry-v1")
+        });
+    let bundle = conformance.join("webhook-operator.v0.0.5");
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "certificateProvider: CertManager\n\
+         deploymentConfig:\n  env: [{name: LOG_LEVEL, value: debug}]\n  nodeSelector: {disk: ssd}\n",
+    )
+    .unwrap();
+    let (yaml, _) = ok(&[
+        "render",
+        "--format",
+        "registry-v1",
+        "--install-namespace",
+        "webhook-system",
+        "--config",
+        config.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    let objects = docs(&yaml);
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in [
+        "Issuer",
+        "Certificate",
+        "ValidatingWebhookConfiguration",
+        "Service",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} in {kinds:?}");
+    }
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["disk"], "ssd");
+    assert!(pod["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == "LOG_LEVEL" && e["value"] == "debug"));
+
+    std::fs::write(&config, "deploymentConfig: {env: notalist}\n").unwrap();
+    let out = pallet(&[
+        "render",
+        "--format",
+        "registry-v1",
+        "--config",
+        config.to_str().unwrap(),
+        bundle.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--config") && stderr.contains("config.registryV1"),
+        "{stderr}"
+    );
+}

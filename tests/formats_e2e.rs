@@ -25,10 +25,16 @@ use serde_json::{json, Value};
 const OWNER: &str = "pallet.dev/bundle-deployment";
 
 fn argocd_bundle() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/conformance/registry-v1/argocd-operator.v0.6.0"
-    ));
+    // `$PALLET_CONFORMANCE_DIR` for a checkout that is not beside shared/ (a git worktree).
+    let dir = std::env::var_os("PALLET_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/conformance/registry-v1"
+            ))
+        })
+        .join("argocd-operator.v0.6.0");
     assert!(
         dir.is_dir(),
         "the conformance bundle is missing at {} (shared/ beside the repo)",

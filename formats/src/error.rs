@@ -58,7 +58,7 @@ pub enum RegistryV1Rule {
     OwnedApiServices,
     /// The bundle declares dependencies (`olm.package.required`, `olm.gvk.required`, `olm.constraint`).
     Dependencies,
-    /// The CSV declares webhook definitions.
+    /// The CSV's webhook definitions break one of OLM v1's rules for them.
     Webhooks,
     /// A manifest's kind is not on OLM's list of supported kinds.
     UnsupportedKind,
@@ -88,7 +88,7 @@ impl RegistryV1Rule {
             Self::MultiNamespaceOnly => "no-multinamespace-only",
             Self::OwnedApiServices => "no-owned-apiservices",
             Self::Dependencies => "no-dependencies",
-            Self::Webhooks => "no-webhooks",
+            Self::Webhooks => "valid-webhooks",
             Self::UnsupportedKind => "supported-kinds",
             Self::OwnedCrdMissing => "owned-crds-present",
             Self::DuplicateDeployment => "unique-deployment-names",

@@ -8,6 +8,8 @@ pub mod helm;
 pub mod object;
 pub mod plain;
 pub mod registry_v1;
+mod registry_v1_config;
+mod registry_v1_webhooks;
 pub mod scope;
 pub mod semver;
 
@@ -110,6 +112,48 @@ pub struct RenderConfig {
     pub watch_namespace: String,
     /// Helm options.
     pub helm: HelmOptions,
+    /// registry-v1 options (`config.registryV1`).
+    pub registry_v1: RegistryV1Options,
+}
+
+/// registry-v1 options beyond the watch namespace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RegistryV1Options {
+    /// `deploymentConfig` (OLM v1's fields, as JSON), merged into every CSV Deployment.
+    pub deployment_config: Option<serde_json::Value>,
+    /// Who provides the certificates of the bundle's webhooks.
+    pub certificate_provider: CertificateProvider,
+}
+
+/// The certificate provider for a registry-v1 bundle's webhooks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CertificateProvider {
+    /// None: the webhooks as OLM v1's renderer writes them without a provider (no caBundle,
+    /// no certificate volumes). What the conformance goldens hold; not installable as is.
+    #[default]
+    None,
+    /// cert-manager: a self-signed Issuer and a Certificate per webhook Service, and
+    /// `cert-manager.io/inject-ca-from` on the webhook configurations and converting CRDs.
+    CertManager,
+    /// Built into the agent: the certificate Secrets are mounted as with cert-manager; the
+    /// `caBundle` is left empty for the agent to fill with
+    /// [`registry_v1::inject_ca_bundle`] once it has issued the certificates
+    /// [`Rendered::webhook_certificates`] lists.
+    BuiltIn,
+}
+
+/// A serving certificate the BuiltIn provider must issue for a webhook Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookCertificate {
+    /// The webhook Service's namespace (the install namespace).
+    pub namespace: String,
+    /// The webhook Service's name.
+    pub service_name: String,
+    /// The Secret the Deployment mounts (`tls.crt`, `tls.key`).
+    pub secret_name: String,
+    /// DNS names the certificate must hold (`<svc>.<ns>`, `<svc>.<ns>.svc`,
+    /// `<svc>.<ns>.svc.cluster.local`).
+    pub dns_names: Vec<String>,
 }
 
 /// One rendered object and whether its kind is namespaced.
@@ -129,6 +173,8 @@ pub struct Rendered {
     pub objects: Vec<RenderedObject>,
     /// The namespace the renderer gave namespaced objects without one.
     pub install_namespace: String,
+    /// registry-v1 with the BuiltIn provider: the serving certificates the webhooks need.
+    pub webhook_certificates: Vec<WebhookCertificate>,
 }
 
 impl Rendered {

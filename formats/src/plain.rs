@@ -58,6 +58,7 @@ pub fn finish(objects: Vec<Object>, install_namespace: &str) -> Result<Rendered,
     Ok(Rendered {
         objects: rendered,
         install_namespace: install_namespace.to_owned(),
+        ..Rendered::default()
     })
 }
 

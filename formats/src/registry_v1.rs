@@ -23,8 +23,10 @@ use crate::error::{RegistryV1Rule, RenderError, SourceLocation};
 use crate::gojson;
 use crate::object::{parse_manifests, Object, Origin};
 use crate::plain::read_text;
+use crate::registry_v1_config as deployment_config;
+use crate::registry_v1_webhooks as webhooks;
 use crate::scope::{builtin_scope, Scope};
-use crate::{RenderConfig, Rendered, RenderedObject};
+use crate::{CertificateProvider, RenderConfig, Rendered, RenderedObject};
 
 const MANIFESTS_DIR: &str = "manifests";
 const PACKAGE_ANNOTATION: &str = "operators.operatorframework.io.bundle.package.v1";
@@ -256,6 +258,21 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
     let permissions = read_permissions(strategy, "permissions", &csv_label)?;
     let cluster_permissions = read_permissions(strategy, "clusterPermissions", &csv_label)?;
     let origin = bundle.csv.origin().clone();
+    let options = &config.registry_v1;
+    let provider = options.certificate_provider;
+    let spec = csv_spec(&bundle.csv);
+    let webhooks = webhooks::read_webhooks(
+        spec,
+        &csv_label,
+        &strings_at(strategy, &["deployments"]).into_iter().collect(),
+        &strings_at(spec, &["customresourcedefinitions", "owned"])
+            .into_iter()
+            .collect(),
+        &supported_install_modes(&bundle.csv)
+            .into_iter()
+            .map(InstallMode::name)
+            .collect(),
+    )?;
     let mut out: Vec<(Value, Origin, Scope)> = Vec::new();
 
     // ServiceAccounts for every permission's account, except the namespace's default one.
@@ -336,6 +353,7 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         ));
     }
 
+    let mut crds: Vec<Value> = Vec::with_capacity(bundle.crds.len());
     for crd in &bundle.crds {
         let mut body = crd.body().clone();
         // OLM reads CRDs into Go types, whose metadata drops a null creationTimestamp.
@@ -344,7 +362,12 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
                 metadata.remove("creationTimestamp");
             }
         }
-        out.push((Value::Object(body), crd.origin().clone(), Scope::Cluster));
+        crds.push(Value::Object(body));
+    }
+    webhooks::check_conversion_crds(&webhooks, &crds, &csv_label)?;
+    webhooks::wire_conversion(&webhooks, &mut crds, &install_namespace, provider);
+    for (body, crd) in crds.into_iter().zip(&bundle.crds) {
+        out.push((body, crd.origin().clone(), Scope::Cluster));
     }
     for other in &bundle.others {
         let namespaced = SUPPORTED_KINDS
@@ -374,7 +397,48 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         &install_namespace,
         &target_namespace,
     )? {
+        let mut deployment = deployment;
+        if let Some(deployment_config) = &options.deployment_config {
+            deployment_config::apply_deployment_config(&mut deployment, deployment_config);
+        }
+        webhooks::add_certificate_volumes(&webhooks, &mut deployment, provider);
         out.push((deployment, origin.clone(), Scope::Namespaced));
+    }
+    for configuration in
+        webhooks::webhook_configurations(&webhooks, &install_namespace, &target_namespace, provider)
+    {
+        out.push((configuration, origin.clone(), Scope::Cluster));
+    }
+    let selectors: Vec<(String, Option<Value>)> = strategy
+        .get("deployments")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|deployment| {
+            (
+                deployment
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                deployment.pointer("/spec/selector/matchLabels").cloned(),
+            )
+        })
+        .collect();
+    for service in webhooks::services(&webhooks, &selectors, &install_namespace) {
+        out.push((service, origin.clone(), Scope::Namespaced));
+    }
+    let mut webhook_certificates = Vec::new();
+    match provider {
+        CertificateProvider::CertManager => {
+            for object in webhooks::cert_manager_objects(&webhooks, &install_namespace) {
+                out.push((object, origin.clone(), Scope::Namespaced));
+            }
+        }
+        CertificateProvider::BuiltIn => {
+            webhook_certificates = webhooks::builtin_certificates(&webhooks, &install_namespace);
+        }
+        CertificateProvider::None => {}
     }
 
     let mut rendered = Vec::with_capacity(out.len());
@@ -395,7 +459,57 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
     Ok(Rendered {
         objects: rendered,
         install_namespace,
+        webhook_certificates,
     })
+}
+
+/// Replaces every `caBundle` already set on a webhook client config among `objects` (a stored
+/// revision rendered with the BuiltIn provider) with `ca_pem`, so an older revision re-applied
+/// after a renewal trusts the current CA. Returns how many it replaced.
+pub fn replace_ca_bundles(objects: &mut [Object], ca_pem: &str) -> usize {
+    objects
+        .iter_mut()
+        .map(|object| with_value(object, |value| webhooks::replace_ca_bundles(value, ca_pem)))
+        .sum()
+}
+
+/// The namespace of the webhook Services whose `caBundle` is set among `objects`, if any.
+pub fn injected_service_namespace(objects: &[Object]) -> Option<String> {
+    objects.iter().find_map(|object| {
+        let mut value = Value::Object(object.body().clone());
+        webhooks::injected_service_namespace(&mut value)
+    })
+}
+
+/// Runs `edit` on the object's body as a JSON value.
+fn with_value<T>(object: &mut Object, edit: impl FnOnce(&mut Value) -> T) -> T {
+    let body = object.body_mut();
+    let mut value = Value::Object(std::mem::take(body));
+    let result = edit(&mut value);
+    if let Value::Object(map) = value {
+        *body = map;
+    }
+    result
+}
+
+/// Sets the `caBundle` (`ca_pem`, PEM) of every webhook client config in `rendered` that points at
+/// a Service of [`Rendered::webhook_certificates`]: what the BuiltIn provider does once it has
+/// issued them. Returns how many client configs it set. Pure: the agent owns the certificates.
+pub fn inject_ca_bundle(rendered: &mut Rendered, ca_pem: &str) -> usize {
+    let services: BTreeSet<(String, String)> = rendered
+        .webhook_certificates
+        .iter()
+        .map(|c| (c.namespace.clone(), c.service_name.clone()))
+        .collect();
+    rendered
+        .objects
+        .iter_mut()
+        .map(|entry| {
+            with_value(&mut entry.object, |value| {
+                webhooks::inject_ca_bundle(std::slice::from_mut(value), &services, ca_pem)
+            })
+        })
+        .sum()
 }
 
 fn load(tree: &Path) -> Result<Bundle, RenderError> {
@@ -662,20 +776,6 @@ fn validate(bundle: &Bundle) -> Result<(), RenderError> {
             format!("owned APIService definitions are not supported (first: {first})"),
         ));
     }
-    if let Some(webhooks) = spec.get("webhookdefinitions").and_then(Value::as_array) {
-        if let Some(first) = webhooks.first() {
-            let name = first
-                .get("generateName")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            return Err(reject(
-                RegistryV1Rule::Webhooks,
-                csv_label,
-                format!("webhook definitions are not supported (first: {name})"),
-            ));
-        }
-    }
-
     for other in &bundle.others {
         if !SUPPORTED_KINDS
             .iter()
@@ -768,15 +868,9 @@ fn install_strategy_spec(csv: &Object) -> Result<&Value, RenderError> {
         })
 }
 
-/// The target namespace for the watch namespace: `""` for AllNamespaces. Checks the CSV supports the
-/// install mode the watch namespace asks for.
-fn check_install_mode(
-    csv: &Object,
-    install_namespace: &str,
-    watch_namespace: &str,
-) -> Result<String, RenderError> {
-    let csv_label = format!("ClusterServiceVersion {}", csv.name());
-    let supported: BTreeSet<InstallMode> = csv_spec(csv)
+/// The install modes the CSV marks supported.
+fn supported_install_modes(csv: &Object) -> BTreeSet<InstallMode> {
+    csv_spec(csv)
         .get("installModes")
         .and_then(Value::as_array)
         .map(|modes| {
@@ -786,7 +880,18 @@ fn check_install_mode(
                 .filter_map(|mode| InstallMode::parse(mode.get("type")?.as_str()?))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The target namespace for the watch namespace: `""` for AllNamespaces. Checks the CSV supports the
+/// install mode the watch namespace asks for.
+fn check_install_mode(
+    csv: &Object,
+    install_namespace: &str,
+    watch_namespace: &str,
+) -> Result<String, RenderError> {
+    let csv_label = format!("ClusterServiceVersion {}", csv.name());
+    let supported = supported_install_modes(csv);
     if supported.len() == 1 && supported.contains(&InstallMode::MultiNamespace) {
         return Err(reject(
             RegistryV1Rule::MultiNamespaceOnly,
@@ -818,7 +923,7 @@ fn check_install_mode(
 
 /// A DNS-1123 subdomain: at most 253 characters, dot-separated labels of lowercase letters, digits
 /// and `-` that start and end with a letter or digit.
-fn is_dns1123_subdomain(name: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {

@@ -5,16 +5,23 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use pallet_formats::{parse_manifests, render, Format, ObjectKey, RenderConfig};
-use serde_json::Value;
+use pallet_formats::{
+    parse_manifests, render, CertificateProvider, Format, ObjectKey, RegistryV1Options,
+    RenderConfig,
+};
+use serde_json::{json, Value};
 
 const CONFORMANCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../shared/conformance/registry-v1"
 );
 
+/// `shared/conformance/registry-v1` beside the checkout, or `$PALLET_CONFORMANCE_DIR` (for a
+/// checkout elsewhere, e.g. a git worktree).
 fn conformance_dir() -> PathBuf {
-    let dir = PathBuf::from(CONFORMANCE);
+    let dir = std::env::var_os("PALLET_CONFORMANCE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(CONFORMANCE));
     assert!(
         dir.join("README.md").is_file(),
         "conformance data not found at {}: clone the repo with shared/ as a sibling of it",
@@ -46,18 +53,24 @@ fn expected_objects(dir: &Path) -> BTreeMap<ObjectKey, Value> {
 }
 
 fn check_case(case: &str, install_namespace: &str, watch_namespace: &str) {
-    let root = conformance_dir();
     let config = RenderConfig {
         install_namespace: install_namespace.to_owned(),
         watch_namespace: watch_namespace.to_owned(),
         ..RenderConfig::default()
     };
-    let rendered = render(
-        Format::RegistryV1,
-        &root.join("argocd-operator.v0.6.0"),
-        &config,
-    )
-    .unwrap_or_else(|error| panic!("{case}: render failed: {error}"));
+    let count = check_against_golden("argocd-operator.v0.6.0", case, &config);
+    assert_eq!(count, 14, "{case}: object count");
+}
+
+/// Renders `bundle` with `config` and compares with `expected/<bundle>/<case>`; returns the count.
+///
+/// One normalisation: OLM's renderer writes the install namespace on the (cluster-scoped) webhook
+/// configurations, which the API server drops on a cluster-scoped kind; pallet writes none (its
+/// apply step refuses a namespace on a cluster-scoped object), so the expected ones lose it.
+fn check_against_golden(bundle: &str, case: &str, config: &RenderConfig) -> usize {
+    let root = conformance_dir();
+    let rendered = render(Format::RegistryV1, &root.join(bundle), config)
+        .unwrap_or_else(|error| panic!("{case}: render failed: {error}"));
     let mut actual = BTreeMap::new();
     for entry in &rendered.objects {
         let key = entry.object.key();
@@ -68,7 +81,29 @@ fn check_case(case: &str, install_namespace: &str, watch_namespace: &str) {
             "{case}: rendered {key} twice"
         );
     }
-    let expected = expected_objects(&root.join("expected/argocd-operator.v0.6.0").join(case));
+    let mut expected = expected_objects(&root.join("expected").join(bundle).join(case));
+    let expected: BTreeMap<ObjectKey, Value> = std::mem::take(&mut expected)
+        .into_values()
+        .map(|mut body| {
+            let kind = body["kind"].as_str().unwrap_or_default().to_owned();
+            if kind.ends_with("WebhookConfiguration") {
+                body["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("namespace");
+            }
+            let object = pallet_formats::Object::new(
+                body.clone(),
+                pallet_formats::Origin {
+                    file: "expected".to_owned(),
+                    document: 0,
+                    line: 1,
+                },
+            )
+            .unwrap();
+            (object.key(), body)
+        })
+        .collect();
 
     let missing: Vec<_> = expected
         .keys()
@@ -88,7 +123,7 @@ fn check_case(case: &str, install_namespace: &str, watch_namespace: &str) {
             panic!("{case}: {key} differs at {difference}");
         }
     }
-    assert_eq!(actual.len(), 14, "{case}: object count");
+    actual.len()
 }
 
 /// The first path where two JSON values differ, with both values there.
@@ -162,5 +197,209 @@ fn argocd_render_is_deterministic() {
     assert_ne!(
         first.digest(),
         render(Format::RegistryV1, &root, &own).unwrap().digest()
+    );
+}
+
+/// `config/with-deploymentconfig-options.yaml`'s `deploymentConfig` merged into the Deployment.
+#[test]
+fn with_deploymentconfig_options() {
+    let text = std::fs::read_to_string(
+        conformance_dir().join("config/with-deploymentconfig-options.yaml"),
+    )
+    .unwrap();
+    let file: Value = serde_saphyr::from_str(&text).unwrap();
+    let config = RenderConfig {
+        install_namespace: "argocd-system".to_owned(),
+        registry_v1: RegistryV1Options {
+            deployment_config: Some(file["deploymentConfig"].clone()),
+            ..RegistryV1Options::default()
+        },
+        ..RenderConfig::default()
+    };
+    let count = check_against_golden(
+        "argocd-operator.v0.6.0",
+        "with-deploymentconfig-options",
+        &config,
+    );
+    assert_eq!(count, 14);
+}
+
+/// Validating, mutating and conversion webhooks, with no certificate provider.
+#[test]
+fn all_webhook_types() {
+    let config = RenderConfig {
+        install_namespace: "webhook-system".to_owned(),
+        ..RenderConfig::default()
+    };
+    let count = check_against_golden("webhook-operator.v0.0.5", "all-webhook-types", &config);
+    assert_eq!(count, 10);
+}
+
+fn render_webhook_operator(provider: CertificateProvider) -> pallet_formats::Rendered {
+    let config = RenderConfig {
+        install_namespace: "webhook-system".to_owned(),
+        registry_v1: RegistryV1Options {
+            certificate_provider: provider,
+            ..RegistryV1Options::default()
+        },
+        ..RenderConfig::default()
+    };
+    render(
+        Format::RegistryV1,
+        &conformance_dir().join("webhook-operator.v0.0.5"),
+        &config,
+    )
+    .unwrap()
+}
+
+fn find(rendered: &pallet_formats::Rendered, kind: &str) -> Vec<Value> {
+    rendered
+        .objects
+        .iter()
+        .filter(|entry| entry.object.kind() == kind)
+        .map(|entry| Value::Object(entry.object.body().clone()))
+        .collect()
+}
+
+/// The cert-manager provider, field by field as operator-controller's
+/// `rukpak/render/certproviders/certmanager.go` writes them (Issuer, Certificate, annotations)
+/// and `generators/certmutator.go` mounts them.
+#[test]
+fn cert_manager_provider_objects() {
+    let rendered = render_webhook_operator(CertificateProvider::CertManager);
+    let service = "webhook-operator-controller-manager-service";
+    let cert = "webhook-operator-controller-manager-service-cert";
+    // ObjectNameForBaseAndSuffix cuts the base so that the name fits 63 characters.
+    let issuers = find(&rendered, "Issuer");
+    assert_eq!(issuers.len(), 1);
+    assert_eq!(
+        issuers[0],
+        json!({"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+               "metadata": {"name": "webhook-operator-controller-manager-service-c-selfsigned-issuer",
+                            "namespace": "webhook-system"},
+               "spec": {"selfSigned": {}}})
+    );
+    let certificates = find(&rendered, "Certificate");
+    assert_eq!(certificates.len(), 1);
+    let certificate = &certificates[0];
+    assert_eq!(certificate["apiVersion"], "cert-manager.io/v1");
+    assert_eq!(
+        certificate["metadata"],
+        json!({"name": cert, "namespace": "webhook-system"})
+    );
+    let spec = &certificate["spec"];
+    assert_eq!(spec["secretName"], cert);
+    assert_eq!(spec["commonName"], format!("{service}.webhook-system"));
+    assert_eq!(spec["usages"], json!(["server auth"]));
+    assert!(spec.get("isCA").is_none(), "isCA false is omitted");
+    assert_eq!(
+        spec["dnsNames"],
+        json!([
+            format!("{service}.webhook-system"),
+            format!("{service}.webhook-system.svc"),
+            format!("{service}.webhook-system.svc.cluster.local")
+        ])
+    );
+    assert_eq!(
+        spec["issuerRef"],
+        json!({"name": "webhook-operator-controller-manager-service-c-selfsigned-issuer"})
+    );
+    assert_eq!(spec["duration"], "17520h0m0s");
+    assert_eq!(spec["renewBefore"], "24h0m0s");
+    assert_eq!(spec.as_object().unwrap().len(), 7, "{spec}");
+
+    let inject = format!("webhook-system/{cert}");
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+        "CustomResourceDefinition",
+    ] {
+        for object in find(&rendered, kind) {
+            assert_eq!(
+                object["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                inject.as_str(),
+                "{kind}"
+            );
+        }
+    }
+    check_certificate_volumes(&rendered, cert);
+    assert!(rendered.webhook_certificates.is_empty());
+}
+
+/// Both providers mount the certificate Secret as operator-controller's certmutator does.
+fn check_certificate_volumes(rendered: &pallet_formats::Rendered, cert: &str) {
+    let deployment = &find(rendered, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"],
+        json!([
+            {"name": "webhook-cert", "secret": {"secretName": cert, "items": [
+                {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}},
+            {"name": "apiservice-cert", "secret": {"secretName": cert, "items": [
+                {"key": "tls.crt", "path": "apiserver.crt"}, {"key": "tls.key", "path": "apiserver.key"}]}}
+        ]),
+        "the bundle's own volume at the serving-certs path is replaced"
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([
+            {"name": "webhook-cert", "mountPath": "/tmp/k8s-webhook-server/serving-certs"},
+            {"name": "apiservice-cert", "mountPath": "/apiserver.local.config/certificates"}
+        ])
+    );
+}
+
+/// BuiltIn: nothing for cert-manager; the certificates to issue are listed and the caBundle is
+/// injected afterwards into the admission webhooks and the conversion webhook.
+#[test]
+fn builtin_provider_lists_certificates_and_takes_a_ca_bundle() {
+    let mut rendered = render_webhook_operator(CertificateProvider::BuiltIn);
+    assert!(find(&rendered, "Issuer").is_empty() && find(&rendered, "Certificate").is_empty());
+    let cert = "webhook-operator-controller-manager-service-cert";
+    check_certificate_volumes(&rendered, cert);
+    assert_eq!(rendered.webhook_certificates.len(), 1);
+    let wanted = &rendered.webhook_certificates[0];
+    assert_eq!(wanted.secret_name, cert);
+    assert_eq!(
+        wanted.service_name,
+        "webhook-operator-controller-manager-service"
+    );
+    assert_eq!(wanted.namespace, "webhook-system");
+    assert_eq!(wanted.dns_names.len(), 3);
+    let before = rendered.digest();
+    let set = pallet_formats::registry_v1::inject_ca_bundle(&mut rendered, "PEM");
+    assert_eq!(set, 3, "validating, mutating and conversion client configs");
+    assert_ne!(rendered.digest(), before);
+    let encoded = "UEVN"; // base64("PEM")
+    assert_eq!(
+        find(&rendered, "ValidatingWebhookConfiguration")[0]["webhooks"][0]["clientConfig"]
+            ["caBundle"],
+        encoded
+    );
+    assert_eq!(
+        find(&rendered, "CustomResourceDefinition")[0]["spec"]["conversion"]["webhook"]
+            ["clientConfig"]["caBundle"],
+        encoded
+    );
+
+    // A stored revision re-applied after a renewal gets the current bundle where one was set.
+    let mut stored = rendered.object_list();
+    assert_eq!(
+        pallet_formats::registry_v1::injected_service_namespace(&stored).as_deref(),
+        Some("webhook-system")
+    );
+    assert_eq!(
+        pallet_formats::registry_v1::replace_ca_bundles(&mut stored, "NEW"),
+        3
+    );
+    let mut plain = render_webhook_operator(CertificateProvider::None).object_list();
+    assert_eq!(
+        pallet_formats::registry_v1::injected_service_namespace(&plain),
+        None
+    );
+    assert_eq!(
+        pallet_formats::registry_v1::replace_ca_bundles(&mut plain, "NEW"),
+        0,
+        "no caBundle, nothing replaced"
     );
 }

@@ -161,13 +161,14 @@ fn dependencies_file() {
     );
 }
 
+/// Webhooks are rendered; one that names a Deployment the CSV lacks is refused, as OLM v1 does.
 #[test]
-fn webhooks() {
+fn webhook_of_a_missing_deployment() {
     assert_rejected(
         "webhooks",
         "",
         RegistryV1Rule::Webhooks,
-        "registry-v1 bundle rejected (no-webhooks): ClusterServiceVersion widget-operator.v1.0.0: webhook definitions are not supported (first: vwidget.example.com)",
+        "registry-v1 bundle rejected (valid-webhooks): ClusterServiceVersion widget-operator.v1.0.0: webhook of type 'ValidatingAdmissionWebhook' with name 'vwidget.example.com' references non-existent deployment 'missing-operator'",
     );
 }
 

@@ -8,6 +8,8 @@
 
 pub mod conditions;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
@@ -446,7 +448,7 @@ pub struct ValuesReference {
 }
 
 /// Settings for OLM registry+v1 bundles.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegistryV1Config {
     /// "" (default): AllNamespaces; equal to installNamespace: OwnNamespace; another namespace:
@@ -457,6 +459,95 @@ pub struct RegistryV1Config {
         regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
     )]
     pub watch_namespace: String,
+    /// Who provides the certificates of the bundle's webhooks. Default: BuiltIn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_provider: Option<CertificateProviderName>,
+    /// OLM v1's deploymentConfig (OLM v0's Subscription `config`), merged into every
+    /// Deployment of the CSV.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_config: Option<DeploymentConfig>,
+}
+
+impl RegistryV1Config {
+    /// The provider, with the default (BuiltIn) filled in.
+    pub fn certificate_provider(&self) -> CertificateProviderName {
+        self.certificate_provider.unwrap_or_default()
+    }
+}
+
+/// Keeps each deploymentConfig field's own description but drops those of the Kubernetes types
+/// inside (documented upstream): they would make the CRD six times larger (volumes alone hold
+/// every volume source), which `kubectl apply` without `--server-side` cannot store.
+fn strip_nested_descriptions(schema: &mut schemars::Schema) {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("description");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(list) => list.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+        for property in properties.values_mut() {
+            let own = property.get("description").cloned();
+            strip(property);
+            if let (Some(own), Some(map)) = (own, property.as_object_mut()) {
+                map.insert("description".to_owned(), own);
+            }
+        }
+    }
+}
+
+/// Certificate providers for registry+v1 webhooks.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum CertificateProviderName {
+    /// The agent issues a CA and serving certificates itself (nothing needed in the cluster).
+    #[default]
+    BuiltIn,
+    /// cert-manager issues them (OLM v1's provider); cert-manager must be installed.
+    CertManager,
+}
+
+/// OLM v1's `deploymentConfig`: each field set here is merged into every CSV Deployment the way
+/// OLM v1 merges it (see the README).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(transform = strip_nested_descriptions)]
+pub struct DeploymentConfig {
+    /// Environment variables of every container; one with the same name is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<k8s_openapi::api::core::v1::EnvVar>>,
+    /// envFrom sources appended to every container (unless already there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<k8s_openapi::api::core::v1::EnvFromSource>>,
+    /// Replaces the resources of every container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    /// Replaces the pod's nodeSelector (`{}` clears it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Tolerations appended to the pod's (unless already there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
+    /// `{}` removes the pod's affinity; each sub-affinity given replaces the pod's (an empty
+    /// one removes it); those not given stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<k8s_openapi::api::core::v1::Affinity>,
+    /// Volumes of the pod; one with the same name is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
+    /// Volume mounts of every container; one with the same name is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<k8s_openapi::api::core::v1::VolumeMount>>,
+    /// Annotations added to the Deployment and its pod template (existing ones win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// OLM v0's pod selector: accepted so OLM configs carry over, and ignored, as OLM v1
+    /// ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
 
 /// Rollout settings.

@@ -56,6 +56,11 @@ pub struct AgentArgs {
     /// refused before anything is stored or applied.
     #[arg(long, default_value_t = (crate::revision::DEFAULT_MAX_REVISION_BYTES >> 20) as u64)]
     pub max_revision_mib: u64,
+    /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks (CA
+    /// and serving certificates; renewed when a third remains), as a Go duration. Default two
+    /// years; a short one is for tests of renewal.
+    #[arg(long, default_value = "17520h", value_parser = parse_positive_duration, hide = true)]
+    pub webhook_cert_validity: Duration,
     /// Deadline of one whole source fetch (connect, answer and body), as a Go duration.
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
     pub fetch_timeout: Duration,
@@ -177,7 +182,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_default_poll_interval(args.default_poll_interval)
         .with_max_revision_bytes((args.max_revision_mib.max(1) << 20) as usize)
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done)
-        .with_values_watches(values_watches));
+        .with_values_watches(values_watches)
+        .with_webhook_cert_validity(args.webhook_cert_validity));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
         controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the

@@ -566,6 +566,10 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             capabilities,
             Some(values.values),
         )?;
+        let mut rendered = rendered;
+        // The BuiltIn provider's caBundle, as the agent injects it (read-only).
+        crate::reconcile::webhook_certs::inject_existing(&client, &args.name, &mut rendered)
+            .await?;
         let target = preview::Target {
             client: &client,
             owner: &args.name,

@@ -85,6 +85,14 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             capabilities,
             Some(values.values),
         )?;
+        let mut rendered = rendered;
+        // The BuiltIn provider's caBundle, as the agent injects it (read-only).
+        crate::reconcile::webhook_certs::inject_existing(
+            &client,
+            bd.metadata.name.as_deref().unwrap_or_default(),
+            &mut rendered,
+        )
+        .await?;
         let objects = rendered.object_list();
         // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
         let writer = match &bd.spec.service_account {

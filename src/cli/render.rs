@@ -51,6 +51,11 @@ pub struct RenderArgs {
     /// registry-v1 watch namespace for a local tree.
     #[arg(long)]
     pub watch_namespace: Option<String>,
+    /// registry-v1 settings for a local tree: a YAML file holding what `config.registryV1` holds
+    /// (`watchNamespace`, `certificateProvider`, `deploymentConfig`). `--watch-namespace` wins
+    /// over its `watchNamespace`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Helm release name for a local tree.
     #[arg(long, default_value = "release")]
     pub release_name: String,
@@ -148,9 +153,13 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 merge_values(&mut values, &file);
             }
             let values = serde_json::Value::Object(values);
+            let registry_v1 = read_registry_v1_config(args.config.as_deref())?;
             let config = RenderConfig {
                 install_namespace: args.install_namespace.clone().unwrap_or_default(),
-                watch_namespace: args.watch_namespace.clone().unwrap_or_default(),
+                watch_namespace: args
+                    .watch_namespace
+                    .clone()
+                    .unwrap_or_else(|| registry_v1.watch_namespace.clone()),
                 helm: HelmOptions {
                     release_name: args.release_name.clone(),
                     values,
@@ -158,6 +167,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     // No BundleDeployment here: `now` is the epoch, the random seed 0.
                     ..HelmOptions::default()
                 },
+                registry_v1: crate::reconcile::render::registry_v1_options(&registry_v1),
             };
             let format = match format {
                 FormatArg::Plain => Format::Plain,
@@ -169,6 +179,25 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
     super::write_stdout(&format_rendered(&rendered, args.output)?)
+}
+
+/// `--config FILE` as `config.registryV1` (the API's defaults when no file is given).
+fn read_registry_v1_config(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<crate::api::RegistryV1Config> {
+    let Some(path) = path else {
+        return Ok(crate::api::RegistryV1Config::default());
+    };
+    let text = read_manifest(path)?;
+    if text.trim().is_empty() {
+        return Ok(crate::api::RegistryV1Config::default());
+    }
+    serde_saphyr::from_str(&text).map_err(|why| {
+        anyhow::anyhow!(
+            "--config {}: not a config.registryV1: {why}",
+            path.display()
+        )
+    })
 }
 
 /// Each `--values` file as a mapping of values (helm's YAML reading).

@@ -21,6 +21,7 @@ pub mod rollout;
 pub mod status;
 pub mod values;
 pub mod values_watch;
+pub mod webhook_certs;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -111,6 +112,14 @@ pub enum ReconcileError {
         /// What and where (kind, namespace, name, key; never the content).
         message: String,
     },
+    /// Certificates for registry-v1 webhooks could not be provided.
+    #[error("{message}")]
+    Certificates {
+        /// CamelCase reason (`CertManagerMissing`, `WebhookCertificateFailed`).
+        reason: &'static str,
+        /// What and why.
+        message: String,
+    },
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -134,7 +143,9 @@ impl ReconcileError {
         match self {
             ReconcileError::Source(e) => e.category(),
             ReconcileError::Fetching(_) => "Fetching",
-            ReconcileError::Secret { reason, .. } | ReconcileError::Values { reason, .. } => reason,
+            ReconcileError::Secret { reason, .. }
+            | ReconcileError::Values { reason, .. }
+            | ReconcileError::Certificates { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
             ReconcileError::RenderRefused { category, .. } => category,
             ReconcileError::Apply(e) => e.category(),
@@ -154,6 +165,7 @@ impl ReconcileError {
             | ReconcileError::Values { .. }
             | ReconcileError::Render(_)
             | ReconcileError::RenderRefused { .. }
+            | ReconcileError::Certificates { .. }
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -237,6 +249,8 @@ pub struct Context {
     pub fetches: fetch_pool::FetchPool,
     /// The last render of each BundleDeployment, reused while its inputs are unchanged.
     pub renders: render_memo::RenderMemo,
+    /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks.
+    pub webhook_cert_policy: webhook_certs::CertPolicy,
     /// The cluster's capabilities for helm charts, with when they were read.
     capabilities:
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
@@ -285,6 +299,13 @@ impl Context {
         self
     }
 
+    /// The same context issuing webhook certificates valid for `validity` (renewed when a third
+    /// of it remains).
+    pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
+        self.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self
+    }
+
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
         self.values_watches = Some(watches);
@@ -328,6 +349,7 @@ impl Context {
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
             renders: render_memo::RenderMemo::default(),
+            webhook_cert_policy: webhook_certs::CertPolicy::default(),
             capabilities: tokio::sync::Mutex::new(None),
         }
     }
@@ -677,6 +699,12 @@ async fn progress(
         }
         Err(error) => return Err(error),
     };
+    // Certificates of registry-v1 webhooks: the caBundle is part of the content.
+    let webhook_certs::Provided {
+        rendered,
+        digest,
+        renewal_in,
+    } = webhook_certs::provide(bd, ctx, rendered, digest).await?;
     // Handled once the content to retry is known: a fetch that fails keeps the request pending.
     if let Some(value) = retry {
         work.last_handled_retry = Some(value.to_string());
@@ -757,6 +785,7 @@ async fn progress(
         }
     }?;
     let current = rollout::active_revision(work).is_some_and(|r| r.digest == digest);
+    let requeue = renewal_in.map_or(requeue, |renewal| requeue.min(renewal));
     Ok((with_flags(outcome, SourceState::Fetched, current), requeue))
 }
 
@@ -861,6 +890,8 @@ async fn roll_out(
 ) -> Progress {
     let name = bd.name_any();
     loop {
+        // A stored revision re-applied after a renewal trusts the current webhook CA.
+        objects = webhook_certs::with_current_bundle(ctx, bd, objects).await?;
         let was_failed =
             rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Failed);
         let (reason, message) =
@@ -1191,6 +1222,8 @@ async fn observe_drift(
         values_from,
         ..
     } = fetch_and_render(bd, ctx, force_poll).await?;
+    // Drift is measured against the caBundle the agent keeps (read-only while paused).
+    let (rendered, digest) = webhook_certs::with_kept_bundle(ctx, bd, rendered, digest).await?;
     let status = bd.status.clone().unwrap_or_default();
     let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
@@ -1421,6 +1454,16 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 entry.fields_changed = vec![format!(".metadata.labels.{}", plan::OWNER_LABEL)];
                 entry.details.insert("orphaned".into(), json!(true));
                 ctx.changelog.record(&entry);
+            }
+            if result.is_ok() {
+                let namespaces: BTreeSet<String> = inventory
+                    .objects
+                    .iter()
+                    .map(|r| r.namespace.clone())
+                    .filter(|namespace| !namespace.is_empty())
+                    .chain(bd.spec.install_namespace.clone())
+                    .collect();
+                result = webhook_certs::orphan_secrets(ctx, bd, &namespaces).await;
             }
             result
         }

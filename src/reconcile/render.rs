@@ -2,9 +2,12 @@
 
 use std::path::Path;
 
-use pallet_formats::{Format, HelmCapabilities, HelmOptions, RenderConfig, RenderError, Rendered};
+use pallet_formats::{
+    CertificateProvider, Format, HelmCapabilities, HelmOptions, RegistryV1Options, RenderConfig,
+    RenderError, Rendered,
+};
 
-use crate::api::{BundleDeployment, BundleFormat};
+use crate::api::{BundleDeployment, BundleFormat, CertificateProviderName, RegistryV1Config};
 
 /// The renderer's configuration for `bd`, with the API's defaults filled in. `capabilities`
 /// describe the target cluster for helm's `.Capabilities`; `values` are the user values
@@ -17,12 +20,11 @@ pub fn render_config(
     let spec = &bd.spec;
     let config = spec.config.clone().unwrap_or_default();
     let helm = config.helm.unwrap_or_default();
+    let registry_v1 = config.registry_v1.unwrap_or_default();
     RenderConfig {
         install_namespace: spec.install_namespace.clone().unwrap_or_default(),
-        watch_namespace: config
-            .registry_v1
-            .map(|r| r.watch_namespace)
-            .unwrap_or_default(),
+        registry_v1: registry_v1_options(&registry_v1),
+        watch_namespace: registry_v1.watch_namespace,
         helm: HelmOptions {
             release_name: helm
                 .release_name
@@ -43,6 +45,21 @@ pub fn render_config(
                 bd.metadata.name.as_deref().unwrap_or_default(),
                 bd.metadata.generation.unwrap_or_default(),
             ),
+        },
+    }
+}
+
+/// The renderer's registry-v1 options for `config.registryV1` (the deploymentConfig as the JSON
+/// k8s-openapi writes, so unset fields are absent).
+pub fn registry_v1_options(config: &RegistryV1Config) -> RegistryV1Options {
+    RegistryV1Options {
+        deployment_config: config
+            .deployment_config
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
+        certificate_provider: match config.certificate_provider() {
+            CertificateProviderName::BuiltIn => CertificateProvider::BuiltIn,
+            CertificateProviderName::CertManager => CertificateProvider::CertManager,
         },
     }
 }
@@ -164,6 +181,52 @@ mod tests {
         assert_eq!(config.install_namespace, "apps");
         assert_eq!(config.watch_namespace, "");
         assert!(config.helm.capabilities.is_none());
+    }
+
+    /// The conformance deploymentConfig read through the API's k8s-openapi types reaches the
+    /// renderer unchanged (the formats crate's conformance test renders it against the golden).
+    #[test]
+    fn deployment_config_passes_through_the_api_types_unchanged() {
+        let dir = std::env::var_os("PALLET_CONFORMANCE_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/registry-v1")
+            });
+        let text =
+            std::fs::read_to_string(dir.join("config/with-deploymentconfig-options.yaml")).unwrap();
+        let raw: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        let typed: RegistryV1Config = serde_saphyr::from_str(&text).unwrap();
+        let options = registry_v1_options(&typed);
+        assert_eq!(
+            options.deployment_config.as_ref(),
+            Some(&raw["deploymentConfig"])
+        );
+        assert_eq!(
+            options.certificate_provider,
+            CertificateProvider::BuiltIn,
+            "the default"
+        );
+
+        let empty: RegistryV1Config =
+            serde_saphyr::from_str("deploymentConfig: {affinity: {nodeAffinity: {}}, nodeSelector: {}}\ncertificateProvider: CertManager").unwrap();
+        let options = registry_v1_options(&empty);
+        assert_eq!(
+            options.deployment_config,
+            Some(serde_json::json!({"affinity": {"nodeAffinity": {}}, "nodeSelector": {}})),
+            "empty affinities and maps stay distinct from absent ones"
+        );
+        assert_eq!(
+            options.certificate_provider,
+            CertificateProvider::CertManager
+        );
+
+        // `selector` is accepted and reaches the renderer, which ignores it as OLM v1 does.
+        let with_selector: RegistryV1Config =
+            serde_saphyr::from_str("deploymentConfig: {selector: {matchLabels: {a: b}}}").unwrap();
+        let value = registry_v1_options(&with_selector)
+            .deployment_config
+            .unwrap();
+        assert_eq!(value["selector"]["matchLabels"]["a"], "b");
     }
 
     #[test]
