@@ -7,12 +7,85 @@ use serde_json::json;
 
 use super::Context;
 use crate::api::BundleDeployment;
-use crate::apply::{Applied, Applier, ApplyError, Outcome as ApplyOutcome};
+use crate::apply::{Applied, Applier, ApplyError, Journal, Outcome as ApplyOutcome};
 use crate::changelog::{self, Operation, Reason};
 use crate::metrics::METRICS;
 use kube::ResourceExt;
 
-/// Writes a change-log line for every write in the applier's journal and one summary Event.
+/// `applier` with a journal that writes each write's change-log line the moment it returns
+/// (with why: `apply_reason`, or prune/adoption as the write says), for one pass.
+pub(super) fn logging(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    (revision, digest): (Option<i64>, &str),
+    apply_reason: Reason,
+) -> Applier {
+    let log = ctx.changelog.clone();
+    let name = bd.name_any();
+    let digest = Some(digest.to_string()).filter(|d| !d.is_empty());
+    let observer = move |write: &Applied| {
+        let (operation, reason) = operation_and_reason(write, apply_reason);
+        let mut entry = log.entry(
+            &name,
+            operation,
+            reason,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.revision = revision;
+        entry.digest = digest.clone();
+        entry.resource_version_before = write.resource_version_before.clone();
+        entry.resource_version_after = write.resource_version_after.clone();
+        entry.fields_changed = write.fields_changed.clone();
+        if let Some(previous) = &write.adopted_from {
+            entry
+                .details
+                .insert("previousOwner".into(), json!(previous));
+        }
+        log.record(&entry);
+    };
+    Applier {
+        journal: Journal::observed(std::sync::Arc::new(observer)),
+        ..applier.clone()
+    }
+}
+
+/// `applier` with a journal that logs each delete of a BundleDeployment's deletion as it returns.
+pub(super) fn logging_deletion(ctx: &Context, bd: &BundleDeployment, applier: Applier) -> Applier {
+    let log = ctx.changelog.clone();
+    let name = bd.name_any();
+    let observer = move |write: &Applied| {
+        let mut entry = log.entry(
+            &name,
+            Operation::Delete,
+            Reason::Deletion,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.resource_version_before = write.resource_version_before.clone();
+        log.record(&entry);
+    };
+    Applier {
+        journal: Journal::observed(std::sync::Arc::new(observer)),
+        ..applier
+    }
+}
+
+/// The change log's operation and reason for `write` made while applying for `apply_reason`.
+fn operation_and_reason(write: &Applied, apply_reason: Reason) -> (Operation, Reason) {
+    match (&write.outcome, &write.adopted_from) {
+        // Deletions are prunes, except while rolling back, where they are the rollback.
+        (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
+            (Operation::Delete, Reason::Rollback)
+        }
+        (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
+        (_, Some(_)) => (Operation::Update, Reason::Adoption),
+        (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
+        _ => (Operation::Update, apply_reason),
+    }
+}
+
+/// Ends a pass that applied through [`logging`]: the entry of the write that failed, one summary
+/// Event, the write counters, and an fsync of the change log when anything was written.
 pub(super) async fn log_writes(
     ctx: &Context,
     bd: &BundleDeployment,
@@ -23,42 +96,14 @@ pub(super) async fn log_writes(
     error: Option<&ApplyError>,
 ) {
     let name = bd.name_any();
-    let writes: Vec<Applied> =
-        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    let writes: Vec<Applied> = applier.journal.take();
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
     for write in &writes {
-        let (operation, reason) = match (&write.outcome, &write.adopted_from) {
-            // Deletions are prunes, except while rolling back, where they are the rollback.
-            (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
-                (Operation::Delete, Reason::Rollback)
-            }
-            (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
-            (_, Some(_)) => (Operation::Update, Reason::Adoption),
-            (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
-            _ => (Operation::Update, apply_reason),
-        };
-        match operation {
+        match operation_and_reason(write, apply_reason).0 {
             Operation::Create => created += 1,
             Operation::Update => updated += 1,
             Operation::Delete => deleted += 1,
         }
-        let mut entry = ctx.changelog.entry(
-            &name,
-            operation,
-            reason,
-            change_object(&write.key, &write.api_version),
-        );
-        entry.revision = revision;
-        entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
-        entry.resource_version_before = write.resource_version_before.clone();
-        entry.resource_version_after = write.resource_version_after.clone();
-        entry.fields_changed = write.fields_changed.clone();
-        if let Some(previous) = &write.adopted_from {
-            entry
-                .details
-                .insert("previousOwner".into(), json!(previous));
-        }
-        ctx.changelog.record(&entry);
     }
     if let Some(error) = error {
         if let Some(key) = error.key() {
@@ -80,9 +125,11 @@ pub(super) async fn log_writes(
             entry.error = Some(error.to_string());
             ctx.changelog.record(&entry);
         }
+        ctx.changelog.sync();
         ctx.event(bd, true, error.category(), "Apply", error.to_string())
             .await;
     } else if !writes.is_empty() {
+        ctx.changelog.sync();
         let (event_reason, why) = match apply_reason {
             Reason::Rollback => ("RolledBack", "re-applied"),
             Reason::Drift => ("DriftCorrected", "corrected drift toward"),
@@ -110,4 +157,52 @@ pub(super) fn change_object(key: &ObjectKey, api_version: &str) -> changelog::Ob
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     }
+}
+
+/// The first time this process looks at `bd`: when its status records the intent to write a
+/// revision (active revision still `Applying`) that no pass finished, the previous agent stopped
+/// mid-pass, and writes it had in flight may be missing from the change log: says so there.
+pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    if !ctx.changelog.first_look(uid) {
+        return;
+    }
+    let Some(marker) = interrupted_marker(ctx, bd) else {
+        return;
+    };
+    tracing::warn!(bundle_deployment = %bd.name_any(), revision = ?marker.revision, "a previous agent stopped while applying; writes it had in flight may be missing from the change log");
+    ctx.changelog.record_marker(&marker);
+}
+
+/// The `interrupted-pass` marker `bd`'s status calls for, if any. Pure but for the clock.
+fn interrupted_marker(ctx: &Context, bd: &BundleDeployment) -> Option<changelog::Marker> {
+    let status = bd.status.as_ref()?;
+    let active = super::rollout::active_revision(status)?;
+    if active.phase != crate::api::RevisionPhase::Applying {
+        return None;
+    }
+    let in_flight = ctx.apply_parallelism.max(1);
+    let mut marker = ctx
+        .changelog
+        .marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+    marker.revision = Some(active.number);
+    marker.digest = Some(active.digest.clone()).filter(|d| !d.is_empty());
+    marker
+        .details
+        .insert("unloggedWritesAtMost".into(), json!(in_flight));
+    if let Some(since) = &active.applied_at {
+        marker
+            .details
+            .insert("intentSince".into(), json!(since.0.to_string()));
+    }
+    marker.details.insert(
+        "message".into(),
+        json!(format!(
+            "an agent stopped while applying revision {} (intent recorded, pass not finished); \
+             up to {in_flight} writes it had in flight may be missing from this log; this agent \
+             finishes the revision",
+            active.number
+        )),
+    );
+    Some(marker)
 }
