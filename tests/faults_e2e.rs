@@ -532,11 +532,18 @@ fn wait_aborted(agent: &mut Agent, fault: &str) {
 
 /// Upgrade from revision 1 (healthy) to revision 2, aborted at `fault`, then restarted: revision
 /// 2 becomes Healthy with exactly its objects. `gap`: the fault cuts a write off its log entry.
+///
+/// The agents write one object at a time (`--apply-parallelism`, default 1 here), so that a marker
+/// allows exactly one unlogged write: a log that lost any more fails the test.
 async fn upgrade_aborted_at(fault: &str, gap: bool) {
+    upgrade_aborted_with(fault, gap, "1").await
+}
+
+async fn upgrade_aborted_with(fault: &str, gap: bool, parallelism: &str) {
     let gap = gap.then_some(2);
-    let s = Scenario::new(&format!("f-up-{}", fault.replace(':', ""))).await;
+    let s = Scenario::new(&format!("f-up{parallelism}-{}", fault.replace(':', ""))).await;
     s.commit(revision_1(), "v1");
-    let mut first = Agent::start(&s.name);
+    let mut first = Agent::start_with(&s.name, &["--apply-parallelism", parallelism]);
     s.create_bd().await;
     s.wait_healthy(&first, 1).await;
     first.kill();
@@ -572,7 +579,7 @@ async fn rollback_aborted_at(fault: &str, gap: bool) {
     let gap = gap.then_some(1);
     let s = Scenario::new(&format!("f-rb-{}", fault.replace(':', ""))).await;
     s.commit(revision_1(), "v1");
-    let mut first = Agent::start(&s.name);
+    let mut first = Agent::start_with(&s.name, &["--apply-parallelism", "1"]);
     s.create_bd().await;
     s.wait_healthy(&first, 1).await;
     s.commit(revision_2(), "v2");
@@ -630,6 +637,12 @@ async fn upgrade_aborted_after_the_intent_is_recorded() {
 #[tokio::test]
 async fn upgrade_aborted_mid_apply() {
     upgrade_aborted_at("apply:2", true).await;
+}
+
+#[tokio::test]
+async fn upgrade_aborted_mid_apply_with_parallel_writes() {
+    // Up to 8 writes in flight: the marker allows 8.
+    upgrade_aborted_with("apply:2", true, "8").await;
 }
 
 #[tokio::test]
