@@ -675,3 +675,82 @@ async fn rollback_aborted_mid_prune() {
 async fn rollback_aborted_during_the_health_wait() {
     rollback_aborted_at("health:2", false).await;
 }
+
+/// Sources down during an upgrade (the spec moves to a source that cannot be fetched), across an
+/// agent killed and restarted meanwhile: revision 1 stays active, applied and healthy, no new
+/// revision is made, and the change log still matches the writes.
+async fn upgrade_with_sources_down(prefix: &str, source: serde_json::Value) {
+    let s = Scenario::new(prefix).await;
+    s.commit(revision_1(), "v1");
+    let mut agent = Agent::start_with(
+        &s.name,
+        &["--apply-parallelism", "1", "--fetch-timeout", "2s"],
+    );
+    s.create_bd().await;
+    s.wait_healthy(&agent, 1).await;
+    let logged_before = logged(&agent, &s.name).applies.len();
+
+    let spec = json!({
+        "installNamespace": s.name,
+        "sources": [source],
+        "format": "plain",
+    });
+    agent::apply_bd(&s.client, &s.name, spec).await;
+    for round in 0..2 {
+        // After the restart, a reconcile request proves the status is the new agent's.
+        let token = format!("round-{round}");
+        let patch = json!({"metadata": {"annotations": {pallet::api::REQUESTED_RECONCILE_ANNOTATION: token}}});
+        s.bds()
+            .patch(&s.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let status = s
+            .wait_status(&agent, "the source failure reported", |st| {
+                let unpacked = st.conditions.iter().find(|c| c.type_ == "Unpacked");
+                unpacked.is_some_and(|c| {
+                    c.status == "False" && c.message.contains("active revision is kept")
+                }) && st.observed_generation == Some(2)
+                    && st.last_handled_reconcile.as_deref() == Some(token.as_str())
+            })
+            .await;
+        assert_eq!(status.active_revision, Some(1), "round {round}");
+        assert_eq!(phase(&status, 1), Some(RevisionPhase::Healthy));
+        assert_eq!(status.revisions.len(), 1, "no revision without content");
+        assert_eq!(
+            s.objects().await,
+            REVISION_1_OBJECTS.iter().map(|o| o.to_string()).collect(),
+            "revision 1 stays applied"
+        );
+        assert_eq!(s.value_of("change").await.as_deref(), Some("1"));
+        if round == 0 {
+            agent.kill(); // kill -9 during the outage; the next agent starts from the cluster
+            agent = agent.restart_with_env(&[]);
+        }
+    }
+    assert_eq!(
+        logged(&agent, &s.name).applies.len(),
+        logged_before,
+        "nothing was written during the outage"
+    );
+    s.check_change_log(&agent, None).await;
+}
+
+#[tokio::test]
+async fn upgrade_to_a_hanging_source_keeps_revision_1() {
+    let hang = support::Fixtures::load().hang();
+    let source = json!({"kind": "git", "git": {
+        "repository": format!("{}/repo.git", hang.url), "ref": {"branch": "main"}}});
+    upgrade_with_sources_down("f-down-hang", source).await;
+}
+
+#[tokio::test]
+async fn upgrade_to_a_missing_repository_keeps_revision_1() {
+    let fixtures = support::Fixtures::load();
+    let missing = format!(
+        "{}/nothing-{}.git",
+        fixtures.git_plain().url,
+        std::process::id()
+    );
+    let source = json!({"kind": "git", "git": {"repository": missing, "ref": {"branch": "main"}}});
+    upgrade_with_sources_down("f-down-missing", source).await;
+}
