@@ -1,6 +1,7 @@
 //! The change log and summary Events for what an apply pass wrote: one change-log line per
-//! write in the applier's journal (with why: new revision, drift, rollback, prune, adoption),
-//! one Event per pass, and the write counters.
+//! write, written as the write returns (with why: new revision, drift, rollback, prune,
+//! adoption), one Event per pass, the write counters, and the `interrupted-pass` marker when a
+//! previous agent left a recorded intent unfinished.
 
 use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
