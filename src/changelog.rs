@@ -194,12 +194,22 @@ impl ChangeLog {
     pub fn open(agent_name: &str, to_stdout: bool, file: Option<&Path>) -> std::io::Result<Self> {
         let file = match file {
             Some(path) => {
-                let mut file = OpenOptions::new()
+                let file = match OpenOptions::new()
                     .create(true)
                     .read(true)
                     .append(true)
-                    .open(path)?;
-                end_torn_line(&mut file)?;
+                    .open(path)
+                {
+                    Ok(mut file) => {
+                        end_torn_line(&mut file)?;
+                        file
+                    }
+                    // A file the agent may append to but not read: no check for a torn line.
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        OpenOptions::new().append(true).open(path)?
+                    }
+                    Err(e) => return Err(e),
+                };
                 Some(Arc::new(Mutex::new(file)))
             }
             None => None,
@@ -328,8 +338,9 @@ impl ChangeLog {
 /// Ends a last line left without its newline (a write cut short by a full disk), so that the
 /// next entry starts a line of its own.
 fn end_torn_line(file: &mut File) -> std::io::Result<()> {
-    if file.metadata()?.len() == 0 {
-        return Ok(());
+    let metadata = file.metadata()?;
+    if !metadata.is_file() || metadata.len() == 0 {
+        return Ok(()); // a pipe or a device (`/dev/stdout`): nothing to look back at
     }
     file.seek(SeekFrom::End(-1))?;
     let mut last = [0u8; 1];

@@ -168,24 +168,26 @@ pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
     if !ctx.changelog.first_look(uid) {
         return;
     }
-    let Some(marker) = interrupted_marker(ctx, bd) else {
+    let Some(marker) = interrupted_marker(&ctx.changelog, bd, ctx.apply_parallelism.max(1)) else {
         return;
     };
     tracing::warn!(bundle_deployment = %bd.name_any(), revision = ?marker.revision, "a previous agent stopped while applying; writes it had in flight may be missing from the change log");
     ctx.changelog.record_marker(&marker);
 }
 
-/// The `interrupted-pass` marker `bd`'s status calls for, if any. Pure but for the clock.
-fn interrupted_marker(ctx: &Context, bd: &BundleDeployment) -> Option<changelog::Marker> {
+/// The `interrupted-pass` marker `bd`'s status calls for, if any, for an agent that had at most
+/// `in_flight` writes in flight. Pure but for the clock.
+fn interrupted_marker(
+    log: &changelog::ChangeLog,
+    bd: &BundleDeployment,
+    in_flight: usize,
+) -> Option<changelog::Marker> {
     let status = bd.status.as_ref()?;
     let active = super::rollout::active_revision(status)?;
     if active.phase != crate::api::RevisionPhase::Applying {
         return None;
     }
-    let in_flight = ctx.apply_parallelism.max(1);
-    let mut marker = ctx
-        .changelog
-        .marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+    let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
     marker.revision = Some(active.number);
     marker.digest = Some(active.digest.clone()).filter(|d| !d.is_empty());
     marker
@@ -200,10 +202,52 @@ fn interrupted_marker(ctx: &Context, bd: &BundleDeployment) -> Option<changelog:
         "message".into(),
         json!(format!(
             "an agent stopped while applying revision {} (intent recorded, pass not finished); \
-             up to {in_flight} writes it had in flight may be missing from this log; this agent \
-             finishes the revision",
+             up to {in_flight} writes it had in flight may be missing from this log; the next \
+             pass that writes finishes the revision",
             active.number
         )),
     );
     Some(marker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RevisionPhase;
+
+    fn bd_with(phases: &[(i64, RevisionPhase)], active: i64) -> BundleDeployment {
+        let revisions: Vec<serde_json::Value> = phases
+            .iter()
+            .map(|(n, p)| json!({"number": n, "generation": 1, "digest": format!("sha256:{n}"), "phase": p}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "app", "uid": "u"},
+            "spec": {"sources": [], "format": "plain"},
+            "status": {"activeRevision": active, "revisions": revisions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_recorded_unfinished_intent_is_marked() {
+        let log = changelog::ChangeLog::disabled();
+        let applying = bd_with(
+            &[(2, RevisionPhase::Applying), (1, RevisionPhase::Superseded)],
+            2,
+        );
+        let marker = interrupted_marker(&log, &applying, 4).expect("marked");
+        assert_eq!(marker.marker, changelog::MARKER_INTERRUPTED);
+        assert_eq!(marker.revision, Some(2));
+        assert_eq!(marker.digest.as_deref(), Some("sha256:2"));
+        assert_eq!(marker.details["unloggedWritesAtMost"], 4);
+        for phase in [
+            RevisionPhase::Progressing,
+            RevisionPhase::Healthy,
+            RevisionPhase::Failed,
+        ] {
+            let bd = bd_with(&[(1, phase)], 1);
+            assert!(interrupted_marker(&log, &bd, 4).is_none(), "{phase:?}");
+        }
+    }
 }
