@@ -34,9 +34,10 @@
 //!
 //! | field | meaning |
 //! | --- | --- |
-//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]): the pass that recorded it did not finish, so writes it had in flight may be missing from the log |
-//! | `bundleDeployment`, `revision`, `digest` | the interrupted pass's BundleDeployment and the revision it was applying |
-//! | `details.unloggedWritesAtMost` | how many writes that pass could have had in flight (the apply parallelism) |
+//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]), or whose deletion was requested before the process started: the pass that recorded it may not have finished, so writes it had in flight may be missing from the log |
+//! | `bundleDeployment`, `revision`, `digest` | the interrupted pass's BundleDeployment and the revision it was applying (or, for a deletion, the active one) |
+//! | `details.phase` | `applying` or `deleting` |
+//! | `details.unloggedWritesAtMost` | how many writes that pass could have had in flight (the apply parallelism; 1 for a deletion) |
 //! | `details.intentSince` | when the revision entered `Applying`, when known |
 //! | `details.message` | the same in words |
 
@@ -187,6 +188,9 @@ pub struct ChangeLog {
     file: Option<Arc<Mutex<File>>>,
     /// BundleDeployments (by uid) this process has looked at (see [`ChangeLog::first_look`]).
     seen: Arc<Mutex<HashSet<String>>>,
+    /// When this process opened the log: a deletion requested before then may have been under
+    /// way in a previous process.
+    opened_at: k8s_openapi::jiff::Timestamp,
 }
 
 impl ChangeLog {
@@ -222,6 +226,7 @@ impl ChangeLog {
             to_stdout,
             file,
             seen: Arc::default(),
+            opened_at: k8s_openapi::jiff::Timestamp::now(),
         })
     }
 
@@ -232,6 +237,11 @@ impl ChangeLog {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(uid.to_string())
+    }
+
+    /// When this process opened the log.
+    pub fn opened_at(&self) -> k8s_openapi::jiff::Timestamp {
+        self.opened_at
     }
 
     /// A marker for `bundle_deployment` stamped now; fill in the rest.
@@ -277,6 +287,7 @@ impl ChangeLog {
             to_stdout: false,
             file: None,
             seen: Arc::default(),
+            opened_at: k8s_openapi::jiff::Timestamp::now(),
         }
     }
 

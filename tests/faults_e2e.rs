@@ -754,3 +754,32 @@ async fn upgrade_to_a_missing_repository_keeps_revision_1() {
     let source = json!({"kind": "git", "git": {"repository": missing, "ref": {"branch": "main"}}});
     upgrade_with_sources_down("f-down-missing", source).await;
 }
+
+/// The BundleDeployment's deletion, aborted after its first delete returned (before it was
+/// logged), then restarted: every object is deleted, the BundleDeployment is gone, and the log
+/// declares the one delete it may miss.
+#[tokio::test]
+async fn deletion_aborted_mid_delete() {
+    let s = Scenario::new("f-del").await;
+    s.commit(revision_1(), "v1");
+    let mut first = Agent::start_with(&s.name, &["--apply-parallelism", "1"]);
+    s.create_bd().await;
+    s.wait_healthy(&first, 1).await;
+    first.kill();
+
+    let mut faulty = first.restart_with_env(&[(FAULT_ENV, "prune:2")]);
+    s.bds()
+        .delete(&s.name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    wait_aborted(&mut faulty, "prune:2");
+    assert!(
+        s.bds().get_opt(&s.name).await.unwrap().is_some(),
+        "the finalizer holds the BundleDeployment while objects remain"
+    );
+
+    let restarted = faulty.restart_with_env(&[]);
+    agent::wait_bd_gone(&s.client, &s.name).await;
+    assert_eq!(s.objects().await, BTreeSet::new(), "every object deleted");
+    s.check_change_log(&restarted, Some(1)).await;
+}

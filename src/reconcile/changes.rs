@@ -182,12 +182,36 @@ fn interrupted_marker(
     bd: &BundleDeployment,
     in_flight: usize,
 ) -> Option<changelog::Marker> {
-    let status = bd.status.as_ref()?;
-    let active = super::rollout::active_revision(status)?;
+    let status = bd.status.clone().unwrap_or_default();
+    let active = super::rollout::active_revision(&status);
+    if let Some(deleted_at) = &bd.metadata.deletion_timestamp {
+        // Requested before this process started: a previous agent may have been deleting.
+        if deleted_at.0 >= log.opened_at() {
+            return None;
+        }
+        let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+        marker.revision = active.map(|r| r.number);
+        marker.digest = active.map(|r| r.digest.clone()).filter(|d| !d.is_empty());
+        marker.details.insert("phase".into(), json!("deleting"));
+        marker
+            .details
+            .insert("unloggedWritesAtMost".into(), json!(1));
+        marker.details.insert(
+            "message".into(),
+            json!(
+                "the BundleDeployment's deletion was requested before this agent started; \
+                   the delete an earlier agent had in flight may be missing from this log; \
+                   this agent finishes the deletion"
+            ),
+        );
+        return Some(marker);
+    }
+    let active = active?;
     if active.phase != crate::api::RevisionPhase::Applying {
         return None;
     }
     let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+    marker.details.insert("phase".into(), json!("applying"));
     marker.revision = Some(active.number);
     marker.digest = Some(active.digest.clone()).filter(|d| !d.is_empty());
     marker
@@ -249,5 +273,24 @@ mod tests {
             let bd = bd_with(&[(1, phase)], 1);
             assert!(interrupted_marker(&log, &bd, 4).is_none(), "{phase:?}");
         }
+    }
+
+    #[test]
+    fn a_deletion_requested_before_this_process_started_is_marked() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::{SignedDuration, Timestamp};
+        let log = changelog::ChangeLog::disabled();
+        let mut bd = bd_with(&[(1, RevisionPhase::Healthy)], 1);
+        bd.metadata.deletion_timestamp = Some(Time(log.opened_at() - SignedDuration::from_secs(5)));
+        let marker = interrupted_marker(&log, &bd, 4).expect("marked");
+        assert_eq!(marker.revision, Some(1));
+        assert_eq!(marker.details["phase"], "deleting");
+        assert_eq!(marker.details["unloggedWritesAtMost"], 1);
+        bd.metadata.deletion_timestamp =
+            Some(Time(Timestamp::now() + SignedDuration::from_secs(5)));
+        assert!(
+            interrupted_marker(&log, &bd, 4).is_none(),
+            "asked of this very agent"
+        );
     }
 }
