@@ -22,11 +22,30 @@
 //!
 //! Lines go to stdout (the agent's logs go to stderr) and, with `--change-log FILE`, are appended
 //! to that file too.
+//!
+//! Durability: each entry is written (one `write` of the whole line, stdout flushed) as soon as
+//! its write to the cluster returns, before the agent goes on, so a killed agent (`kill -9`, OOM,
+//! abort) loses at most the entries of the writes in flight at that moment: at most
+//! `--apply-parallelism` object writes, or one delete. The file is fsynced (`fdatasync`) once at
+//! the end of every pass that wrote, so a machine crash may also lose that pass's entries.
+//!
+//! Markers (added to schema version 1; lines with a `marker` field are not writes and carry no
+//! `operation`, `object` or `result`):
+//!
+//! | field | meaning |
+//! | --- | --- |
+//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]), or whose deletion was requested before the process started: the pass that recorded it may not have finished, so writes it had in flight may be missing from the log |
+//! | `bundleDeployment`, `revision`, `digest` | the interrupted pass's BundleDeployment and the revision it was applying (or, for a deletion, the active one) |
+//! | `details.phase` | `applying` or `deleting` |
+//! | `details.unloggedWritesAtMost` | how many writes that pass could have had in flight (the apply parallelism; 1 for a deletion) |
+//! | `details.intentSince` | when the revision entered `Applying`, when known |
+//! | `details.message` | the same in words |
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -136,20 +155,70 @@ pub struct Entry {
     pub details: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Where change-log lines go.
+/// The marker of a pass that recorded its intent and did not finish (see the module doc).
+pub const MARKER_INTERRUPTED: &str = "interrupted-pass";
+
+/// A line that is not a write: what the agent knows about gaps in its own log.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Marker {
+    /// Always [`SCHEMA`].
+    pub schema: &'static str,
+    /// RFC 3339 time.
+    pub time: String,
+    /// Who wrote the marker.
+    pub agent: AgentRef,
+    /// What it marks, e.g. [`MARKER_INTERRUPTED`].
+    pub marker: &'static str,
+    /// For which BundleDeployment.
+    pub bundle_deployment: String,
+    /// The revision concerned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// Its content digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Free-form details.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub details: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where change-log lines go. Clones share the file.
+#[derive(Clone)]
 pub struct ChangeLog {
     agent: AgentRef,
     to_stdout: bool,
-    file: Option<Mutex<File>>,
+    file: Option<Arc<Mutex<File>>>,
+    /// BundleDeployments (by uid) this process has looked at (see [`ChangeLog::first_look`]).
+    seen: Arc<Mutex<HashSet<String>>>,
+    /// When this process opened the log: a deletion requested before then may have been under
+    /// way in a previous process.
+    opened_at: k8s_openapi::jiff::Timestamp,
 }
 
 impl ChangeLog {
     /// A change log writing to stdout (when `to_stdout`) and appending to `file` when given.
     pub fn open(agent_name: &str, to_stdout: bool, file: Option<&Path>) -> std::io::Result<Self> {
         let file = match file {
-            Some(path) => Some(Mutex::new(
-                OpenOptions::new().create(true).append(true).open(path)?,
-            )),
+            Some(path) => {
+                let file = match OpenOptions::new()
+                    .create(true)
+                    .read(true)
+                    .append(true)
+                    .open(path)
+                {
+                    Ok(mut file) => {
+                        end_torn_line(&mut file)?;
+                        file
+                    }
+                    // A file the agent may append to but not read: no check for a torn line.
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        OpenOptions::new().append(true).open(path)?
+                    }
+                    Err(e) => return Err(e),
+                };
+                Some(Arc::new(Mutex::new(file)))
+            }
             None => None,
         };
         Ok(ChangeLog {
@@ -159,7 +228,56 @@ impl ChangeLog {
             },
             to_stdout,
             file,
+            seen: Arc::default(),
+            opened_at: k8s_openapi::jiff::Timestamp::now(),
         })
+    }
+
+    /// True the first time this process asks about `uid`: the moment to look for a pass a
+    /// previous process left unfinished.
+    pub fn first_look(&self, uid: &str) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_string())
+    }
+
+    /// When this process opened the log.
+    pub fn opened_at(&self) -> k8s_openapi::jiff::Timestamp {
+        self.opened_at
+    }
+
+    /// A marker for `bundle_deployment` stamped now; fill in the rest.
+    pub fn marker(&self, bundle_deployment: &str, marker: &'static str) -> Marker {
+        Marker {
+            schema: SCHEMA,
+            time: k8s_openapi::jiff::Timestamp::now().to_string(),
+            agent: self.agent.clone(),
+            marker,
+            bundle_deployment: bundle_deployment.to_string(),
+            revision: None,
+            digest: None,
+            details: serde_json::Map::new(),
+        }
+    }
+
+    /// Writes a marker line, and fsyncs the file: it explains a gap, so it must outlast one.
+    pub fn record_marker(&self, marker: &Marker) {
+        match serde_json::to_string(marker) {
+            Ok(line) => self.write_line(line),
+            Err(e) => tracing::error!(error = %e, "change log marker could not be encoded"),
+        }
+        self.sync();
+    }
+
+    /// Flushes the file to disk (`fdatasync`); called once per pass that wrote.
+    pub fn sync(&self) {
+        if let Some(file) = &self.file {
+            let file = file.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = file.sync_data() {
+                tracing::error!(error = %e, "change log: fsync failed");
+            }
+        }
     }
 
     /// A change log that writes nowhere (for tools that make no changes).
@@ -171,6 +289,8 @@ impl ChangeLog {
             },
             to_stdout: false,
             file: None,
+            seen: Arc::default(),
+            opened_at: k8s_openapi::jiff::Timestamp::now(),
         }
     }
 
@@ -201,29 +321,48 @@ impl ChangeLog {
         }
     }
 
-    /// Writes one entry as one line. A failure to write the log never fails the change itself;
-    /// it is reported in the agent's own log.
+    /// Writes one entry as one line, at once (see the module doc). A failure to write the log
+    /// never fails the change itself; it is reported in the agent's own log.
     pub fn record(&self, entry: &Entry) {
-        let line = match serde_json::to_string(entry) {
-            Ok(line) => line,
-            Err(e) => {
-                tracing::error!(error = %e, "change log entry could not be encoded");
-                return;
-            }
-        };
+        match serde_json::to_string(entry) {
+            Ok(line) => self.write_line(line),
+            Err(e) => tracing::error!(error = %e, "change log entry could not be encoded"),
+        }
+    }
+
+    /// One `write` per destination for the whole line (a kill never leaves half a line behind
+    /// another), stdout flushed.
+    fn write_line(&self, mut line: String) {
+        line.push('\n');
         if self.to_stdout {
             let mut out = std::io::stdout().lock();
-            if let Err(e) = writeln!(out, "{line}") {
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
                 tracing::error!(error = %e, "change log: stdout write failed");
             }
         }
         if let Some(file) = &self.file {
             let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = writeln!(file, "{line}") {
+            if let Err(e) = file.write_all(line.as_bytes()) {
                 tracing::error!(error = %e, "change log: file write failed");
             }
         }
     }
+}
+
+/// Ends a last line left without its newline (a write cut short by a full disk), so that the
+/// next entry starts a line of its own.
+fn end_torn_line(file: &mut File) -> std::io::Result<()> {
+    let metadata = file.metadata()?;
+    if !metadata.is_file() || metadata.len() == 0 {
+        return Ok(()); // a pipe or a device (`/dev/stdout`): nothing to look back at
+    }
+    file.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    file.read_exact(&mut last)?;
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -291,5 +430,37 @@ mod tests {
             })
             .collect();
         assert_eq!(ops, ["create", "delete"]);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ended_and_markers_carry_no_write_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("changes.jsonl");
+        std::fs::write(&path, "{\"schema\":\"torn").unwrap();
+        let log = ChangeLog::open("pallet", false, Some(&path)).unwrap();
+        let mut marker = log.marker("a", MARKER_INTERRUPTED);
+        marker.revision = Some(2);
+        marker
+            .details
+            .insert("unloggedWritesAtMost".into(), serde_json::json!(4));
+        log.record_marker(&marker);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let json: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(json["marker"], "interrupted-pass");
+        assert_eq!(json["schema"], SCHEMA);
+        assert_eq!(json["bundleDeployment"], "a");
+        assert_eq!(json["revision"], 2);
+        assert_eq!(json["details"]["unloggedWritesAtMost"], 4);
+        assert!(json.get("operation").is_none() && json.get("object").is_none());
+    }
+
+    #[test]
+    fn first_look_is_true_once_per_uid() {
+        let log = ChangeLog::disabled();
+        assert!(log.first_look("u1"));
+        assert!(!log.clone().first_look("u1"), "clones share what was seen");
+        assert!(log.first_look("u2"));
     }
 }

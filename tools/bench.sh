@@ -54,6 +54,7 @@ benchmarks=(
   "source|cargo bench --locked --bench source"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
   "helm_cold|cargo bench --locked --bench helm_cold"
+  "changelog|cargo bench --locked --bench changelog"
   "render_bench|cargo run --locked --release -q -p pallet-formats --example render_bench"
 )
 for entry in "${benchmarks[@]}"; do

@@ -47,9 +47,47 @@ pub enum Outcome {
     Deleted,
 }
 
-/// Every write an [`Applier`] made, in order, including those made before an error stopped it:
-/// the change log must show what was done even when the whole pass failed.
-pub type Journal = Arc<std::sync::Mutex<Vec<Applied>>>;
+/// Told of each write the moment it returns, before the applier goes on (the change log writes
+/// its entry there, so a killed agent loses at most the entries of writes in flight).
+pub type WriteObserver = Arc<dyn Fn(&Applied) + Send + Sync>;
+
+/// Every write an [`Applier`] made, in order, including those made before an error stopped it
+/// (the pass's summary counts them), and who is told of each as it returns. Clones share both.
+#[derive(Clone, Default)]
+pub struct Journal {
+    writes: Arc<std::sync::Mutex<Vec<Applied>>>,
+    observer: Option<WriteObserver>,
+}
+
+impl Journal {
+    /// An empty journal telling `observer` of each write.
+    pub fn observed(observer: WriteObserver) -> Journal {
+        Journal {
+            writes: Arc::default(),
+            observer: Some(observer),
+        }
+    }
+
+    /// The writes so far, leaving the journal empty.
+    pub fn take(&self) -> Vec<Applied> {
+        std::mem::take(&mut *self.writes.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn push(&self, write: Applied) {
+        // A fault injected here leaves the write done and unlogged: the in-flight case.
+        crate::fault::reached(match write.outcome {
+            Outcome::Deleted => crate::fault::Point::Prune,
+            _ => crate::fault::Point::Apply,
+        });
+        if let Some(observer) = &self.observer {
+            observer(&write);
+        }
+        self.writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(write);
+    }
+}
 
 /// One object's apply result.
 #[derive(Clone, Debug)]
@@ -501,10 +539,7 @@ impl Applier {
             live: None,
             ..write.clone()
         };
-        self.journal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(entry);
+        self.journal.push(entry);
     }
 
     async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {

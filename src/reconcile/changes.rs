@@ -1,18 +1,92 @@
 //! The change log and summary Events for what an apply pass wrote: one change-log line per
-//! write in the applier's journal (with why: new revision, drift, rollback, prune, adoption),
-//! one Event per pass, and the write counters.
+//! write, written as the write returns (with why: new revision, drift, rollback, prune,
+//! adoption), one Event per pass, the write counters, and the `interrupted-pass` marker when a
+//! previous agent left a recorded intent unfinished.
 
 use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
 use super::Context;
 use crate::api::BundleDeployment;
-use crate::apply::{Applied, Applier, ApplyError, Outcome as ApplyOutcome};
+use crate::apply::{Applied, Applier, ApplyError, Journal, Outcome as ApplyOutcome};
 use crate::changelog::{self, Operation, Reason};
 use crate::metrics::METRICS;
 use kube::ResourceExt;
 
-/// Writes a change-log line for every write in the applier's journal and one summary Event.
+/// `applier` with a journal that writes each write's change-log line the moment it returns
+/// (with why: `apply_reason`, or prune/adoption as the write says), for one pass.
+pub(super) fn logging(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    (revision, digest): (Option<i64>, &str),
+    apply_reason: Reason,
+) -> Applier {
+    let log = ctx.changelog.clone();
+    let name = bd.name_any();
+    let digest = Some(digest.to_string()).filter(|d| !d.is_empty());
+    let observer = move |write: &Applied| {
+        let (operation, reason) = operation_and_reason(write, apply_reason);
+        let mut entry = log.entry(
+            &name,
+            operation,
+            reason,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.revision = revision;
+        entry.digest = digest.clone();
+        entry.resource_version_before = write.resource_version_before.clone();
+        entry.resource_version_after = write.resource_version_after.clone();
+        entry.fields_changed = write.fields_changed.clone();
+        if let Some(previous) = &write.adopted_from {
+            entry
+                .details
+                .insert("previousOwner".into(), json!(previous));
+        }
+        log.record(&entry);
+    };
+    Applier {
+        journal: Journal::observed(std::sync::Arc::new(observer)),
+        ..applier.clone()
+    }
+}
+
+/// `applier` with a journal that logs each delete of a BundleDeployment's deletion as it returns.
+pub(super) fn logging_deletion(ctx: &Context, bd: &BundleDeployment, applier: Applier) -> Applier {
+    let log = ctx.changelog.clone();
+    let name = bd.name_any();
+    let observer = move |write: &Applied| {
+        let mut entry = log.entry(
+            &name,
+            Operation::Delete,
+            Reason::Deletion,
+            change_object(&write.key, &write.api_version),
+        );
+        entry.resource_version_before = write.resource_version_before.clone();
+        log.record(&entry);
+    };
+    Applier {
+        journal: Journal::observed(std::sync::Arc::new(observer)),
+        ..applier
+    }
+}
+
+/// The change log's operation and reason for `write` made while applying for `apply_reason`.
+fn operation_and_reason(write: &Applied, apply_reason: Reason) -> (Operation, Reason) {
+    match (&write.outcome, &write.adopted_from) {
+        // Deletions are prunes, except while rolling back, where they are the rollback.
+        (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
+            (Operation::Delete, Reason::Rollback)
+        }
+        (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
+        (_, Some(_)) => (Operation::Update, Reason::Adoption),
+        (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
+        _ => (Operation::Update, apply_reason),
+    }
+}
+
+/// Ends a pass that applied through [`logging`]: the entry of the write that failed, one summary
+/// Event, the write counters, and an fsync of the change log when anything was written.
 pub(super) async fn log_writes(
     ctx: &Context,
     bd: &BundleDeployment,
@@ -23,42 +97,14 @@ pub(super) async fn log_writes(
     error: Option<&ApplyError>,
 ) {
     let name = bd.name_any();
-    let writes: Vec<Applied> =
-        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    let writes: Vec<Applied> = applier.journal.take();
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
     for write in &writes {
-        let (operation, reason) = match (&write.outcome, &write.adopted_from) {
-            // Deletions are prunes, except while rolling back, where they are the rollback.
-            (ApplyOutcome::Deleted, _) if apply_reason == Reason::Rollback => {
-                (Operation::Delete, Reason::Rollback)
-            }
-            (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
-            (_, Some(_)) => (Operation::Update, Reason::Adoption),
-            (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
-            _ => (Operation::Update, apply_reason),
-        };
-        match operation {
+        match operation_and_reason(write, apply_reason).0 {
             Operation::Create => created += 1,
             Operation::Update => updated += 1,
             Operation::Delete => deleted += 1,
         }
-        let mut entry = ctx.changelog.entry(
-            &name,
-            operation,
-            reason,
-            change_object(&write.key, &write.api_version),
-        );
-        entry.revision = revision;
-        entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
-        entry.resource_version_before = write.resource_version_before.clone();
-        entry.resource_version_after = write.resource_version_after.clone();
-        entry.fields_changed = write.fields_changed.clone();
-        if let Some(previous) = &write.adopted_from {
-            entry
-                .details
-                .insert("previousOwner".into(), json!(previous));
-        }
-        ctx.changelog.record(&entry);
     }
     if let Some(error) = error {
         if let Some(key) = error.key() {
@@ -80,9 +126,11 @@ pub(super) async fn log_writes(
             entry.error = Some(error.to_string());
             ctx.changelog.record(&entry);
         }
+        ctx.changelog.sync();
         ctx.event(bd, true, error.category(), "Apply", error.to_string())
             .await;
     } else if !writes.is_empty() {
+        ctx.changelog.sync();
         let (event_reason, why) = match apply_reason {
             Reason::Rollback => ("RolledBack", "re-applied"),
             Reason::Drift => ("DriftCorrected", "corrected drift toward"),
@@ -109,5 +157,140 @@ pub(super) fn change_object(key: &ObjectKey, api_version: &str) -> changelog::Ob
         kind: key.kind.clone(),
         namespace: key.namespace.clone(),
         name: key.name.clone(),
+    }
+}
+
+/// The first time this process looks at `bd`: when its status records the intent to write a
+/// revision (active revision still `Applying`) that no pass finished, the previous agent stopped
+/// mid-pass, and writes it had in flight may be missing from the change log: says so there.
+pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    if !ctx.changelog.first_look(uid) {
+        return;
+    }
+    let Some(marker) = interrupted_marker(&ctx.changelog, bd, ctx.apply_parallelism.max(1)) else {
+        return;
+    };
+    tracing::warn!(bundle_deployment = %bd.name_any(), revision = ?marker.revision, "a previous agent stopped while applying; writes it had in flight may be missing from the change log");
+    ctx.changelog.record_marker(&marker);
+}
+
+/// The `interrupted-pass` marker `bd`'s status calls for, if any, for an agent that had at most
+/// `in_flight` writes in flight. Pure but for the clock.
+fn interrupted_marker(
+    log: &changelog::ChangeLog,
+    bd: &BundleDeployment,
+    in_flight: usize,
+) -> Option<changelog::Marker> {
+    let status = bd.status.clone().unwrap_or_default();
+    let active = super::rollout::active_revision(&status);
+    if let Some(deleted_at) = &bd.metadata.deletion_timestamp {
+        // Requested before this process started: a previous agent may have been deleting.
+        if deleted_at.0 >= log.opened_at() {
+            return None;
+        }
+        let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+        marker.revision = active.map(|r| r.number);
+        marker.digest = active.map(|r| r.digest.clone()).filter(|d| !d.is_empty());
+        marker.details.insert("phase".into(), json!("deleting"));
+        marker
+            .details
+            .insert("unloggedWritesAtMost".into(), json!(1));
+        marker.details.insert(
+            "message".into(),
+            json!(
+                "the BundleDeployment's deletion was requested before this agent started; \
+                   the delete an earlier agent had in flight may be missing from this log; \
+                   this agent finishes the deletion"
+            ),
+        );
+        return Some(marker);
+    }
+    let active = active?;
+    if active.phase != crate::api::RevisionPhase::Applying {
+        return None;
+    }
+    let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+    marker.details.insert("phase".into(), json!("applying"));
+    marker.revision = Some(active.number);
+    marker.digest = Some(active.digest.clone()).filter(|d| !d.is_empty());
+    marker
+        .details
+        .insert("unloggedWritesAtMost".into(), json!(in_flight));
+    if let Some(since) = &active.applied_at {
+        marker
+            .details
+            .insert("intentSince".into(), json!(since.0.to_string()));
+    }
+    marker.details.insert(
+        "message".into(),
+        json!(format!(
+            "an agent stopped while applying revision {} (intent recorded, pass not finished); \
+             up to {in_flight} writes it had in flight may be missing from this log; the next \
+             pass that writes finishes the revision",
+            active.number
+        )),
+    );
+    Some(marker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::RevisionPhase;
+
+    fn bd_with(phases: &[(i64, RevisionPhase)], active: i64) -> BundleDeployment {
+        let revisions: Vec<serde_json::Value> = phases
+            .iter()
+            .map(|(n, p)| json!({"number": n, "generation": 1, "digest": format!("sha256:{n}"), "phase": p}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "app", "uid": "u"},
+            "spec": {"sources": [], "format": "plain"},
+            "status": {"activeRevision": active, "revisions": revisions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_a_recorded_unfinished_intent_is_marked() {
+        let log = changelog::ChangeLog::disabled();
+        let applying = bd_with(
+            &[(2, RevisionPhase::Applying), (1, RevisionPhase::Superseded)],
+            2,
+        );
+        let marker = interrupted_marker(&log, &applying, 4).expect("marked");
+        assert_eq!(marker.marker, changelog::MARKER_INTERRUPTED);
+        assert_eq!(marker.revision, Some(2));
+        assert_eq!(marker.digest.as_deref(), Some("sha256:2"));
+        assert_eq!(marker.details["unloggedWritesAtMost"], 4);
+        for phase in [
+            RevisionPhase::Progressing,
+            RevisionPhase::Healthy,
+            RevisionPhase::Failed,
+        ] {
+            let bd = bd_with(&[(1, phase)], 1);
+            assert!(interrupted_marker(&log, &bd, 4).is_none(), "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn a_deletion_requested_before_this_process_started_is_marked() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::{SignedDuration, Timestamp};
+        let log = changelog::ChangeLog::disabled();
+        let mut bd = bd_with(&[(1, RevisionPhase::Healthy)], 1);
+        bd.metadata.deletion_timestamp = Some(Time(log.opened_at() - SignedDuration::from_secs(5)));
+        let marker = interrupted_marker(&log, &bd, 4).expect("marked");
+        assert_eq!(marker.revision, Some(1));
+        assert_eq!(marker.details["phase"], "deleting");
+        assert_eq!(marker.details["unloggedWritesAtMost"], 1);
+        bd.metadata.deletion_timestamp =
+            Some(Time(Timestamp::now() + SignedDuration::from_secs(5)));
+        assert!(
+            interrupted_marker(&log, &bd, 4).is_none(),
+            "asked of this very agent"
+        );
     }
 }

@@ -440,8 +440,7 @@ fn log_hook_writes(
     run: &HookRun,
     delete_policy: Option<&str>,
 ) {
-    let writes: Vec<Applied> =
-        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
+    let writes: Vec<Applied> = applier.journal.take();
     for write in writes {
         let operation = match write.outcome {
             ApplyOutcome::Created => Operation::Create,

@@ -42,6 +42,7 @@ use crate::apply::{
     plan, Applied, Applier, ApplyError, KindResolver, Outcome as ApplyOutcome, FIELD_MANAGER,
 };
 use crate::changelog::{ChangeLog, Operation, Reason};
+use crate::fault::{self, Point};
 use crate::health;
 use crate::metrics::METRICS;
 use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
@@ -558,6 +559,7 @@ pub enum Next {
 ///          -> (failed: roll back to the last healthy revision) -> status
 /// ```
 pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
+    changes::mark_interrupted(ctx, bd);
     let name = bd.name_any();
     let mut writer = StatusWriter::new(ctx, bd);
     let mut work = writer.written.clone();
@@ -732,6 +734,7 @@ async fn progress(
             };
             // Stored before any write, so a rollback never needs the sources or this disk.
             ctx.save_snapshot(&record).await?;
+            fault::reached(Point::Snapshot);
             ctx.remember(record);
             let dropped = rollout::start_revision(
                 work,
@@ -1029,6 +1032,7 @@ async fn apply_revision(
             transition: transition.clone(),
         };
         writer.write(work, &outcome).await?;
+        fault::reached(Point::Intent);
         if matches!(transition, Transition::Rollback { .. })
             && std::env::var(FAULT_ENV).as_deref() == Ok("exit-after-rollback-recorded")
         {
@@ -1057,11 +1061,19 @@ async fn apply_revision(
     let hook_keys = applier
         .resolve_keys(&hook_plan::objects(hook_objects))
         .await?;
-    let result = apply_and_prune(&applier, objects, work, &hook_keys).await;
-    log_writes(
+    // Each write is logged as it returns (see `changes::logging`).
+    let logged = changes::logging(
         ctx,
         bd,
         &applier,
+        (work.active_revision, &digest),
+        log_reason,
+    );
+    let result = apply_and_prune(&logged, objects, work, &hook_keys).await;
+    log_writes(
+        ctx,
+        bd,
+        &logged,
         objects,
         (work.active_revision, &digest),
         log_reason,
@@ -1146,6 +1158,7 @@ async fn apply_revision(
                 ),
             });
         }
+        fault::reached(Point::Health);
         // Watches on the objects usually bring the change sooner; this bounds the wait.
         let remaining = rollout::deadline_remaining(work, deadline, &now).unwrap_or_default();
         requeue = requeue
@@ -1275,6 +1288,7 @@ async fn fetch_and_render(
         _ => None,
     };
     let fetched = fetch::fetch_sources(ctx, bd, force_poll).await?;
+    fault::reached(Point::Fetch);
     let sources = fetched
         .iter()
         .map(|f| ResolvedSource {
@@ -1409,6 +1423,7 @@ async fn ensure_namespace(
 /// Deletes (or orphans) the objects of a BundleDeployment that is being deleted. Works while
 /// paused: deleting is the user's explicit request.
 pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
+    changes::mark_interrupted(ctx, bd);
     let name = bd.name_any();
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     ctx.polls.forget(uid);
@@ -1425,7 +1440,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .iter()
         .map(|r| (key_of(r), api_version_of(r)))
         .collect();
-    let applier = ctx.applier(bd, ctx.writer(bd)?);
+    let applier = changes::logging_deletion(ctx, bd, ctx.applier(bd, ctx.writer(bd)?));
     let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
             // prune_set against an empty set orders every object for deletion: reverse stages.
@@ -1482,17 +1497,9 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
             tracing::warn!(bundle_deployment = %name, error = %e, "could not report the blocked deletion");
         }
     }
-    let deletions: Vec<Applied> =
-        std::mem::take(&mut *applier.journal.lock().unwrap_or_else(|p| p.into_inner()));
-    for write in &deletions {
-        let mut entry = ctx.changelog.entry(
-            &name,
-            Operation::Delete,
-            Reason::Deletion,
-            change_object(&write.key, &write.api_version),
-        );
-        entry.resource_version_before = write.resource_version_before.clone();
-        ctx.changelog.record(&entry);
+    // Each delete was logged as it returned.
+    if !applier.journal.take().is_empty() {
+        ctx.changelog.sync();
     }
     result?;
     // The objects are gone (or orphaned): their revision snapshots go with the BundleDeployment.

@@ -7,7 +7,8 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,7 +28,12 @@ pub struct Agent {
     /// The agent's log file (kept after the test, under the state dir).
     pub log: PathBuf,
     changes: PathBuf,
-    _cache: tempfile::TempDir,
+    cache: Arc<tempfile::TempDir>,
+    selector: String,
+    log_name: String,
+    extra_args: Vec<String>,
+    /// How many agents ran before this one with the same change log and cache (restarts).
+    restarts: usize,
 }
 
 impl Agent {
@@ -83,12 +89,43 @@ impl Agent {
         extra_args: &[&str],
         env: &[(&str, &str)],
     ) -> Agent {
+        let cache = Arc::new(tempfile::tempdir().unwrap());
+        let extra: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        Agent::spawn(selector, log_name, extra, env, cache, 0)
+    }
+
+    /// A new agent process in place of this one (which must have exited or been killed), as a
+    /// restarted Pod would be: the same selector, flags, change-log file and source cache, with
+    /// `env` (e.g. without the fault this one had). Its own log file (`NAME.restart-N.log`).
+    pub fn restart_with_env(&self, env: &[(&str, &str)]) -> Agent {
+        Agent::spawn(
+            &self.selector,
+            &self.log_name,
+            self.extra_args.clone(),
+            env,
+            self.cache.clone(),
+            self.restarts + 1,
+        )
+    }
+
+    fn spawn(
+        selector: &str,
+        log_name: &str,
+        extra: Vec<String>,
+        env: &[(&str, &str)],
+        cache: Arc<tempfile::TempDir>,
+        restarts: usize,
+    ) -> Agent {
+        let extra_args: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let extra_args = extra_args.as_slice();
         let selector_value = log_name;
-        let cache = tempfile::tempdir().unwrap();
         // Logs outlive the test (under the state dir) so a failure can be read afterwards.
         let logs = cluster::state_dir().join("test-agents");
         std::fs::create_dir_all(&logs).unwrap();
-        let log = logs.join(format!("{selector_value}.log"));
+        let log = match restarts {
+            0 => logs.join(format!("{selector_value}.log")),
+            n => logs.join(format!("{selector_value}.restart-{n}.log")),
+        };
         let changes = logs.join(format!("{selector_value}.changes.jsonl"));
         // The agent's namespace (for source Secrets) defaults to pallet-system unless a test names one.
         let namespace: &[&str] = if extra_args.contains(&"--namespace") {
@@ -144,8 +181,35 @@ impl Agent {
             child,
             log,
             changes,
-            _cache: cache,
+            cache,
+            selector: selector.to_string(),
+            log_name: log_name.to_string(),
+            extra_args: extra,
+            restarts,
         }
+    }
+
+    /// The change-log file (shared with restarted agents).
+    pub fn change_log_path(&self) -> &std::path::Path {
+        &self.changes
+    }
+
+    /// Waits (up to `timeout`) for the agent process to end on its own; how it ended.
+    pub fn wait_end(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let start = std::time::Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Kills the agent (SIGKILL, as `kill -9`) and waits for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The change-log entries so far, as (operation, reason, object name, fieldsChanged).
@@ -153,8 +217,11 @@ impl Agent {
         let text = std::fs::read_to_string(&self.changes).unwrap_or_default();
         text.lines()
             .map(|line| {
-                let entry: serde_json::Value =
-                    serde_json::from_str(line).expect("change log lines are JSON");
+                serde_json::from_str::<serde_json::Value>(line).expect("change log lines are JSON")
+            })
+            // Markers (an interrupted pass after a restart) are not writes.
+            .filter(|entry| entry.get("marker").is_none())
+            .map(|entry| {
                 assert_eq!(entry["schema"], "pallet.dev/change/v1");
                 let fields = entry["fieldsChanged"]
                     .as_array()
