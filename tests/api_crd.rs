@@ -319,3 +319,65 @@ async fn readme_bundle_deployment_examples_are_accepted() {
         .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
     }
 }
+
+#[tokio::test]
+async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
+    let client = ready_client().await;
+    let cases = [
+        (
+            "probe-with-cel",
+            json!({"httpGet": {"url": "http://app/healthz"}, "current": "true"}),
+            "an httpGet check takes no apiVersion, name, selector or CEL expressions",
+        ),
+        ("neither", json!({"current": "true"}), "exactly one of them"),
+        (
+            "no-current",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "failed": "true"}),
+            "a CEL health check needs apiVersion, kind and current",
+        ),
+        (
+            "threshold-on-cel",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "current": "true", "failureThreshold": 2}),
+            "only valid with httpGet",
+        ),
+        (
+            "bad-url",
+            json!({"httpGet": {"url": "ftp://app/healthz"}}),
+            "spec.healthChecks[0].httpGet.url",
+        ),
+    ];
+    for (what, check, expected) in cases {
+        let mut spec = valid_spec();
+        spec["healthChecks"] = json!([check]);
+        let message = rejection(&client, bd(&cluster::unique_name(what), spec)).await;
+        assert!(message.contains(expected), "{what}: {message}");
+        assert!(
+            message.contains("spec.healthChecks[0]"),
+            "{what}: {message}"
+        );
+    }
+    // Both kinds of check are accepted.
+    let mut spec = valid_spec();
+    spec["healthChecks"] = json!([
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+         "selector": {"matchLabels": {"team": "a"}},
+         "current": "self.status.health.status == 'Healthy'",
+         "failed": "self.status.health.status == 'Degraded'"},
+        {"httpGet": {"url": "http://app.team-a.svc/healthz", "expectedStatus": [200]},
+         "periodSeconds": 5, "successThreshold": 2, "failureThreshold": 3},
+    ]);
+    let name = cluster::unique_name("checks-ok");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let created = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bd(&name, spec)).unwrap(),
+        )
+        .await
+        .expect("valid health checks are accepted");
+    assert_eq!(
+        created.data["spec"]["healthChecks"][1]["httpGet"]["expectedStatus"],
+        json!([200])
+    );
+    api.delete(&name, &Default::default()).await.unwrap();
+}

@@ -111,6 +111,9 @@ pub enum ReconcileError {
         /// What and where (kind, namespace, name, key; never the content).
         message: String,
     },
+    /// `spec.healthChecks` has expressions that do not compile (each named with its check).
+    #[error("{0}")]
+    InvalidHealthCheck(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -143,6 +146,7 @@ impl ReconcileError {
             ReconcileError::Deleting(_) => "Deleting",
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
+            ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
         }
     }
 
@@ -154,6 +158,7 @@ impl ReconcileError {
             | ReconcileError::Values { .. }
             | ReconcileError::Render(_)
             | ReconcileError::RenderRefused { .. }
+            | ReconcileError::InvalidHealthCheck(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -227,6 +232,8 @@ pub struct Context {
     pub owned: Option<owned::OwnedWatches>,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
+    /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
+    pub probes: health::probe::Probes,
     /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
     pub values_watches: Option<values_watch::ValuesWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
@@ -257,6 +264,18 @@ impl Context {
     /// The same context judging health with `health` instead of the defaults.
     pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
         self.health = health;
+        self
+    }
+
+    /// The same context asking the controller through `trigger` to reconcile a BundleDeployment
+    /// whose HTTP probe changed its verdict.
+    pub fn with_probe_trigger(
+        mut self,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.probes = health::probe::Probes::new(Some(trigger));
         self
     }
 
@@ -323,6 +342,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
+            probes: health::probe::Probes::new(None),
             values_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
@@ -582,9 +602,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             }
         }
     }
-    let result = match rollback_to {
-        Some(to) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
-        None => {
+    let result = match (health_checks(bd), rollback_to) {
+        // Refused before anything is fetched or written: the active revision stays as it is.
+        (Err(error), _) => Err(error),
+        (Ok(_), Some(to)) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
+        (Ok(_), None) => {
             let force_poll = requests.reconcile.is_some();
             let retry = requests.retry.as_deref();
             progress(bd, ctx, &mut writer, &mut work, retry, force_poll).await
@@ -1085,7 +1107,14 @@ async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let mut health = assess_health(&applied, &ctx.health);
+    let mut health = assess_health(&applied, &ctx.health, &health_checks(bd)?);
+    let probes = ctx.probes.assess(
+        &bd.name_any(),
+        work.active_revision.unwrap_or_default(),
+        &bd.spec.health_checks,
+        health.healthy,
+    );
+    add_probes(&mut health, probes);
     let after = hooks::after(ctx, bd, &applier, work, hook_objects, &mut health);
     if let Some(step) = after.await? {
         return Ok(step);
@@ -1103,6 +1132,13 @@ async fn apply_revision(
             }
         }
     } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
+        // A user's health check that says failed is meant to end the wait (Flux's `failed`).
+        if let Some(message) = &health.failed_check {
+            return Ok(Step::Failed {
+                reason: REASON_HEALTH_CHECK_FAILED.into(),
+                message: message.clone(),
+            });
+        }
         // An object reported Failed (a Pod in CrashLoopBackOff) can still recover, so only the
         // deadline fails a revision: the contract users tune with progressDeadline.
         if rollout::deadline_passed(work, deadline, &now) {
@@ -1134,18 +1170,44 @@ async fn apply_revision(
     ))
 }
 
+/// Condition and revision reason when a user's health check (`spec.healthChecks`) says failed.
+pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+
+/// The CEL checks of `bd.spec.healthChecks`, compiled; an expression that does not compile is
+/// refused, naming its check and field.
+fn health_checks(bd: &BundleDeployment) -> Result<health::CelChecks, ReconcileError> {
+    health::cel::compile(&bd.spec.health_checks).map_err(|errors| {
+        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        ReconcileError::InvalidHealthCheck(messages.join("; "))
+    })
+}
+
 /// How often a progressing revision is re-assessed when no watch event comes first.
 const PROGRESS_POLL: Duration = Duration::from_secs(5);
 
-/// Applies the health rules to the applied objects as the API server last returned them in this
-/// pass (no extra reads); lists the first unhealthy ones. Pure.
-fn assess_health(applied: &[Applied], options: &health::HealthOptions) -> HealthReport {
+/// Applies the health rules (the user's CEL checks first, else the built-in ones) to the applied
+/// objects as the API server last returned them in this pass (no extra reads); lists the first
+/// unhealthy ones. Pure.
+fn assess_health(
+    applied: &[Applied],
+    options: &health::HealthOptions,
+    checks: &health::CelChecks,
+) -> HealthReport {
+    let mut failed_check = None;
     let assessed: Vec<(String, health::Health)> = applied
         .iter()
         .filter(|a| a.outcome != ApplyOutcome::Skipped)
         .map(|a| {
             let health = match &a.live {
-                Some(live) => health::assess(live, options),
+                Some(live) => match checks.assess(live) {
+                    Some(health) => {
+                        if health.state == health::HealthState::Failed && failed_check.is_none() {
+                            failed_check = Some(format!("{}: {}", a.key, health.message));
+                        }
+                        health
+                    }
+                    None => health::assess(live, options),
+                },
                 None => health::Health {
                     state: health::HealthState::InProgress,
                     message: "not read back from the cluster".into(),
@@ -1166,7 +1228,35 @@ fn assess_health(applied: &[Applied], options: &health::HealthOptions) -> Health
             .any(|(_, h)| h.state == health::HealthState::Failed),
         total: assessed.len(),
         message: health::summarize(&unhealthy, 5),
+        failed_check,
     }
+}
+
+/// Adds the HTTP probes' health to `report`: a probe that is not healthy makes the revision
+/// unhealthy, one that failed fails it as a failed CEL check does. Pure.
+fn add_probes(report: &mut HealthReport, probes: Vec<(String, health::Health)>) {
+    let unhealthy: Vec<(String, health::Health)> = probes
+        .into_iter()
+        .filter(|(_, h)| !h.is_healthy())
+        .collect();
+    if unhealthy.is_empty() {
+        return;
+    }
+    report.healthy = false;
+    for (name, health) in &unhealthy {
+        if health.state == health::HealthState::Failed {
+            report.failed = true;
+            report
+                .failed_check
+                .get_or_insert_with(|| format!("{name}: {}", health.message));
+        }
+    }
+    let probes = health::summarize(&unhealthy, 5);
+    report.message = if report.message.is_empty() {
+        probes
+    } else {
+        format!("{}; {probes}", report.message)
+    };
 }
 
 /// True for helm charts, the only format with hooks.
@@ -1381,6 +1471,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.polls.forget(uid);
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
+    ctx.probes.forget(&name);
     let inventory = bd
         .status
         .as_ref()

@@ -114,6 +114,9 @@ pub struct HealthReport {
     pub total: usize,
     /// The first unhealthy objects and why; empty when healthy.
     pub message: String,
+    /// The first object a user's health check (`spec.healthChecks`) found failed, and why
+    /// (naming the check): such a failure fails a progressing revision at once.
+    pub failed_check: Option<String>,
 }
 
 /// Condition reason of an automatic rollback (RolledBack=True, Stalled=True).
@@ -235,7 +238,9 @@ pub fn next_status(
                     format!("{name}: all {} objects healthy", health.total),
                 );
             } else {
-                let reason = if health.failed {
+                let reason = if health.failed_check.is_some() {
+                    "HealthCheckFailed"
+                } else if health.failed {
                     "Unhealthy"
                 } else {
                     "Progressing"
@@ -515,6 +520,7 @@ mod tests {
                 failed: false,
                 total: 2,
                 message: String::new(),
+                failed_check: None,
             },
             sources: SourceState::Fetched,
             spec_current: true,
@@ -531,6 +537,7 @@ mod tests {
                 failed: false,
                 total: 1,
                 message: "Deployment ns/web: 0 of 1 updated replicas available".into(),
+                failed_check: None,
             },
             sources: SourceState::Fetched,
             spec_current: true,
