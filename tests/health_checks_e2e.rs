@@ -264,7 +264,7 @@ async fn a_custom_resource_is_healthy_only_once_its_cel_check_says_current() {
         "{message}"
     );
     assert!(
-        message.contains(&format!("Widget {}/w1", s.name))
+        message.contains(&format!("Widget.{} {}/w1", s.group, s.name))
             && message.contains("current is not true yet"),
         "names the object and the check: {message}"
     );
@@ -316,7 +316,7 @@ async fn a_failed_cel_check_fails_the_revision_and_rolls_back() {
     assert_eq!(reason, "RolledBack");
     assert!(
         message.contains("HealthCheckFailed")
-            && message.contains(&format!("Widget {}/b", s.name))
+            && message.contains(&format!("Widget.{} {}/b", s.group, s.name))
             && message.contains(&format!("healthChecks[0] ({}/v1 Widget)", s.group))
             && message.contains("failed is true"),
         "names the object, the check and why: {message}"
