@@ -356,16 +356,15 @@ async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
             "{what}: {message}"
         );
     }
-    // Both kinds of check are accepted.
+    // The README's example (both kinds of check) is accepted.
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: health-checks -->\n```yaml\n")
+        .expect("the README has the health-checks example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    let example: Value = serde_saphyr::from_str(block).unwrap();
     let mut spec = valid_spec();
-    spec["healthChecks"] = json!([
-        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-         "selector": {"matchLabels": {"team": "a"}},
-         "current": "self.status.health.status == 'Healthy'",
-         "failed": "self.status.health.status == 'Degraded'"},
-        {"httpGet": {"url": "http://app.team-a.svc/healthz", "expectedStatus": [200]},
-         "periodSeconds": 5, "successThreshold": 2, "failureThreshold": 3},
-    ]);
+    spec["healthChecks"] = example["healthChecks"].clone();
     let name = cluster::unique_name("checks-ok");
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
     let created = api
@@ -376,7 +375,7 @@ async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
         .await
         .expect("valid health checks are accepted");
     assert_eq!(
-        created.data["spec"]["healthChecks"][1]["httpGet"]["expectedStatus"],
+        created.data["spec"]["healthChecks"][3]["httpGet"]["expectedStatus"],
         json!([200])
     );
     api.delete(&name, &Default::default()).await.unwrap();

@@ -251,3 +251,50 @@ fn http_probes_are_not_cel_checks() {
     let probe = check("{httpGet: {url: 'http://127.0.0.1:1/healthz'}}");
     assert!(compile(&[probe]).unwrap().is_empty());
 }
+
+/// The `healthChecks` example of the README (the YAML block after `<!-- example: health-checks -->`).
+fn readme_example() -> Vec<HealthCheck> {
+    let readme = include_str!("../../../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: health-checks -->\n```yaml\n")
+        .expect("the README has the health-checks example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Example {
+        health_checks: Vec<HealthCheck>,
+    }
+    serde_saphyr::from_str::<Example>(block)
+        .unwrap()
+        .health_checks
+}
+
+#[test]
+fn the_readme_example_compiles_and_judges_as_documented() {
+    let checks = readme_example();
+    assert_eq!(checks.len(), 4);
+    let compiled = compile(&checks).unwrap();
+    let state = |object: &Value| compiled.assess(object).map(|h| h.state);
+    assert_eq!(
+        state(&application(Some("Healthy"))),
+        Some(HealthState::Current)
+    );
+    assert_eq!(
+        state(&application(Some("Degraded"))),
+        Some(HealthState::Failed)
+    );
+    let database = |labels: Value, phase: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "Database",
+               "metadata": {"name": "db", "labels": labels}, "status": {"phase": phase}})
+    };
+    assert_eq!(
+        state(&database(json!({"tier": "primary"}), "Failed")),
+        Some(HealthState::Failed)
+    );
+    // The selector leaves replicas to the built-in rules.
+    assert_eq!(state(&database(json!({"tier": "replica"}), "Failed")), None);
+    let certificate = json!({"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+        "metadata": {"name": "tls", "generation": 1},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}]}});
+    assert_eq!(state(&certificate), Some(HealthState::Current));
+}
