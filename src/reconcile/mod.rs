@@ -11,6 +11,7 @@ pub mod changes;
 pub mod controller;
 pub mod fetch;
 pub mod fetch_pool;
+pub mod health_checks;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
@@ -47,10 +48,11 @@ use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
 use crate::source::{Fetcher, SourceError};
 use changes::{change_object, log_writes};
 use fetch::SecretPolicy;
+use health_checks::{add_probes, assess_health, health_checks, REASON_HEALTH_CHECK_FAILED};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
 use rollout::Decision;
-use status::{FailedPhase, HealthReport, Outcome, SourceState, Transition};
+use status::{FailedPhase, Outcome, SourceState, Transition};
 
 /// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
 pub const FINALIZER: &str = "pallet.dev/cleanup";
@@ -1170,94 +1172,8 @@ async fn apply_revision(
     ))
 }
 
-/// Condition and revision reason when a user's health check (`spec.healthChecks`) says failed.
-pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
-
-/// The CEL checks of `bd.spec.healthChecks`, compiled; an expression that does not compile is
-/// refused, naming its check and field.
-fn health_checks(bd: &BundleDeployment) -> Result<health::CelChecks, ReconcileError> {
-    health::cel::compile(&bd.spec.health_checks).map_err(|errors| {
-        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        ReconcileError::InvalidHealthCheck(messages.join("; "))
-    })
-}
-
 /// How often a progressing revision is re-assessed when no watch event comes first.
 const PROGRESS_POLL: Duration = Duration::from_secs(5);
-
-/// Applies the health rules (the user's CEL checks first, else the built-in ones) to the applied
-/// objects as the API server last returned them in this pass (no extra reads); lists the first
-/// unhealthy ones. Pure.
-fn assess_health(
-    applied: &[Applied],
-    options: &health::HealthOptions,
-    checks: &health::CelChecks,
-) -> HealthReport {
-    let mut failed_check = None;
-    let assessed: Vec<(String, health::Health)> = applied
-        .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
-        .map(|a| {
-            let health = match &a.live {
-                Some(live) => match checks.assess(live) {
-                    Some(health) => {
-                        if health.state == health::HealthState::Failed && failed_check.is_none() {
-                            failed_check = Some(format!("{}: {}", a.key, health.message));
-                        }
-                        health
-                    }
-                    None => health::assess(live, options),
-                },
-                None => health::Health {
-                    state: health::HealthState::InProgress,
-                    message: "not read back from the cluster".into(),
-                },
-            };
-            (a.key.to_string(), health)
-        })
-        .collect();
-    let unhealthy: Vec<(String, health::Health)> = assessed
-        .iter()
-        .filter(|(_, h)| !h.is_healthy())
-        .cloned()
-        .collect();
-    HealthReport {
-        healthy: unhealthy.is_empty(),
-        failed: unhealthy
-            .iter()
-            .any(|(_, h)| h.state == health::HealthState::Failed),
-        total: assessed.len(),
-        message: health::summarize(&unhealthy, 5),
-        failed_check,
-    }
-}
-
-/// Adds the HTTP probes' health to `report`: a probe that is not healthy makes the revision
-/// unhealthy, one that failed fails it as a failed CEL check does. Pure.
-fn add_probes(report: &mut HealthReport, probes: Vec<(String, health::Health)>) {
-    let unhealthy: Vec<(String, health::Health)> = probes
-        .into_iter()
-        .filter(|(_, h)| !h.is_healthy())
-        .collect();
-    if unhealthy.is_empty() {
-        return;
-    }
-    report.healthy = false;
-    for (name, health) in &unhealthy {
-        if health.state == health::HealthState::Failed {
-            report.failed = true;
-            report
-                .failed_check
-                .get_or_insert_with(|| format!("{name}: {}", health.message));
-        }
-    }
-    let probes = health::summarize(&unhealthy, 5);
-    report.message = if report.message.is_empty() {
-        probes
-    } else {
-        format!("{}; {probes}", report.message)
-    };
-}
 
 /// True for helm charts, the only format with hooks.
 fn is_helm(bd: &BundleDeployment) -> bool {
