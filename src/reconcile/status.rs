@@ -707,6 +707,31 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_health_check_names_itself_in_healthy() {
+        let mut outcome = installed();
+        if let Outcome::Installed { health, .. } = &mut outcome {
+            *health = HealthReport {
+                healthy: false,
+                failed: true,
+                total: 2,
+                message: "healthChecks[0] (httpGet http://app/): 3 failures in a row".into(),
+                failed_check: Some(
+                    "healthChecks[0] (httpGet http://app/): 3 failures in a row".into(),
+                ),
+            };
+        }
+        let status = next_status(&Default::default(), Some(3), &outcome, &time(1));
+        let healthy = find(&status.conditions, types::HEALTHY).unwrap();
+        assert_eq!(
+            (healthy.status.as_str(), healthy.reason.as_str()),
+            ("False", "HealthCheckFailed")
+        );
+        assert!(healthy
+            .message
+            .ends_with("healthChecks[0] (httpGet http://app/): 3 failures in a row"));
+    }
+
+    #[test]
     fn running_hooks_is_reconciling_and_not_ready_and_keeps_the_inventory() {
         let before = next_status(&Default::default(), Some(1), &installed(), &time(1));
         let message = "waiting for pre-upgrade hook Job ns/migrate: Job running".to_string();
