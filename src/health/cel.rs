@@ -87,7 +87,6 @@ fn env() -> Arc<Env> {
 /// Compiles the CEL checks of `checks` (HTTP probes are skipped); every error is reported, each
 /// naming its check and expression.
 pub fn compile(checks: &[HealthCheck]) -> Result<CelChecks, Vec<CheckError>> {
-    let env = env();
     let mut compiled = Vec::new();
     let mut errors = Vec::new();
     for (index, check) in checks.iter().enumerate() {
@@ -95,71 +94,13 @@ pub fn compile(checks: &[HealthCheck]) -> Result<CelChecks, Vec<CheckError>> {
             continue;
         }
         let name = check.describe(index);
-        let mut error = |message: String| {
-            errors.push(CheckError {
+        match compile_one(name.clone(), check) {
+            Ok(check) => compiled.push(check),
+            Err(messages) => errors.extend(messages.into_iter().map(|message| CheckError {
                 check: name.clone(),
                 message,
-            })
-        };
-        let expression = |field: &'static str, text: &Option<String>| {
-            let text = text.as_ref()?;
-            match env.compile(text) {
-                Ok(program) => Some(Ok(Expression {
-                    field,
-                    text: text.clone(),
-                    program,
-                })),
-                Err(e) => Some(Err(format!(
-                    "expression {field} does not compile: {}",
-                    one_line(&e.to_string())
-                ))),
-            }
-        };
-        let in_progress = expression("inProgress", &check.in_progress);
-        let failed = expression("failed", &check.failed);
-        let current = expression("current", &check.current);
-        let selector = check
-            .selector
-            .clone()
-            .map(Selector::try_from)
-            .transpose()
-            .map_err(|e| format!("selector is not valid: {e}"));
-        let (Some(api_version), Some(kind)) = (&check.api_version, &check.kind) else {
-            error("a CEL check needs apiVersion and kind".into());
-            continue;
-        };
-        let mut results = Vec::new();
-        for result in [&in_progress, &failed, &current].into_iter().flatten() {
-            if let Err(message) = result {
-                results.push(message.clone());
-            }
+            })),
         }
-        if let Err(message) = &selector {
-            results.push(message.clone());
-        }
-        if current.is_none() {
-            results.push("current is required".into());
-        }
-        if !results.is_empty() {
-            for message in results {
-                error(message);
-            }
-            continue;
-        }
-        let ok = |e: Option<Result<Expression, String>>| e.and_then(Result::ok);
-        let (Some(current), Ok(selector)) = (ok(current), selector) else {
-            continue;
-        };
-        compiled.push(CelCheck {
-            name,
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-            object_name: check.name.clone(),
-            selector,
-            in_progress: ok(in_progress),
-            failed: ok(failed),
-            current,
-        });
     }
     if errors.is_empty() {
         Ok(CelChecks {
@@ -167,6 +108,59 @@ pub fn compile(checks: &[HealthCheck]) -> Result<CelChecks, Vec<CheckError>> {
         })
     } else {
         Err(errors)
+    }
+}
+
+/// One CEL check, or what is wrong with it (every expression is tried).
+fn compile_one(name: String, check: &HealthCheck) -> Result<CelCheck, Vec<String>> {
+    let env = env();
+    let mut errors = Vec::new();
+    let mut expression = |field: &'static str, text: &Option<String>| {
+        let text = text.as_ref()?;
+        match env.compile(text) {
+            Ok(program) => Some(Expression {
+                field,
+                text: text.clone(),
+                program,
+            }),
+            Err(e) => {
+                errors.push(format!(
+                    "expression {field} does not compile: {}",
+                    one_line(&e.to_string())
+                ));
+                None
+            }
+        }
+    };
+    let in_progress = expression("inProgress", &check.in_progress);
+    let failed = expression("failed", &check.failed);
+    let current = expression("current", &check.current);
+    let selector = match check.selector.clone().map(Selector::try_from).transpose() {
+        Ok(selector) => selector,
+        Err(e) => {
+            errors.push(format!("selector is not valid: {e}"));
+            None
+        }
+    };
+    if check.current.is_none() {
+        errors.push("current is required".into());
+    }
+    let (Some(api_version), Some(kind)) = (&check.api_version, &check.kind) else {
+        errors.push("a CEL check needs apiVersion and kind".into());
+        return Err(errors);
+    };
+    match current {
+        Some(current) if errors.is_empty() => Ok(CelCheck {
+            name,
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            object_name: check.name.clone(),
+            selector,
+            in_progress,
+            failed,
+            current,
+        }),
+        _ => Err(errors),
     }
 }
 
