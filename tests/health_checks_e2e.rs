@@ -404,6 +404,12 @@ async fn an_expression_that_does_not_compile_is_refused_with_a_clear_condition()
             && message.contains("expression current does not compile"),
         "{message}"
     );
+    assert_eq!(condition(&status, "Stalled").0, "True");
+    assert_eq!(
+        condition(&status, "Installed").0,
+        "True",
+        "revision 1's objects are still installed"
+    );
     // Nothing was written: revision 1 stays active and its objects as they were.
     assert_eq!(status.active_revision, Some(1));
     assert_eq!(status.revisions.len(), 1, "{}", summary(&status));

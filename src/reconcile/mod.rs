@@ -192,6 +192,7 @@ impl ReconcileError {
             | ReconcileError::Fetching(_)
             | ReconcileError::Secret { .. }
             | ReconcileError::Values { .. } => FailedPhase::Fetch,
+            ReconcileError::InvalidHealthCheck(_) => FailedPhase::Spec,
             _ => FailedPhase::Install,
         }
     }

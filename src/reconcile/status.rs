@@ -133,6 +133,9 @@ pub enum FailedPhase {
     Fetch,
     /// Rendering or applying (condition Installed).
     Install,
+    /// The spec is refused before anything is fetched (a health check that does not compile):
+    /// Unpacked and Installed keep what they said, Ready says why.
+    Spec,
 }
 
 /// The inventory for `objects`: the exact count, the list cut at [`INVENTORY_LIST_LIMIT`].
@@ -441,6 +444,7 @@ pub fn next_status(
                     );
                     set(types::INSTALLED, false, reason, message.clone());
                 }
+                FailedPhase::Spec => {}
             }
             set(types::READY, false, reason, message.clone());
             set(
