@@ -102,6 +102,14 @@ pub fn parse_bundle_deployment(
     }
     let bd: BundleDeployment = serde_json::from_value(value.clone())
         .map_err(|e| manifest_error(format!("not a valid BundleDeployment: {e}")))?;
+    // Refused here as the agent would refuse it, before anything is fetched.
+    if let Err(errors) = crate::health::cel::compile(&bd.spec.health_checks) {
+        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        return Err(manifest_error(format!(
+            "spec.healthChecks: {}",
+            messages.join("; ")
+        )));
+    }
     Ok((value, bd))
 }
 

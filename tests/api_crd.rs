@@ -365,3 +365,64 @@ async fn registry_v1_config_is_checked_by_the_schema() {
     .await
     .expect("empty affinities are accepted");
 }
+
+#[tokio::test]
+async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
+    let client = ready_client().await;
+    let cases = [
+        (
+            "probe-with-cel",
+            json!({"httpGet": {"url": "http://app/healthz"}, "current": "true"}),
+            "an httpGet check takes no apiVersion, name, selector or CEL expressions",
+        ),
+        ("neither", json!({"current": "true"}), "exactly one of them"),
+        (
+            "no-current",
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "failed": "true"}),
+            "a CEL health check needs apiVersion, kind and current",
+        ),
+        (
+            "threshold-on-cel",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "current": "true", "failureThreshold": 2}),
+            "only valid with httpGet",
+        ),
+        (
+            "bad-url",
+            json!({"httpGet": {"url": "ftp://app/healthz"}}),
+            "spec.healthChecks[0].httpGet.url",
+        ),
+    ];
+    for (what, check, expected) in cases {
+        let mut spec = valid_spec();
+        spec["healthChecks"] = json!([check]);
+        let message = rejection(&client, bd(&cluster::unique_name(what), spec)).await;
+        assert!(message.contains(expected), "{what}: {message}");
+        assert!(
+            message.contains("spec.healthChecks[0]"),
+            "{what}: {message}"
+        );
+    }
+    // The README's example (both kinds of check) is accepted.
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: health-checks -->\n```yaml\n")
+        .expect("the README has the health-checks example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    let example: Value = serde_saphyr::from_str(block).unwrap();
+    let mut spec = valid_spec();
+    spec["healthChecks"] = example["healthChecks"].clone();
+    let name = cluster::unique_name("checks-ok");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let created = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bd(&name, spec)).unwrap(),
+        )
+        .await
+        .expect("valid health checks are accepted");
+    assert_eq!(
+        created.data["spec"]["healthChecks"][3]["httpGet"]["expectedStatus"],
+        json!([200])
+    );
+    api.delete(&name, &Default::default()).await.unwrap();
+}

@@ -7,6 +7,9 @@
 //! object, and the documented default lives in one place.
 
 pub mod conditions;
+mod health_checks;
+
+pub use health_checks::{HealthCheck, HttpGetCheck};
 
 use std::collections::BTreeMap;
 
@@ -110,6 +113,12 @@ pub struct BundleDeploymentSpec {
     /// What happens to the applied objects when the BundleDeployment is deleted. Default: Delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+
+    /// Health checks besides the built-in rules: CEL expressions for a kind (Flux's
+    /// `healthCheckExprs`; they replace the built-in rule for that kind) or HTTP probes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub health_checks: Vec<HealthCheck>,
 }
 
 impl BundleDeploymentSpec {

@@ -181,7 +181,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         })
         .with_default_poll_interval(args.default_poll_interval)
         .with_max_revision_bytes((args.max_revision_mib.max(1) << 20) as usize)
-        .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done)
+        .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
+        .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_webhook_cert_validity(args.webhook_cert_validity));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");

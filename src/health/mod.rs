@@ -38,6 +38,11 @@
 
 use serde_json::Value;
 
+pub mod cel;
+pub mod probe;
+
+pub use self::cel::{CelChecks, CheckError};
+
 /// Where an object stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HealthState {

@@ -11,6 +11,7 @@ pub mod changes;
 pub mod controller;
 pub mod fetch;
 pub mod fetch_pool;
+pub mod health_checks;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
@@ -49,10 +50,11 @@ use crate::revision::{RevisionError, RevisionRecord, RevisionStore};
 use crate::source::{Fetcher, SourceError};
 use changes::{change_object, log_writes};
 use fetch::SecretPolicy;
+use health_checks::{add_probes, assess_health, health_checks, REASON_HEALTH_CHECK_FAILED};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Resource;
 use rollout::Decision;
-use status::{FailedPhase, HealthReport, Outcome, SourceState, Transition};
+use status::{FailedPhase, Outcome, SourceState, Transition};
 
 /// Finalizer that lets pallet clean up a BundleDeployment's objects before it goes away.
 pub const FINALIZER: &str = "pallet.dev/cleanup";
@@ -121,6 +123,9 @@ pub enum ReconcileError {
         /// What and why.
         message: String,
     },
+    /// `spec.healthChecks` has expressions that do not compile (each named with its check).
+    #[error("{0}")]
+    InvalidHealthCheck(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -155,6 +160,7 @@ impl ReconcileError {
             ReconcileError::Deleting(_) => "Deleting",
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
+            ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
         }
     }
 
@@ -167,6 +173,7 @@ impl ReconcileError {
             | ReconcileError::Render(_)
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
+            | ReconcileError::InvalidHealthCheck(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -198,6 +205,7 @@ impl ReconcileError {
             | ReconcileError::Fetching(_)
             | ReconcileError::Secret { .. }
             | ReconcileError::Values { .. } => FailedPhase::Fetch,
+            ReconcileError::InvalidHealthCheck(_) => FailedPhase::Spec,
             _ => FailedPhase::Install,
         }
     }
@@ -240,6 +248,8 @@ pub struct Context {
     pub owned: Option<owned::OwnedWatches>,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
+    /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
+    pub probes: health::probe::Probes,
     /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
     pub values_watches: Option<values_watch::ValuesWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
@@ -272,6 +282,18 @@ impl Context {
     /// The same context judging health with `health` instead of the defaults.
     pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
         self.health = health;
+        self
+    }
+
+    /// The same context asking the controller through `trigger` to reconcile a BundleDeployment
+    /// whose HTTP probe changed its verdict.
+    pub fn with_probe_trigger(
+        mut self,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.probes = health::probe::Probes::new(Some(trigger));
         self
     }
 
@@ -345,6 +367,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
+            probes: health::probe::Probes::new(None),
             values_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
@@ -606,9 +629,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             }
         }
     }
-    let result = match rollback_to {
-        Some(to) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
-        None => {
+    let result = match (health_checks(bd), rollback_to) {
+        // Refused before anything is fetched or written: the active revision stays as it is.
+        (Err(error), _) => Err(error),
+        (Ok(_), Some(to)) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
+        (Ok(_), None) => {
             let force_poll = requests.reconcile.is_some();
             let retry = requests.retry.as_deref();
             progress(bd, ctx, &mut writer, &mut work, retry, force_poll).await
@@ -1128,7 +1153,14 @@ async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let mut health = assess_health(&applied, &ctx.health);
+    let mut health = assess_health(&applied, &ctx.health, &health_checks(bd)?);
+    let probes = ctx.probes.assess(
+        &bd.name_any(),
+        work.active_revision.unwrap_or_default(),
+        &bd.spec.health_checks,
+        health.healthy,
+    );
+    add_probes(&mut health, probes);
     let after = hooks::after(ctx, bd, &applier, work, hook_objects, &mut health);
     if let Some(step) = after.await? {
         return Ok(step);
@@ -1146,6 +1178,13 @@ async fn apply_revision(
             }
         }
     } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
+        // A user's health check that says failed is meant to end the wait (Flux's `failed`).
+        if let Some(message) = &health.failed_check {
+            return Ok(Step::Failed {
+                reason: REASON_HEALTH_CHECK_FAILED.into(),
+                message: message.clone(),
+            });
+        }
         // An object reported Failed (a Pod in CrashLoopBackOff) can still recover, so only the
         // deadline fails a revision: the contract users tune with progressDeadline.
         if rollout::deadline_passed(work, deadline, &now) {
@@ -1180,38 +1219,6 @@ async fn apply_revision(
 
 /// How often a progressing revision is re-assessed when no watch event comes first.
 const PROGRESS_POLL: Duration = Duration::from_secs(5);
-
-/// Applies the health rules to the applied objects as the API server last returned them in this
-/// pass (no extra reads); lists the first unhealthy ones. Pure.
-fn assess_health(applied: &[Applied], options: &health::HealthOptions) -> HealthReport {
-    let assessed: Vec<(String, health::Health)> = applied
-        .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
-        .map(|a| {
-            let health = match &a.live {
-                Some(live) => health::assess(live, options),
-                None => health::Health {
-                    state: health::HealthState::InProgress,
-                    message: "not read back from the cluster".into(),
-                },
-            };
-            (a.key.to_string(), health)
-        })
-        .collect();
-    let unhealthy: Vec<(String, health::Health)> = assessed
-        .iter()
-        .filter(|(_, h)| !h.is_healthy())
-        .cloned()
-        .collect();
-    HealthReport {
-        healthy: unhealthy.is_empty(),
-        failed: unhealthy
-            .iter()
-            .any(|(_, h)| h.state == health::HealthState::Failed),
-        total: assessed.len(),
-        message: health::summarize(&unhealthy, 5),
-    }
-}
 
 /// True for helm charts, the only format with hooks.
 fn is_helm(bd: &BundleDeployment) -> bool {
@@ -1429,6 +1436,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.polls.forget(uid);
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
+    ctx.probes.forget(&name);
     let inventory = bd
         .status
         .as_ref()

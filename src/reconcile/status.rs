@@ -114,6 +114,9 @@ pub struct HealthReport {
     pub total: usize,
     /// The first unhealthy objects and why; empty when healthy.
     pub message: String,
+    /// The first object a user's health check (`spec.healthChecks`) found failed, and why
+    /// (naming the check): such a failure fails a progressing revision at once.
+    pub failed_check: Option<String>,
 }
 
 /// Condition reason of an automatic rollback (RolledBack=True, Stalled=True).
@@ -130,6 +133,9 @@ pub enum FailedPhase {
     Fetch,
     /// Rendering or applying (condition Installed).
     Install,
+    /// The spec is refused before anything is fetched (a health check that does not compile):
+    /// Unpacked and Installed keep what they said, Ready says why.
+    Spec,
 }
 
 /// The inventory for `objects`: the exact count, the list cut at [`INVENTORY_LIST_LIMIT`].
@@ -235,7 +241,9 @@ pub fn next_status(
                     format!("{name}: all {} objects healthy", health.total),
                 );
             } else {
-                let reason = if health.failed {
+                let reason = if health.failed_check.is_some() {
+                    "HealthCheckFailed"
+                } else if health.failed {
                     "Unhealthy"
                 } else {
                     "Progressing"
@@ -436,6 +444,7 @@ pub fn next_status(
                     );
                     set(types::INSTALLED, false, reason, message.clone());
                 }
+                FailedPhase::Spec => {}
             }
             set(types::READY, false, reason, message.clone());
             set(
@@ -515,6 +524,7 @@ mod tests {
                 failed: false,
                 total: 2,
                 message: String::new(),
+                failed_check: None,
             },
             sources: SourceState::Fetched,
             spec_current: true,
@@ -531,6 +541,7 @@ mod tests {
                 failed: false,
                 total: 1,
                 message: "Deployment ns/web: 0 of 1 updated replicas available".into(),
+                failed_check: None,
             },
             sources: SourceState::Fetched,
             spec_current: true,
@@ -697,6 +708,31 @@ mod tests {
             find(&status.conditions, types::STALLED).unwrap().status,
             "False"
         );
+    }
+
+    #[test]
+    fn a_failed_health_check_names_itself_in_healthy() {
+        let mut outcome = installed();
+        if let Outcome::Installed { health, .. } = &mut outcome {
+            *health = HealthReport {
+                healthy: false,
+                failed: true,
+                total: 2,
+                message: "healthChecks[0] (httpGet http://app/): 3 failures in a row".into(),
+                failed_check: Some(
+                    "healthChecks[0] (httpGet http://app/): 3 failures in a row".into(),
+                ),
+            };
+        }
+        let status = next_status(&Default::default(), Some(3), &outcome, &time(1));
+        let healthy = find(&status.conditions, types::HEALTHY).unwrap();
+        assert_eq!(
+            (healthy.status.as_str(), healthy.reason.as_str()),
+            ("False", "HealthCheckFailed")
+        );
+        assert!(healthy
+            .message
+            .ends_with("healthChecks[0] (httpGet http://app/): 3 failures in a row"));
     }
 
     #[test]
