@@ -1008,3 +1008,67 @@ async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
     bds.delete(&test, &Default::default()).await.unwrap();
     agent::wait_bd_gone(&client, &test).await;
 }
+
+/// #15 item 8: two agents reconciling the same BundleDeployment (no leader election, the same
+/// selector) are told apart by `status.agent`, and the second writer is reported as an Event.
+#[tokio::test]
+async fn a_second_agent_writing_the_same_bundle_is_reported() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("two-agents");
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let first = Agent::start(&test);
+    let _second = Agent::start_selecting(
+        &format!("{}={test}", agent::TEST_LABEL),
+        &format!("{test}-second"),
+        &[],
+    );
+    create_bd(&client, &test, &test, &repo.url(fixtures.git_plain())).await;
+    wait_condition(&client, &first, &test, "Ready", "True", "1 objects").await;
+    // Each drift correction is written by whichever agent gets there; soon each has seen the
+    // other's name in status.agent after writing its own.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let selector = format!("involvedObject.name={test},reason=AnotherAgent");
+    let note = cluster::poll_until("an AnotherAgent event", Duration::from_secs(60), || {
+        let (events, selector, cms) = (events.clone(), selector.clone(), cms.clone());
+        async move {
+            let _ = cms
+                .patch(
+                    "app",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"data": {"value": "edited"}})),
+                )
+                .await;
+            let list = events
+                .list(&kube::api::ListParams::default().fields(&selector))
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .first()
+                .and_then(|e| e.message.clone())
+                .ok_or_else(|| "no event yet".to_string())
+        }
+    })
+    .await;
+    assert!(
+        note.contains("another agent") && note.contains("--leader-elect"),
+        "{note}"
+    );
+    let bd = Api::<BundleDeployment>::all(client.clone())
+        .get(&test)
+        .await
+        .unwrap();
+    assert!(bd.status.unwrap().agent.is_some());
+    Api::<BundleDeployment>::all(client.clone())
+        .delete(&test, &Default::default())
+        .await
+        .unwrap();
+    agent::wait_bd_gone(&client, &test).await;
+}

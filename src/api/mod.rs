@@ -738,6 +738,10 @@ pub struct BundleDeploymentStatus {
     /// Last value of annotation `pallet.dev/requested-reconcile` that was acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile: Option<String>,
+    /// The agent that last wrote this status (its `POD_NAME`, else `<host>-<pid>`). An agent that
+    /// finds another name here after writing it itself reports a second writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// One revision of the rendered bundle.

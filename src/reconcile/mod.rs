@@ -211,6 +211,19 @@ impl ReconcileError {
     }
 }
 
+/// This process's name in `status.agent`: the pod's name in a cluster, else host and pid.
+fn agent_identity() -> String {
+    std::env::var("POD_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "agent".into());
+            format!("{host}-{}", std::process::id())
+        })
+}
+
 /// Whether `error` is a transport failure talking to the API server (refused, reset, timed out).
 pub fn api_unreachable(error: &kube::Error) -> bool {
     matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
@@ -246,6 +259,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
     pub owned: Option<owned::OwnedWatches>,
+    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`.
+    pub identity: String,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
     /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
@@ -357,6 +372,7 @@ impl Context {
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
+            identity: agent_identity(),
             client,
             config,
             fetcher,
@@ -583,6 +599,7 @@ pub enum Next {
 /// ```
 pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
     changes::mark_interrupted(ctx, bd);
+    report_another_writer(bd, ctx).await;
     let name = bd.name_any();
     let mut writer = StatusWriter::new(ctx, bd);
     let mut work = writer.written.clone();
@@ -679,6 +696,30 @@ fn poll_capped(bd: &BundleDeployment, ctx: &Context, requeue: Duration) -> Durat
         Some(due) => requeue.min(due.max(Duration::from_secs(1))),
         None => requeue,
     }
+}
+
+/// Two agents reconciling one BundleDeployment (no leader election, overlapping selectors) both
+/// write every object. Each writes its name in `status.agent`; finding another name there after
+/// having written it itself means a second agent wrote since: said at warn and as an Event.
+async fn report_another_writer(bd: &BundleDeployment, ctx: &Context) {
+    let name = bd.name_any();
+    let Some(other) = bd.status.as_ref().and_then(|s| s.agent.as_deref()) else {
+        return;
+    };
+    let wrote_before = ctx
+        .last_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(&name);
+    if other == ctx.identity || !wrote_before {
+        return;
+    }
+    let note = format!(
+        "another agent ({other}) also writes this BundleDeployment and its objects; run one agent \
+         per BundleDeployment (--leader-elect for replicas, disjoint --selector for shards)"
+    );
+    tracing::warn!(bundle_deployment = %name, agent = %ctx.identity, other = %other, "{note}");
+    ctx.event(bd, true, "AnotherAgent", "Reconcile", note).await;
 }
 
 /// The revision a rollback request may go to: a number still in the history, not the active one.
@@ -1619,6 +1660,7 @@ impl<'a> StatusWriter<'a> {
         outcome: &Outcome,
     ) -> Result<(), ReconcileError> {
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
+        work.agent = Some(self.ctx.identity.clone());
         if *work == self.written {
             return Ok(());
         }
