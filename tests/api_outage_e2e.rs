@@ -9,68 +9,19 @@
 mod agent;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/private_control_plane.rs"]
+mod private_control_plane;
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::Agent;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+
 use pallet::api::BundleDeployment;
+use private_control_plane::PrivateControlPlane;
 use serde_json::json;
-
-/// A control plane of the test's own, stopped (data kept) and wiped on drop.
-struct PrivateControlPlane {
-    state: tempfile::TempDir,
-    port: u16,
-}
-
-impl PrivateControlPlane {
-    fn script(&self, command: &str) {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let status = Command::new(root.join("tools/controlplane.sh"))
-            .arg(command)
-            .env("PALLET_STATE_DIR", self.state.path())
-            .env("PALLET_CONTROLPLANE_PORT", self.port.to_string())
-            .status()
-            .expect("tools/controlplane.sh runs");
-        assert!(status.success(), "tools/controlplane.sh {command} failed");
-    }
-
-    fn start() -> PrivateControlPlane {
-        // Below the kernel's ephemeral range, like the fixtures' ports (see tools/fixtures).
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let port = (0..1000u32)
-            .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
-            .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-            .expect("a free port");
-        let plane = PrivateControlPlane {
-            state: tempfile::tempdir().unwrap(),
-            port,
-        };
-        plane.script("start");
-        plane
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.state.path().join("controlplane/kubeconfig")
-    }
-
-    async fn client(&self) -> Client {
-        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).unwrap();
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
-    }
-}
 
 fn metric(text: &str, name: &str) -> f64 {
     text.lines()
@@ -78,12 +29,6 @@ fn metric(text: &str, name: &str) -> f64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("metric {name} not found"))
-}
-
-impl Drop for PrivateControlPlane {
-    fn drop(&mut self) {
-        self.script("wipe");
-    }
 }
 
 #[tokio::test]
@@ -179,6 +124,151 @@ async fn after_an_api_outage_the_agent_is_back_within_seconds() {
     )
     .await;
     let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let _ = bds.delete(&test, &Default::default()).await;
+    agent::wait_bd_gone(&client, &test).await;
+}
+
+/// #15 fault injection: the API server restarted in the middle of an upgrade's apply. After it
+/// returns, the upgrade completes: every object has the new revision's content and the
+/// ownership label, the objects the new revision dropped are pruned, and every object the
+/// upgrade changed has its change-log entry.
+#[tokio::test]
+async fn an_api_server_restart_mid_apply_converges() {
+    const N: usize = 300;
+    let plane = PrivateControlPlane::start();
+    let client = plane.client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("api-midapply");
+    let repo = fixtures.git_repo(&test);
+    let bundle = |version: &str, names: std::ops::Range<usize>| {
+        names
+            .map(|i| {
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\ndata:\n  value: \"{version}\"\n"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    repo.commit_files("main", &[("app.yaml", bundle("1", 0..N).as_bytes())], "v1");
+    // One write at a time, so the apply of revision 2 lasts long enough to be cut.
+    let agent = Agent::start_on(
+        &plane.kubeconfig(),
+        &test,
+        &["--requeue-seconds", "2", "--apply-parallelism", "1"],
+    );
+    let spec = json!({
+        "installNamespace": test,
+        "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
+        "format": "plain",
+    });
+    agent::apply_bd(&client, &test, spec).await;
+    agent::wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "True",
+        &format!("{N} objects"),
+    )
+    .await;
+
+    // Revision 2 changes every object but the first ten, which it drops.
+    repo.commit_files("main", &[("app.yaml", bundle("2", 10..N).as_bytes())], "v2");
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    cluster::poll_until(
+        "revision 2 to start applying",
+        Duration::from_secs(60),
+        || async {
+            let bd = bds.get(&test).await.map_err(|e| e.to_string())?;
+            let status = bd.status.unwrap_or_default();
+            match status.revisions.first() {
+                Some(r) if r.number == 2 => Ok(()),
+                other => Err(format!("{:?}", other.map(|r| (r.number, r.phase)))),
+            }
+        },
+    )
+    .await;
+    plane.script("stop");
+    let written_before_restart = agent
+        .changes()
+        .iter()
+        .filter(|(op, reason, _, _)| op == "update" && reason == "new-revision")
+        .count();
+    plane.script("start");
+    assert!(
+        written_before_restart < N - 10,
+        "the apply was not cut ({written_before_restart} of {} written)",
+        N - 10
+    );
+
+    let client = plane.client().await;
+    agent::wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "True",
+        &format!("{} objects", N - 10),
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    // (kube-controller-manager adds kube-root-ca.crt to every namespace.)
+    let live: Vec<ConfigMap> = cms
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|cm| cm.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+        .collect();
+    assert_eq!(
+        live.len(),
+        N - 10,
+        "the dropped objects are pruned, nothing else is lost"
+    );
+    for cm in &live {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        assert_eq!(
+            cm.data
+                .as_ref()
+                .and_then(|d| d.get("value"))
+                .map(String::as_str),
+            Some("2"),
+            "{name}"
+        );
+        assert_eq!(
+            cm.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("pallet.dev/bundle-deployment"))
+                .map(String::as_str),
+            Some(test.as_str()),
+            "{name} carries the ownership label"
+        );
+    }
+    // Every object revision 2 changed has its entry in the change log.
+    let updated: std::collections::BTreeSet<String> = agent
+        .changes()
+        .into_iter()
+        .filter(|(op, _, _, _)| op == "update")
+        .map(|(_, _, name, _)| name)
+        .collect();
+    let missing: Vec<String> = (10..N)
+        .map(|i| format!("cm-{i}"))
+        .filter(|name| !updated.contains(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "writes without a change-log entry: {missing:?}"
+    );
+    let deleted = agent
+        .changes()
+        .into_iter()
+        .filter(|(op, _, _, _)| op == "delete")
+        .count();
+    assert_eq!(deleted, 10, "each pruned object logged once");
     let _ = bds.delete(&test, &Default::default()).await;
     agent::wait_bd_gone(&client, &test).await;
 }

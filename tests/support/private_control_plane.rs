@@ -1,0 +1,72 @@
+//! A control plane of a test's own: the project's `tools/controlplane.sh` with another port and
+//! state directory, so a test can stop and restart the API server without disturbing the shared
+//! one other tests use. Test files using it are marked `rbac-pass: skip` (tools/test.sh).
+//!
+//! Use with `#[path = "support/private_control_plane.rs"] mod private_control_plane;`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// A control plane of the test's own, stopped (data kept) and wiped on drop.
+pub struct PrivateControlPlane {
+    state: tempfile::TempDir,
+    port: u16,
+}
+
+impl PrivateControlPlane {
+    /// Runs `tools/controlplane.sh COMMAND` (start, stop, wipe) for this control plane.
+    pub fn script(&self, command: &str) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new(root.join("tools/controlplane.sh"))
+            .arg(command)
+            .env("PALLET_STATE_DIR", self.state.path())
+            .env("PALLET_CONTROLPLANE_PORT", self.port.to_string())
+            .status()
+            .expect("tools/controlplane.sh runs");
+        assert!(status.success(), "tools/controlplane.sh {command} failed");
+    }
+
+    /// Starts one on a free port.
+    pub fn start() -> PrivateControlPlane {
+        // Below the kernel's ephemeral range, like the fixtures' ports (see tools/fixtures).
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let port = (0..1000u32)
+            .map(|i| 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16)
+            .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("a free port");
+        let plane = PrivateControlPlane {
+            state: tempfile::tempdir().unwrap(),
+            port,
+        };
+        plane.script("start");
+        plane
+    }
+
+    /// Its admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state.path().join("controlplane/kubeconfig")
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> Client {
+        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for PrivateControlPlane {
+    fn drop(&mut self) {
+        self.script("wipe");
+    }
+}
