@@ -211,19 +211,6 @@ impl ReconcileError {
     }
 }
 
-/// This process's name in `status.agent`: the pod's name in a cluster, else host and pid.
-fn agent_identity() -> String {
-    std::env::var("POD_NAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_string())
-                .unwrap_or_else(|_| "agent".into());
-            format!("{host}-{}", std::process::id())
-        })
-}
-
 /// Whether `error` is a transport failure talking to the API server (refused, reset, timed out).
 pub fn api_unreachable(error: &kube::Error) -> bool {
     matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_))
@@ -372,7 +359,8 @@ impl Context {
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
-            identity: agent_identity(),
+            // The same name the agent holds the leader Lease under.
+            identity: crate::leader::identity(),
             client,
             config,
             fetcher,

@@ -126,7 +126,7 @@ impl Wanted {
             (None, Some(t), None, None) => Ok(Wanted::Tag(t.clone())),
             (None, None, Some(b), None) => Ok(Wanted::Branch(b.clone())),
             (None, None, None, Some(range)) => {
-                super::parse_range(range)?;
+                super::parse_range("git ref", range)?;
                 Ok(Wanted::Semver(range.clone()))
             }
             _ => Err(SourceError::Invalid(

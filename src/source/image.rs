@@ -271,11 +271,6 @@ fn sample_tags(tags: &[String]) -> String {
     }
 }
 
-fn parse_range(range: &str, what: &str) -> Result<Range, SourceError> {
-    Range::parse(range)
-        .map_err(|e| SourceError::Invalid(format!("{what}: semver range {range:?}: {e}")))
-}
-
 /// Whether an image reference names a tag or digest (its last path segment has `:`, or it has
 /// `@`); `semver` takes a bare repository.
 fn has_tag_or_digest(reference: &str) -> bool {
@@ -325,7 +320,7 @@ pub(crate) async fn fetch(
                     spec.reference
                 )));
             }
-            Selector::Range(parse_range(range, &what)?)
+            Selector::Range(super::parse_range(&what, range)?)
         }
     };
     fetch_from_registry(
@@ -381,7 +376,7 @@ pub(crate) async fn fetch_helm_oci(
             let v = v.strip_prefix('=').unwrap_or(v).trim();
             Selector::Exact(parse(&format!("{chart_repo}:{}", version_to_tag(v)))?)
         }
-        (None, None, range) => Selector::Range(parse_range(range.unwrap_or("*"), &what)?),
+        (None, None, range) => Selector::Range(super::parse_range(&what, range.unwrap_or("*"))?),
     };
     let repo_ref = parse(&chart_repo)?;
     let pulled = fetch_from_registry(

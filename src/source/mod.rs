@@ -488,10 +488,14 @@ fn copy_tree(
     Ok(())
 }
 
-/// Parses a semver range of a source spec (Masterminds rules); a bad one is an invalid spec.
-pub(crate) fn parse_range(range: &str) -> Result<pallet_formats::semver::Range, SourceError> {
+/// Parses a semver range of a source spec (Masterminds rules) for `what`; a bad one is an
+/// invalid spec naming it.
+pub(crate) fn parse_range(
+    what: &str,
+    range: &str,
+) -> Result<pallet_formats::semver::Range, SourceError> {
     pallet_formats::semver::Range::parse(range)
-        .map_err(|e| SourceError::Invalid(format!("semver range {range:?}: {e}")))
+        .map_err(|e| SourceError::Invalid(format!("{what}: semver range {range:?}: {e}")))
 }
 
 /// The newest of `candidates` (tags, chart versions) satisfying `range`. Nothing matching is
@@ -502,7 +506,7 @@ pub(crate) fn newest_matching<'a>(
     range: &str,
     candidates: impl Iterator<Item = &'a str> + Clone,
 ) -> Result<String, SourceError> {
-    let parsed = parse_range(range)?;
+    let parsed = parse_range(what, range)?;
     if let Some((chosen, _)) = parsed.newest(candidates.clone()) {
         return Ok(chosen.to_string());
     }
