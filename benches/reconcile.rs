@@ -340,6 +340,8 @@ async fn main() {
         .arg(&changes)
         .arg("--selector")
         .arg(&selector)
+        // Any free port: the demo agent of tools/up.sh may hold the default one.
+        .args(["--metrics-addr", "127.0.0.1:0"])
         // debug: one "reconciled" line per reconcile, to show how often it ran.
         .env("RUST_LOG", "info,pallet=debug")
         .stdout(Stdio::null())
