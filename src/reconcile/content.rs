@@ -1,0 +1,139 @@
+//! Phases 1 and 2 (fetch and render, or reuse the last render), and drift observed while paused.
+
+use super::{
+    fetch, hook_plan, is_helm, reference, render, render_memo, rollout, values, webhook_certs,
+    Context, ReconcileError,
+};
+
+use kube::ResourceExt;
+
+use crate::api::{BundleDeployment, ObjectReference, ResolvedSource, ResolvedValues};
+use crate::fault::{self, Point};
+use crate::metrics::METRICS;
+use rollout::Decision;
+
+/// While paused: fetch and render as usual, then only read the live objects and list those that
+/// differ from the bundle. No write of any kind to the bundle's objects.
+pub(super) async fn observe_drift(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    force_poll: bool,
+) -> Result<Vec<ObjectReference>, ReconcileError> {
+    let RenderedBundle {
+        rendered,
+        digest,
+        values_from,
+        ..
+    } = fetch_and_render(bd, ctx, force_poll).await?;
+    // Drift is measured against the caBundle the agent keeps (read-only while paused).
+    let (rendered, digest) = webhook_certs::with_kept_bundle(ctx, bd, rendered, digest).await?;
+    let status = bd.status.clone().unwrap_or_default();
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
+    let spec = rollout::SpecVersion {
+        generation: bd.metadata.generation.unwrap_or(0),
+        digest: &spec_digest,
+    };
+    // What resuming would apply: the rendered set, unless it is refused content after a
+    // rollback, in which case the active revision's snapshot stays.
+    let objects = match rollout::decide(&status, &digest, &spec, false) {
+        Decision::Refused { failed } => match status.active_revision {
+            Some(active) if active != failed => ctx.load(&bd.name_any(), active).await?,
+            _ => rendered.object_list(),
+        },
+        _ => rendered.object_list(),
+    };
+    // Hooks are not kept in line with the bundle: helm leaves them alone once they ran.
+    let (objects, _) = hook_plan::split(&objects, is_helm(bd));
+    // Reads go through the agent's own client: observing is not acting on the user's behalf.
+    let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
+    Ok(drifted
+        .into_iter()
+        .map(|d| ObjectReference {
+            message: Some(d.message),
+            ..reference(&d.key, &d.api_version)
+        })
+        .collect())
+}
+
+/// Phases 1 and 2: read the `valuesFrom` objects, fetch the sources, render them (or reuse the
+/// last render when nothing it depends on changed). Returns the rendered set, every source
+/// resolved and every `valuesFrom` reference as read.
+///
+/// Floating sources are re-resolved only when their poll is due, or with `force_poll` (a
+/// reconcile request: the user asked to look now).
+pub(super) async fn fetch_and_render(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    force_poll: bool,
+) -> Result<RenderedBundle, ReconcileError> {
+    let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
+    if let Some(watches) = &ctx.values_watches {
+        // Before the result is known: a missing required object is watched for its creation.
+        watches.set(&bd.name_any(), observed);
+    }
+    let values = values?;
+    // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
+    let capabilities = match bd.spec.format {
+        crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
+        _ => None,
+    };
+    let fetched = fetch::fetch_sources(ctx, bd, force_poll).await?;
+    fault::reached(Point::Fetch);
+    let sources = fetched
+        .iter()
+        .map(|f| ResolvedSource {
+            kind: f.kind,
+            reference: f.reference.clone(),
+            resolved: f.resolved.clone(),
+            version: f.version.clone(),
+        })
+        .collect();
+    let config = render::render_config(bd, capabilities, Some(values.values));
+    let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+    let format = render::format(bd.spec.format);
+    let allow_empty = bd.spec.rollout().allow_empty();
+    let inputs = render_memo::inputs_digest(format, &config, allow_empty, &fetched);
+    let kept = match ctx.renders.get(uid, &inputs) {
+        Some(kept) => kept,
+        None => {
+            let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
+            let result = render::render_with(bd, &tree, &config);
+            fetch::remove_tree(&tree);
+            METRICS.rendered();
+            let kept = match result {
+                Ok(rendered) => render_memo::KeptRender::Objects {
+                    digest: rendered.digest(),
+                    rendered: std::sync::Arc::new(rendered),
+                },
+                // A local read failure may pass: not kept.
+                Err(error @ pallet_formats::RenderError::Io { .. }) => return Err(error.into()),
+                Err(error) => render_memo::KeptRender::Refused {
+                    category: error.category(),
+                    message: error.to_string(),
+                },
+            };
+            ctx.renders.put(uid, inputs, kept.clone());
+            kept
+        }
+    };
+    match kept {
+        render_memo::KeptRender::Objects { rendered, digest } => Ok(RenderedBundle {
+            rendered,
+            digest,
+            sources,
+            values_from: values.resolved,
+        }),
+        render_memo::KeptRender::Refused { category, message } => {
+            Err(ReconcileError::RenderRefused { category, message })
+        }
+    }
+}
+
+/// What phases 1 and 2 produce: the rendered set, its digest, the resolved sources and the
+/// `valuesFrom` references as read.
+pub(super) struct RenderedBundle {
+    pub(super) rendered: std::sync::Arc<pallet_formats::Rendered>,
+    pub(super) digest: String,
+    pub(super) sources: Vec<ResolvedSource>,
+    pub(super) values_from: Vec<ResolvedValues>,
+}

@@ -1,0 +1,401 @@
+//! The reconcile context: clients, caches and the agent-wide state every pass shares.
+
+use super::{
+    ensure_namespace, fetch_pool, owned, polling, render, render_memo, values_watch, webhook_certs,
+    ReconcileError, API_RETRY_MAX,
+};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::{Client, Config, ResourceExt};
+use pallet_formats::Object;
+
+use super::fetch::SecretPolicy;
+use crate::api::BundleDeployment;
+use crate::apply::{Applier, KindResolver, FIELD_MANAGER};
+use crate::changelog::ChangeLog;
+use crate::health;
+use crate::revision::{RevisionRecord, RevisionStore};
+use crate::source::Fetcher;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Resource;
+
+/// A stored revision's objects, shared between passes.
+pub(super) type Snapshot = std::sync::Arc<Vec<Object>>;
+
+/// Everything a reconcile needs besides the object.
+pub struct Context {
+    /// The agent's client (reads, status, Secrets, reviews).
+    pub client: Client,
+    /// The agent's client configuration, from which impersonating clients are made.
+    pub config: Config,
+    /// Fetches sources through the shared cache.
+    pub fetcher: Fetcher,
+    /// Kind resolution shared by all applies.
+    pub kinds: KindResolver,
+    /// Where Secrets may be read from.
+    pub secret_policy: SecretPolicy,
+    /// Requeue interval when nothing else asks for one (drift checks, floating refs).
+    pub requeue_interval: Duration,
+    /// Objects applied at once within a stage.
+    pub apply_parallelism: usize,
+    /// Where every write is recorded.
+    pub changelog: ChangeLog,
+    /// Publishes summary Events on BundleDeployments.
+    pub recorder: Recorder,
+    /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
+    pub owned: Option<owned::OwnedWatches>,
+    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`.
+    pub identity: String,
+    /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
+    pub health: health::HealthOptions,
+    /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
+    pub probes: health::probe::Probes,
+    /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
+    pub values_watches: Option<values_watch::ValuesWatches>,
+    /// Consecutive transient failures per BundleDeployment, for exponential backoff.
+    pub(super) failures: Mutex<HashMap<String, u32>>,
+    /// When each floating source was last resolved: polled at its `pollInterval`.
+    pub polls: polling::SourcePolls,
+    /// Fetches running apart from the reconcile workers.
+    pub fetches: fetch_pool::FetchPool,
+    /// The last render of each BundleDeployment, reused while its inputs are unchanged.
+    pub renders: render_memo::RenderMemo,
+    /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks.
+    pub webhook_cert_policy: webhook_certs::CertPolicy,
+    /// The cluster's capabilities for helm charts, with when they were read.
+    pub(super) capabilities:
+        tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
+    /// Revision snapshots, in Secrets in the agent's namespace.
+    pub store: RevisionStore,
+    /// Snapshots read or written by this process, by BundleDeployment and number: a held or
+    /// rolled-back revision is re-applied at every pass without reading its Secrets again.
+    pub(super) snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
+    /// Set once the agent's namespace (where snapshots live) is known to exist.
+    pub(super) agent_namespace_ready: tokio::sync::OnceCell<()>,
+    /// The resourceVersion of each BundleDeployment after this agent's last status write, or of
+    /// its last direct read (see [`controller`]: a pass never starts from a cached object older
+    /// than that).
+    pub(super) last_written: Mutex<HashMap<String, String>>,
+}
+
+impl Context {
+    /// The same context judging health with `health` instead of the defaults.
+    pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// The same context asking the controller through `trigger` to reconcile a BundleDeployment
+    /// whose HTTP probe changed its verdict.
+    pub fn with_probe_trigger(
+        mut self,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.probes = health::probe::Probes::new(Some(trigger));
+        self
+    }
+
+    /// The same context polling floating sources without `pollInterval` every `interval`.
+    pub fn with_default_poll_interval(mut self, interval: Duration) -> Self {
+        self.polls = polling::SourcePolls::new(interval);
+        self
+    }
+
+    /// The same context running at most `slots` fetches at once, asking the controller through
+    /// `trigger` to reconcile a BundleDeployment whose slow fetch has finished.
+    pub fn with_fetch_pool(
+        mut self,
+        slots: usize,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.fetches = fetch_pool::FetchPool::new(slots, fetch_pool::DEFAULT_GRACE, Some(trigger));
+        self
+    }
+
+    /// The same context refusing revisions whose snapshot is over `max_bytes` compressed.
+    pub fn with_max_revision_bytes(mut self, max_bytes: usize) -> Self {
+        self.store = self.store.with_max_bytes(max_bytes);
+        self
+    }
+
+    /// The same context issuing webhook certificates valid for `validity` (renewed when a third
+    /// of it remains).
+    pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
+        self.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self
+    }
+
+    /// The same context watching `valuesFrom` objects through `watches`.
+    pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
+        self.values_watches = Some(watches);
+        self
+    }
+
+    /// A context with no failures recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        config: Config,
+        fetcher: Fetcher,
+        secret_policy: SecretPolicy,
+        requeue_interval: Duration,
+        apply_parallelism: usize,
+        changelog: ChangeLog,
+        owned: Option<owned::OwnedWatches>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
+            snapshots: Mutex::new(HashMap::new()),
+            agent_namespace_ready: tokio::sync::OnceCell::new(),
+            last_written: Mutex::new(HashMap::new()),
+            // The same name the agent holds the leader Lease under.
+            identity: crate::leader::identity(),
+            client,
+            config,
+            fetcher,
+            kinds: KindResolver::default(),
+            secret_policy,
+            requeue_interval,
+            apply_parallelism,
+            changelog,
+            owned,
+            health: health::HealthOptions::default(),
+            probes: health::probe::Probes::new(None),
+            values_watches: None,
+            failures: Mutex::new(HashMap::new()),
+            polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
+            fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
+            renders: render_memo::RenderMemo::default(),
+            webhook_cert_policy: webhook_certs::CertPolicy::default(),
+            capabilities: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The cluster's version and served APIs, for helm's `.Capabilities`. Read through discovery
+    /// at most once a minute: it costs a request per API group.
+    pub(super) async fn helm_capabilities(
+        &self,
+    ) -> Result<pallet_formats::HelmCapabilities, ReconcileError> {
+        const MAX_AGE: Duration = Duration::from_secs(60);
+        let mut cached = self.capabilities.lock().await;
+        if let Some((read_at, capabilities)) = cached.as_ref() {
+            if read_at.elapsed() < MAX_AGE {
+                return Ok(capabilities.clone());
+            }
+        }
+        let kube_error = |context: &str| {
+            let context = context.to_string();
+            move |source| ReconcileError::Kube { context, source }
+        };
+        let version = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(kube_error("read the cluster's version"))?;
+        let discovery = kube::Discovery::new(self.client.clone())
+            .run()
+            .await
+            .map_err(kube_error("discover the cluster's APIs"))?;
+        let mut served = Vec::new();
+        for group in discovery.groups() {
+            for version in group.versions() {
+                for (resource, _) in group.versioned_resources(version) {
+                    served.push((resource.group, resource.version, resource.kind));
+                }
+            }
+        }
+        let capabilities = pallet_formats::HelmCapabilities {
+            kube_version: version.git_version,
+            api_versions: render::api_versions(
+                served
+                    .iter()
+                    .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
+            ),
+        };
+        *cached = Some((std::time::Instant::now(), capabilities.clone()));
+        Ok(capabilities)
+    }
+
+    /// Publishes an Event on `bd`; a failure to publish is logged, never fatal.
+    pub(super) async fn event(
+        &self,
+        bd: &BundleDeployment,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &bd.object_ref(&())).await {
+            tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not publish an Event");
+        }
+    }
+
+    /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing (a
+    /// fresh cluster, an agent run outside one): checked once per process.
+    pub(super) async fn save_snapshot(
+        &self,
+        record: &RevisionRecord,
+    ) -> Result<(), ReconcileError> {
+        let namespace = self.store.namespace().to_string();
+        self.agent_namespace_ready
+            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
+            .await?;
+        self.store
+            .save(record)
+            .await
+            .map_err(ReconcileError::Revision)
+    }
+
+    /// Keeps a just-stored snapshot for later passes.
+    pub(super) fn remember(&self, record: RevisionRecord) {
+        let Ok(objects) = snapshot_objects(&record) else {
+            return; // not cached: a load reports the error
+        };
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (record.bundle_deployment, record.number),
+                std::sync::Arc::new(objects),
+            );
+    }
+
+    /// Drops a snapshot that left the history.
+    pub(super) fn forget(&self, bundle_deployment: &str, number: i64) {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(bundle_deployment.to_string(), number));
+    }
+
+    /// The objects of stored revision `number`, from memory or from its Secrets.
+    pub(super) async fn load(
+        &self,
+        bundle_deployment: &str,
+        number: i64,
+    ) -> Result<Vec<Object>, ReconcileError> {
+        let key = (bundle_deployment.to_string(), number);
+        if let Some(objects) = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(objects.as_ref().clone());
+        }
+        let record = self
+            .store
+            .load(bundle_deployment, number)
+            .await
+            .map_err(ReconcileError::Revision)?;
+        let objects = snapshot_objects(&record)?;
+        self.remember(record);
+        Ok(objects)
+    }
+
+    /// The next backoff for `name` (1 s doubling to 5 min), counting this failure.
+    pub fn backoff(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(name.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    /// The retry delay after a failure of `name`: the backoff, but at most [`API_RETRY_MAX`] when
+    /// the API server was unreachable.
+    pub fn retry_after(&self, name: &str, api_unreachable: bool) -> Duration {
+        let backoff = self.backoff(name);
+        if api_unreachable {
+            backoff.min(API_RETRY_MAX)
+        } else {
+            backoff
+        }
+    }
+
+    pub(super) fn reset_backoff(&self, name: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names one.
+    pub(super) fn writer(&self, bd: &BundleDeployment) -> Result<Client, ReconcileError> {
+        let Some(sa) = &bd.spec.service_account else {
+            return Ok(self.client.clone());
+        };
+        let mut config = self.config.clone();
+        config.auth_info.impersonate = Some(format!(
+            "system:serviceaccount:{}:{}",
+            sa.namespace, sa.name
+        ));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{}", sa.namespace),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).map_err(|e| ReconcileError::Kube {
+            context: "build impersonating client".into(),
+            source: e,
+        })
+    }
+
+    /// An applier for `bd` writing through `client` (see [`Context::writer`]).
+    pub(super) fn applier(&self, bd: &BundleDeployment, client: Client) -> Applier {
+        Applier {
+            client,
+            kinds: self.kinds.clone(),
+            owner: bd.name_any(),
+            install_namespace: bd.spec.install_namespace.clone(),
+            collision_protection: bd.spec.collision_protection(),
+            parallelism: self.apply_parallelism,
+            journal: Default::default(),
+            revision: None,
+        }
+    }
+}
+
+/// A stored revision's objects, ready to apply again (an entry that is not an object is an
+/// error naming the snapshot, never skipped).
+pub(super) fn snapshot_objects(
+    record: &RevisionRecord,
+) -> Result<Vec<Object>, pallet_formats::RenderError> {
+    record
+        .objects
+        .iter()
+        .enumerate()
+        .map(|(document, body)| {
+            let origin = pallet_formats::Origin {
+                file: format!(
+                    "snapshot of revision {} of {}",
+                    record.number, record.bundle_deployment
+                ),
+                document,
+                line: 0,
+            };
+            Object::new(body.clone(), origin)
+        })
+        .collect()
+}

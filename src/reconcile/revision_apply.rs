@@ -1,0 +1,414 @@
+//! Phases 4 and 5: apply the active revision (intent first, hooks, staged apply, prune), judge
+//! its health against the deadline, and roll back to the last healthy revision when it fails.
+
+use super::{
+    api_version_of, changes, hook_plan, hooks, is_helm, key_of, now, reference, rollout, status,
+    webhook_certs, Context, Progress, ReconcileError, StatusWriter,
+};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use pallet_formats::{Object, ObjectKey};
+use serde_json::json;
+
+use super::health_checks::{add_probes, assess_health, health_checks, REASON_HEALTH_CHECK_FAILED};
+use crate::api::{
+    parse_duration, BundleDeployment, BundleDeploymentStatus, HookPhase, ObjectReference,
+    OnFailure, RevisionPhase,
+};
+use crate::apply::{plan, Applied, Applier, ApplyError, Outcome as ApplyOutcome};
+use crate::changelog::Reason;
+use crate::fault::{self, Point};
+use crate::metrics::METRICS;
+use changes::log_writes;
+use status::{FailedPhase, Outcome, SourceState, Transition};
+
+/// Applies the active revision's `objects` (as `transition` says why), assesses health, and when
+/// the revision fails, rolls back to the last healthy revision (onFailure: Rollback) and applies
+/// that one instead, in the same pass.
+pub(super) async fn roll_out(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    mut objects: Vec<Object>,
+    mut transition: Transition,
+) -> Progress {
+    let name = bd.name_any();
+    loop {
+        // A stored revision re-applied after a renewal trusts the current webhook CA.
+        objects = webhook_certs::with_current_bundle(ctx, bd, objects).await?;
+        let was_failed =
+            rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Failed);
+        let (reason, message) =
+            match apply_revision(bd, ctx, writer, work, &objects, &transition).await? {
+                Step::Done(outcome, requeue) => return Ok((outcome, requeue)),
+                Step::Failed { reason, message } => (reason, message),
+            };
+        let failed = work.active_revision.unwrap_or_default();
+        rollout::mark_failed(work, &reason, &message);
+        if !was_failed {
+            // A held revision failing again on a later pass is no news: no repeated Event.
+            tracing::warn!(bundle_deployment = %name, revision = failed, %reason, "revision failed: {message}");
+            ctx.event(
+                bd,
+                true,
+                &reason,
+                "Rollout",
+                format!("revision {failed} failed: {message}"),
+            )
+            .await;
+        }
+        let target = work
+            .last_healthy_revision
+            .filter(|healthy| *healthy != failed)
+            .filter(|healthy| work.revisions.iter().any(|r| r.number == *healthy));
+        let policy = bd.spec.rollout().on_failure();
+        let (Some(to), OnFailure::Rollback) = (target, policy) else {
+            let why = if policy == OnFailure::Hold {
+                "rollout.onFailure is Hold"
+            } else {
+                "no earlier healthy revision to roll back to"
+            };
+            let outcome = Outcome::Failed {
+                phase: FailedPhase::Install,
+                reason,
+                message: format!(
+                    "revision {failed} failed: {message}; left in place and re-applied at every \
+                     pass until it is healthy ({why})"
+                ),
+                transient: false,
+            };
+            return Ok((outcome, ctx.requeue_interval));
+        };
+        let message =
+            format!("revision {failed} failed ({reason}: {message}); rolled back to revision {to}");
+        objects = ctx.load(&name, to).await?;
+        rollout::start_rollback(work, to, &message, &now());
+        METRICS.rollback(if reason == REASON_DEADLINE {
+            "deadline"
+        } else {
+            "apply-error"
+        });
+        ctx.event(
+            bd,
+            true,
+            status::REASON_ROLLED_BACK,
+            "Rollback",
+            message.clone(),
+        )
+        .await;
+        transition = Transition::Rollback {
+            automatic: true,
+            reason,
+            message,
+        };
+    }
+}
+
+/// Condition and revision reason when a revision misses its progress deadline.
+pub const REASON_DEADLINE: &str = "ProgressDeadlineExceeded";
+
+/// What applying a revision came to.
+pub(super) enum Step {
+    /// Applied; the outcome to record and when to look again.
+    Done(Outcome, Duration),
+    /// The revision failed (a permanent apply error, a failed object, or its deadline).
+    Failed {
+        /// CamelCase reason.
+        reason: String,
+        /// What failed, where.
+        message: String,
+    },
+}
+
+/// Environment variable naming a fault to inject, for crash tests only: `exit-after-rollback-recorded`
+/// makes the agent exit right after recording that a rollback started and before re-applying
+/// anything, as a crash at the worst moment would.
+pub const FAULT_ENV: &str = "PALLET_FAULT_INJECT";
+
+/// Applies the active revision's `objects`: records the intent first (for new revisions and
+/// rollbacks), applies in stages, prunes, then assesses health against the deadline.
+pub(super) async fn apply_revision(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+    objects: &[Object],
+    transition: &Transition,
+) -> Result<Step, ReconcileError> {
+    let client = ctx.writer(bd)?;
+    if let Some(namespace) = &bd.spec.install_namespace {
+        ensure_namespace(&ctx.client, &client, namespace).await?;
+    }
+    let mut applier = ctx.applier(bd, client);
+    applier.revision = work.active_revision;
+    // Helm hooks run at their events, not as release objects (see `hooks`).
+    let (objects, hook_objects) = &hook_plan::split(objects, is_helm(bd));
+    hook_plan::prepare(work, hook_objects, transition);
+    let active = rollout::active_revision(work).cloned();
+    let on_its_way = active.as_ref().is_some_and(|r| {
+        matches!(
+            r.phase,
+            RevisionPhase::Applying | RevisionPhase::Progressing
+        )
+    });
+    // A revision whose pre hooks started recorded its inventory when they did.
+    let hooks_started = active
+        .as_ref()
+        .is_some_and(|r| r.hooks.iter().any(|h| h.phase != HookPhase::Pending));
+    if *transition != Transition::Reapply
+        || (active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying) && !hooks_started)
+    {
+        // Record what is about to happen, and every object that may end up on the cluster,
+        // before the first write: after a crash the next pass finishes the job and prunes.
+        let mut inventory: BTreeSet<ObjectReference> = work
+            .inventory
+            .iter()
+            .flat_map(|i| i.objects.iter().cloned())
+            .collect();
+        for (key, api_version) in applier.resolve_keys(objects).await? {
+            inventory.insert(reference(&key, &api_version));
+        }
+        let outcome = Outcome::Applying {
+            inventory: inventory.into_iter().collect(),
+            transition: transition.clone(),
+        };
+        writer.write(work, &outcome).await?;
+        fault::reached(Point::Intent);
+        if matches!(transition, Transition::Rollback { .. })
+            && std::env::var(FAULT_ENV).as_deref() == Ok("exit-after-rollback-recorded")
+        {
+            tracing::error!("fault injected: exiting after recording the rollback");
+            std::process::exit(3);
+        }
+    }
+    let log_reason = match transition {
+        Transition::NewRevision => Reason::NewRevision,
+        Transition::Rollback { .. } => Reason::Rollback,
+        // Finishing an interrupted apply is still the revision's own apply.
+        Transition::Reapply
+            if active.as_ref().map(|r| r.phase) == Some(RevisionPhase::Applying) =>
+        {
+            Reason::NewRevision
+        }
+        Transition::Reapply => Reason::Drift,
+    };
+    let digest = active
+        .as_ref()
+        .map(|r| r.digest.clone())
+        .unwrap_or_default();
+    if let Some(step) = hooks::before(ctx, bd, &applier, work, hook_objects).await? {
+        return Ok(step);
+    }
+    let hook_keys = applier
+        .resolve_keys(&hook_plan::objects(hook_objects))
+        .await?;
+    // Each write is logged as it returns (see `changes::logging`).
+    let logged = changes::logging(
+        ctx,
+        bd,
+        &applier,
+        (work.active_revision, &digest),
+        log_reason,
+    );
+    let result = apply_and_prune(&logged, objects, work, &hook_keys).await;
+    log_writes(
+        ctx,
+        bd,
+        &logged,
+        objects,
+        (work.active_revision, &digest),
+        log_reason,
+        result.as_ref().err(),
+    )
+    .await;
+    let (applied, pruned) = match result {
+        Ok(done) => done,
+        Err(error) if on_its_way && !error.is_transient() => {
+            return Ok(Step::Failed {
+                reason: error.category().to_string(),
+                message: error.to_string(),
+            })
+        }
+        Err(error) => return Err(error.into()),
+    };
+    rollout::mark_applied(work);
+
+    let inventory: Vec<ObjectReference> = applied
+        .iter()
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .map(|a| reference(&a.key, &a.api_version))
+        .collect();
+    let skipped: Vec<ObjectReference> = applied
+        .iter()
+        .filter(|a| a.outcome == ApplyOutcome::Skipped)
+        .map(|a| ObjectReference {
+            message: Some("optional; the cluster does not serve this kind".into()),
+            ..reference(&a.key, &a.api_version)
+        })
+        .collect();
+    if let Some(owned) = &ctx.owned {
+        for a in applied
+            .iter()
+            .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        {
+            // Resolved moments ago by the apply, so this is a cache hit.
+            if let Ok(Some((_, resource))) = applier.api_for_existing(&a.key, &a.api_version).await
+            {
+                owned.watch(&resource);
+            }
+        }
+    }
+    for key in &pruned.deleted {
+        tracing::info!(bundle_deployment = %bd.name_any(), object = %key, "pruned");
+    }
+    for (key, why) in &pruned.kept {
+        tracing::warn!(bundle_deployment = %bd.name_any(), object = %key, "not pruned: {why}");
+    }
+    let written = applied
+        .iter()
+        .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
+        .count();
+
+    let mut health = assess_health(&applied, &ctx.health, &health_checks(bd)?);
+    let probes = ctx.probes.assess(
+        &bd.name_any(),
+        work.active_revision.unwrap_or_default(),
+        &bd.spec.health_checks,
+        health.healthy,
+    );
+    add_probes(&mut health, probes);
+    let after = hooks::after(ctx, bd, &applier, work, hook_objects, &mut health);
+    if let Some(step) = after.await? {
+        return Ok(step);
+    }
+    let now = now();
+    let deadline =
+        parse_duration(bd.spec.rollout().progress_deadline()).unwrap_or(Duration::from_secs(600));
+    let mut requeue = ctx.requeue_interval;
+    if health.healthy {
+        let was = rollout::active_revision(work).map(|r| r.phase);
+        rollout::mark_healthy(work, &now);
+        if was != Some(RevisionPhase::Healthy) {
+            if let Some(number) = work.active_revision {
+                tracing::info!(bundle_deployment = %bd.name_any(), revision = number, "revision healthy");
+            }
+        }
+    } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
+        // A user's health check that says failed is meant to end the wait (Flux's `failed`).
+        if let Some(message) = &health.failed_check {
+            return Ok(Step::Failed {
+                reason: REASON_HEALTH_CHECK_FAILED.into(),
+                message: message.clone(),
+            });
+        }
+        // An object reported Failed (a Pod in CrashLoopBackOff) can still recover, so only the
+        // deadline fails a revision: the contract users tune with progressDeadline.
+        if rollout::deadline_passed(work, deadline, &now) {
+            return Ok(Step::Failed {
+                reason: REASON_DEADLINE.into(),
+                message: format!(
+                    "not healthy within rollout.progressDeadline ({}): {}",
+                    bd.spec.rollout().progress_deadline(),
+                    health.message
+                ),
+            });
+        }
+        fault::reached(Point::Health);
+        // Watches on the objects usually bring the change sooner; this bounds the wait.
+        let remaining = rollout::deadline_remaining(work, deadline, &now).unwrap_or_default();
+        requeue = requeue
+            .min(PROGRESS_POLL)
+            .min(remaining + Duration::from_millis(100));
+    }
+    Ok(Step::Done(
+        Outcome::Installed {
+            inventory,
+            skipped,
+            written,
+            health,
+            sources: SourceState::Fetched,
+            spec_current: false,
+        },
+        requeue,
+    ))
+}
+
+/// How often a progressing revision is re-assessed when no watch event comes first.
+pub(super) const PROGRESS_POLL: Duration = Duration::from_secs(5);
+
+/// Applies `objects`, then prunes what the previous inventory had and they do not.
+pub(super) async fn apply_and_prune(
+    applier: &Applier,
+    objects: &[Object],
+    current: &BundleDeploymentStatus,
+    hooks: &[(ObjectKey, String)],
+) -> Result<(Vec<Applied>, crate::apply::Pruned), ApplyError> {
+    let applied = applier.apply(objects).await?;
+    // Hooks are never pruned (an inventory written before hooks had their own phase lists them).
+    let kept: Vec<ObjectKey> = applied
+        .iter()
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .map(|a| a.key.clone())
+        .chain(hooks.iter().map(|(key, _)| key.clone()))
+        .collect();
+    let previous = current
+        .inventory
+        .as_ref()
+        .map(|i| i.objects.clone())
+        .unwrap_or_default();
+    let previous_keys: Vec<ObjectKey> = previous.iter().map(key_of).collect();
+    let versions: HashMap<ObjectKey, String> = previous
+        .iter()
+        .map(|r| (key_of(r), api_version_of(r)))
+        .collect();
+    let prune: Vec<(ObjectKey, String)> = plan::prune_set(&previous_keys, &kept)
+        .into_iter()
+        .filter_map(|k| versions.get(&k).cloned().map(|v| (k, v)))
+        .collect();
+    let pruned = applier.prune(&prune).await?;
+    Ok((applied, pruned))
+}
+
+pub(super) async fn ensure_namespace(
+    reader: &Client,
+    writer: &Client,
+    name: &str,
+) -> Result<(), ReconcileError> {
+    // Created when missing and never deleted by pallet: the namespace may hold things that are
+    // not the bundle's, so it is not part of the inventory. Looking is the agent's own business;
+    // creating is a write for the bundle, so it goes through the (impersonating) writer.
+    let context = || format!("create namespace {name}");
+    let kube_error = |e| ReconcileError::Kube {
+        context: context(),
+        source: e,
+    };
+    if Api::<Namespace>::all(reader.clone())
+        .get_opt(name)
+        .await
+        .map_err(kube_error)?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))
+        .map_err(|e| kube_error(kube::Error::SerdeError(e)))?;
+    match Api::<Namespace>::all(writer.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Err(ReconcileError::Forbidden(format!(
+                "namespace {name} does not exist and may not be created: {}",
+                status.message
+            )))
+        }
+        Err(e) => Err(kube_error(e)),
+    }
+}

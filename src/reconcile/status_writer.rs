@@ -1,0 +1,106 @@
+//! The status writer of one pass: patches only what changed since the last write.
+
+use super::{now, status, Context, ReconcileError};
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
+use serde_json::json;
+
+use crate::api::{BundleDeployment, BundleDeploymentStatus};
+use status::Outcome;
+
+/// Writes status for one reconcile: remembers what is on the server, so that a pass that
+/// writes several times (before applying, after) patches only what changed.
+pub(super) struct StatusWriter<'a> {
+    ctx: &'a Context,
+    bd: &'a BundleDeployment,
+    /// The status as last written (or read).
+    pub(super) written: BundleDeploymentStatus,
+}
+
+impl<'a> StatusWriter<'a> {
+    pub(super) fn new(ctx: &'a Context, bd: &'a BundleDeployment) -> Self {
+        StatusWriter {
+            ctx,
+            bd,
+            written: bd.status.clone().unwrap_or_default(),
+        }
+    }
+
+    /// Applies `outcome` to `work` (see [`status::next_status`]) and patches the difference.
+    pub(super) async fn write(
+        &mut self,
+        work: &mut BundleDeploymentStatus,
+        outcome: &Outcome,
+    ) -> Result<(), ReconcileError> {
+        *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
+        work.agent = Some(self.ctx.identity.clone());
+        if *work == self.written {
+            return Ok(());
+        }
+        let api: Api<BundleDeployment> = Api::all(self.ctx.client.clone());
+        let patch = json!({"status": status_merge_patch(&self.written, work)});
+        let patched = api
+            .patch_status(
+                &self.bd.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+            .map_err(|e| ReconcileError::Kube {
+                context: "write status".into(),
+                source: e,
+            })?;
+        if let Some(version) = patched.metadata.resource_version {
+            self.ctx
+                .last_written
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(self.bd.name_any(), version);
+        }
+        self.written = work.clone();
+        Ok(())
+    }
+}
+
+/// The JSON merge patch from `current` to `next`: `next` itself, plus an explicit null for every
+/// field `current` has and `next` dropped (optional fields are left out when serialized, and a
+/// merge patch only removes what it names).
+pub(super) fn status_merge_patch(
+    current: &BundleDeploymentStatus,
+    next: &BundleDeploymentStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(next).unwrap_or_else(|_| json!({}));
+    if let (Some(patch), Ok(serde_json::Value::Object(before))) =
+        (patch.as_object_mut(), serde_json::to_value(current))
+    {
+        for key in before.keys() {
+            patch.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Drift;
+
+    #[test]
+    fn merge_patch_removes_dropped_fields() {
+        let current = BundleDeploymentStatus {
+            drift: Some(Drift {
+                count: 1,
+                objects: vec![],
+            }),
+            observed_generation: Some(1),
+            ..Default::default()
+        };
+        let next = BundleDeploymentStatus {
+            observed_generation: Some(2),
+            ..Default::default()
+        };
+        let patch = status_merge_patch(&current, &next);
+        assert_eq!(patch, json!({"observedGeneration": 2, "drift": null}));
+    }
+}
