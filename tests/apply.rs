@@ -36,6 +36,7 @@ fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProte
         parallelism: 4,
         journal: Default::default(),
         revision: None,
+        live: None,
     }
 }
 
@@ -326,4 +327,87 @@ async fn cleanup_namespace(client: &Client, name: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(name, &Default::default())
         .await;
+}
+
+/// With live copies that list no pallet-owned object by a name, a new object is created by one
+/// create-only apply; one that exists without the label (made by someone else) is not
+/// overwritten by it: the create-only apply is refused and the ownership policy decides, as
+/// with a read. Objects found in the copies are compared there and not written when unchanged.
+#[tokio::test]
+async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object() {
+    use pallet::apply::live::{LiveObjects, Lookup};
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("live");
+    create_namespace(&client, &ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let handmade: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "handmade"}, "data": {"k": "v"}}))
+            .unwrap();
+    cms.create(&PostParams::default(), &handmade).await.unwrap();
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let live = LiveObjects::default();
+    // A watch that has listed the kind and found no pallet-owned ConfigMap.
+    live.list_started(&resource);
+    live.list_done(&resource);
+    let with_copies = |policy| Applier {
+        live: Some(live.clone()),
+        ..applier(&client, "bd-live", &ns, policy)
+    };
+    let fresh = object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fresh"}, "data": {"k": "1"}}),
+    );
+    let applied = with_copies(CollisionProtection::Prevent)
+        .apply(std::slice::from_ref(&fresh))
+        .await
+        .unwrap();
+    assert_eq!(applied[0].outcome, Outcome::Created);
+    let created = cms.get("fresh").await.unwrap();
+    assert_eq!(created.metadata.labels.unwrap()[OWNER_LABEL], "bd-live");
+    let managers: Vec<(String, String)> = created
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .map(|m| (m.manager.unwrap(), m.operation.unwrap()))
+        .collect();
+    assert_eq!(
+        managers,
+        [("pallet".to_string(), "Apply".to_string())],
+        "created by server-side apply, owned as any other apply"
+    );
+    // The write is kept: the next apply compares with it and writes nothing.
+    assert!(matches!(
+        live.lookup(&resource, Some(&ns), "fresh"),
+        Lookup::Found(_)
+    ));
+    let again = with_copies(CollisionProtection::Prevent)
+        .apply(std::slice::from_ref(&fresh))
+        .await
+        .unwrap();
+    assert_eq!(again[0].outcome, Outcome::Unchanged);
+    assert_eq!(
+        cms.get("fresh").await.unwrap().metadata.resource_version,
+        applied[0].resource_version_after
+    );
+
+    let foreign = object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "handmade"}, "data": {"k": "pallet"}}),
+    );
+    let err = with_copies(CollisionProtection::Prevent)
+        .apply(std::slice::from_ref(&foreign))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category(), "OwnershipConflict", "{err}");
+    assert_eq!(
+        cms.get("handmade").await.unwrap().data.unwrap()["k"],
+        "v",
+        "the create-only apply left the existing object untouched"
+    );
+    let adopted = with_copies(CollisionProtection::IfNoOwner)
+        .apply(std::slice::from_ref(&foreign))
+        .await
+        .unwrap();
+    assert_eq!(adopted[0].outcome, Outcome::Updated);
+    assert_eq!(adopted[0].adopted_from, Some(None));
+    cleanup_namespace(&client, &ns).await;
 }

@@ -5,6 +5,7 @@
 //! Objects whose live state already holds every rendered field are not written at all, so a
 //! steady state costs reads only.
 
+pub mod live;
 pub mod plan;
 
 use std::collections::HashMap;
@@ -309,6 +310,8 @@ pub struct Applier {
     pub journal: Journal,
     /// The revision being applied, recorded on every object written ([`plan::REVISION_ANNOTATION`]).
     pub revision: Option<i64>,
+    /// Live copies of pallet-owned objects, read instead of a GET each (None: always GET).
+    pub live: Option<live::LiveObjects>,
 }
 
 /// An object resolved against the cluster, ready to read and write.
@@ -433,13 +436,21 @@ impl Applier {
             resource,
             desired,
         } = target;
-        let Some(live) = self.read_live(&api, &resource, &key).await? else {
-            // Its CRD went away after discovery: reported as not served; the next look-up
-            // asks discovery again.
-            return Err(ApplyError::KindNotServed {
-                key,
-                api_version: object.api_version().to_string(),
-            });
+        let cached = match &self.live {
+            Some(copies) => copies.lookup(&resource, key.namespace.as_deref(), &key.name),
+            None => live::Lookup::Unknown,
+        };
+        let live = match cached {
+            live::Lookup::Found(object) => Some(object.as_ref().clone()),
+            live::Lookup::Absent => {
+                // No pallet-owned object by this name: most likely none at all. Created
+                // without a read, unless it exists after all (made by someone else).
+                match self.create_only(&api, &key, &desired).await? {
+                    Some(written) => return Ok(self.created(object, key, &resource, written)),
+                    None => self.read_existing(&api, &resource, &key, object).await?,
+                }
+            }
+            live::Lookup::Unknown => self.read_existing(&api, &resource, &key, object).await?,
         };
         let live_owner = live.as_ref().map(|l| {
             l.metadata
@@ -510,8 +521,84 @@ impl Applier {
             fields_changed,
             live: serde_json::to_value(&written).ok(),
         };
+        if let Some(copies) = &self.live {
+            copies.wrote(&resource, &written);
+        }
         self.record(&applied);
         Ok(applied)
+    }
+
+    /// Reads the live object for an apply; its kind going away in between is reported as not
+    /// served (the next look-up asks discovery again).
+    async fn read_existing(
+        &self,
+        api: &Api<DynamicObject>,
+        resource: &ApiResource,
+        key: &ObjectKey,
+        object: &Object,
+    ) -> Result<Option<DynamicObject>, ApplyError> {
+        match self.read_live(api, resource, key).await? {
+            Some(live) => Ok(live),
+            None => Err(ApplyError::KindNotServed {
+                key: key.clone(),
+                api_version: object.api_version().to_string(),
+            }),
+        }
+    }
+
+    /// Server-side apply that only creates: the body names a resourceVersion no existing object
+    /// has, so the API server answers 409 Conflict instead of changing an object that exists
+    /// (on a create it ignores the field). `Ok(None)`: the object exists; read it and decide.
+    /// One request for a new object, where a read and then a write would take two.
+    async fn create_only(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+        desired: &Value,
+    ) -> Result<Option<DynamicObject>, ApplyError> {
+        let mut body = match self.revision {
+            Some(revision) => plan::with_revision_annotation(desired.clone(), revision),
+            None => desired.clone(),
+        };
+        // etcd's revision 1 went to the cluster's first write long ago: no object has it.
+        body["metadata"]["resourceVersion"] = Value::String("1".into());
+        match api
+            .patch(
+                &key.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            Ok(written) => Ok(Some(written)),
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+            Err(e) => Err(ApplyError::from_kube(key, e)),
+        }
+    }
+
+    /// The outcome of a create-only apply that created `written`.
+    fn created(
+        &self,
+        object: &Object,
+        key: ObjectKey,
+        resource: &ApiResource,
+        written: DynamicObject,
+    ) -> Applied {
+        if let Some(copies) = &self.live {
+            copies.wrote(resource, &written);
+        }
+        let applied = Applied {
+            outcome: Outcome::Created,
+            key,
+            api_version: object.api_version().to_string(),
+            adopted_from: None,
+            resource_version_before: None,
+            resource_version_after: written.metadata.resource_version.clone(),
+            fields_changed: Vec::new(),
+            live: serde_json::to_value(&written).ok(),
+        };
+        self.record(&applied);
+        applied
     }
 
     /// Reads the live object. `Ok(Some(None))`: no such object. `Ok(None)`: the API for its
@@ -694,8 +781,18 @@ impl Applier {
                 continue; // the kind is gone, so are its objects
             };
             // Gone, or its whole kind is gone (a CRD deleted a moment ago): nothing to delete.
-            let Some(Some(live)) = self.read_live(&api, &resource, key).await? else {
-                continue;
+            // Only pallet-owned objects are deleted, so the live copies answer when they can.
+            let cached = match &self.live {
+                Some(copies) => copies.lookup(&resource, key.namespace.as_deref(), &key.name),
+                None => live::Lookup::Unknown,
+            };
+            let live = match cached {
+                live::Lookup::Found(object) => object.as_ref().clone(),
+                live::Lookup::Absent => continue,
+                live::Lookup::Unknown => match self.read_live(&api, &resource, key).await? {
+                    Some(Some(live)) => live,
+                    _ => continue,
+                },
             };
             let owner = live
                 .metadata
@@ -728,6 +825,9 @@ impl Applier {
             };
             match api.delete(&key.name, &params).await {
                 Ok(_) => {
+                    if let Some(copies) = &self.live {
+                        copies.deleted(&resource, key.namespace.as_deref(), &key.name);
+                    }
                     self.record(&Applied {
                         key: key.clone(),
                         api_version: api_version.clone(),

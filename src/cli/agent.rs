@@ -15,6 +15,7 @@ use crate::metrics::METRICS;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::values_watch::ValuesWatches;
+use crate::reconcile::workers::Workers;
 use crate::reconcile::{controller, Context};
 use crate::source::{Cache, FetchOptions, Fetcher};
 
@@ -39,9 +40,13 @@ pub struct AgentArgs {
     /// Upper bound of the source cache, in MiB; least recently used entries are evicted.
     #[arg(long, default_value_t = 2048)]
     pub cache_max_mib: u64,
-    /// BundleDeployments reconciled at once.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: u16,
+    /// BundleDeployments reconciled at once: a number, or `auto` to adapt to what the API
+    /// server accepts (from 4 up to `--max-concurrency`, halved when it throttles).
+    #[arg(long, default_value = "auto", value_parser = parse_concurrency)]
+    pub concurrency: Concurrency,
+    /// Upper bound of `--concurrency auto`.
+    #[arg(long, default_value_t = 32)]
+    pub max_concurrency: u16,
     /// Objects applied at once within a stage.
     #[arg(long, default_value_t = 8)]
     pub apply_parallelism: usize,
@@ -184,9 +189,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
-        .with_webhook_cert_validity(args.webhook_cert_validity));
+        .with_webhook_cert_validity(args.webhook_cert_validity)
+        .with_workers(match args.concurrency {
+            Concurrency::Fixed(n) => Workers::fixed(n.into()),
+            Concurrency::Auto => Workers::adaptive(4, 1, args.max_concurrency.max(1).into()),
+        }));
         tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
-        controller::run(ctx, args.concurrency.max(1), args.selector.as_deref(), owned_rx).await;
+        controller::run(ctx, args.selector.as_deref(), owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.
         if let Some(renewer) = renewer {
@@ -327,5 +336,27 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     match crate::api::parse_duration(text)? {
         d if d.is_zero() => Err("the duration must be positive".into()),
         d => Ok(d),
+    }
+}
+
+/// How many BundleDeployments are reconciled at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Concurrency {
+    /// Adapting to what the API server accepts.
+    Auto,
+    /// This many.
+    Fixed(u16),
+}
+
+/// `--concurrency`: a number of workers, or `auto`.
+fn parse_concurrency(value: &str) -> Result<Concurrency, String> {
+    if value == "auto" {
+        return Ok(Concurrency::Auto);
+    }
+    match value.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(Concurrency::Fixed(n)),
+        _ => Err(format!(
+            "expected `auto` or a number of workers (1 or more), got {value:?}"
+        )),
     }
 }

@@ -24,6 +24,12 @@ use kube::Resource;
 /// A stored revision's objects, shared between passes.
 pub(super) type Snapshot = std::sync::Arc<Vec<Object>>;
 
+/// Workers of a context made with [`Context::new`] (the agent sets its own: `--concurrency`).
+const DEFAULT_WORKERS: usize = 4;
+
+/// How long an install namespace seen to exist is not looked up again.
+const NAMESPACE_SEEN_FOR: Duration = Duration::from_secs(300);
+
 /// Everything a reconcile needs besides the object.
 pub struct Context {
     /// The agent's client (reads, status, Secrets, reviews).
@@ -78,6 +84,12 @@ pub struct Context {
     /// its last direct read (see [`controller`]: a pass never starts from a cached object older
     /// than that).
     pub(super) last_written: Mutex<HashMap<String, String>>,
+    /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
+    namespaces: Mutex<HashMap<String, std::time::Instant>>,
+    /// The reconcile workers: how many BundleDeployments are reconciled at once.
+    pub workers: super::workers::Workers,
+    /// Impersonating clients, by ServiceAccount (namespace, name).
+    writers: Mutex<HashMap<(String, String), Client>>,
 }
 
 impl Context {
@@ -131,6 +143,12 @@ impl Context {
         self
     }
 
+    /// The same context reconciling with `workers`.
+    pub fn with_workers(mut self, workers: super::workers::Workers) -> Self {
+        self.workers = workers;
+        self
+    }
+
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
         self.values_watches = Some(watches);
@@ -159,6 +177,9 @@ impl Context {
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
+            workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
+            namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
             identity: crate::leader::identity(),
             client,
@@ -342,10 +363,17 @@ impl Context {
     }
 
     /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names one.
+    /// One client per ServiceAccount, kept: a new client is a new connection (and TLS handshake)
+    /// at every pass.
     pub(super) fn writer(&self, bd: &BundleDeployment) -> Result<Client, ReconcileError> {
         let Some(sa) = &bd.spec.service_account else {
             return Ok(self.client.clone());
         };
+        let key = (sa.namespace.clone(), sa.name.clone());
+        let mut clients = self.writers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
         let mut config = self.config.clone();
         config.auth_info.impersonate = Some(format!(
             "system:serviceaccount:{}:{}",
@@ -356,10 +384,31 @@ impl Context {
             format!("system:serviceaccounts:{}", sa.namespace),
             "system:authenticated".into(),
         ]);
-        Client::try_from(config).map_err(|e| ReconcileError::Kube {
+        let client = Client::try_from(config).map_err(|e| ReconcileError::Kube {
             context: "build impersonating client".into(),
             source: e,
-        })
+        })?;
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+
+    /// True when `namespace` was seen to exist within [`NAMESPACE_SEEN_FOR`]: an install
+    /// namespace is not read again at every pass (a namespace deleted meanwhile makes the apply
+    /// fail, and it is created again at most that much later).
+    pub(super) fn namespace_seen(&self, namespace: &str) -> bool {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(namespace)
+            .is_some_and(|at| at.elapsed() < NAMESPACE_SEEN_FOR)
+    }
+
+    /// Records that `namespace` exists.
+    pub(super) fn saw_namespace(&self, namespace: &str) {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(namespace.to_string(), std::time::Instant::now());
     }
 
     /// An applier for `bd` writing through `client` (see [`Context::writer`]).
@@ -373,6 +422,7 @@ impl Context {
             parallelism: self.apply_parallelism,
             journal: Default::default(),
             revision: None,
+            live: self.owned.as_ref().map(|owned| owned.live()),
         }
     }
 }

@@ -11,6 +11,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
 use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::utils::PredicateConfig;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
@@ -30,6 +31,8 @@ async fn reconcile(
     bd: Arc<BundleDeployment>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
+    // Held for the whole pass: how many run at once adapts to the API server (see `workers`).
+    let _worker = ctx.workers.acquire().await;
     let _in_flight = METRICS.reconcile_started();
     let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
@@ -46,6 +49,8 @@ async fn reconcile(
     .instrument(span)
     .await;
     METRICS.reconciled(result.is_ok(), started.elapsed());
+    let throttled = matches!(&result, Err(kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e)) if e.throttled());
+    ctx.workers.finished(throttled);
     result.map_err(|e| ControllerError(Box::new(e)))
 }
 
@@ -144,10 +149,12 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 /// carries reconcile requests from the watches on applied objects (see [`super::owned`]).
 pub async fn run(
     ctx: Arc<Context>,
-    concurrency: u16,
     selector: Option<&str>,
     owned_events: mpsc::UnboundedReceiver<ObjectRef<BundleDeployment>>,
 ) {
+    // The controller may run as many passes as there can ever be workers; the workers' permits
+    // decide how many actually run.
+    let concurrency = u16::try_from(ctx.workers.max()).unwrap_or(u16::MAX);
     let config = ControllerConfig::default().concurrency(concurrency);
     let mut watch = watcher::Config::default();
     if let Some(selector) = selector {
@@ -174,7 +181,8 @@ pub async fn run(
             }
         })
         .reflect(writer)
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(what_is_asked, PredicateConfig::default());
     Controller::for_stream(bundle_deployments, reader)
         .with_config(config)
         .reconcile_on(owned_events)
@@ -187,6 +195,24 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// What a BundleDeployment asks for, hashed: a change to it is worth a pass. Status is left out:
+/// the agent writes it itself, and every write's watch event would otherwise start a pass that
+/// has nothing to do (about a third of all passes in a 1,000-bundle install).
+fn what_is_asked(bd: &BundleDeployment) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = &bd.metadata;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Default interval between reconciles of an unchanged BundleDeployment.
@@ -221,6 +247,7 @@ fn decode(object: DynamicObject) -> Option<BundleDeployment> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
     fn raw(spec: serde_json::Value) -> DynamicObject {
@@ -229,6 +256,31 @@ mod tests {
             "metadata": {"name": "x"}, "spec": spec,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn status_changes_ask_for_nothing_and_spec_annotation_or_deletion_changes_do() {
+        let bd = |generation: i64, status: &str, annotation: Option<&str>| -> BundleDeployment {
+            let mut bd: BundleDeployment = serde_json::from_value(json!({
+                "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+                "metadata": {"name": "x", "generation": generation},
+                "spec": {"format": "plain", "sources": []},
+                "status": {"agent": status},
+            }))
+            .unwrap();
+            if let Some(value) = annotation {
+                bd.metadata.annotations =
+                    Some([("pallet.dev/reconcile".to_string(), value.to_string())].into());
+            }
+            bd
+        };
+        let base = what_is_asked(&bd(1, "a", None));
+        assert_eq!(base, what_is_asked(&bd(1, "b", None)), "status only");
+        assert_ne!(base, what_is_asked(&bd(2, "a", None)), "spec");
+        assert_ne!(base, what_is_asked(&bd(1, "a", Some("now"))), "request");
+        let mut deleting = bd(1, "a", None);
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_ne!(base, what_is_asked(&deleting), "deletion");
     }
 
     #[test]

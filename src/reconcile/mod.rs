@@ -34,6 +34,7 @@ pub mod status;
 pub mod values;
 pub mod values_watch;
 pub mod webhook_certs;
+pub mod workers;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -192,6 +193,21 @@ impl ReconcileError {
                 _ => false,
             },
             ReconcileError::Revision(RevisionError::Kube { source, .. }) => api_unreachable(source),
+            _ => false,
+        }
+    }
+
+    /// True when the API server throttled the pass (429: API Priority and Fairness turned a
+    /// request away): fewer BundleDeployments are then reconciled at once (see [`workers`]).
+    pub fn throttled(&self) -> bool {
+        let status = |error: &kube::Error| matches!(error, kube::Error::Api(s) if s.code == 429);
+        match self {
+            ReconcileError::Kube { source, .. } => status(source),
+            ReconcileError::Apply(e) => match e.as_ref() {
+                ApplyError::Transient { source, .. } => status(source),
+                _ => false,
+            },
+            ReconcileError::Revision(RevisionError::Kube { source, .. }) => status(source),
             _ => false,
         }
     }

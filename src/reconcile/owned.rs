@@ -3,13 +3,14 @@
 //!
 //! Only objects carrying the ownership label are watched (a label selector on each kind in use),
 //! never every object of a kind: the memory blow-ups seen in other controllers came from
-//! cluster-wide caches. Nothing is cached here at all; events only name a BundleDeployment.
+//! cluster-wide caches. The objects seen are kept in [`LiveObjects`] (without managedFields), so
+//! a pass reads its objects and judges their health from memory; an event that is only the echo
+//! of the agent's own write triggers nothing.
 
 use std::collections::HashSet;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -17,12 +18,14 @@ use kube::Client;
 use tokio::sync::mpsc;
 
 use crate::api::BundleDeployment;
+use crate::apply::live::{Change, LiveObjects};
 use crate::apply::plan::OWNER_LABEL;
 
 /// Handle to the owned-object watches: tell it which kinds pallet has applied.
 #[derive(Clone)]
 pub struct OwnedWatches {
     kinds: mpsc::UnboundedSender<ApiResource>,
+    live: LiveObjects,
 }
 
 impl OwnedWatches {
@@ -33,6 +36,8 @@ impl OwnedWatches {
         trigger: mpsc::UnboundedSender<ObjectRef<BundleDeployment>>,
     ) -> OwnedWatches {
         let (kinds, mut requests) = mpsc::unbounded_channel::<ApiResource>();
+        let live = LiveObjects::default();
+        let copies = live.clone();
         tokio::spawn(async move {
             let mut watching: HashSet<(String, String, String)> = HashSet::new();
             while let Some(resource) = requests.recv().await {
@@ -42,11 +47,21 @@ impl OwnedWatches {
                     resource.kind.clone(),
                 );
                 if watching.insert(id) {
-                    tokio::spawn(watch_kind(client.clone(), resource, trigger.clone()));
+                    tokio::spawn(watch_kind(
+                        client.clone(),
+                        resource,
+                        trigger.clone(),
+                        copies.clone(),
+                    ));
                 }
             }
         });
-        OwnedWatches { kinds }
+        OwnedWatches { kinds, live }
+    }
+
+    /// The live copies these watches keep.
+    pub fn live(&self) -> LiveObjects {
+        self.live.clone()
     }
 
     /// Makes sure objects of `resource`'s kind that pallet owns are watched.
@@ -60,33 +75,56 @@ async fn watch_kind(
     client: Client,
     resource: ApiResource,
     trigger: mpsc::UnboundedSender<ObjectRef<BundleDeployment>>,
+    live: LiveObjects,
 ) {
-    // Metadata only (`PartialObjectMeta`): a change to any field moves the resourceVersion,
-    // which is all this needs, and the bodies (large ConfigMaps, every labelled object of the
-    // kind) never reach memory.
-    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client, &resource);
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let config = watcher::Config::default().labels(OWNER_LABEL);
     tracing::debug!(kind = %resource.kind, group = %resource.group, "watching owned objects");
     let mut events = watcher(api, config)
         .backoff(super::controller::WatchBackoff::default())
-        .touched_objects()
         .boxed();
+    let owner = |object: &DynamicObject| {
+        object
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .cloned()
+    };
     while let Some(event) = events.next().await {
-        match event {
-            Ok(object) => {
-                let owner = object
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_LABEL));
-                if let Some(owner) = owner {
-                    if trigger.send(ObjectRef::new(owner)).is_err() {
-                        return; // the controller stopped
-                    }
+        let news: Vec<String> = match event {
+            Ok(watcher::Event::Init) => {
+                live.list_started(&resource);
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(object)) => {
+                live.listed(&resource, object);
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => live
+                .list_done(&resource)
+                .iter()
+                .filter_map(|o| owner(o))
+                .collect(),
+            Ok(watcher::Event::Apply(object)) => {
+                let owner = owner(&object);
+                match live.applied(&resource, object) {
+                    Change::News => owner.into_iter().collect(),
+                    Change::Quiet => Vec::new(),
                 }
             }
+            Ok(watcher::Event::Delete(object)) => match live.removed(&resource, &object) {
+                Change::News => owner(&object).into_iter().collect(),
+                Change::Quiet => Vec::new(),
+            },
             Err(error) => {
-                tracing::debug!(kind = %resource.kind, %error, "owned-object watch error (retrying)")
+                tracing::debug!(kind = %resource.kind, %error, "owned-object watch error (retrying)");
+                Vec::new()
+            }
+        };
+        for owner in news {
+            if trigger.send(ObjectRef::new(&owner)).is_err() {
+                return; // the controller stopped
             }
         }
     }

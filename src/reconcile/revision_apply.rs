@@ -142,7 +142,10 @@ pub(super) async fn apply_revision(
 ) -> Result<Step, ReconcileError> {
     let client = ctx.writer(bd)?;
     if let Some(namespace) = &bd.spec.install_namespace {
-        ensure_namespace(&ctx.client, &client, namespace).await?;
+        if !ctx.namespace_seen(namespace) {
+            ensure_namespace(&ctx.client, &client, namespace).await?;
+            ctx.saw_namespace(namespace);
+        }
     }
     let mut applier = ctx.applier(bd, client);
     applier.revision = work.active_revision;
@@ -319,10 +322,16 @@ pub(super) async fn apply_revision(
             });
         }
         fault::reached(Point::Health);
-        // Watches on the objects usually bring the change sooner; this bounds the wait.
+        // The watches on the objects bring each change as it happens; this only bounds the wait
+        // when an event is missed (or when nothing watches).
         let remaining = rollout::deadline_remaining(work, deadline, &now).unwrap_or_default();
+        let poll = if ctx.owned.is_some() {
+            PROGRESS_WATCHED_POLL
+        } else {
+            PROGRESS_POLL
+        };
         requeue = requeue
-            .min(PROGRESS_POLL)
+            .min(poll)
             .min(remaining + Duration::from_millis(100));
     }
     Ok(Step::Done(
@@ -338,8 +347,12 @@ pub(super) async fn apply_revision(
     ))
 }
 
-/// How often a progressing revision is re-assessed when no watch event comes first.
+/// How often a progressing revision is re-assessed when nothing watches its objects.
 pub(super) const PROGRESS_POLL: Duration = Duration::from_secs(5);
+
+/// How often a progressing revision is re-assessed when its objects are watched: a safety net
+/// only. A fixed short re-check was half of all passes in a 1,000-bundle install.
+pub(super) const PROGRESS_WATCHED_POLL: Duration = Duration::from_secs(30);
 
 /// Applies `objects`, then prunes what the previous inventory had and they do not.
 pub(super) async fn apply_and_prune(

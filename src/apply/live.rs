@@ -1,0 +1,345 @@
+//! Live copies of the objects pallet owns, kept current by the owned-object watches (see
+//! `reconcile::owned`), so that a pass reads its objects from memory instead of one GET each.
+//!
+//! Only objects carrying the ownership label are kept (every BundleDeployment's, this agent's
+//! or not): the watches filter by that label, never every object of a kind. Bodies are kept
+//! without `managedFields`, which are often larger than the rest of the object and which
+//! nothing here reads.
+//!
+//! What a look-up can say:
+//! - [`Lookup::Found`]: the object as last seen by the watch (possibly a moment old: a write
+//!   that raced with it is corrected by the watch event that follows);
+//! - [`Lookup::Absent`]: the kind's watch has listed everything and no pallet-owned object has
+//!   this name. It may still exist without the label (created by someone else), so a writer
+//!   must not assume it can overwrite it (see [`crate::apply::Applier`]'s create-only apply);
+//! - [`Lookup::Unknown`]: this kind is not watched yet, or its first list has not completed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+
+/// A kind, as the watches and look-ups name it.
+type KindId = (String, String, String);
+/// An object of a kind: namespace (empty for cluster-scoped objects) and name.
+type Name = (String, String);
+
+/// Shared handle to the live copies (clones share them).
+#[derive(Clone, Default)]
+pub struct LiveObjects {
+    kinds: Arc<RwLock<HashMap<KindId, KindObjects>>>,
+    /// The resourceVersion each object had after this agent's last write to it: the watch event
+    /// of that write is the agent's own echo, not news.
+    written: Arc<RwLock<HashMap<(KindId, Name), String>>>,
+}
+
+#[derive(Default)]
+struct KindObjects {
+    /// True once the watch has listed every object of the kind.
+    listed: bool,
+    objects: HashMap<Name, Arc<DynamicObject>>,
+    /// Objects of a list in progress (after a watch restart), swapped in when it completes.
+    relisting: Option<HashMap<Name, Arc<DynamicObject>>>,
+}
+
+/// What the live copies know of one object.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A pallet-owned object by that name, as last seen.
+    Found(Arc<DynamicObject>),
+    /// No pallet-owned object by that name (the kind is fully listed).
+    Absent,
+    /// The kind is not watched, or not listed yet.
+    Unknown,
+}
+
+/// What one watch event meant for the owning BundleDeployment.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Something other than this agent's own write changed the object (or deleted it).
+    News,
+    /// Nothing new: the echo of this agent's own write, or an object unchanged by a re-list.
+    Quiet,
+}
+
+fn kind_id(resource: &ApiResource) -> KindId {
+    (
+        resource.group.clone(),
+        resource.version.clone(),
+        resource.kind.clone(),
+    )
+}
+
+fn name_of(object: &DynamicObject) -> Name {
+    (
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The object as kept: without managedFields, and with its apiVersion and kind (the items of a
+/// list come without them, and a comparison with a rendered object needs them).
+fn kept(resource: &ApiResource, mut object: DynamicObject) -> Arc<DynamicObject> {
+    object.metadata.managed_fields = None;
+    if object.types.is_none() {
+        object.types = Some(kube::api::TypeMeta {
+            api_version: resource.api_version.clone(),
+            kind: resource.kind.clone(),
+        });
+    }
+    Arc::new(object)
+}
+
+impl LiveObjects {
+    /// What is known of the object `namespace/name` of `resource`'s kind.
+    pub fn lookup(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Lookup {
+        let kinds = self.kinds.read().unwrap_or_else(|p| p.into_inner());
+        let Some(kind) = kinds.get(&kind_id(resource)) else {
+            return Lookup::Unknown;
+        };
+        if !kind.listed {
+            return Lookup::Unknown;
+        }
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        match kind.objects.get(&key) {
+            Some(object) => Lookup::Found(object.clone()),
+            None => Lookup::Absent,
+        }
+    }
+
+    /// Records that this agent's write left the object at `resource_version`, and keeps the
+    /// written body (so the next pass compares against it even before the watch event comes).
+    pub fn wrote(&self, resource: &ApiResource, written: &DynamicObject) {
+        let Some(version) = written.metadata.resource_version.clone() else {
+            return;
+        };
+        let id = kind_id(resource);
+        let name = name_of(written);
+        self.written
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((id.clone(), name.clone()), version);
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(kind) = kinds.get_mut(&id) {
+            kind.objects.insert(name, kept(resource, written.clone()));
+        }
+    }
+
+    /// Records that this agent deleted the object: its delete event is an echo too.
+    pub fn deleted(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) {
+        let name = (namespace.unwrap_or_default().to_string(), name.to_string());
+        self.written
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((kind_id(resource), name), String::new());
+    }
+
+    /// The kind's watch is (re)starting a complete list.
+    pub fn list_started(&self, resource: &ApiResource) {
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        kinds.entry(kind_id(resource)).or_default().relisting = Some(HashMap::new());
+    }
+
+    /// One object of a complete list.
+    pub fn listed(&self, resource: &ApiResource, object: DynamicObject) {
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        let kind = kinds.entry(kind_id(resource)).or_default();
+        kind.relisting
+            .get_or_insert_with(HashMap::new)
+            .insert(name_of(&object), kept(resource, object));
+    }
+
+    /// The complete list is in: it replaces what was kept. Returns the objects that changed
+    /// meanwhile, whose owners need a look: on a re-list, those new, changed or gone since the
+    /// last one; on the first list, those this agent wrote that have changed since (a
+    /// Deployment that became available while its kind's first list was on its way). Other
+    /// objects on a first list are no news: every BundleDeployment is reconciled at start.
+    pub fn list_done(&self, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
+        let id = kind_id(resource);
+        let written = self.written.read().unwrap_or_else(|p| p.into_inner());
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        let kind = kinds.entry(id.clone()).or_default();
+        let fresh = kind.relisting.take().unwrap_or_default();
+        let mut changed = Vec::new();
+        if kind.listed {
+            for (name, object) in &fresh {
+                let before = kind.objects.get(name);
+                if before.map(|b| &b.metadata.resource_version)
+                    != Some(&object.metadata.resource_version)
+                {
+                    changed.push(object.clone());
+                }
+            }
+            changed.extend(
+                kind.objects
+                    .iter()
+                    .filter(|(name, _)| !fresh.contains_key(*name))
+                    .map(|(_, object)| object.clone()),
+            );
+        } else {
+            changed.extend(
+                fresh
+                    .iter()
+                    .filter(|(name, object)| {
+                        written
+                            .get(&(id.clone(), (*name).clone()))
+                            .is_some_and(|v| Some(v) != object.metadata.resource_version.as_ref())
+                    })
+                    .map(|(_, object)| object.clone()),
+            );
+        }
+        kind.objects = fresh;
+        kind.listed = true;
+        changed
+    }
+
+    /// A watch event: the object was created or changed.
+    pub fn applied(&self, resource: &ApiResource, object: DynamicObject) -> Change {
+        let id = kind_id(resource);
+        let name = name_of(&object);
+        let echo = self
+            .written
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(id.clone(), name.clone()))
+            .is_some_and(|v| Some(v) == object.metadata.resource_version.as_ref());
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        kinds
+            .entry(id)
+            .or_default()
+            .objects
+            .insert(name, kept(resource, object));
+        if echo {
+            Change::Quiet
+        } else {
+            Change::News
+        }
+    }
+
+    /// A watch event: the object is gone (or no longer carries the ownership label).
+    pub fn removed(&self, resource: &ApiResource, object: &DynamicObject) -> Change {
+        let id = kind_id(resource);
+        let name = name_of(object);
+        let echo = self
+            .written
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(id.clone(), name.clone()))
+            .is_some_and(|v| v.is_empty());
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(kind) = kinds.get_mut(&id) {
+            kind.objects.remove(&name);
+        }
+        if echo {
+            Change::Quiet
+        } else {
+            Change::News
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resource() -> ApiResource {
+        ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    /// As a list's item: no apiVersion, no kind.
+    fn object(name: &str, version: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": version,
+                         "managedFields": [{"manager": "pallet"}]},
+            "data": {"a": "1"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn unknown_until_listed_then_found_or_absent() {
+        let live = LiveObjects::default();
+        let r = resource();
+        assert!(matches!(live.lookup(&r, Some("ns"), "a"), Lookup::Unknown));
+        live.list_started(&r);
+        live.listed(&r, object("a", "5"));
+        assert!(matches!(live.lookup(&r, Some("ns"), "a"), Lookup::Unknown));
+        assert!(live.list_done(&r).is_empty(), "a first list is no news");
+        match live.lookup(&r, Some("ns"), "a") {
+            Lookup::Found(o) => {
+                assert!(o.metadata.managed_fields.is_none());
+                assert_eq!(o.types.as_ref().unwrap().kind, "ConfigMap");
+            }
+            other => panic!("expected found, got {other:?}"),
+        }
+        assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Absent));
+        assert!(matches!(
+            live.lookup(&r, Some("other"), "a"),
+            Lookup::Absent
+        ));
+    }
+
+    #[test]
+    fn own_writes_are_echoes_and_other_changes_are_news() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        live.list_done(&r);
+        live.wrote(&r, &object("a", "7"));
+        assert_eq!(live.applied(&r, object("a", "7")), Change::Quiet);
+        assert_eq!(live.applied(&r, object("a", "8")), Change::News);
+        live.deleted(&r, Some("ns"), "a");
+        assert_eq!(live.removed(&r, &object("a", "8")), Change::Quiet);
+        assert_eq!(live.removed(&r, &object("b", "9")), Change::News);
+    }
+
+    #[test]
+    fn a_relist_reports_what_changed_meanwhile() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        live.listed(&r, object("a", "1"));
+        live.listed(&r, object("b", "1"));
+        live.list_done(&r);
+        live.list_started(&r);
+        live.listed(&r, object("a", "1"));
+        live.listed(&r, object("c", "2"));
+        // Until the new list completes, the old copies still answer.
+        assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Found(_)));
+        let mut changed: Vec<String> = live
+            .list_done(&r)
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect();
+        changed.sort();
+        assert_eq!(changed, ["b", "c"]);
+        assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Absent));
+    }
+
+    #[test]
+    fn a_first_list_reports_only_own_writes_that_moved_since() {
+        let live = LiveObjects::default();
+        let r = resource();
+        // Written before the kind was watched (the watch starts after the first apply).
+        live.wrote(&r, &object("moved", "3"));
+        live.wrote(&r, &object("still", "4"));
+        live.list_started(&r);
+        live.listed(&r, object("moved", "5"));
+        live.listed(&r, object("still", "4"));
+        live.listed(&r, object("other", "9"));
+        let changed: Vec<String> = live
+            .list_done(&r)
+            .iter()
+            .map(|o| o.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(changed, ["moved"]);
+    }
+}
