@@ -20,6 +20,11 @@ use std::sync::{Arc, RwLock};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 
+use super::plan::OWNER_LABEL;
+
+/// kubectl's client-side apply record.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// A kind, as the watches and look-ups name it.
 type KindId = (String, String, String);
 /// An object of a kind: namespace (empty for cluster-scoped objects) and name.
@@ -38,10 +43,53 @@ pub struct LiveObjects {
 struct KindObjects {
     /// True once the watch has listed every object of the kind.
     listed: bool,
-    objects: HashMap<Name, Arc<DynamicObject>>,
+    objects: HashMap<Name, Kept>,
     /// Objects of a list in progress (after a watch restart), swapped in when it completes.
-    relisting: Option<HashMap<Name, Arc<DynamicObject>>>,
+    relisting: Option<HashMap<Name, Kept>>,
 }
+
+/// One object as kept.
+#[derive(Clone)]
+enum Kept {
+    /// Its body.
+    Body(Arc<DynamicObject>),
+    /// Too large to keep (over [`MAX_KEPT_BYTES`]): only that it exists, at this version, and
+    /// its owner. It is read from the API server when a pass needs it.
+    Large {
+        version: Option<String>,
+        owner: Option<String>,
+    },
+}
+
+impl Kept {
+    fn resource_version(&self) -> Option<&String> {
+        match self {
+            Kept::Body(object) => object.metadata.resource_version.as_ref(),
+            Kept::Large { version, .. } => version.as_ref(),
+        }
+    }
+
+    fn owner(&self) -> Option<String> {
+        match self {
+            Kept::Body(object) => owner_of(object),
+            Kept::Large { owner, .. } => owner.clone(),
+        }
+    }
+}
+
+/// The BundleDeployment named by an object's ownership label.
+pub fn owner_of(object: &DynamicObject) -> Option<String> {
+    object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL))
+        .cloned()
+}
+
+/// Objects whose content (everything but metadata) is larger than this are not kept: a few big
+/// ConfigMaps or Secrets would otherwise cost more memory than all other objects together.
+const MAX_KEPT_BYTES: usize = 16 * 1024;
 
 /// What the live copies know of one object.
 #[derive(Debug)]
@@ -78,17 +126,28 @@ fn name_of(object: &DynamicObject) -> Name {
     )
 }
 
-/// The object as kept: without managedFields, and with its apiVersion and kind (the items of a
-/// list come without them, and a comparison with a rendered object needs them).
-fn kept(resource: &ApiResource, mut object: DynamicObject) -> Arc<DynamicObject> {
+/// The object as kept: without managedFields and kubectl's last-applied annotation (a copy of
+/// the whole object; pallet never sets it), and with its apiVersion and kind (the items of a
+/// list come without them, and a comparison with a rendered object needs them). Large objects
+/// are kept as a version only.
+fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
+    if serde_json::to_vec(&object.data).map_or(usize::MAX, |b| b.len()) > MAX_KEPT_BYTES {
+        return Kept::Large {
+            owner: owner_of(&object),
+            version: object.metadata.resource_version,
+        };
+    }
     object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
     if object.types.is_none() {
         object.types = Some(kube::api::TypeMeta {
             api_version: resource.api_version.clone(),
             kind: resource.kind.clone(),
         });
     }
-    Arc::new(object)
+    Kept::Body(Arc::new(object))
 }
 
 impl LiveObjects {
@@ -103,7 +162,8 @@ impl LiveObjects {
         }
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         match kind.objects.get(&key) {
-            Some(object) => Lookup::Found(object.clone()),
+            Some(Kept::Body(object)) => Lookup::Found(object.clone()),
+            Some(Kept::Large { .. }) => Lookup::Unknown,
             None => Lookup::Absent,
         }
     }
@@ -150,12 +210,12 @@ impl LiveObjects {
             .insert(name_of(&object), kept(resource, object));
     }
 
-    /// The complete list is in: it replaces what was kept. Returns the objects that changed
-    /// meanwhile, whose owners need a look: on a re-list, those new, changed or gone since the
+    /// The complete list is in: it replaces what was kept. Returns the owners of the objects
+    /// that changed meanwhile, which need a look: on a re-list, those new, changed or gone since the
     /// last one; on the first list, those this agent wrote that have changed since (a
     /// Deployment that became available while its kind's first list was on its way). Other
     /// objects on a first list are no news: every BundleDeployment is reconciled at start.
-    pub fn list_done(&self, resource: &ApiResource) -> Vec<Arc<DynamicObject>> {
+    pub fn list_done(&self, resource: &ApiResource) -> Vec<String> {
         let id = kind_id(resource);
         let written = self.written.read().unwrap_or_else(|p| p.into_inner());
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
@@ -165,17 +225,15 @@ impl LiveObjects {
         if kind.listed {
             for (name, object) in &fresh {
                 let before = kind.objects.get(name);
-                if before.map(|b| &b.metadata.resource_version)
-                    != Some(&object.metadata.resource_version)
-                {
-                    changed.push(object.clone());
+                if before.map(Kept::resource_version) != Some(object.resource_version()) {
+                    changed.extend(object.owner());
                 }
             }
             changed.extend(
                 kind.objects
                     .iter()
                     .filter(|(name, _)| !fresh.contains_key(*name))
-                    .map(|(_, object)| object.clone()),
+                    .filter_map(|(_, object)| object.owner()),
             );
         } else {
             changed.extend(
@@ -184,13 +242,15 @@ impl LiveObjects {
                     .filter(|(name, object)| {
                         written
                             .get(&(id.clone(), (*name).clone()))
-                            .is_some_and(|v| Some(v) != object.metadata.resource_version.as_ref())
+                            .is_some_and(|v| Some(v) != object.resource_version())
                     })
-                    .map(|(_, object)| object.clone()),
+                    .filter_map(|(_, object)| object.owner()),
             );
         }
         kind.objects = fresh;
         kind.listed = true;
+        changed.sort();
+        changed.dedup();
         changed
     }
 
@@ -258,6 +318,7 @@ mod tests {
     fn object(name: &str, version: &str) -> DynamicObject {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "ns", "resourceVersion": version,
+                         "labels": {OWNER_LABEL: format!("bd-{name}")},
                          "managedFields": [{"manager": "pallet"}]},
             "data": {"a": "1"},
         }))
@@ -314,13 +375,7 @@ mod tests {
         live.listed(&r, object("c", "2"));
         // Until the new list completes, the old copies still answer.
         assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Found(_)));
-        let mut changed: Vec<String> = live
-            .list_done(&r)
-            .iter()
-            .map(|o| o.metadata.name.clone().unwrap())
-            .collect();
-        changed.sort();
-        assert_eq!(changed, ["b", "c"]);
+        assert_eq!(live.list_done(&r), ["bd-b", "bd-c"]);
         assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Absent));
     }
 
@@ -335,11 +390,25 @@ mod tests {
         live.listed(&r, object("moved", "5"));
         live.listed(&r, object("still", "4"));
         live.listed(&r, object("other", "9"));
-        let changed: Vec<String> = live
-            .list_done(&r)
-            .iter()
-            .map(|o| o.metadata.name.clone().unwrap())
-            .collect();
-        assert_eq!(changed, ["moved"]);
+        assert_eq!(live.list_done(&r), ["bd-moved"]);
+    }
+
+    #[test]
+    fn large_objects_are_kept_as_a_version_only_and_read_when_needed() {
+        let live = LiveObjects::default();
+        let r = resource();
+        let mut big = object("big", "3");
+        big.data = json!({"data": {"blob": "x".repeat(MAX_KEPT_BYTES + 1)}});
+        live.list_started(&r);
+        live.listed(&r, big.clone());
+        live.list_done(&r);
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "big"),
+            Lookup::Unknown
+        ));
+        live.list_started(&r);
+        big.metadata.resource_version = Some("4".into());
+        live.listed(&r, big);
+        assert_eq!(live.list_done(&r), ["bd-big"], "its changes are still news");
     }
 }

@@ -289,7 +289,7 @@ impl Context {
             .map_err(ReconcileError::Revision)
     }
 
-    /// Keeps a just-stored snapshot for later passes.
+    /// Keeps a snapshot read back for later passes.
     pub(super) fn remember(&self, record: RevisionRecord) {
         let Ok(objects) = snapshot_objects(&record) else {
             return; // not cached: a load reports the error

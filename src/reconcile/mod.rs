@@ -451,7 +451,9 @@ async fn progress(
             // Stored before any write, so a rollback never needs the sources or this disk.
             ctx.save_snapshot(&record).await?;
             fault::reached(Point::Snapshot);
-            ctx.remember(record);
+            // Not kept in memory: the render memo holds the same objects while they are current;
+            // a snapshot is read back (and then kept) only when a held or earlier revision is
+            // applied instead.
             let dropped = rollout::start_revision(
                 work,
                 rollout::NewRevision {

@@ -18,7 +18,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 
 use crate::api::BundleDeployment;
-use crate::apply::live::{Change, LiveObjects};
+use crate::apply::live::{owner_of, Change, LiveObjects};
 use crate::apply::plan::OWNER_LABEL;
 
 /// Handle to the owned-object watches: tell it which kinds pallet has applied.
@@ -83,14 +83,6 @@ async fn watch_kind(
     let mut events = watcher(api, config)
         .backoff(super::controller::WatchBackoff::default())
         .boxed();
-    let owner = |object: &DynamicObject| {
-        object
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned()
-    };
     while let Some(event) = events.next().await {
         let news: Vec<String> = match event {
             Ok(watcher::Event::Init) => {
@@ -101,20 +93,16 @@ async fn watch_kind(
                 live.listed(&resource, object);
                 Vec::new()
             }
-            Ok(watcher::Event::InitDone) => live
-                .list_done(&resource)
-                .iter()
-                .filter_map(|o| owner(o))
-                .collect(),
+            Ok(watcher::Event::InitDone) => live.list_done(&resource),
             Ok(watcher::Event::Apply(object)) => {
-                let owner = owner(&object);
+                let owner = owner_of(&object);
                 match live.applied(&resource, object) {
                     Change::News => owner.into_iter().collect(),
                     Change::Quiet => Vec::new(),
                 }
             }
             Ok(watcher::Event::Delete(object)) => match live.removed(&resource, &object) {
-                Change::News => owner(&object).into_iter().collect(),
+                Change::News => owner_of(&object).into_iter().collect(),
                 Change::Quiet => Vec::new(),
             },
             Err(error) => {
