@@ -19,6 +19,7 @@ pub mod polling;
 pub mod render;
 pub mod render_memo;
 pub mod rollout;
+pub mod scope;
 pub mod status;
 pub mod values;
 pub mod values_watch;
@@ -30,7 +31,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::{Client, Config, ResourceExt};
 use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
@@ -126,6 +127,10 @@ pub enum ReconcileError {
     /// `spec.healthChecks` has expressions that do not compile (each named with its check).
     #[error("{0}")]
     InvalidHealthCheck(String),
+    /// The BundleDeployment left this agent's scope (relabelled to another shard) during the
+    /// pass: the pass stops without writing (see [`scope`]).
+    #[error("{0}")]
+    OutOfScope(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -161,6 +166,7 @@ impl ReconcileError {
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
             ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
+            ReconcileError::OutOfScope(_) => "OutOfScope",
         }
     }
 
@@ -174,6 +180,7 @@ impl ReconcileError {
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
             | ReconcileError::InvalidHealthCheck(_)
+            | ReconcileError::OutOfScope(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -246,8 +253,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
     pub owned: Option<owned::OwnedWatches>,
-    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`.
+    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`; `@KEY` appended
+    /// for shard KEY (see [`Context::with_scope`]).
     pub identity: String,
+    /// The BundleDeployments this agent acts for (see [`scope`]).
+    pub scope: crate::shard::Scope,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
     /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
@@ -361,6 +371,7 @@ impl Context {
             last_written: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
             identity: crate::leader::identity(),
+            scope: crate::shard::Scope::default(),
             client,
             config,
             fetcher,
@@ -659,6 +670,8 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             writer.write(&mut work, &outcome).await?;
             Ok(Next::RequeueAfter(poll_capped(bd, ctx, requeue)))
         }
+        // Another agent holds it now: nothing more to write here.
+        Err(error @ ReconcileError::OutOfScope(_)) => Err(error),
         Err(error) => {
             let outcome = Outcome::Failed {
                 phase: error.phase(),
@@ -1630,6 +1643,9 @@ struct StatusWriter<'a> {
     bd: &'a BundleDeployment,
     /// The status as last written (or read).
     written: BundleDeploymentStatus,
+    /// The object's resourceVersion after the last write (or as read): writes are conditional
+    /// on it (see [`scope::patch_status`]).
+    version: Option<String>,
 }
 
 impl<'a> StatusWriter<'a> {
@@ -1638,6 +1654,7 @@ impl<'a> StatusWriter<'a> {
             ctx,
             bd,
             written: bd.status.clone().unwrap_or_default(),
+            version: bd.metadata.resource_version.clone(),
         }
     }
 
@@ -1652,19 +1669,10 @@ impl<'a> StatusWriter<'a> {
         if *work == self.written {
             return Ok(());
         }
-        let api: Api<BundleDeployment> = Api::all(self.ctx.client.clone());
-        let patch = json!({"status": status_merge_patch(&self.written, work)});
-        let patched = api
-            .patch_status(
-                &self.bd.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await
-            .map_err(|e| ReconcileError::Kube {
-                context: "write status".into(),
-                source: e,
-            })?;
+        let patch = status_merge_patch(&self.written, work);
+        let name = self.bd.name_any();
+        let patched = scope::patch_status(self.ctx, &name, self.version.clone(), patch).await?;
+        self.version = patched.metadata.resource_version.clone();
         if let Some(version) = patched.metadata.resource_version {
             self.ctx
                 .last_written
