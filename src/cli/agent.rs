@@ -78,7 +78,7 @@ pub struct AgentArgs {
     /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
     /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
     /// test's agent to its own objects.
-    #[arg(long, short = 'l')]
+    #[arg(long, short = 'l', env = "PALLET_SELECTOR")]
     pub selector: Option<String>,
     /// Only reconcile BundleDeployments labelled `sharding.fluxcd.io/key=KEY` (combined with
     /// --selector). The shard holds its own Lease (`pallet-agent-shard-KEY` unless --lease-name

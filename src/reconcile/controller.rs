@@ -233,6 +233,11 @@ pub async fn run(
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(bundle_deployment = %object.name, "reconciled"),
+                // A pass scheduled before the object left the watch (relabelled into another
+                // shard, deleted): nothing runs; not worth a line at debug.
+                Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                    tracing::trace!(bundle_deployment = %object.name, "scheduled pass for an object no longer watched; skipped")
+                }
                 Err(error) => tracing::debug!(%error, "reconcile error"),
             }
         })

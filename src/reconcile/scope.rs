@@ -73,7 +73,7 @@ impl Context {
 /// resourceVersion the pass last knew; none: unconditional). On a conflict the object is read
 /// again: out of scope, nothing is written ([`ReconcileError::OutOfScope`]); still in scope
 /// (an edit of its spec or labels), the patch is retried on the new version.
-pub(super) async fn patch_status(
+pub async fn patch_status(
     ctx: &Context,
     name: &str,
     mut version: Option<String>,
