@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use agent::{Agent, TEST_LABEL};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -181,8 +182,9 @@ async fn two_shards_split_the_bundles_and_hand_one_over_by_relabelling() {
     let url = repo.url(fixtures.git_plain());
 
     let selector = format!("{TEST_LABEL}={test}");
-    let agent_a = Agent::start_selecting(&selector, &key_a, &["--shard", &key_a]);
-    let agent_b = Agent::start_selecting(&selector, &key_b, &["--shard", &key_b]);
+    // With leader election: were the shards to share a Lease, one would wait for ever.
+    let agent_a = Agent::start_selecting(&selector, &key_a, &["--shard", &key_a, "--leader-elect"]);
+    let agent_b = Agent::start_selecting(&selector, &key_b, &["--shard", &key_b, "--leader-elect"]);
     // Even apps in shard a, odd ones in shard b.
     let mut shard_of = BTreeMap::new();
     for i in 0..APPS {
@@ -200,6 +202,20 @@ async fn two_shards_split_the_bundles_and_hand_one_over_by_relabelling() {
             .collect()
     };
     let (of_a, of_b) = (in_shard(&key_a), in_shard(&key_b));
+
+    // Each shard leads on a Lease of its own (in the agents' namespace), named after the shard.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "pallet-system");
+    for key in [&key_a, &key_b] {
+        let lease = leases
+            .get(&format!("pallet-agent-shard-{key}"))
+            .await
+            .unwrap();
+        let holder = lease.spec.unwrap().holder_identity.unwrap_or_default();
+        assert!(
+            holder.ends_with(&format!("@{key}")),
+            "{key}: held by {holder:?}"
+        );
+    }
 
     // Each status was written by its own shard only (managedFields keep every writer).
     for (name, bd) in &bds {
@@ -346,6 +362,13 @@ async fn two_shards_split_the_bundles_and_hand_one_over_by_relabelling() {
     }
     for name in shard_of.keys() {
         agent::wait_bd_gone(&client, name).await;
+    }
+    // Stopped first, or a leader would create its Lease again at its next renewal.
+    drop((agent_a, agent_b));
+    for key in [&key_a, &key_b] {
+        let _ = leases
+            .delete(&format!("pallet-agent-shard-{key}"), &Default::default())
+            .await;
     }
 }
 
