@@ -15,5 +15,6 @@ pub mod preview;
 pub mod push;
 pub mod reconcile;
 pub mod revision;
+pub mod shard;
 pub mod source;
 pub mod tls;

@@ -48,6 +48,12 @@ struct TriggerLabel {
     trigger: String,
 }
 
+/// Label set `shard="KEY"`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ShardLabel {
+    shard: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -74,6 +80,7 @@ pub struct Metrics {
     drift: Counter,
     in_flight: Gauge,
     leader: Gauge,
+    shard: Family<ShardLabel, Gauge>,
     role: AtomicU8,
     synced: AtomicBool,
 }
@@ -91,6 +98,7 @@ impl Metrics {
             (Counter::default(), Counter::default(), Counter::default());
         let renders = Counter::default();
         let (in_flight, leader) = (Gauge::default(), Gauge::default());
+        let shard = Family::<ShardLabel, Gauge>::default();
         // Counters get `_total` appended by the encoder; names below are without it.
         registry.register(
             "reconciles",
@@ -149,6 +157,11 @@ impl Metrics {
             "1 while this agent holds the leader Lease (or runs without leader election), else 0",
             leader.clone(),
         );
+        registry.register(
+            "agent_shard",
+            "1, labelled with the shard this agent serves (--shard; \"\" when not sharded)",
+            shard.clone(),
+        );
         // Series for every known label value exist from the start (at 0), so that rates and
         // alerts work before the first event of a kind.
         for result in ["success", "error"] {
@@ -180,6 +193,7 @@ impl Metrics {
             drift,
             in_flight,
             leader,
+            shard,
             role: AtomicU8::new(ROLE_STARTING),
             synced: AtomicBool::new(false),
         }
@@ -264,6 +278,15 @@ impl Metrics {
         if !leading {
             self.synced.store(false, Ordering::SeqCst);
         }
+    }
+
+    /// Records the shard this agent serves ("" when not sharded).
+    pub fn set_shard(&self, shard: &str) {
+        self.shard
+            .get_or_create(&ShardLabel {
+                shard: shard.to_string(),
+            })
+            .set(1);
     }
 
     /// Records that a standby could not read the Lease: not ready until it can again.

@@ -87,7 +87,7 @@ fn every_rbac_rule_has_a_comment_saying_why() {
 
 #[test]
 fn the_deployment_runs_two_replicas_with_leader_election_and_probes() {
-    let text = std::fs::read_to_string(deploy_dir().join("deployment.yaml")).unwrap();
+    let text = std::fs::read_to_string(deploy_dir().join("agent/deployment.yaml")).unwrap();
     let deployment: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
     assert_eq!(deployment["spec"]["replicas"], 2);
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -124,4 +124,136 @@ fn the_deployment_runs_two_replicas_with_leader_election_and_probes() {
         deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
         true
     );
+}
+
+/// `kubectl kustomize DIR` (relative to deploy/), as JSON objects.
+fn rendered(dir: &str) -> Vec<serde_json::Value> {
+    let path = deploy_dir().join(dir);
+    let yaml = kubectl(&["kustomize", path.to_str().unwrap()]);
+    serde_saphyr::from_multiple(&yaml).unwrap()
+}
+
+fn find<'a>(objects: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {objects:#?}"))
+}
+
+fn strings(value: &serde_json::Value) -> Vec<&str> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
+}
+
+fn env_value<'a>(container: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+}
+
+/// deploy/shards/: each overlay renders one shard's agent (its own name, pod labels and
+/// selectors, `--shard` argument, no `--selector`), next to deploy/'s agent, which leaves the
+/// sharded BundleDeployments alone; all of it applies with a server-side dry run.
+#[test]
+fn each_shard_overlay_renders_an_agent_of_its_own() {
+    let main = rendered(".");
+    let main_deployment = find(&main, "Deployment", "pallet-agent");
+    let main_container = &main_deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env_value(main_container, "PALLET_SELECTOR"),
+        Some("!sharding.fluxcd.io/key")
+    );
+    let main_labels = &main_deployment["spec"]["selector"]["matchLabels"];
+    let help = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args(["agent", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--shard <KEY>") && help.contains("PALLET_SELECTOR"),
+        "{help}"
+    );
+
+    let mut pod_labels = vec![main_labels.clone()];
+    for shard in ["a", "b"] {
+        let objects = rendered(&format!("shards/shard-{shard}"));
+        assert_eq!(objects.len(), 2, "a Deployment and its metrics Service");
+        let name = format!("pallet-agent-shard-{shard}");
+        let deployment = find(&objects, "Deployment", &name);
+        assert_eq!(deployment["metadata"]["namespace"], "pallet-system");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let args = strings(&container["args"]);
+        assert_eq!(args[0], "agent");
+        assert!(
+            args.contains(&format!("--shard={shard}").as_str()),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--leader-elect"), "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.starts_with("--selector")),
+            "{args:?}"
+        );
+        // deploy/'s exclusion of sharded BundleDeployments is lifted for a shard's agent.
+        assert_eq!(env_value(container, "PALLET_SELECTOR"), Some(""));
+        let selector = &deployment["spec"]["selector"]["matchLabels"];
+        assert_eq!(selector["app.kubernetes.io/name"], name);
+        assert_eq!(selector["pallet.dev/shard"], shard);
+        let template = &deployment["spec"]["template"]["metadata"]["labels"];
+        for (key, value) in selector.as_object().unwrap() {
+            assert_eq!(&template[key], value, "pod label {key}");
+        }
+        let anti = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+            ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+            ["labelSelector"]["matchLabels"];
+        assert_eq!(
+            anti, selector,
+            "replicas of a shard spread among themselves"
+        );
+        let service = find(
+            &objects,
+            "Service",
+            &format!("pallet-agent-metrics-shard-{shard}"),
+        );
+        assert_eq!(&service["spec"]["selector"], selector);
+        pod_labels.push(selector.clone());
+    }
+    // No Deployment selects another's pods (each differs in app.kubernetes.io/name).
+    let names: std::collections::BTreeSet<String> = pod_labels
+        .iter()
+        .map(|l| l["app.kubernetes.io/name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), 3, "{pod_labels:?}");
+
+    let both = rendered("shards");
+    find(&both, "Deployment", "pallet-agent-shard-a");
+    find(&both, "Deployment", "pallet-agent-shard-b");
+    kubectl(&[
+        "apply",
+        "-f",
+        deploy_dir().join("namespace.yaml").to_str().unwrap(),
+    ]);
+    let out = kubectl(&[
+        "apply",
+        "-k",
+        deploy_dir().join("shards").to_str().unwrap(),
+        "--dry-run=server",
+    ]);
+    for object in [
+        "deployment.apps/pallet-agent-shard-a",
+        "deployment.apps/pallet-agent-shard-b",
+        "service/pallet-agent-metrics-shard-a",
+        "service/pallet-agent-metrics-shard-b",
+    ] {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{object} "))),
+            "{object} missing from the dry run:\n{out}"
+        );
+    }
 }

@@ -17,6 +17,7 @@ use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::values_watch::ValuesWatches;
 use crate::reconcile::workers::Workers;
 use crate::reconcile::{controller, Context};
+use crate::shard::Scope;
 use crate::source::{Cache, FetchOptions, Fetcher};
 
 /// Flags of `pallet agent`.
@@ -79,10 +80,16 @@ pub struct AgentArgs {
     /// Registries (host:port) spoken to over plain HTTP (repeatable; local test registries only).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
-    /// Only reconcile BundleDeployments matching this label selector (to shard them across
-    /// agents, or to confine a test's agent to its own objects).
-    #[arg(long, short = 'l')]
+    /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
+    /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
+    /// test's agent to its own objects.
+    #[arg(long, short = 'l', env = "PALLET_SELECTOR")]
     pub selector: Option<String>,
+    /// Only reconcile BundleDeployments labelled `sharding.fluxcd.io/key=KEY` (combined with
+    /// --selector). The shard holds its own Lease (`pallet-agent-shard-KEY` unless --lease-name
+    /// is given) and writes `status.agent` as `<pod>@KEY`.
+    #[arg(long, value_name = "KEY")]
+    pub shard: Option<String>,
     /// Also append the change log (one JSON line per write; always printed on stdout) to FILE.
     #[arg(long, value_name = "FILE")]
     pub change_log: Option<PathBuf>,
@@ -92,9 +99,10 @@ pub struct AgentArgs {
     /// Run the controller only while holding a Lease, so that one of several replicas writes.
     #[arg(long)]
     pub leader_elect: bool,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "pallet-agent")]
-    pub lease_name: String,
+    /// Name of the leader-election Lease; default: `pallet-agent`, or `pallet-agent-shard-KEY`
+    /// with --shard KEY.
+    #[arg(long)]
+    pub lease_name: Option<String>,
     /// Namespace of the leader-election Lease; default: the agent's namespace.
     #[arg(long)]
     pub lease_namespace: Option<String>,
@@ -119,6 +127,9 @@ pub enum LogFormat {
 /// Runs the agent until SIGINT or SIGTERM.
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     init_logging(args.log_format);
+    // Refused before anything starts: a selector the API server would refuse at every watch.
+    let scope = Scope::new(args.selector.as_deref(), args.shard.as_deref())?;
+    METRICS.set_shard(scope.shard().unwrap_or(""));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -147,9 +158,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         let mut elector = if args.leader_elect {
             let config = LeaseConfig {
-                name: args.lease_name.clone(),
+                name: scope.lease_name(args.lease_name.as_deref()),
                 namespace: args.lease_namespace.clone().unwrap_or_else(|| args.namespace.clone()),
-                identity: leader::identity(),
+                identity: scope.identity(&leader::identity()),
                 duration: args.lease_duration,
             };
             let mut elector = Elector::new(client.clone(), config);
@@ -193,9 +204,17 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_workers(match args.concurrency {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),
             Concurrency::Auto => Workers::adaptive(4, 1, args.max_concurrency.max(1).into()),
-        }));
-        tracing::info!(namespace = %args.namespace, cache = %args.cache_dir.display(), "pallet agent starting");
-        controller::run(ctx, args.selector.as_deref(), owned_rx).await;
+        })
+        .with_scope(scope));
+        tracing::info!(
+            namespace = %args.namespace,
+            cache = %args.cache_dir.display(),
+            shard = ctx.scope.shard().unwrap_or(""),
+            selector = ctx.scope.watch_selector().unwrap_or_default(),
+            identity = %ctx.identity,
+            "pallet agent starting"
+        );
+        controller::run(ctx, owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.
         if let Some(renewer) = renewer {

@@ -52,8 +52,11 @@ pub struct Context {
     pub recorder: Recorder,
     /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
     pub owned: Option<owned::OwnedWatches>,
-    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`.
+    /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`; `@KEY` appended
+    /// for shard KEY (see [`Context::with_scope`]).
     pub identity: String,
+    /// The BundleDeployments this agent acts for (see [`super::scope`]).
+    pub scope: crate::shard::Scope,
     /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
     pub health: health::HealthOptions,
     /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
@@ -182,6 +185,7 @@ impl Context {
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
             identity: crate::leader::identity(),
+            scope: crate::shard::Scope::default(),
             client,
             config,
             fetcher,

@@ -1,6 +1,7 @@
 //! The controller loop: watches BundleDeployments and runs the reconciler on each, with a
 //! finalizer for cleanup, per-object backoff on errors, and graceful shutdown on a signal.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,9 +10,8 @@ use kube::api::Api;
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event as FinalizerEvent};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::utils::PredicateConfig;
 use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
@@ -30,6 +30,7 @@ pub struct ControllerError(#[from] Box<kube::runtime::finalizer::Error<Reconcile
 async fn reconcile(
     bd: Arc<BundleDeployment>,
     ctx: Arc<Context>,
+    cache: reflector::Store<BundleDeployment>,
 ) -> Result<Action, ControllerError> {
     // Held for the whole pass: how many run at once adapts to the API server (see `workers`).
     let _worker = ctx.workers.acquire().await;
@@ -37,7 +38,15 @@ async fn reconcile(
     let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
     let bd = latest(&api, bd, &ctx).await;
-    let span = tracing::info_span!("reconcile", bundle_deployment = %bd.name_any());
+    let name = bd.name_any();
+    let uid = bd.metadata.uid.clone().unwrap_or_default();
+    // Read again just now and relabelled into another shard: not ours to touch any more.
+    if !ctx.in_scope(&bd) {
+        tracing::info!(bundle_deployment = %name, "{}; not reconciling it", super::scope::out_of_scope_message(&ctx, &bd));
+        ctx.release(&name, &uid);
+        return Ok(Action::await_change());
+    }
+    let span = tracing::info_span!("reconcile", bundle_deployment = %name);
     let result = finalizer(&api, FINALIZER, bd, |event| async {
         let next = match event {
             FinalizerEvent::Apply(bd) => reconcile_apply(&bd, &ctx).await?,
@@ -48,8 +57,20 @@ async fn reconcile(
     })
     .instrument(span)
     .await;
+    if let Err(FinalizerError::ApplyFailed(ReconcileError::OutOfScope(why))) = &result {
+        // Relabelled during the pass; its status write was refused. No retry: another agent
+        // holds it, and its watch event removes it from this agent's cache.
+        tracing::info!(bundle_deployment = %name, "{why}; stopped without writing");
+        ctx.release(&name, &uid);
+        return Ok(Action::await_change());
+    }
+    if cache.get(&ObjectRef::new(&name)).is_none() {
+        // It left the watch while this pass ran, which may have started probes or watches for
+        // it after the watch event dropped them: drop them again.
+        ctx.release(&name, &uid);
+    }
     METRICS.reconciled(result.is_ok(), started.elapsed());
-    let throttled = matches!(&result, Err(kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e)) if e.throttled());
+    let throttled = matches!(&result, Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) if e.throttled());
     ctx.workers.finished(throttled);
     result.map_err(|e| ControllerError(Box::new(e)))
 }
@@ -145,11 +166,11 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 }
 
 /// Runs the controller until a termination signal arrives.
-/// With a `selector`, only BundleDeployments whose labels match it are watched. `owned_events`
-/// carries reconcile requests from the watches on applied objects (see [`super::owned`]).
+/// Only BundleDeployments of the context's scope (`--selector`, `--shard`) are watched.
+/// `owned_events` carries reconcile requests from the watches on applied objects (see
+/// [`super::owned`]), valuesFrom objects, probes and finished fetches.
 pub async fn run(
     ctx: Arc<Context>,
-    selector: Option<&str>,
     owned_events: mpsc::UnboundedReceiver<ObjectRef<BundleDeployment>>,
 ) {
     // The controller may run as many passes as there can ever be workers; the workers' permits
@@ -157,11 +178,22 @@ pub async fn run(
     let concurrency = u16::try_from(ctx.workers.max()).unwrap_or(u16::MAX);
     let config = ControllerConfig::default().concurrency(concurrency);
     let mut watch = watcher::Config::default();
-    if let Some(selector) = selector {
-        watch = watch.labels(selector);
+    if let Some(selector) = ctx.scope.watch_selector() {
+        watch = watch.labels(&selector);
     }
+    let (reader, writer) = reflector::store();
+    // Requests for objects outside the watch (another shard's, whose owned objects the
+    // metadata watches also see) are dropped here: they never reach a worker.
+    let in_store = reader.clone();
     let owned_events = futures::stream::unfold(owned_events, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
+    })
+    .filter(move |request| {
+        let ours = in_store.get(request).is_some();
+        if !ours {
+            tracing::trace!(bundle_deployment = %request.name, "reconcile request for an object outside this agent's scope; dropped");
+        }
+        std::future::ready(ours)
     });
     // Watch raw objects and decode each one here, so that one object the agent cannot read
     // (say, written against a newer CRD) is skipped and logged instead of failing the whole
@@ -170,7 +202,8 @@ pub async fn run(
         ctx.client.clone(),
         &ApiResource::erase::<BundleDeployment>(&()),
     );
-    let (reader, writer) = reflector::store();
+    let mut known = Known::default();
+    let leaving = ctx.clone();
     let bundle_deployments = watcher(raw, watch)
         .backoff(WatchBackoff::default())
         .filter_map(|event| std::future::ready(event.map(decode_event).transpose()))
@@ -181,16 +214,41 @@ pub async fn run(
             }
         })
         .reflect(writer)
-        .applied_objects()
-        .predicate_filter(what_is_asked, PredicateConfig::default());
+        // After the cache: a pass ending from now on finds the object gone (see `reconcile`).
+        .inspect(move |event| {
+            // Gone from the watch (deleted, or relabelled out of the scope): drop what was
+            // kept for it, so its probes and valuesFrom watches stop.
+            if let Ok(event) = event {
+                for (name, uid) in known.observe(event) {
+                    tracing::debug!(bundle_deployment = %name, "left this agent's watch");
+                    leaving.release(&name, &uid);
+                }
+            }
+        })
+        // Only what asks for a pass: not the echo of a status write (see `Asked`).
+        .filter({
+            let mut asked = Asked::default();
+            move |event| std::future::ready(asked.admit(event))
+        })
+        .applied_objects();
+    let cache = reader.clone();
     Controller::for_stream(bundle_deployments, reader)
         .with_config(config)
         .reconcile_on(owned_events)
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(
+            move |bd, ctx| reconcile(bd, ctx, cache.clone()),
+            error_policy,
+            ctx,
+        )
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(bundle_deployment = %object.name, "reconciled"),
+                // A pass scheduled before the object left the watch (relabelled into another
+                // shard, deleted): nothing runs; not worth a line at debug.
+                Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                    tracing::trace!(bundle_deployment = %object.name, "scheduled pass for an object no longer watched; skipped")
+                }
                 Err(error) => tracing::debug!(%error, "reconcile error"),
             }
         })
@@ -200,7 +258,7 @@ pub async fn run(
 /// What a BundleDeployment asks for, hashed: a change to it is worth a pass. Status is left out:
 /// the agent writes it itself, and every write's watch event would otherwise start a pass that
 /// has nothing to do (about a third of all passes in a 1,000-bundle install).
-fn what_is_asked(bd: &BundleDeployment) -> Option<u64> {
+fn what_is_asked(bd: &BundleDeployment) -> u64 {
     use std::hash::{Hash, Hasher};
     let meta = &bd.metadata;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -212,7 +270,94 @@ fn what_is_asked(bd: &BundleDeployment) -> Option<u64> {
         .as_ref()
         .map(|t| t.0.to_string())
         .hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
+}
+
+/// Which watch events of BundleDeployments are worth a pass: those that change what it asks
+/// for ([`what_is_asked`]), or bring an object new to the watch (created, relabelled into this
+/// agent's scope, listed again). Pure.
+#[derive(Debug, Default)]
+struct Asked {
+    last: HashMap<String, u64>,
+}
+
+impl Asked {
+    fn admit(&mut self, event: &Result<watcher::Event<BundleDeployment>, watcher::Error>) -> bool {
+        use watcher::Event;
+        let uid = |bd: &BundleDeployment| bd.metadata.uid.clone().unwrap_or_default();
+        match event {
+            Ok(Event::Apply(bd)) => {
+                let asked = what_is_asked(bd);
+                self.last.insert(uid(bd), asked) != Some(asked)
+            }
+            Ok(Event::InitApply(bd)) => {
+                self.last.insert(uid(bd), what_is_asked(bd));
+                true
+            }
+            Ok(Event::Delete(bd)) => {
+                // Left the watch: when it comes back (relabelled back), it is news again.
+                self.last.remove(&uid(bd));
+                true
+            }
+            _ => true,
+        }
+    }
+}
+
+/// The BundleDeployments in the watch (name and uid), to tell which ones left it: by a delete
+/// event (deleted, or relabelled out of the selector: the API server sends a delete then), or
+/// by missing from a re-list (a watch restarted after an error sends no delete for what left
+/// while it was down). Pure.
+#[derive(Debug, Default)]
+struct Known {
+    current: HashMap<String, String>,
+    relisting: Option<HashMap<String, String>>,
+}
+
+impl Known {
+    /// Takes in one watch event; returns the (name, uid) of each object that left the watch.
+    fn observe(&mut self, event: &watcher::Event<BundleDeployment>) -> Vec<(String, String)> {
+        use watcher::Event;
+        let id =
+            |bd: &BundleDeployment| (bd.name_any(), bd.metadata.uid.clone().unwrap_or_default());
+        match event {
+            Event::Apply(bd) => {
+                let (name, uid) = id(bd);
+                let replaced = self.current.insert(name.clone(), uid.clone());
+                // Deleted and created again between two events: the old one left.
+                replaced
+                    .filter(|old| *old != uid)
+                    .map(|old| vec![(name, old)])
+                    .unwrap_or_default()
+            }
+            Event::Delete(bd) => {
+                let (name, uid) = id(bd);
+                self.current.remove(&name);
+                vec![(name, uid)]
+            }
+            Event::Init => {
+                self.relisting = Some(HashMap::new());
+                Vec::new()
+            }
+            Event::InitApply(bd) => {
+                let (name, uid) = id(bd);
+                self.relisting
+                    .get_or_insert_with(HashMap::new)
+                    .insert(name, uid);
+                Vec::new()
+            }
+            Event::InitDone => {
+                let listed = self.relisting.take().unwrap_or_default();
+                let left = self
+                    .current
+                    .drain()
+                    .filter(|(name, uid)| listed.get(name) != Some(uid))
+                    .collect();
+                self.current = listed;
+                left
+            }
+        }
+    }
 }
 
 /// Default interval between reconciles of an unchanged BundleDeployment.
@@ -258,6 +403,50 @@ mod tests {
         .unwrap()
     }
 
+    fn bd(name: &str, uid: &str) -> BundleDeployment {
+        let mut bd: BundleDeployment = serde_json::from_value(json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": name, "uid": uid},
+            "spec": {"format": "plain", "sources": [{"kind": "http", "http": {"url": "http://h/x.yaml"}}]},
+        }))
+        .unwrap();
+        bd.metadata.uid = Some(uid.into());
+        bd
+    }
+
+    #[test]
+    fn objects_leaving_the_watch_are_told_by_deletes_and_relists() {
+        use watcher::Event;
+        let mut known = Known::default();
+        let none: Vec<(String, String)> = Vec::new();
+        assert_eq!(known.observe(&Event::Init), none);
+        assert_eq!(known.observe(&Event::InitApply(bd("a", "1"))), none);
+        assert_eq!(known.observe(&Event::InitApply(bd("b", "2"))), none);
+        assert_eq!(known.observe(&Event::InitDone), none);
+        assert_eq!(known.observe(&Event::Apply(bd("c", "3"))), none);
+        // Relabelled into another shard: the API server sends a delete.
+        assert_eq!(
+            known.observe(&Event::Delete(bd("a", "1"))),
+            vec![("a".to_string(), "1".to_string())]
+        );
+        // A re-list after a watch error: c left meanwhile, b was deleted and created again.
+        known.observe(&Event::Init);
+        known.observe(&Event::InitApply(bd("b", "4")));
+        let mut left = known.observe(&Event::InitDone);
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                ("b".to_string(), "2".to_string()),
+                ("c".to_string(), "3".to_string())
+            ]
+        );
+        assert_eq!(
+            known.observe(&Event::Apply(bd("b", "5"))),
+            vec![("b".to_string(), "4".to_string())]
+        );
+    }
+
     #[test]
     fn status_changes_ask_for_nothing_and_spec_annotation_or_deletion_changes_do() {
         let bd = |generation: i64, status: &str, annotation: Option<&str>| -> BundleDeployment {
@@ -281,6 +470,21 @@ mod tests {
         let mut deleting = bd(1, "a", None);
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_ne!(base, what_is_asked(&deleting), "deletion");
+    }
+
+    #[test]
+    fn status_echoes_are_dropped_and_an_object_back_in_the_watch_is_news() {
+        use watcher::Event;
+        let mut asked = Asked::default();
+        let mut one = bd("a", "1");
+        assert!(asked.admit(&Ok(Event::InitApply(one.clone()))));
+        one.status = Some(Default::default());
+        assert!(!asked.admit(&Ok(Event::Apply(one.clone()))), "status only");
+        one.metadata.generation = Some(2);
+        assert!(asked.admit(&Ok(Event::Apply(one.clone()))), "spec");
+        // Relabelled into another shard (a delete for this watch), then back, unchanged.
+        assert!(asked.admit(&Ok(Event::Delete(one.clone()))));
+        assert!(asked.admit(&Ok(Event::Apply(one))), "back in the watch");
     }
 
     #[test]

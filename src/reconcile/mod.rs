@@ -30,6 +30,7 @@ pub mod polling;
 pub mod render;
 pub mod render_memo;
 pub mod rollout;
+pub mod scope;
 pub mod status;
 pub mod values;
 pub mod values_watch;
@@ -124,6 +125,10 @@ pub enum ReconcileError {
     /// `spec.healthChecks` has expressions that do not compile (each named with its check).
     #[error("{0}")]
     InvalidHealthCheck(String),
+    /// The BundleDeployment left this agent's scope (relabelled to another shard) during the
+    /// pass: the pass stops without writing (see [`scope`]).
+    #[error("{0}")]
+    OutOfScope(String),
     /// A Kubernetes API call of the agent's own failed.
     #[error("{context}: {source}")]
     Kube {
@@ -159,6 +164,7 @@ impl ReconcileError {
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
             ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
+            ReconcileError::OutOfScope(_) => "OutOfScope",
         }
     }
 
@@ -172,6 +178,7 @@ impl ReconcileError {
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
             | ReconcileError::InvalidHealthCheck(_)
+            | ReconcileError::OutOfScope(_)
             | ReconcileError::Forbidden(_) => false,
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
@@ -321,6 +328,8 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             writer.write(&mut work, &outcome).await?;
             Ok(Next::RequeueAfter(poll_capped(bd, ctx, requeue)))
         }
+        // Another agent holds it now: nothing more to write here.
+        Err(error @ ReconcileError::OutOfScope(_)) => Err(error),
         Err(error) => {
             let outcome = Outcome::Failed {
                 phase: error.phase(),

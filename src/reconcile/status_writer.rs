@@ -2,7 +2,6 @@
 
 use super::{now, status, Context, ReconcileError};
 
-use kube::api::{Api, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -16,6 +15,9 @@ pub(super) struct StatusWriter<'a> {
     bd: &'a BundleDeployment,
     /// The status as last written (or read).
     pub(super) written: BundleDeploymentStatus,
+    /// The object's resourceVersion after the last write (or as read): writes are conditional
+    /// on it (see [`super::scope::patch_status`]).
+    version: Option<String>,
 }
 
 impl<'a> StatusWriter<'a> {
@@ -24,6 +26,7 @@ impl<'a> StatusWriter<'a> {
             ctx,
             bd,
             written: bd.status.clone().unwrap_or_default(),
+            version: bd.metadata.resource_version.clone(),
         }
     }
 
@@ -38,19 +41,11 @@ impl<'a> StatusWriter<'a> {
         if *work == self.written {
             return Ok(());
         }
-        let api: Api<BundleDeployment> = Api::all(self.ctx.client.clone());
-        let patch = json!({"status": status_merge_patch(&self.written, work)});
-        let patched = api
-            .patch_status(
-                &self.bd.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await
-            .map_err(|e| ReconcileError::Kube {
-                context: "write status".into(),
-                source: e,
-            })?;
+        let patch = status_merge_patch(&self.written, work);
+        let name = self.bd.name_any();
+        let patched =
+            super::scope::patch_status(self.ctx, &name, self.version.clone(), patch).await?;
+        self.version = patched.metadata.resource_version.clone();
         if let Some(version) = patched.metadata.resource_version {
             self.ctx
                 .last_written
