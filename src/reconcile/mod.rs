@@ -278,6 +278,8 @@ pub struct Context {
     /// its last direct read (see [`controller`]: a pass never starts from a cached object older
     /// than that).
     last_written: Mutex<HashMap<String, String>>,
+    /// Records transitions with status writes and delivers notifications off the reconcile path.
+    pub notifier: crate::notify::Notifier,
 }
 
 impl Context {
@@ -331,6 +333,12 @@ impl Context {
         self
     }
 
+    /// The same context delivering notifications with `settings`.
+    pub fn with_notification_settings(mut self, settings: crate::notify::Settings) -> Self {
+        self.notifier = self.notifier.with_settings(settings);
+        self
+    }
+
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
         self.values_watches = Some(watches);
@@ -353,8 +361,15 @@ impl Context {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            notifier: crate::notify::Notifier::new(
+                client.clone(),
+                secret_policy.clone(),
+                recorder.clone(),
+                crate::notify::Settings::default(),
+            ),
+            recorder,
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
@@ -1466,6 +1481,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
     ctx.probes.forget(&name);
+    ctx.notifier.forget(&name);
     let inventory = bd
         .status
         .as_ref()
@@ -1649,6 +1665,10 @@ impl<'a> StatusWriter<'a> {
     ) -> Result<(), ReconcileError> {
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
         work.agent = Some(self.ctx.identity.clone());
+        // Transitions this write records go into status.notifications with it (see `notify`).
+        let notifications = (self.ctx.notifier)
+            .prepare(self.bd, &mut self.written, work, &now())
+            .await;
         if *work == self.written {
             return Ok(());
         }
@@ -1672,6 +1692,7 @@ impl<'a> StatusWriter<'a> {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(self.bd.name_any(), version);
         }
+        notifications.written(work);
         self.written = work.clone();
         Ok(())
     }
