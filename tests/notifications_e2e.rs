@@ -498,66 +498,102 @@ async fn a_receiver_failing_or_down_delays_nothing_and_gets_it_once_back() {
     receiver.fail_with(500).await;
     let s = Scenario::new("notify-down").await;
     s.commit(&[config_map("app", "1")], "v1");
-    let agent = Agent::start_with(&s.name, &["--notification-retry-max", "1s"]);
+    let agent = Agent::start_with(
+        &s.name,
+        &[
+            "--notification-retry-max",
+            "1s",
+            "--notification-timeout",
+            "1s",
+        ],
+    );
+    // A second target never answers at all (the fixtures' hanging server).
+    let hang = support::Fixtures::load().hang().url.clone();
     s.create_bd(json!([
-        {"name": "hook", "on": ["Healthy"], "webhook": {"url": format!("{}/hook", receiver.url)}}
+        {"name": "hook", "on": ["Healthy"], "webhook": {"url": format!("{}/hook", receiver.url)}},
+        {"name": "slow", "on": ["Healthy"], "webhook": {"url": format!("{hang}/{}", s.name)}}
     ]))
     .await;
-    // The rollout completes while the receiver answers 500.
+    let entry = |st: &BundleDeploymentStatus, name: &str| {
+        st.notifications.iter().find(|n| n.name == name).cloned()
+    };
+    // The rollout completes while one receiver answers 500 and the other hangs.
     let status = s
         .wait_status(
             &agent,
-            "revision 1 healthy, the notification retrying on HTTP 500",
+            "revision 1 healthy, both notifications retrying",
             |st| {
                 healthy(st, 1)?;
-                let entry = st.notifications.first().ok_or("no entry")?;
+                let hook = entry(st, "hook").ok_or("no hook entry")?;
                 check(
-                    entry.result == DeliveryResult::Retrying
-                        && entry.message.as_deref() == Some("HTTP 500"),
-                    "not retrying on 500",
+                    hook.result == DeliveryResult::Retrying
+                        && hook.message.as_deref() == Some("HTTP 500"),
+                    "hook not retrying on 500",
+                )?;
+                let slow = entry(st, "slow").ok_or("no slow entry")?;
+                check(
+                    slow.result == DeliveryResult::Retrying
+                        && slow.message.as_deref() == Some("no answer within 1s"),
+                    "slow not retrying on the timeout",
                 )
             },
         )
         .await;
-    let ready = find(&status.conditions, "Ready").unwrap();
-    assert_eq!(
-        ready.status, "True",
-        "a failing receiver changes nothing: {ready:?}"
+    for type_ in ["Ready", "Healthy"] {
+        let condition = find(&status.conditions, type_).unwrap();
+        assert_eq!(
+            condition.status, "True",
+            "failing receivers change nothing: {condition:?}"
+        );
+    }
+    let warnings = events(&s, "NotificationFailed").await;
+    assert!(
+        warnings
+            .iter()
+            .any(|e| e
+                == "hook (webhook): revision 1 Healthy not delivered yet (HTTP 500); retrying"),
+        "{warnings:?}"
     );
     // Down: connections refused.
     receiver.stop();
     let status = s
         .wait_status(&agent, "retrying on a refused connection", |st| {
-            let entry = st.notifications.first().ok_or("no entry")?;
+            let hook = entry(st, "hook").ok_or("no entry")?;
             check(
-                entry.result == DeliveryResult::Retrying
-                    && entry.message.as_deref() != Some("HTTP 500"),
+                hook.result == DeliveryResult::Retrying
+                    && hook.message.as_deref() != Some("HTTP 500"),
                 "still the 500",
             )
         })
         .await;
-    let entry = &status.notifications[0];
-    assert!(entry.attempts >= 2, "{entry:?}");
-    assert_eq!(entry.transition, "revision 1 Healthy");
+    let hook = entry(&status, "hook").unwrap();
+    assert!(hook.attempts >= 2, "{hook:?}");
+    assert_eq!(hook.transition, "revision 1 Healthy");
     assert_eq!(find(&status.conditions, "Ready").unwrap().status, "True");
     // Back: delivered, once.
     receiver.resume();
     let status = s
         .wait_status(&agent, "delivered", |st| {
             check(
-                st.notifications.first().map(|n| n.result) == Some(DeliveryResult::Delivered),
+                entry(st, "hook").map(|n| n.result) == Some(DeliveryResult::Delivered),
                 "not delivered",
             )
         })
         .await;
-    assert_eq!(status.notifications[0].message.as_deref(), Some("HTTP 200"));
+    assert_eq!(
+        entry(&status, "hook").unwrap().message.as_deref(),
+        Some("HTTP 200")
+    );
+    let sent = events(&s, "NotificationSent").await;
+    assert!(
+        sent.iter()
+            .any(|e| e.starts_with("hook (webhook): revision 1 Healthy delivered after")),
+        "{sent:?}"
+    );
     s.reconcile_now(&agent, "after-delivery").await;
     let received = receiver.requests(Some("/hook")).await;
     let answered: Vec<u16> = received.iter().map(|r| r.status).collect();
-    assert!(
-        answered.iter().filter(|s| **s == 500).count() >= 1,
-        "{answered:?}"
-    );
+    assert!(answered.iter().any(|s| *s == 500), "{answered:?}");
     assert_eq!(
         answered.iter().filter(|s| **s == 200).count(),
         1,
@@ -568,6 +604,34 @@ async fn a_receiver_failing_or_down_delays_nothing_and_gets_it_once_back() {
         .map(|r| r.header("X-Pallet-Id").unwrap())
         .collect();
     assert_eq!(ids.len(), 1, "every attempt is the same notification");
+}
+
+/// Notes of the Events with `reason` on the test's BundleDeployment (polled: Events are
+/// published after the status write).
+async fn events(s: &Scenario, reason: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(s.client.clone());
+    let selector = format!("regarding.name={},reason={reason}", s.name);
+    cluster::poll_until(
+        &format!("an Event {reason}"),
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            let selector = selector.clone();
+            async move {
+                let list = api
+                    .list(&kube::api::ListParams::default().fields(&selector))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let notes: Vec<String> = list.items.into_iter().filter_map(|e| e.note).collect();
+                if notes.is_empty() {
+                    Err("none yet".to_string())
+                } else {
+                    Ok(notes)
+                }
+            }
+        },
+    )
+    .await
 }
 
 #[tokio::test]

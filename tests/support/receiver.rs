@@ -79,6 +79,8 @@ fn build_fixtures() {
 impl Receiver {
     /// Starts a receiver on a free port and waits until it answers.
     pub fn start() -> Receiver {
+        // The test's own reqwest clients (control requests) use rustls without a default provider.
+        pallet::tls::install_crypto_provider();
         build_fixtures();
         let dir = tempfile::tempdir().unwrap();
         let port = free_port_below_ephemeral();
