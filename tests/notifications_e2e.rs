@@ -677,3 +677,61 @@ async fn an_agent_killed_between_the_transition_and_the_delivery_delivers_after_
     assert_eq!(received.len(), 1, "delivered once: {received:?}");
     assert_eq!(received[0].json()["transition"], "revision 1 Healthy");
 }
+
+#[tokio::test]
+async fn drift_found_while_paused_is_reported_once() {
+    let receiver = Receiver::start();
+    let s = Scenario::new("notify-drift").await;
+    s.commit(&[config_map("app", "1")], "v1");
+    let agent = Agent::start(&s.name);
+    s.create_bd(json!([
+        {"name": "hook", "on": ["Drifted"], "webhook": {"url": format!("{}/hook", receiver.url)}}
+    ]))
+    .await;
+    s.wait_status(&agent, "revision 1 healthy", |st| healthy(st, 1))
+        .await;
+    let bds: Api<BundleDeployment> = Api::all(s.client.clone());
+    bds.patch(
+        &s.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"paused": true}})),
+    )
+    .await
+    .unwrap();
+    s.wait_status(&agent, "paused", |st| {
+        check(
+            find(&st.conditions, "Paused").is_some_and(|c| c.status == "True"),
+            "not paused",
+        )
+    })
+    .await;
+    // A hotfix by hand: the agent reports it (what resuming would revert), and says so once.
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(s.client.clone(), &s.name);
+    config_maps
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"value": "hotfix"}})),
+        )
+        .await
+        .unwrap();
+    let status = s
+        .wait_status(&agent, "the drift reported and delivered", |st| {
+            check(st.drift.is_some(), "no drift yet")?;
+            settled(st, "hook")
+        })
+        .await;
+    assert_eq!(status.notifications[0].result, DeliveryResult::Delivered);
+    s.reconcile_now(&agent, "still-drifted-1").await;
+    s.reconcile_now(&agent, "still-drifted-2").await;
+    let received = requests(&receiver, "/hook", 1).await;
+    assert_eq!(received.len(), 1, "once per pause: {received:?}");
+    let body = received[0].json();
+    assert_eq!(body["type"], "Drifted");
+    assert_eq!(body["transition"], "revision 1 Drifted");
+    assert!(
+        body["message"].as_str().unwrap().contains("ConfigMap app"),
+        "{body}"
+    );
+}

@@ -377,6 +377,38 @@ mod tests {
             .starts_with("application/cloudevents+json"));
     }
 
+    /// The CloudEvents SDK reads both modes back as valid events with the attributes set.
+    #[test]
+    fn cloud_events_are_valid_per_the_sdk() {
+        use cloudevents::AttributesReader;
+        for mode in ["Binary", "Structured"] {
+            let request = build(
+                &target(json!({"cloudEvents": {"url": "http://h/ce", "mode": mode}})),
+                &subject(SOURCES),
+                &entry(TransitionType::RolledBack),
+                &SecretValues::default(),
+            )
+            .unwrap();
+            let mut headers = http::HeaderMap::new();
+            for (name, value) in &request.headers {
+                headers.append(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    http::HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            let event = cloudevents::binding::http::to_event(&headers, request.body.clone())
+                .unwrap_or_else(|e| panic!("{mode}: {e}"));
+            assert_eq!(event.id(), "uid-1:4:1700000000:RolledBack", "{mode}");
+            assert_eq!(event.ty(), "dev.pallet.bundledeployment.rolledback");
+            assert_eq!(
+                event.time().map(|t| t.timestamp()),
+                Some(1_700_000_000),
+                "{mode}"
+            );
+            assert_eq!(event.subject(), Some("revision 4"));
+        }
+    }
+
     #[test]
     fn slack_text_and_address_from_the_secret() {
         let t = target(json!({"slack": {"url": "http://h/slack"}}));
