@@ -12,6 +12,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/receiver.rs"]
@@ -309,6 +311,18 @@ async fn each_kind_gets_one_notification_per_transition_with_its_documented_body
             .all(|n| n.result == DeliveryResult::Delivered && n.attempts == 1),
         "{:#?}",
         status.notifications
+    );
+    // `pallet status` shows them.
+    let text = cli::pallet_ok(&["status", &s.name]);
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("chat "))
+        .unwrap_or_else(|| panic!("a row for target chat:\n{text}"));
+    assert!(
+        row.contains("revision 1 Healthy")
+            && row.contains("Delivered")
+            && row.ends_with("HTTP 200"),
+        "{row}"
     );
     // Two more passes change nothing and send nothing.
     s.reconcile_now(&agent, "again-1").await;
