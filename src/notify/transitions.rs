@@ -17,6 +17,22 @@ use crate::api::{
 /// one is dropped (a receiver down through many rollouts must not grow the status unbounded).
 pub const MAX_OPEN_PER_TARGET: usize = 8;
 
+/// At most this many characters of a transition's detail are kept in status and sent (a failure
+/// message can list many objects; the status holds up to 8 waiting entries per target).
+pub const DETAIL_LIMIT: usize = 512;
+
+fn bounded(detail: &Option<String>) -> Option<String> {
+    detail.as_ref().map(|d| {
+        if d.chars().count() <= DETAIL_LIMIT {
+            d.clone()
+        } else {
+            let mut cut: String = d.chars().take(DETAIL_LIMIT - 1).collect();
+            cut.push('…');
+            cut
+        }
+    })
+}
+
 /// One transition found between two statuses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
@@ -239,7 +255,7 @@ pub fn record(
                 transition: transition.summary.clone(),
                 type_: transition.type_,
                 revision: transition.revision,
-                detail: transition.detail.clone(),
+                detail: bounded(&transition.detail),
                 occurred_at: now.clone(),
                 result: DeliveryResult::Pending,
                 attempts: 0,
@@ -536,6 +552,18 @@ mod tests {
             next_open(&entries, "all").unwrap().transition,
             "revision 1 Progressing"
         );
+    }
+
+    #[test]
+    fn long_details_are_cut() {
+        let targets = [target("t", &[TransitionType::Failed])];
+        let mut long = transition(1, TransitionType::Failed);
+        long.detail = Some("é".repeat(2 * DETAIL_LIMIT));
+        let mut entries = Vec::new();
+        record(&mut entries, &targets, &[long], &time(1));
+        let detail = entries[0].detail.as_deref().unwrap();
+        assert_eq!(detail.chars().count(), DETAIL_LIMIT);
+        assert!(detail.ends_with('…'));
     }
 
     #[test]
