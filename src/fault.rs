@@ -10,6 +10,7 @@
 //! | `apply` | when an object write (create or update) has returned, before it is logged |
 //! | `prune` | when a delete has returned, before it is logged |
 //! | `health` | when a pass finds the applied revision not yet healthy and will wait for it |
+//! | `notify` | when a status write that records a transition with notifications has returned, before they are queued for delivery |
 //!
 //! The variable is read once, at the first point reached; an unknown point is ignored with an
 //! error in the agent's log. Never set it outside tests.
@@ -35,6 +36,8 @@ pub enum Point {
     Prune,
     /// Waiting for the revision to become healthy.
     Health,
+    /// Notifications recorded in status, not yet queued for delivery.
+    Notify,
 }
 
 impl Point {
@@ -46,6 +49,7 @@ impl Point {
             "apply" => Point::Apply,
             "prune" => Point::Prune,
             "health" => Point::Health,
+            "notify" => Point::Notify,
             _ => return None,
         })
     }

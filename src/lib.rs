@@ -11,6 +11,7 @@ pub mod fault;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod notify;
 pub mod preview;
 pub mod push;
 pub mod reconcile;

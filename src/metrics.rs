@@ -42,6 +42,13 @@ struct OperationLabel {
     operation: &'static str,
 }
 
+/// Label set of a notification attempt: target kind and result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotificationLabels {
+    kind: &'static str,
+    result: &'static str,
+}
+
 /// Label set `trigger="apply-error|deadline|request"`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TriggerLabel {
@@ -78,6 +85,7 @@ pub struct Metrics {
     renders: Counter,
     rollbacks: Family<TriggerLabel, Counter>,
     drift: Counter,
+    notifications: Family<NotificationLabels, Counter>,
     in_flight: Gauge,
     leader: Gauge,
     shard: Family<ShardLabel, Gauge>,
@@ -97,6 +105,7 @@ impl Metrics {
         let (pruned, revisions, drift) =
             (Counter::default(), Counter::default(), Counter::default());
         let renders = Counter::default();
+        let notifications = Family::<NotificationLabels, Counter>::default();
         let (in_flight, leader) = (Gauge::default(), Gauge::default());
         let shard = Family::<ShardLabel, Gauge>::default();
         // Counters get `_total` appended by the encoder; names below are without it.
@@ -147,6 +156,13 @@ impl Metrics {
             drift.clone(),
         );
         registry.register(
+            "notifications",
+            "Notification outcomes, by target kind (webhook|cloudEvents|slack|commitStatus) and \
+             result (delivered|retrying|failed|dropped): one per attempt, plus deadlines reached \
+             and notifications dropped undelivered",
+            notifications.clone(),
+        );
+        registry.register(
             "reconciles_in_flight",
             "Reconciles running now (the queue depth the agent can see: kube's controller does \
              not expose the requests waiting in its scheduler)",
@@ -172,6 +188,11 @@ impl Metrics {
                 let _ = fetches.get_or_create(&FetchLabels { kind, result });
             }
         }
+        for kind in ["webhook", "cloudEvents", "slack", "commitStatus"] {
+            for result in ["delivered", "retrying", "failed", "dropped"] {
+                let _ = notifications.get_or_create(&NotificationLabels { kind, result });
+            }
+        }
         for operation in ["created", "updated"] {
             let _ = applied.get_or_create(&OperationLabel { operation });
         }
@@ -191,6 +212,7 @@ impl Metrics {
             renders,
             rollbacks,
             drift,
+            notifications,
             in_flight,
             leader,
             shard,
@@ -208,6 +230,13 @@ impl Metrics {
         self.reconcile_duration
             .get_or_create(&label)
             .observe(duration.as_secs_f64());
+    }
+
+    /// Counts one notification outcome (see the metric's help).
+    pub fn notification(&self, kind: &'static str, result: &'static str) {
+        self.notifications
+            .get_or_create(&NotificationLabels { kind, result })
+            .inc();
     }
 
     /// Marks a reconcile as running until the returned guard is dropped.

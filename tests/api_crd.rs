@@ -426,3 +426,87 @@ async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
     );
     api.delete(&name, &Default::default()).await.unwrap();
 }
+
+/// `spec.notifications`: exactly one kind per target, known transitions, unique names, and a
+/// commit status only with a git source; the README's example is accepted.
+#[tokio::test]
+async fn notifications_are_checked_by_the_schema() {
+    let client = ready_client().await;
+    let hook = json!({"url": "http://127.0.0.1:1/hook"});
+    let cases = [
+        (
+            "two-kinds",
+            json!([{"name": "t", "on": ["Healthy"], "webhook": hook, "slack": hook}]),
+            "a notification target takes exactly one of webhook, cloudEvents, slack, commitStatus",
+        ),
+        (
+            "no-kind",
+            json!([{"name": "t", "on": ["Healthy"]}]),
+            "exactly one of webhook",
+        ),
+        (
+            "unknown-transition",
+            json!([{"name": "t", "on": ["Deployed"], "webhook": hook}]),
+            "spec.notifications[0].on[0]: Unsupported value: \"Deployed\"",
+        ),
+        (
+            "bad-mode",
+            json!([{"name": "t", "on": ["Healthy"], "cloudEvents": {"url": "http://h/", "mode": "Batched"}}]),
+            "spec.notifications[0].cloudEvents.mode: Unsupported value",
+        ),
+    ];
+    for (what, notifications, expected) in cases {
+        let mut spec = valid_spec();
+        spec["notifications"] = notifications;
+        let message = rejection(&client, bd(&cluster::unique_name(what), spec)).await;
+        assert!(message.contains(expected), "{what}: {message}");
+    }
+    // Two targets with one name (a create: server-side apply refuses such a list before
+    // validation, with a 500).
+    let mut spec = valid_spec();
+    spec["notifications"] = json!([{"name": "t", "on": ["Healthy"], "webhook": hook},
+                                   {"name": "t", "on": ["Failed"], "webhook": hook}]);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let object = serde_json::from_value(bd(&cluster::unique_name("duplicate"), spec)).unwrap();
+    match api.create(&PostParams::default(), &object).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains("spec.notifications[1]: Duplicate value"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("two targets named t accepted: {other:?}"),
+    }
+    // A commit status reports on the git source's commit: refused without one.
+    let mut spec = valid_spec();
+    spec["sources"] = json!([{"kind": "http", "http": {"url": "http://127.0.0.1:1/app.yaml"}}]);
+    spec["notifications"] = json!([{"name": "forge", "on": ["Healthy"],
+        "commitStatus": {"api": "http://127.0.0.1:1/api/v1", "repository": "org/repo"}}]);
+    let message = rejection(&client, bd(&cluster::unique_name("no-git"), spec)).await;
+    assert!(
+        message.contains("a commitStatus notification reports on the commit of the bundle's git source, and this BundleDeployment has no git source"),
+        "{message}"
+    );
+    // The README's example is accepted.
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: notifications -->\n```yaml\n")
+        .expect("the README has the notifications example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    let example: Value = serde_saphyr::from_str(block).unwrap();
+    let mut spec = valid_spec();
+    spec["notifications"] = example["notifications"].clone();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let name = cluster::unique_name("notify-ok");
+    api.patch(
+        &name,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(),
+        &Patch::Apply(&bd(&name, spec)),
+    )
+    .await
+    .expect("the README's notifications are accepted");
+}

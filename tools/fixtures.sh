@@ -9,7 +9,9 @@
 #   - a control port with request counters (GET /_stats, GET /_requests, POST /_reset).
 # The Go servers are one program, tools/fixtures (pallet-fixtures).
 #
-# Usage: tools/fixtures.sh start|stop|status|env|deps
+# Usage: tools/fixtures.sh start|stop|status|env|deps|build
+# (build: only (re)build pallet-fixtures when its sources changed; tests that run its `receiver`
+# mode as their own process call it.)
 # State (pids, logs, certs, repos, files, endpoints.json) lives in ${PALLET_STATE_DIR:-<repo>/.pallet}/fixtures.
 set -euo pipefail
 
@@ -55,7 +57,8 @@ build() {
   fi
   log "building $bin"
   mkdir -p "$(dirname "$bin")"
-  (cd "$src" && go build -o "$bin.tmp" . && mv "$bin.tmp" "$bin")
+  # A temporary name per process: two builds at once must not write one file.
+  (cd "$src" && go build -o "$bin.tmp.$$" . && mv "$bin.tmp.$$" "$bin")
 }
 
 # A test CA and a server certificate for 127.0.0.1 and localhost, made once per state dir.
@@ -311,5 +314,6 @@ case "${1:-}" in
   status) status ;;
   env) env_cmd ;;
   deps) deps ;;
-  *) die "usage: $0 start|stop|status|env|deps" ;;
+  build) build ;;
+  *) die "usage: $0 start|stop|status|env|deps|build" ;;
 esac

@@ -57,6 +57,9 @@ if ! tools/fixtures.sh status >/dev/null 2>&1; then
   started+=(tools/fixtures.sh)
 fi
 tools/fixtures.sh start
+# Running fixtures are not rebuilt by start; tests also run pallet-fixtures' receiver mode as a
+# process of their own (tests/support/receiver.rs), which must be current.
+tools/fixtures.sh build
 
 step "control plane self-test"
 tools/controlplane.sh selftest

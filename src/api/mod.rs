@@ -8,8 +8,13 @@
 
 pub mod conditions;
 mod health_checks;
+mod notifications;
 
 pub use health_checks::{HealthCheck, HttpGetCheck};
+pub use notifications::{
+    CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
+    NotificationTarget, SlackTarget, TargetKind, TransitionType, WebhookTarget,
+};
 
 use std::collections::BTreeMap;
 
@@ -73,6 +78,7 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 )]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
+#[x_kube(validation = Rule::new("!has(self.notifications) || !self.notifications.exists(n, has(n.commitStatus)) || self.sources.exists(s, s.kind == 'git')").message("a commitStatus notification reports on the commit of the bundle's git source, and this BundleDeployment has no git source"))]
 #[serde(rename_all = "camelCase")]
 pub struct BundleDeploymentSpec {
     /// When true the agent makes no write to the bundle's objects (no apply, prune, drift
@@ -119,6 +125,14 @@ pub struct BundleDeploymentSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub health_checks: Vec<HealthCheck>,
+
+    /// Where to report transitions (revision Progressing, Healthy, Failed, RolledBack; Stalled;
+    /// Drifted while paused): webhooks, CloudEvents, Slack, commit statuses. Delivery is off the
+    /// reconcile path and never changes the outcome; `status.notifications` shows how it went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub notifications: Vec<NotificationTarget>,
 }
 
 impl BundleDeploymentSpec {
@@ -642,12 +656,14 @@ pub enum DeletionPolicy {
 }
 
 impl BundleDeploymentSpec {
-    /// `sha256:` of the spec as JSON with `paused` left out: what to deploy, not whether to.
+    /// `sha256:` of the spec as JSON with `paused` and `notifications` left out: what to deploy,
+    /// not whether to, nor who hears about it.
     pub fn digest(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut value = serde_json::to_value(self).unwrap_or_default();
         if let Some(map) = value.as_object_mut() {
             map.remove("paused");
+            map.remove("notifications");
         }
         // serde_json's maps are sorted by key, so the text is canonical.
         let hash = Sha256::digest(value.to_string().as_bytes());
@@ -742,6 +758,12 @@ pub struct BundleDeploymentStatus {
     /// finds another name here after writing it itself reports a second writer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+
+    /// Per notification target: the last transition sent and any still to be sent, each with
+    /// its delivery result, attempts and time. Written with the transition itself, so a
+    /// notification recorded here is delivered even if the agent restarts before sending it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationStatus>,
 }
 
 /// One revision of the rendered bundle.

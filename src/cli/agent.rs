@@ -73,6 +73,20 @@ pub struct AgentArgs {
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
     #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
     pub default_poll_interval: Duration,
+    /// Notification requests in flight at once (over all BundleDeployments and targets).
+    #[arg(long, default_value_t = 4)]
+    pub notification_concurrency: usize,
+    /// Time limit of one notification request (connect, send, answer), as a Go duration.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub notification_timeout: Duration,
+    /// A notification not delivered this long after its transition is given up (Failed), as a
+    /// Go duration.
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    pub notification_deadline: Duration,
+    /// The longest wait between two attempts of a notification (the wait starts at 1s and
+    /// doubles), as a Go duration.
+    #[arg(long, default_value = "1m", value_parser = parse_positive_duration)]
+    pub notification_retry_max: Duration,
     /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
     /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
     #[arg(long)]
@@ -205,7 +219,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),
             Concurrency::Auto => Workers::adaptive(4, 1, args.max_concurrency.max(1).into()),
         })
-        .with_scope(scope));
+        .with_scope(scope)
+        .with_notification_settings(crate::notify::Settings {
+            concurrency: args.notification_concurrency.max(1),
+            timeout: args.notification_timeout,
+            deadline: args.notification_deadline,
+            retry_max: args.notification_retry_max,
+            ..Default::default()
+        }));
         tracing::info!(
             namespace = %args.namespace,
             cache = %args.cache_dir.display(),

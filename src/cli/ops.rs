@@ -345,11 +345,36 @@ pub fn format_status(name: &str, bd: &BundleDeployment, paused_reason: Option<&s
             );
         }
     }
+    if !status.notifications.is_empty() {
+        let _ = writeln!(out, "\nNotifications:");
+        out.push_str(&format_notifications(&status));
+    }
     if !status.skipped.is_empty() {
         let _ = writeln!(out, "\nSkipped (optional, kind not served):");
         for object in &status.skipped {
             let _ = writeln!(out, "  {}", super::plan::reference_text(object));
         }
+    }
+    out
+}
+
+/// The `status.notifications` table: per target, what waits and the last one finished.
+fn format_notifications(status: &BundleDeploymentStatus) -> String {
+    let mut out = format!(
+        "  {:<16} {:<40} {:<9} {:<8} {:<5} MESSAGE\n",
+        "TARGET", "TRANSITION", "RESULT", "ATTEMPTS", "AGE"
+    );
+    for n in &status.notifications {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:<40} {:<9} {:<8} {:<5} {}",
+            n.name,
+            n.transition,
+            format!("{:?}", n.result),
+            n.attempts,
+            age(Some(&n.time)),
+            n.message.as_deref().unwrap_or("-")
+        );
     }
     out
 }

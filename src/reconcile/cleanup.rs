@@ -28,6 +28,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
     ctx.probes.forget(&name);
+    ctx.notifier.forget(&name);
     let inventory = bd
         .status
         .as_ref()

@@ -91,6 +91,8 @@ pub struct Context {
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
     pub workers: super::workers::Workers,
+    /// Records transitions with status writes and delivers notifications off the reconcile path.
+    pub notifier: crate::notify::Notifier,
     /// Impersonating clients, by ServiceAccount (namespace, name).
     writers: Mutex<HashMap<(String, String), Client>>,
 }
@@ -152,6 +154,12 @@ impl Context {
         self
     }
 
+    /// The same context delivering notifications with `settings`.
+    pub fn with_notification_settings(mut self, settings: crate::notify::Settings) -> Self {
+        self.notifier = self.notifier.with_settings(settings);
+        self
+    }
+
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
         self.values_watches = Some(watches);
@@ -174,8 +182,15 @@ impl Context {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client.clone(), reporter);
         Context {
-            recorder: Recorder::new(client.clone(), reporter),
+            notifier: crate::notify::Notifier::new(
+                client.clone(),
+                secret_policy.clone(),
+                recorder.clone(),
+                crate::notify::Settings::default(),
+            ),
+            recorder,
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),

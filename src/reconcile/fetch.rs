@@ -146,7 +146,7 @@ pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
 
 /// Reads a Secret under the policy: the agent's namespace and allow-listed namespaces always;
 /// another namespace only when the BundleDeployment's ServiceAccount may `get` that Secret.
-async fn read_secret(
+pub(crate) async fn read_secret(
     client: &Client,
     policy: &SecretPolicy,
     service_account: Option<&ServiceAccountReference>,

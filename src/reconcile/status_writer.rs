@@ -38,6 +38,10 @@ impl<'a> StatusWriter<'a> {
     ) -> Result<(), ReconcileError> {
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
         work.agent = Some(self.ctx.identity.clone());
+        // Transitions this write records go into status.notifications with it (see `notify`).
+        let notifications = (self.ctx.notifier)
+            .prepare(self.bd, &mut self.written, work, &now())
+            .await;
         if *work == self.written {
             return Ok(());
         }
@@ -53,6 +57,7 @@ impl<'a> StatusWriter<'a> {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(self.bd.name_any(), version);
         }
+        notifications.written(work);
         self.written = work.clone();
         Ok(())
     }
