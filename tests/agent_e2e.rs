@@ -299,23 +299,13 @@ async fn drift_is_corrected_and_logged() {
     .await
     .unwrap();
     wait_value(&cms, "app", "1").await;
-    let update = (
-        "update".to_string(),
-        "drift".to_string(),
-        "app".to_string(),
-        vec![".data.value".to_string()],
-    );
-    assert!(agent.changes().contains(&update), "{:?}", agent.changes());
+    agent
+        .wait_change(("update", "drift", "app", &[".data.value"]))
+        .await;
     // Deleted out of band: re-created, logged as drift.
     cms.delete("app", &Default::default()).await.unwrap();
     wait_value(&cms, "app", "1").await;
-    let create = (
-        "create".to_string(),
-        "drift".to_string(),
-        "app".to_string(),
-        vec![],
-    );
-    assert!(agent.changes().contains(&create), "{:?}", agent.changes());
+    agent.wait_change(("create", "drift", "app", &[])).await;
 
     // deletionPolicy Orphan: deleting the BundleDeployment leaves the object, without pallet's label.
     let bds: Api<BundleDeployment> = Api::all(client.clone());

@@ -212,6 +212,34 @@ impl Agent {
         let _ = self.child.wait();
     }
 
+    /// Waits until the change log holds `entry` (operation, reason, object name, fieldsChanged):
+    /// the agent writes a line as its write returns, a moment after the object changed.
+    #[allow(dead_code)]
+    pub async fn wait_change(&self, entry: (&str, &str, &str, &[&str])) {
+        let wanted = (
+            entry.0.to_string(),
+            entry.1.to_string(),
+            entry.2.to_string(),
+            entry.3.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        );
+        cluster::poll_until(
+            "the change-log entry",
+            std::time::Duration::from_secs(30),
+            || {
+                let changes = self.changes();
+                let found = changes.contains(&wanted);
+                async move {
+                    if found {
+                        Ok(())
+                    } else {
+                        Err(format!("{changes:?}"))
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
     /// The change-log entries so far, as (operation, reason, object name, fieldsChanged).
     pub fn changes(&self) -> Vec<(String, String, String, Vec<String>)> {
         let text = std::fs::read_to_string(&self.changes).unwrap_or_default();
