@@ -56,7 +56,7 @@ pub struct AgentArgs {
     pub requeue_seconds: u64,
     /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
     /// these, never a worker).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
     /// What one revision may store (its snapshot, compressed), in MiB: a bigger render is
     /// refused before anything is stored or applied.
@@ -74,7 +74,7 @@ pub struct AgentArgs {
     #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
     pub default_poll_interval: Duration,
     /// Notification requests in flight at once (over all BundleDeployments and targets).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub notification_concurrency: usize,
     /// Time limit of one notification request (connect, send, answer), as a Go duration.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]

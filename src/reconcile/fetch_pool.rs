@@ -21,9 +21,13 @@ use crate::source::{Fetched, Fetcher, SourceError, SourceSecrets};
 /// How long a reconcile waits for a fetch before handing its worker back.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 
-/// Fetches from one server at once: a server that hangs holds at most this many of the pool's
-/// slots, so the other servers' sources keep being fetched.
-pub const PER_SERVER: usize = 2;
+/// Fetches from one server at once, for a pool of `slots`: half of them (at least one). A server
+/// that hangs holds at most that many, so the other servers' sources keep being fetched; a
+/// healthy server serving a thousand bundles at once (one registry, one artifact each) is not
+/// throttled to a trickle.
+pub fn per_server(slots: usize) -> usize {
+    (slots / 2).max(1)
+}
 
 /// Where a fetch stands.
 #[derive(Debug)]
@@ -50,8 +54,9 @@ struct Job {
 /// The fetches in flight, and the ones finished but not yet picked up.
 pub struct FetchPool {
     slots: Arc<Semaphore>,
-    /// One semaphore of [`PER_SERVER`] permits per server (`host:port`).
+    /// One semaphore of [`per_server`] permits per server (`host:port`).
     servers: Mutex<HashMap<String, Arc<Semaphore>>>,
+    per_server: usize,
     grace: Duration,
     jobs: Mutex<HashMap<(String, usize), Job>>,
     trigger: Option<mpsc::UnboundedSender<ObjectRef<BundleDeployment>>>,
@@ -69,6 +74,7 @@ impl FetchPool {
         FetchPool {
             slots: Arc::new(Semaphore::new(slots.max(1))),
             servers: Mutex::new(HashMap::new()),
+            per_server: per_server(slots.max(1)),
             grace,
             jobs: Mutex::new(HashMap::new()),
             trigger,
@@ -147,12 +153,13 @@ impl FetchPool {
             let (fetcher, source) = (fetcher.clone(), source.clone());
             let (result, done, abandoned) = (result.clone(), done.clone(), abandoned.clone());
             let slots = self.slots.clone();
+            let per_server = self.per_server;
             let server = crate::source::source_host(&source).map(|host| {
                 self.servers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .entry(host)
-                    .or_insert_with(|| Arc::new(Semaphore::new(PER_SERVER)))
+                    .or_insert_with(|| Arc::new(Semaphore::new(per_server)))
                     .clone()
             });
             let trigger = self.trigger.clone();
