@@ -453,6 +453,7 @@ impl Context {
     /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing (a
     /// fresh cluster, an agent run outside one): checked once per process.
     async fn save_snapshot(&self, record: &RevisionRecord) -> Result<(), ReconcileError> {
+        let _phase = METRICS.phase("snapshot_store");
         let namespace = self.store.namespace().to_string();
         self.agent_namespace_ready
             .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
@@ -551,7 +552,7 @@ impl Context {
             format!("system:serviceaccounts:{}", sa.namespace),
             "system:authenticated".into(),
         ]);
-        Client::try_from(config).map_err(|e| ReconcileError::Kube {
+        crate::client_metrics::counted_client(config).map_err(|e| ReconcileError::Kube {
             context: "build impersonating client".into(),
             source: e,
         })
@@ -1312,6 +1313,7 @@ async fn fetch_and_render(
     ctx: &Context,
     force_poll: bool,
 ) -> Result<RenderedBundle, ReconcileError> {
+    let _phase = METRICS.phase("fetch_render");
     let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
     if let Some(watches) = &ctx.values_watches {
         // Before the result is known: a missing required object is watched for its creation.
@@ -1391,6 +1393,7 @@ async fn apply_and_prune(
     current: &BundleDeploymentStatus,
     hooks: &[(ObjectKey, String)],
 ) -> Result<(Vec<Applied>, crate::apply::Pruned), ApplyError> {
+    let _phase = METRICS.phase("apply_prune");
     let applied = applier.apply(objects).await?;
     // Hooks are never pruned (an inventory written before hooks had their own phase lists them).
     let kept: Vec<ObjectKey> = applied
@@ -1647,6 +1650,7 @@ impl<'a> StatusWriter<'a> {
         work: &mut BundleDeploymentStatus,
         outcome: &Outcome,
     ) -> Result<(), ReconcileError> {
+        let _phase = METRICS.phase("status_write");
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
         work.agent = Some(self.ctx.identity.clone());
         if *work == self.written {
