@@ -578,6 +578,18 @@ async fn main() {
     plane.admin(&["create", "namespace", "pallet-system"]);
     let run = cluster::unique_name("scale");
     let mut report = Vec::new();
+    // ---- report: the setting first, each size when done, then the summary ----
+    println!();
+    println!("scale benchmark  run={run}");
+    println!("{}", common::machine());
+    println!(
+        "control plane: a private one (tools/controlplane.sh, one process: etcd + kube-apiserver + kube-controller-manager + fake kubelet), \
+         so its CPU is this benchmark's load only"
+    );
+    println!(
+        "agent: release build, defaults (--concurrency 4, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
+         Deployment (1 replica), its own OCI artifact pinned by digest, one BD; all created at once"
+    );
 
     for &n in &sizes {
         eprintln!("[N={n}] pushing {n} artifacts x 2 versions ...");
@@ -651,23 +663,13 @@ async fn main() {
         } else {
             None
         };
-        report.push((n, floor, install, upgrade, steady, sharded));
+        print_size(n, &floor, &install, &upgrade, &steady, &sharded);
+        report.push((n, floor, install, upgrade));
     }
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
-    // ---- report ----
     println!();
-    println!("scale benchmark  run={run}");
-    println!("{}", common::machine());
-    println!(
-        "control plane: a private one (tools/controlplane.sh, one process: etcd + kube-apiserver + kube-controller-manager + fake kubelet), \
-         so its CPU is this benchmark's load only"
-    );
-    println!(
-        "agent: release build, defaults (--concurrency 4, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
-         Deployment (1 replica), its own OCI artifact pinned by digest, one BD; all created at once"
-    );
-    println!();
+    println!("summary (b: kubectl apply, then every Deployment Available; pal/b, upg/b: pallet's install and upgrade over b; requests per app from the audit log)");
     println!(
         "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
         "apps",
@@ -680,7 +682,7 @@ async fn main() {
         "req/app pal",
         "req/app kctl"
     );
-    for (n, floor, install, upgrade, _, _) in &report {
+    for (n, floor, install, upgrade) in &report {
         println!(
             "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
             n,
@@ -693,39 +695,6 @@ async fn main() {
             per_app(audit::total(&install.requests) as f64, *n),
             per_app(floor.requests as f64, *n),
         );
-    }
-    for (n, floor, install, upgrade, steady, sharded) in &report {
-        println!();
-        println!("---- {n} apps ----");
-        println!(
-            "a. kubectl apply --server-side, {} objects, 1 invocation   {:>10}",
-            4 * n,
-            secs(floor.apply)
-        );
-        println!(
-            "b. the same, then every Deployment Available              {:>10}   (kubectl's requests {}; control plane CPU {:.1} s)",
-            secs(floor.apply_wait),
-            floor.requests,
-            floor.plane_cpu
-        );
-        print_cost(
-            &format!("c. pallet: {n} BDs created at once -> all Ready"),
-            install,
-            floor,
-            *n,
-        );
-        if let Some(s) = steady {
-            s.print(*n);
-        }
-        print_cost(
-            &format!("e. pallet: upgrade of all {n} (new digest) -> all Ready"),
-            upgrade,
-            floor,
-            *n,
-        );
-        if let Some(s) = sharded {
-            s.print(floor, *n);
-        }
     }
 }
 
@@ -916,5 +885,47 @@ async fn steady_state(
         fetches: fx.stats(&filter).await.total - fetches_before,
         requests: plane.audit.requests(AGENT_USER, from, to),
         passes,
+    }
+}
+
+/// Prints the figures of one size (as soon as it is done, so a run that fails later keeps them).
+fn print_size(
+    n: usize,
+    floor: &Floor,
+    install: &Cost,
+    upgrade: &Cost,
+    steady: &Option<Steady>,
+    sharded: &Option<Sharded>,
+) {
+    println!();
+    println!("---- {n} apps ----");
+    println!(
+        "a. kubectl apply --server-side, {} objects, 1 invocation   {:>10}",
+        4 * n,
+        secs(floor.apply)
+    );
+    println!(
+        "b. the same, then every Deployment Available              {:>10}   (kubectl's requests {}; control plane CPU {:.1} s)",
+        secs(floor.apply_wait),
+        floor.requests,
+        floor.plane_cpu
+    );
+    print_cost(
+        &format!("c. pallet: {n} BDs created at once -> all Ready"),
+        install,
+        floor,
+        n,
+    );
+    if let Some(s) = steady {
+        s.print(n);
+    }
+    print_cost(
+        &format!("e. pallet: upgrade of all {n} (new digest) -> all Ready"),
+        upgrade,
+        floor,
+        n,
+    );
+    if let Some(s) = sharded {
+        s.print(floor, n);
     }
 }
