@@ -60,6 +60,8 @@ const TEST_LABEL: &str = "pallet.dev/test";
 const SIZE_LABEL: &str = "bench.pallet.dev/size";
 /// Flux's sharding label, which the sharded run's agents select on (`--selector`).
 const SHARD_LABEL: &str = "sharding.fluxcd.io/key";
+/// The shards of the sharded run, one agent each.
+const SHARDS: [&str; 2] = ["shard-a", "shard-b"];
 /// Generous: the machine is shared; a deadline only stops a run that will never finish.
 const DEADLINE: Duration = Duration::from_secs(1200);
 /// The users the audit log tells apart (tools/controlplane.sh user).
@@ -575,6 +577,12 @@ async fn main() {
     };
     plane.kubectl_user = plane.user(work.path(), KUBECTL_USER);
     plane.agent_user = plane.user(work.path(), AGENT_USER);
+    // Now, with the binary that started this control plane: tools/controlplane.sh may rebuild
+    // it from another checkout's sources during a long run.
+    let shard_users: Vec<PathBuf> = SHARDS
+        .iter()
+        .map(|shard| plane.user(work.path(), &format!("{AGENT_USER}-{shard}")))
+        .collect();
     plane.admin(&["create", "namespace", "pallet-system"]);
     let run = cluster::unique_name("scale");
     let mut report = Vec::new();
@@ -659,7 +667,18 @@ async fn main() {
         plane.delete_namespace(&ns).await;
         let sharded = if n == shard_n {
             eprintln!("[N={n}] f. two agents splitting the {n} apps by {SHARD_LABEL} ...");
-            Some(sharded(&plane, work.path(), &run, n, &v1, &registry.host).await)
+            Some(
+                sharded(
+                    &plane,
+                    &shard_users,
+                    work.path(),
+                    &run,
+                    n,
+                    &v1,
+                    &registry.host,
+                )
+                .await,
+            )
         } else {
             None
         };
@@ -744,6 +763,7 @@ fn app_number(name: &str) -> Option<usize> {
 
 async fn sharded(
     plane: &Plane,
+    users: &[PathBuf],
     work: &Path,
     run: &str,
     n: usize,
@@ -752,14 +772,13 @@ async fn sharded(
 ) -> Sharded {
     let ns = format!("{run}-s{n}");
     plane.fake_kubelet_namespace(&ns);
-    let shards = ["shard-a", "shard-b"];
+    let shards = SHARDS;
     let mut agents = Vec::new();
-    for shard in shards {
-        let user = plane.user(work, &format!("{AGENT_USER}-{shard}"));
+    for (shard, user) in shards.iter().zip(users) {
         let selector = format!("{TEST_LABEL}={run},{SHARD_LABEL}={shard}");
         agents.push(
             Agent::start(
-                &user,
+                user,
                 work,
                 &format!("agent-{n}-{shard}"),
                 &selector,
