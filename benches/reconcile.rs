@@ -20,13 +20,16 @@ mod support;
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ListParams};
-use pallet::api::conditions::find;
+use common::{line_count, proc_status, ratio, secs, wait_all_ready, wait_gone, AgentProc};
+use kube::api::Api;
 use pallet::api::BundleDeployment;
 use sha2::{Digest, Sha256};
 use support::Fixtures;
@@ -39,29 +42,9 @@ const REQUEUE_SECONDS: &str = "10";
 /// Generous: the machine is shared, and a deadline only stops a run that will never finish.
 const READY_DEADLINE: Duration = Duration::from_secs(900);
 
-fn kubectl_path() -> PathBuf {
-    let home = std::env::var_os("HOME").expect("HOME is set");
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(home).join(".cache/pallet"));
-    cache.join("bin/kubectl")
-}
-
 /// Runs kubectl against the local control plane; panics with its stderr when it fails.
 fn kubectl(args: &[&str]) -> String {
-    let out = Command::new(kubectl_path())
-        .arg("--kubeconfig")
-        .arg(cluster::kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("running kubectl (built by tools/controlplane.sh)");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    common::kubectl_with(&cluster::kubeconfig_path(), args)
 }
 
 fn timed_kubectl(args: &[&str]) -> Duration {
@@ -99,55 +82,6 @@ fn bd_yaml(name: &str, run: &str, namespace: &str, url: &str, sha256: &str) -> S
     format!(
         "---\napiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata:\n  name: {name}\n  labels:\n    {TEST_LABEL}: {run}\nspec:\n  installNamespace: {namespace}\n  sources:\n  - kind: http\n    http:\n      url: {url}\n      sha256: {sha256}\n  format: plain\n"
     )
-}
-
-fn is_ready(bd: &BundleDeployment) -> bool {
-    let generation = bd.metadata.generation;
-    bd.status
-        .as_ref()
-        .and_then(|s| find(&s.conditions, "Ready"))
-        .is_some_and(|c| {
-            c.status == "True" && (generation.is_none() || c.observed_generation == generation)
-        })
-}
-
-/// Polls until `expected` BundleDeployments matching `selector` are Ready.
-async fn wait_all_ready(api: &Api<BundleDeployment>, selector: &str, expected: usize) {
-    let params = ListParams::default().labels(selector);
-    let start = Instant::now();
-    loop {
-        let list = api.list(&params).await.expect("listing BundleDeployments");
-        let ready = list.items.iter().filter(|bd| is_ready(bd)).count();
-        if ready >= expected {
-            return;
-        }
-        if start.elapsed() > READY_DEADLINE {
-            let not_ready: Vec<String> = list
-                .items
-                .iter()
-                .filter(|bd| !is_ready(bd))
-                .take(3)
-                .map(|bd| format!("{:?}", bd.status.as_ref().map(|s| &s.conditions)))
-                .collect();
-            panic!("{ready}/{expected} Ready after {READY_DEADLINE:?} ({selector}); some not Ready: {not_ready:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_gone(api: &Api<BundleDeployment>, selector: &str) {
-    let params = ListParams::default().labels(selector);
-    let start = Instant::now();
-    loop {
-        let left = api.list(&params).await.expect("listing").items.len();
-        if left == 0 {
-            return;
-        }
-        if start.elapsed() > READY_DEADLINE {
-            panic!("{left} BundleDeployments ({selector}) still there after {READY_DEADLINE:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// resourceVersion of every object of `kind` labelled `selector` in `namespace` (all when None).
@@ -219,49 +153,11 @@ fn apiserver_writes() -> BTreeMap<String, f64> {
     out
 }
 
-fn line_count(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
-
 /// Reconciles finished, counted from the agent's debug log.
 fn reconciles(log: &Path) -> usize {
     std::fs::read_to_string(log)
         .map(|t| t.lines().filter(|l| l.contains("reconciled")).count())
         .unwrap_or(0)
-}
-
-fn proc_status(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .map(|l| l[field.len()..].trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
-}
-
-fn ratio(a: Duration, b: Duration) -> String {
-    format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64())
-}
-
-struct AgentProc {
-    child: Child,
-    log: PathBuf,
-    changes: PathBuf,
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::main]
@@ -364,7 +260,7 @@ async fn main() {
     eprintln!("[1] one BundleDeployment of {BIG_OBJECTS} ConfigMaps ...");
     let start = Instant::now();
     kubectl(&["apply", "-f", big_bd_file.to_str().unwrap()]);
-    wait_all_ready(&bds, &selector, 1).await;
+    wait_all_ready(&bds, &selector, 1, READY_DEADLINE).await;
     let agent_big = start.elapsed();
     // Ready must mean the objects are there: count them, and the agent's creates.
     let big_count = resource_versions("configmaps", Some(&big_ns), "app=bench").len();
@@ -386,7 +282,7 @@ async fn main() {
     eprintln!("[2] {MANY_BUNDLES} BundleDeployments of {MANY_OBJECTS} ConfigMaps ...");
     let start = Instant::now();
     kubectl(&["apply", "-f", many_bds_file.to_str().unwrap()]);
-    wait_all_ready(&bds, &selector, MANY_BUNDLES + 1).await;
+    wait_all_ready(&bds, &selector, MANY_BUNDLES + 1, READY_DEADLINE).await;
     let agent_many = start.elapsed();
     let many_count = resource_versions("configmaps", Some(&many_ns), "app=bench").len();
     assert_eq!(
@@ -471,7 +367,7 @@ async fn main() {
         &selector,
         "--wait=false",
     ]);
-    wait_gone(&bds, &selector).await;
+    wait_gone(&bds, &selector, READY_DEADLINE).await;
     let delete_time = start.elapsed();
     drop(agent);
     kubectl(&[
@@ -487,21 +383,9 @@ async fn main() {
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
     // ---- report ----
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0.0);
     println!();
     println!("reconcile benchmark  run={run}");
-    println!(
-        "machine: nproc={nproc}, MemTotal {:.1} GiB, shared with other users (times include their load)",
-        mem_kib / (1024.0 * 1024.0)
-    );
+    println!("{}", common::machine());
     println!(
         "agent: release build, defaults (--concurrency 4, --apply-parallelism 8), --requeue-seconds {REQUEUE_SECONDS}; sources: http file server, pinned by sha256"
     );

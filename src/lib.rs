@@ -7,6 +7,7 @@ pub mod api;
 pub mod apply;
 pub mod changelog;
 pub mod cli;
+pub mod client_metrics;
 pub mod fault;
 pub mod health;
 pub mod leader;

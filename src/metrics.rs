@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -61,11 +61,39 @@ struct ShardLabel {
     shard: String,
 }
 
+/// Label set `phase="fetch_render|snapshot_store|status_write|apply_prune|health"`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+/// Label set of a Kubernetes API request: verb (get, list, watch, create, patch, update,
+/// delete, deletecollection) and resource (with `/subresource`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiRequestLabels {
+    verb: &'static str,
+    resource: String,
+}
+
+/// The phases of a reconcile timed in `pallet_phase_seconds`.
+pub const PHASES: [&str; 5] = [
+    "fetch_render",
+    "snapshot_store",
+    "status_write",
+    "apply_prune",
+    "health",
+];
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
     // 10ms .. ~164s: a cached no-op reconcile up to a slow chart install.
     Histogram::new(exponential_buckets(0.01, 2.0, 15))
+}
+
+fn phase_histogram() -> Histogram {
+    // 1ms .. ~65s: an in-memory health assessment up to a slow apply.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
 /// The agent's role, for readiness.
@@ -86,6 +114,8 @@ pub struct Metrics {
     rollbacks: Family<TriggerLabel, Counter>,
     drift: Counter,
     notifications: Family<NotificationLabels, Counter>,
+    phases: HistogramFamily<PhaseLabel>,
+    api_requests: Family<ApiRequestLabels, Counter>,
     in_flight: Gauge,
     leader: Gauge,
     shard: Family<ShardLabel, Gauge>,
@@ -106,6 +136,8 @@ impl Metrics {
             (Counter::default(), Counter::default(), Counter::default());
         let renders = Counter::default();
         let notifications = Family::<NotificationLabels, Counter>::default();
+        let phases: HistogramFamily<PhaseLabel> = Family::new_with_constructor(phase_histogram);
+        let api_requests = Family::<ApiRequestLabels, Counter>::default();
         let (in_flight, leader) = (Gauge::default(), Gauge::default());
         let shard = Family::<ShardLabel, Gauge>::default();
         // Counters get `_total` appended by the encoder; names below are without it.
@@ -163,6 +195,17 @@ impl Metrics {
             notifications.clone(),
         );
         registry.register(
+            "phase_seconds",
+            "Time spent in each phase of reconciles (fetch_render, snapshot_store, status_write, \
+             apply_prune, health), summed over passes",
+            phases.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "Kubernetes API requests this agent sent, by verb and resource (counted in the client)",
+            api_requests.clone(),
+        );
+        registry.register(
             "reconciles_in_flight",
             "Reconciles running now (the queue depth the agent can see: kube's controller does \
              not expose the requests waiting in its scheduler)",
@@ -193,6 +236,9 @@ impl Metrics {
                 let _ = notifications.get_or_create(&NotificationLabels { kind, result });
             }
         }
+        for phase in PHASES {
+            let _ = phases.get_or_create(&PhaseLabel { phase });
+        }
         for operation in ["created", "updated"] {
             let _ = applied.get_or_create(&OperationLabel { operation });
         }
@@ -213,6 +259,8 @@ impl Metrics {
             rollbacks,
             drift,
             notifications,
+            phases,
+            api_requests,
             in_flight,
             leader,
             shard,
@@ -299,6 +347,21 @@ impl Metrics {
         self.drift.inc_by(count(n));
     }
 
+    /// Times phase `phase` (one of [`PHASES`]) until the returned guard is dropped.
+    pub fn phase(&self, phase: &'static str) -> PhaseTimer {
+        PhaseTimer {
+            histogram: self.phases.get_or_create_owned(&PhaseLabel { phase }),
+            start: Instant::now(),
+        }
+    }
+
+    /// Counts one Kubernetes API request.
+    pub fn api_request(&self, verb: &'static str, resource: String) {
+        self.api_requests
+            .get_or_create(&ApiRequestLabels { verb, resource })
+            .inc();
+    }
+
     /// Records that this process leads (runs the controller) or not.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
@@ -365,6 +428,19 @@ pub struct InFlight<'a>(&'a Gauge);
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+/// Observes the time since it was made into `pallet_phase_seconds` when dropped (also when the
+/// phase ends with an error or is cancelled).
+pub struct PhaseTimer {
+    histogram: Histogram,
+    start: Instant,
+}
+
+impl Drop for PhaseTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
     }
 }
 

@@ -3,7 +3,8 @@
 # measure pallet and its reference side by side in one run), the machine they ran on, the commit.
 #
 #   tools/bench.sh            # full run (the reconcile benchmark's steady state lasts 300 s)
-#   tools/bench.sh --quick    # shorter: 30 s steady state, a 20 MB unpack tarball
+#   tools/bench.sh --quick    # shorter: 30 s steady state, a 20 MB unpack tarball, scale
+#                             # benchmark at 100 and 500 apps with a 60 s steady state
 #
 # Starts the local control plane and the fixture servers when they are not running (and stops
 # only what it started). Output: BENCHMARKS.md at the repository root (override with
@@ -22,6 +23,8 @@ out=${PALLET_BENCH_OUT:-$root/BENCHMARKS.md}
 if [ "${1:-}" = "--quick" ]; then
   export PALLET_BENCH_STEADY_SECONDS=${PALLET_BENCH_STEADY_SECONDS:-30}
   export PALLET_BENCH_MB=${PALLET_BENCH_MB:-20}
+  export PALLET_BENCH_SCALE_SIZES=${PALLET_BENCH_SCALE_SIZES:-100,500}
+  export PALLET_BENCH_SCALE_STEADY_SECONDS=${PALLET_BENCH_SCALE_STEADY_SECONDS:-60}
   mode="quick"
 else
   mode="full"
@@ -51,6 +54,8 @@ mkdir -p "$raw"
 # they share two cores, and side-by-side figures are only fair on a quiet machine.
 benchmarks=(
   "reconcile|cargo bench --locked --bench reconcile"
+  # Starts a control plane of its own (the shared one stays up for the other programs).
+  "scale|cargo bench --locked --bench scale"
   "source|cargo bench --locked --bench source"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
   "helm_cold|cargo bench --locked --bench helm_cold"

@@ -11,6 +11,8 @@
 #   tools/controlplane.sh status      exit 0 if running and ready
 #   tools/controlplane.sh kubeconfig  print the admin kubeconfig path
 #   tools/controlplane.sh kubectl ... run the built kubectl against the control plane
+#   tools/controlplane.sh user NAME OUT  write kubeconfig OUT for user NAME in group pallet:audited
+#                                     (cluster-admin, every request in $dir/audit/audit.log)
 #   tools/controlplane.sh selftest    check the control plane behaves like a real cluster
 #
 # No scheduler; a fake kubelet runs Pods only in namespaces labelled pallet.dev/fake-kubelet=on:
@@ -208,6 +210,12 @@ case "${1:-}" in
     ;;
   status) cmd_status ;;
   kubeconfig) echo "$kubeconfig" ;;
+  user)
+    [ $# -eq 3 ] || die "usage: tools/controlplane.sh user NAME OUT"
+    [ -x "$cp_bin" ] || cmd_build
+    "$cp_bin" user --state-dir "$dir" --name "$2" --out "$3"
+    log "controlplane: wrote $3 (user $2, group pallet:audited, audit log $dir/audit/audit.log)"
+    ;;
   kubectl)
     shift
     [ -x "$kubectl_bin" ] || cmd_build
@@ -220,7 +228,7 @@ case "${1:-}" in
     . "$PALLET_ROOT/tools/controlplane/selftest.sh"
     ;;
   *)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

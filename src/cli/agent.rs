@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Config;
 
 use crate::changelog::ChangeLog;
 use crate::leader::{self, Attempt, Elector, LeaseConfig};
@@ -150,7 +150,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         crate::tls::install_crypto_provider();
         let config = client_config(&args).await?;
-        let client = Client::try_from(config.clone()).context("building the Kubernetes client")?;
+        let client = crate::client_metrics::counted_client(config.clone())
+            .context("building the Kubernetes client")?;
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
             .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?;
         let options = FetchOptions {

@@ -66,6 +66,7 @@ pub(super) async fn fetch_and_render(
     ctx: &Context,
     force_poll: bool,
 ) -> Result<RenderedBundle, ReconcileError> {
+    let _phase = METRICS.phase("fetch_render");
     let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
     if let Some(watches) = &ctx.values_watches {
         // Before the result is known: a missing required object is watched for its creation.

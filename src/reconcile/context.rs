@@ -298,6 +298,7 @@ impl Context {
         &self,
         record: &RevisionRecord,
     ) -> Result<(), ReconcileError> {
+        let _phase = crate::metrics::METRICS.phase("snapshot_store");
         let namespace = self.store.namespace().to_string();
         self.agent_namespace_ready
             .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
@@ -403,10 +404,11 @@ impl Context {
             format!("system:serviceaccounts:{}", sa.namespace),
             "system:authenticated".into(),
         ]);
-        let client = Client::try_from(config).map_err(|e| ReconcileError::Kube {
-            context: "build impersonating client".into(),
-            source: e,
-        })?;
+        let client =
+            crate::client_metrics::counted_client(config).map_err(|e| ReconcileError::Kube {
+                context: "build impersonating client".into(),
+                source: e,
+            })?;
         clients.insert(key, client.clone());
         Ok(client)
     }

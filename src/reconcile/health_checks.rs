@@ -28,6 +28,7 @@ pub fn assess_health(
     options: &health::HealthOptions,
     checks: &health::CelChecks,
 ) -> HealthReport {
+    let _phase = crate::metrics::METRICS.phase("health");
     let mut failed_check = None;
     let assessed: Vec<(String, health::Health)> = applied
         .iter()

@@ -361,6 +361,7 @@ pub(super) async fn apply_and_prune(
     current: &BundleDeploymentStatus,
     hooks: &[(ObjectKey, String)],
 ) -> Result<(Vec<Applied>, crate::apply::Pruned), ApplyError> {
+    let _phase = METRICS.phase("apply_prune");
     let applied = applier.apply(objects).await?;
     // Hooks are never pruned (an inventory written before hooks had their own phase lists them).
     let kept: Vec<ObjectKey> = applied

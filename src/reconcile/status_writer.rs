@@ -36,6 +36,7 @@ impl<'a> StatusWriter<'a> {
         work: &mut BundleDeploymentStatus,
         outcome: &Outcome,
     ) -> Result<(), ReconcileError> {
+        let _phase = crate::metrics::METRICS.phase("status_write");
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
         work.agent = Some(self.ctx.identity.clone());
         // Transitions this write records go into status.notifications with it (see `notify`).

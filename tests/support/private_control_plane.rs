@@ -21,9 +21,15 @@ pub struct PrivateControlPlane {
 impl PrivateControlPlane {
     /// Runs `tools/controlplane.sh COMMAND` (start, stop, wipe) for this control plane.
     pub fn script(&self, command: &str) {
+        self.script_args(&[command]);
+    }
+
+    /// Runs `tools/controlplane.sh ARGS...` (e.g. `user NAME OUT`) for this control plane.
+    pub fn script_args(&self, args: &[&str]) {
+        let command = args.join(" ");
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let status = Command::new(root.join("tools/controlplane.sh"))
-            .arg(command)
+            .args(args)
             .env("PALLET_STATE_DIR", self.state.path())
             .env("PALLET_CONTROLPLANE_PORT", self.port.to_string())
             .status()

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,8 @@ import (
 const (
 	fakeKubeletLabel = "pallet.dev/fake-kubelet"
 	fakeKubeletOn    = "on"
+	// Pod status writers; the workqueue never hands one key to two workers at once.
+	fakeKubeletWorkers = 16
 )
 
 type fakeKubelet struct {
@@ -55,8 +58,9 @@ func runFakeKubelet(ctx context.Context, kubeconfig string) error {
 		return err
 	}
 	cfg.UserAgent = "pallet-fake-kubelet"
-	// Rolling updates of many pods would otherwise crawl at client-go's default 5 qps.
-	cfg.QPS, cfg.Burst = 100, 200
+	// Bringing up thousands of pods at once (the scale benchmark) would otherwise crawl at
+	// client-go's default 5 qps; a real node's kubelet is not the bottleneck either.
+	cfg.QPS, cfg.Burst = 1000, 2000
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -104,8 +108,17 @@ func runFakeKubelet(ctx context.Context, kubeconfig string) error {
 		<-ctx.Done()
 		k.queue.ShutDown()
 	}()
-	for k.next(ctx) {
+	// Several workers, as many nodes would: one writes a pod status at a time.
+	var workers sync.WaitGroup
+	for range fakeKubeletWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for k.next(ctx) {
+			}
+		}()
 	}
+	workers.Wait()
 	return nil
 }
 

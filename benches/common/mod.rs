@@ -1,0 +1,201 @@
+//! Helpers shared by the benchmark programs that drive the real agent against a control plane
+//! (`benches/reconcile.rs`, `benches/scale.rs`): kubectl, waiting for BundleDeployments, process
+//! figures from /proc, and the formatting of times and ratios.
+//!
+//! Use with `#[path = "common/mod.rs"] mod common;`.
+
+#![allow(dead_code)] // each bench uses a different part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams};
+use pallet::api::conditions::find;
+use pallet::api::BundleDeployment;
+
+/// The kubectl built by `tools/controlplane.sh` (same release as the control plane).
+pub fn kubectl_path() -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let cache = std::env::var_os("PALLET_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(home).join(".cache/pallet"));
+    cache.join("bin/kubectl")
+}
+
+/// Runs kubectl with `kubeconfig`; panics with its stderr when it fails. Returns stdout.
+pub fn kubectl_with(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("running kubectl (built by tools/controlplane.sh)");
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Ready=True for the BundleDeployment's current generation.
+pub fn is_ready(bd: &BundleDeployment) -> bool {
+    let generation = bd.metadata.generation;
+    bd.status
+        .as_ref()
+        .and_then(|s| find(&s.conditions, "Ready"))
+        .is_some_and(|c| {
+            c.status == "True" && (generation.is_none() || c.observed_generation == generation)
+        })
+}
+
+/// Polls until `expected` BundleDeployments matching `selector` are Ready; panics after
+/// `deadline` naming a few that are not.
+pub async fn wait_all_ready(
+    api: &Api<BundleDeployment>,
+    selector: &str,
+    expected: usize,
+    deadline: Duration,
+) {
+    let params = ListParams::default().labels(selector);
+    let start = Instant::now();
+    loop {
+        let list = api.list(&params).await.expect("listing BundleDeployments");
+        let ready = list.items.iter().filter(|bd| is_ready(bd)).count();
+        if ready >= expected {
+            return;
+        }
+        if start.elapsed() > deadline {
+            let not_ready: Vec<String> = list
+                .items
+                .iter()
+                .filter(|bd| !is_ready(bd))
+                .take(3)
+                .map(|bd| format!("{:?}", bd.status.as_ref().map(|s| &s.conditions)))
+                .collect();
+            panic!("{ready}/{expected} Ready after {deadline:?} ({selector}); some not Ready: {not_ready:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls until no BundleDeployment matches `selector`; panics after `deadline`.
+pub async fn wait_gone(api: &Api<BundleDeployment>, selector: &str, deadline: Duration) {
+    let params = ListParams::default().labels(selector);
+    let start = Instant::now();
+    loop {
+        let left = api.list(&params).await.expect("listing").items.len();
+        if left == 0 {
+            return;
+        }
+        if start.elapsed() > deadline {
+            panic!("{left} BundleDeployments ({selector}) still there after {deadline:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A field of /proc/PID/status (e.g. `VmHWM:`), as written there ("97 MiB" style), or "?".
+pub fn proc_status(pid: u32, field: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .map(|l| l[field.len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// A /proc/PID/status size field in MiB (`VmHWM:`, `VmRSS:`); 0 when unreadable.
+pub fn proc_mib(pid: u32, field: &str) -> f64 {
+    proc_status(pid, field)
+        .split_whitespace()
+        .next()
+        .and_then(|kib| kib.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// User + system CPU seconds used so far by process `pid` (its threads included).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) start at state, field 3.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15, i.e. 11 and 12 after the state.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<f64>().ok()))
+        .sum();
+    ticks / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Seconds with two decimals.
+pub fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// `a / b` as `1.23x`.
+pub fn ratio(a: Duration, b: Duration) -> String {
+    format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64())
+}
+
+/// Lines in a file (the change log: one line per write); 0 when missing.
+pub fn line_count(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// A running `pallet agent`, killed when dropped.
+pub struct AgentProc {
+    /// The process.
+    pub child: Child,
+    /// Its stderr (the log).
+    pub log: PathBuf,
+    /// Its change log.
+    pub changes: PathBuf,
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The machine line the benchmarks print.
+pub fn machine() -> String {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0.0);
+    format!(
+        "machine: nproc={nproc}, MemTotal {:.1} GiB, shared with other users (times include their load)",
+        mem_kib / (1024.0 * 1024.0)
+    )
+}
+pub mod audit;

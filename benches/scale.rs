@@ -1,0 +1,950 @@
+//! Scale benchmark (figures, not a test; issue 17). Many small apps created at once, pallet
+//! against kubectl on the same objects, in one run, on a control plane of its own (started from
+//! `tools/controlplane.sh` on another port and state directory, so the API server's CPU and
+//! audit log hold this benchmark's load only, and the shared control plane is left alone).
+//!
+//! The app (Flux's benchmark shape, with a Deployment that becomes Ready): a ServiceAccount, a
+//! ConfigMap, a headless Service (the control plane's Service range holds 254 addresses) and a
+//! one-replica Deployment using that ServiceAccount, made Ready by the control plane's fake
+//! kubelet. All apps of one size share a namespace labelled `pallet.dev/fake-kubelet=on`. Each
+//! app is its own OCI artifact in the fixture registry (pushed with `pallet push`'s code, pinned
+//! by digest) and its own BundleDeployment (`format: plain`, `installNamespace`).
+//!
+//! For each size N (`PALLET_BENCH_SCALE_SIZES`, default `100,500,1000,2000`):
+//!
+//! - a. `kubectl apply --server-side` of the 4N objects, one invocation (apply only);
+//! - b. the same, then waiting until every Deployment is Available;
+//! - c. pallet: N BundleDeployments created at once (one kubectl apply), time until all are
+//!   Ready; the agent's API requests from the audit log, the control plane's CPU (one process:
+//!   etcd, API server, controllers, fake kubelet), the agent's CPU and peak RSS, reconcile passes
+//!   and time per phase from its metrics;
+//! - d. (at `PALLET_BENCH_SCALE_STEADY_N`, default 1,000 or the largest size) steady state for
+//!   `PALLET_BENCH_SCALE_STEADY_SECONDS` (default 300): writes, fetches, API requests per minute;
+//! - e. an upgrade of all N at once (new content, new digest), the same figures as c;
+//! - f. (at `PALLET_BENCH_SCALE_SHARD_N`, default the steady-state size; 0 skips it) two agents,
+//!   each with `--selector` on Flux's `sharding.fluxcd.io/key` label, installing N apps split
+//!   between them: time until all are Ready, each agent's requests, and every object either one
+//!   wrote that belongs to the other's shard (from the audit log; expected none).
+//!
+//! Run: `tools/fixtures.sh start`, then `cargo bench --bench scale` (builds the control plane
+//! if needed and `pallet` in the bench profile); `tools/bench.sh` runs it with the others.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "../tests/support/cluster.rs"]
+mod cluster;
+
+#[path = "../tests/support/private_control_plane.rs"]
+mod private_control_plane;
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::audit::{self, AuditLog};
+use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use pallet::api::BundleDeployment;
+use private_control_plane::PrivateControlPlane;
+use support::{Fixtures, Server};
+
+const TEST_LABEL: &str = "pallet.dev/test";
+const SIZE_LABEL: &str = "bench.pallet.dev/size";
+/// Flux's sharding label, which the sharded run's agents select on (`--selector`).
+const SHARD_LABEL: &str = "sharding.fluxcd.io/key";
+/// The shards of the sharded run, one agent each.
+const SHARDS: [&str; 2] = ["shard-a", "shard-b"];
+/// Generous: the machine is shared; a deadline only stops a run that will never finish.
+const DEADLINE: Duration = Duration::from_secs(1200);
+/// The users the audit log tells apart (tools/controlplane.sh user).
+const AGENT_USER: &str = "bench-agent";
+const KUBECTL_USER: &str = "bench-kubectl";
+/// Pushes in flight at once.
+const PUSH_CONCURRENCY: usize = 16;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The 4 objects of app `i` at `version` (no namespace: kubectl's `-n` or the BD's
+/// installNamespace places them). A new version changes the ConfigMap and the pod template, so
+/// an upgrade rolls the Deployment.
+fn app_yaml(i: usize, version: &str) -> String {
+    let a = format!("app-{i:04}");
+    format!(
+        "---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {a}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: {a}}}
+data: {{version: {version}, greeting: hello from {a}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {a}}}
+spec:
+  clusterIP: None
+  selector: {{app: {a}}}
+  ports: [{{name: http, port: 80, targetPort: 8080}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {a}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {a}}}}}
+  template:
+    metadata: {{labels: {{app: {a}}}}}
+    spec:
+      serviceAccountName: {a}
+      automountServiceAccountToken: false
+      containers:
+      - name: app
+        image: example.invalid/app:{version}
+        env: [{{name: VERSION, value: {version}}}]
+        ports: [{{containerPort: 8080}}]
+"
+    )
+}
+
+/// BundleDeployment `name` (labels: `labels`, a YAML flow map's content) installing `image`.
+fn bd_yaml(name: &str, labels: &str, namespace: &str, image: &str) -> String {
+    format!(
+        "---
+apiVersion: pallet.dev/v1alpha1
+kind: BundleDeployment
+metadata:
+  name: {name}
+  labels: {{{labels}}}
+spec:
+  installNamespace: {namespace}
+  sources:
+  - kind: image
+    image: {{ref: \"{image}\"}}
+  format: plain
+"
+    )
+}
+
+/// Pushes app `i`'s artifact at `version` for size `n`; returns its reference by digest.
+async fn push_app(
+    fx: &Fixtures,
+    registry: &Server,
+    work: &Path,
+    run: &str,
+    n: usize,
+    i: usize,
+    version: &str,
+) -> String {
+    let dir = work.join(format!("src/n{n}-{i:04}-{version}"));
+    std::fs::create_dir_all(dir.join("manifests")).expect("artifact dir");
+    std::fs::write(dir.join("manifests/app.yaml"), app_yaml(i, version)).expect("artifact file");
+    let repo = format!("scale-{run}/n{n}-app-{i:04}");
+    let digest = fx
+        .push_dir_as_image(registry, &repo, version, &dir, &registry.registry_auth())
+        .await
+        .expect("pushing an app artifact");
+    let _ = std::fs::remove_dir_all(&dir);
+    format!("{}/{repo}@{digest}", registry.host)
+}
+
+async fn push_all(
+    fx: &Fixtures,
+    registry: &Server,
+    work: &Path,
+    run: &str,
+    n: usize,
+    version: &str,
+) -> Vec<String> {
+    futures::stream::iter(0..n)
+        .map(|i| push_app(fx, registry, work, run, n, i, version))
+        .buffered(PUSH_CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// The control plane under test: a private one, its admin, and its audited users.
+struct Plane {
+    plane: PrivateControlPlane,
+    client: kube::Client,
+    kubectl_user: PathBuf,
+    agent_user: PathBuf,
+    audit: AuditLog,
+}
+
+impl Plane {
+    fn dir(&self) -> PathBuf {
+        self.plane
+            .kubeconfig()
+            .parent()
+            .expect("kubeconfig in the state dir")
+            .to_path_buf()
+    }
+
+    /// A kubeconfig for audited user `name` (cluster-admin), written under `work`.
+    fn user(&self, work: &Path, name: &str) -> PathBuf {
+        let out = work.join(format!("{name}.kubeconfig"));
+        self.plane
+            .script_args(&["user", name, out.to_str().expect("utf-8 path")]);
+        out
+    }
+
+    fn pid(&self) -> u32 {
+        std::fs::read_to_string(self.dir().join("pid"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok())
+            .expect("the control plane's pid file")
+    }
+
+    fn cpu(&self) -> f64 {
+        cpu_seconds(self.pid())
+    }
+
+    fn admin(&self, args: &[&str]) -> String {
+        common::kubectl_with(&self.plane.kubeconfig(), args)
+    }
+
+    fn as_kubectl_user(&self, args: &[&str]) -> String {
+        common::kubectl_with(&self.kubectl_user, args)
+    }
+
+    fn fake_kubelet_namespace(&self, name: &str) {
+        self.admin(&["create", "namespace", name]);
+        self.admin(&["label", "namespace", name, "pallet.dev/fake-kubelet=on"]);
+    }
+
+    async fn delete_namespace(&self, name: &str) {
+        self.admin(&["delete", "namespace", name, "--wait=false"]);
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        cluster::poll_until(&format!("namespace {name} gone"), DEADLINE, || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(ns)) => Err(format!("{:?}", ns.status.and_then(|s| s.phase))),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+
+    /// Polls until every Deployment in `namespace` (`expected` of them) is Available for its
+    /// current generation with every replica updated.
+    async fn wait_available(&self, namespace: &str, expected: usize) {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
+        let start = Instant::now();
+        loop {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .expect("listing Deployments");
+            let available = list.items.iter().filter(|d| is_available(d)).count();
+            if available >= expected {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "{available}/{expected} Deployments Available in {namespace} after {DEADLINE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn is_available(d: &Deployment) -> bool {
+    let Some(status) = &d.status else {
+        return false;
+    };
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    status.observed_generation == d.metadata.generation
+        && status.updated_replicas.unwrap_or(0) == want
+        && status.available_replicas.unwrap_or(0) == want
+        && status.replicas.unwrap_or(0) == want
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+}
+
+/// A `pallet agent` with its metrics address.
+struct Agent {
+    proc: AgentProc,
+    metrics_url: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Agent {
+    /// Starts an agent authenticating as `user` (a kubeconfig from [`Plane::user`]).
+    async fn start(user: &Path, work: &Path, name: &str, selector: &str, registry: &str) -> Agent {
+        let log = work.join(format!("{name}.log"));
+        let changes = work.join(format!("{name}-changes.jsonl"));
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
+            .args(["agent", "--namespace", "pallet-system"])
+            .arg("--kubeconfig")
+            .arg(user)
+            .arg("--cache-dir")
+            .arg(work.join(format!("{name}-cache")))
+            .arg("--change-log")
+            .arg(&changes)
+            .arg("--selector")
+            .arg(selector)
+            .args(["--plain-http-registry", registry])
+            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("agent log"))
+            .spawn()
+            .expect("starting the pallet agent");
+        let agent = Agent {
+            proc: AgentProc {
+                child,
+                log,
+                changes,
+            },
+            metrics_url: format!("http://127.0.0.1:{port}/metrics"),
+        };
+        // Ready once its BundleDeployment watch has listed everything.
+        let ready = agent.metrics_url.replace("/metrics", "/readyz");
+        cluster::poll_until("the agent ready", Duration::from_secs(60), || async {
+            match reqwest::get(&ready).await {
+                Ok(r) if r.status().is_success() => Ok(()),
+                Ok(r) => Err(r.status().to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+        agent
+    }
+
+    fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+
+    /// Every sample of its /metrics, by `name{labels}`.
+    async fn metrics(&self) -> BTreeMap<String, f64> {
+        let text = reqwest::get(&self.metrics_url)
+            .await
+            .expect("scraping the agent")
+            .text()
+            .await
+            .expect("reading /metrics");
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+            .collect()
+    }
+}
+
+/// What one agent phase (install, upgrade) cost.
+struct Cost {
+    time: Duration,
+    requests: BTreeMap<String, u64>,
+    plane_cpu: f64,
+    agent_cpu: f64,
+    peak_mib: f64,
+    /// Differences of the agent's metrics over the phase.
+    metrics: BTreeMap<String, f64>,
+}
+
+impl Cost {
+    fn metric(&self, key: &str) -> f64 {
+        self.metrics.get(key).copied().unwrap_or(0.0)
+    }
+
+    fn passes(&self) -> f64 {
+        self.metric("pallet_reconciles_total{result=\"success\"}")
+            + self.metric("pallet_reconciles_total{result=\"error\"}")
+    }
+
+    fn client_requests(&self) -> f64 {
+        self.metrics
+            .iter()
+            .filter(|(k, _)| k.starts_with("pallet_api_requests_total{"))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d != 0.0)
+        .collect()
+}
+
+/// Runs `change` (creating or updating the BDs), waits until all `n` of `selector` are Ready,
+/// and measures what it cost.
+async fn measure_agent(
+    plane: &Plane,
+    agent: &Agent,
+    selector: &str,
+    n: usize,
+    change: impl FnOnce(),
+) -> Cost {
+    let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
+    let metrics_before = agent.metrics().await;
+    let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
+    let from = audit::now();
+    let start = Instant::now();
+    change();
+    common::wait_all_ready(&bds, selector, n, DEADLINE).await;
+    let time = start.elapsed();
+    let to = audit::now();
+    let (plane_cpu, agent_cpu) = (
+        plane.cpu() - cpu_before,
+        cpu_seconds(agent.pid()) - agent_cpu_before,
+    );
+    let metrics = delta(&metrics_before, &agent.metrics().await);
+    Cost {
+        time,
+        requests: plane.audit.requests(AGENT_USER, from, to),
+        plane_cpu,
+        agent_cpu,
+        peak_mib: proc_mib(agent.pid(), "VmHWM:"),
+        metrics,
+    }
+}
+
+/// The kubectl floors of one size.
+struct Floor {
+    apply: Duration,
+    apply_wait: Duration,
+    requests: u64,
+    plane_cpu: f64,
+}
+
+async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor {
+    let file = work.join(format!("apps-{n}.yaml"));
+    let all: String = (0..n).map(|i| app_yaml(i, "v1")).collect();
+    std::fs::write(&file, all).expect("writing the apps");
+    let ns = format!("{run}-k{n}");
+    plane.fake_kubelet_namespace(&ns);
+    let cpu_before = plane.cpu();
+    let from = audit::now();
+    let start = Instant::now();
+    plane.as_kubectl_user(&[
+        "apply",
+        "--server-side",
+        "--field-manager=bench",
+        "-n",
+        &ns,
+        "-f",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    let apply = start.elapsed();
+    plane.wait_available(&ns, n).await;
+    let apply_wait = start.elapsed();
+    let plane_cpu = plane.cpu() - cpu_before;
+    let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
+    eprintln!("    cleaning up {ns} ...");
+    plane.delete_namespace(&ns).await;
+    Floor {
+        apply,
+        apply_wait,
+        requests,
+        plane_cpu,
+    }
+}
+
+/// Writes a file of one BundleDeployment per image; `name_and_labels(i)` names and labels the
+/// i-th.
+fn write_bds(
+    work: &Path,
+    file_name: &str,
+    ns: &str,
+    images: &[String],
+    name_and_labels: impl Fn(usize) -> (String, String),
+) -> PathBuf {
+    let file = work.join(file_name);
+    let yaml: String = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            let (name, labels) = name_and_labels(i);
+            bd_yaml(&name, &labels, ns, image)
+        })
+        .collect();
+    std::fs::write(&file, yaml).expect("writing the BundleDeployments");
+    file
+}
+
+fn per_app(count: f64, n: usize) -> String {
+    format!("{:.1}", count / n as f64)
+}
+
+fn print_requests(title: &str, requests: &BTreeMap<String, u64>, n: usize) {
+    let total = audit::total(requests);
+    println!(
+        "   {title}: {total} ({} per app), by verb and resource (per app):",
+        per_app(total as f64, n)
+    );
+    let mut sorted: Vec<(&String, &u64)> = requests.iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (key, count) in sorted {
+        println!("     {key:<44} {count:>8} {:>8}", per_app(*count as f64, n));
+    }
+}
+
+fn print_cost(label: &str, cost: &Cost, floor: &Floor, n: usize) {
+    println!(
+        "{label:<58} {:>10} {:>10}",
+        secs(cost.time),
+        ratio(cost.time, floor.apply_wait)
+    );
+    println!(
+        "   control plane CPU {:.1} s ({:.2}x the apply-and-wait floor's {:.1} s); agent CPU {:.1} s; agent peak RSS {:.0} MiB",
+        cost.plane_cpu,
+        cost.plane_cpu / floor.plane_cpu.max(0.001),
+        floor.plane_cpu,
+        cost.agent_cpu,
+        cost.peak_mib
+    );
+    println!(
+        "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app)",
+        cost.passes(),
+        per_app(cost.passes(), n),
+        cost.client_requests(),
+        per_app(cost.client_requests(), n)
+    );
+    let phases: Vec<String> = pallet::metrics::PHASES
+        .iter()
+        .map(|p| {
+            let sum = cost.metric(&format!("pallet_phase_seconds_sum{{phase=\"{p}\"}}"));
+            let count = cost.metric(&format!("pallet_phase_seconds_count{{phase=\"{p}\"}}"));
+            format!("{p} {sum:.1} s/{count}")
+        })
+        .collect();
+    println!(
+        "   time in phases, summed over passes (seconds/times): {}",
+        phases.join(", ")
+    );
+    print_requests("agent API requests (audit log)", &cost.requests, n);
+}
+
+#[tokio::main]
+async fn main() {
+    pallet::tls::install_crypto_provider();
+    let fx = Fixtures::load();
+    let registry = fx.registry_plain().clone();
+    let sizes: Vec<usize> = std::env::var("PALLET_BENCH_SCALE_SIZES")
+        .unwrap_or_else(|_| "100,500,1000,2000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let largest = sizes.iter().copied().max().unwrap_or(100);
+    let steady_n = env_or(
+        "PALLET_BENCH_SCALE_STEADY_N",
+        if sizes.contains(&1000) { 1000 } else { largest },
+    );
+    let steady_seconds: u64 = env_or("PALLET_BENCH_SCALE_STEADY_SECONDS", 300);
+    // 0: no sharded run.
+    let shard_n: usize = env_or("PALLET_BENCH_SCALE_SHARD_N", steady_n);
+
+    eprintln!("starting a private control plane ...");
+    let plane = PrivateControlPlane::start();
+    let client = plane.client().await;
+    cluster::install_crd(&client).await;
+    let work = tempfile::tempdir().expect("temp dir");
+    let dir = plane.kubeconfig().parent().unwrap().to_path_buf();
+    let mut plane = Plane {
+        kubectl_user: PathBuf::new(),
+        agent_user: PathBuf::new(),
+        audit: AuditLog::new(&dir),
+        client,
+        plane,
+    };
+    plane.kubectl_user = plane.user(work.path(), KUBECTL_USER);
+    plane.agent_user = plane.user(work.path(), AGENT_USER);
+    // Now, with the binary that started this control plane: tools/controlplane.sh may rebuild
+    // it from another checkout's sources during a long run.
+    let shard_users: Vec<PathBuf> = SHARDS
+        .iter()
+        .map(|shard| plane.user(work.path(), &format!("{AGENT_USER}-{shard}")))
+        .collect();
+    plane.admin(&["create", "namespace", "pallet-system"]);
+    let run = cluster::unique_name("scale");
+    let mut report = Vec::new();
+    // ---- report: the setting first, each size when done, then the summary ----
+    println!();
+    println!("scale benchmark  run={run}");
+    println!("{}", common::machine());
+    println!(
+        "control plane: a private one (tools/controlplane.sh, one process: etcd + kube-apiserver + kube-controller-manager + fake kubelet), \
+         so its CPU is this benchmark's load only"
+    );
+    println!(
+        "agent: release build, defaults (--concurrency 4, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
+         Deployment (1 replica), its own OCI artifact pinned by digest, one BD; all created at once"
+    );
+
+    for &n in &sizes {
+        eprintln!("[N={n}] pushing {n} artifacts x 2 versions ...");
+        let v1 = push_all(fx, &registry, work.path(), &run, n, "v1").await;
+        let v2 = push_all(fx, &registry, work.path(), &run, n, "v2").await;
+
+        eprintln!("[N={n}] a/b. kubectl apply --server-side, then wait for Available ...");
+        let floor = kubectl_floor(&plane, work.path(), &run, n).await;
+
+        eprintln!("[N={n}] c. pallet install ...");
+        let ns = format!("{run}-p{n}");
+        plane.fake_kubelet_namespace(&ns);
+        let selector = format!("{TEST_LABEL}={run},{SIZE_LABEL}={n}");
+        let agent = Agent::start(
+            &plane.agent_user,
+            work.path(),
+            &format!("agent-{n}"),
+            &format!("{TEST_LABEL}={run}"),
+            &registry.host,
+        )
+        .await;
+        let labels = format!("{TEST_LABEL}: {run}, {SIZE_LABEL}: \"{n}\"");
+        let name_and_labels = |i: usize| (format!("n{n}-app-{i:04}"), labels.clone());
+        let install_file = write_bds(
+            work.path(),
+            &format!("bds-{n}-v1.yaml"),
+            &ns,
+            &v1,
+            name_and_labels,
+        );
+        let install = measure_agent(&plane, &agent, &selector, n, || {
+            plane.admin(&["apply", "-f", install_file.to_str().unwrap()]);
+        })
+        .await;
+
+        let steady = if n == steady_n {
+            eprintln!("[N={n}] d. steady state for {steady_seconds} s ...");
+            Some(steady_state(&plane, &agent, fx, &registry, &run, steady_seconds).await)
+        } else {
+            None
+        };
+
+        eprintln!("[N={n}] e. pallet upgrade of all {n} ...");
+        let upgrade_file = write_bds(
+            work.path(),
+            &format!("bds-{n}-v2.yaml"),
+            &ns,
+            &v2,
+            name_and_labels,
+        );
+        let upgrade = measure_agent(&plane, &agent, &selector, n, || {
+            plane.admin(&["apply", "-f", upgrade_file.to_str().unwrap()]);
+        })
+        .await;
+
+        eprintln!("[N={n}] cleaning up ...");
+        let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
+        plane.admin(&[
+            "delete",
+            "bundledeployments",
+            "-l",
+            &selector,
+            "--wait=false",
+        ]);
+        common::wait_gone(&bds, &selector, DEADLINE).await;
+        drop(agent);
+        plane.delete_namespace(&ns).await;
+        let sharded = if n == shard_n {
+            eprintln!("[N={n}] f. two agents splitting the {n} apps by {SHARD_LABEL} ...");
+            Some(
+                sharded(
+                    &plane,
+                    &shard_users,
+                    work.path(),
+                    &run,
+                    n,
+                    &v1,
+                    &registry.host,
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        print_size(n, &floor, &install, &upgrade, &steady, &sharded);
+        report.push((n, floor, install, upgrade));
+    }
+    let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
+
+    println!();
+    println!("summary (b: kubectl apply, then every Deployment Available; pal/b, upg/b: pallet's install and upgrade over b; requests per app from the audit log)");
+    println!(
+        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
+        "apps",
+        "kubectl a",
+        "a + wait b",
+        "pallet",
+        "pal/b",
+        "upgrade",
+        "upg/b",
+        "req/app pal",
+        "req/app kctl"
+    );
+    for (n, floor, install, upgrade) in &report {
+        println!(
+            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
+            n,
+            secs(floor.apply),
+            secs(floor.apply_wait),
+            secs(install.time),
+            ratio(install.time, floor.apply_wait),
+            secs(upgrade.time),
+            ratio(upgrade.time, floor.apply_wait),
+            per_app(audit::total(&install.requests) as f64, *n),
+            per_app(floor.requests as f64, *n),
+        );
+    }
+}
+
+/// Two agents, each selecting half of the apps by [`SHARD_LABEL`].
+struct Sharded {
+    time: Duration,
+    /// Per agent: its shard, its requests, the objects it wrote that belong to the other shard.
+    agents: Vec<(String, BTreeMap<String, u64>, Vec<String>)>,
+}
+
+impl Sharded {
+    fn print(&self, floor: &Floor, n: usize) {
+        println!(
+            "{:<58} {:>10} {:>10}",
+            format!("f. 2 agents split by {SHARD_LABEL}: {n} BDs -> all Ready"),
+            secs(self.time),
+            ratio(self.time, floor.apply_wait)
+        );
+        for (shard, requests, foreign) in &self.agents {
+            println!(
+                "   agent {shard}: writes to the other shard's BDs or objects: {}{}",
+                foreign.len(),
+                if foreign.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        foreign
+                            .iter()
+                            .take(5)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            );
+            print_requests(&format!("agent {shard} API requests"), requests, n / 2);
+        }
+    }
+}
+
+/// The app number in an object's name (`…app-0042…`), for telling the shards' objects apart.
+fn app_number(name: &str) -> Option<usize> {
+    let rest = &name[name.find("app-")? + 4..];
+    rest.get(..4)?.parse().ok()
+}
+
+async fn sharded(
+    plane: &Plane,
+    users: &[PathBuf],
+    work: &Path,
+    run: &str,
+    n: usize,
+    images: &[String],
+    registry: &str,
+) -> Sharded {
+    let ns = format!("{run}-s{n}");
+    plane.fake_kubelet_namespace(&ns);
+    let shards = SHARDS;
+    let mut agents = Vec::new();
+    for (shard, user) in shards.iter().zip(users) {
+        let selector = format!("{TEST_LABEL}={run},{SHARD_LABEL}={shard}");
+        agents.push(
+            Agent::start(
+                user,
+                work,
+                &format!("agent-{n}-{shard}"),
+                &selector,
+                registry,
+            )
+            .await,
+        );
+    }
+    let size = format!("{n}-sharded");
+    let file = write_bds(work, &format!("bds-{n}-sharded.yaml"), &ns, images, |i| {
+        (
+            format!("s{n}-app-{i:04}"),
+            format!(
+                "{TEST_LABEL}: {run}, {SIZE_LABEL}: {size}, {SHARD_LABEL}: {}",
+                shards[i % 2]
+            ),
+        )
+    });
+    let selector = format!("{TEST_LABEL}={run},{SIZE_LABEL}={size}");
+    let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
+    let from = audit::now();
+    let start = Instant::now();
+    plane.admin(&["apply", "-f", file.to_str().expect("utf-8 path")]);
+    common::wait_all_ready(&bds, &selector, n, DEADLINE).await;
+    let time = start.elapsed();
+    let to = audit::now();
+    let figures = shards
+        .iter()
+        .enumerate()
+        .map(|(k, shard)| {
+            let user = format!("{AGENT_USER}-{shard}");
+            let foreign: Vec<String> = plane
+                .audit
+                .written(&user, from, to)
+                .into_iter()
+                .filter(|object| app_number(object).is_some_and(|i| i % 2 != k))
+                .collect();
+            (
+                shard.to_string(),
+                plane.audit.requests(&user, from, to),
+                foreign,
+            )
+        })
+        .collect();
+    eprintln!("    cleaning up {ns} ...");
+    plane.admin(&[
+        "delete",
+        "bundledeployments",
+        "-l",
+        &selector,
+        "--wait=false",
+    ]);
+    common::wait_gone(&bds, &selector, DEADLINE).await;
+    drop(agents);
+    plane.delete_namespace(&ns).await;
+    Sharded {
+        time,
+        agents: figures,
+    }
+}
+
+/// What the agent did while nothing changed.
+struct Steady {
+    window: Duration,
+    writes: usize,
+    fetches: usize,
+    requests: BTreeMap<String, u64>,
+    passes: f64,
+}
+
+impl Steady {
+    fn print(&self, n: usize) {
+        let minutes = self.window.as_secs_f64() / 60.0;
+        println!(
+            "d. steady state, {} window, {n} pinned apps: writes (change log) {}, registry requests {}, reconcile passes {}",
+            secs(self.window),
+            self.writes,
+            self.fetches,
+            self.passes
+        );
+        let total = audit::total(&self.requests);
+        println!(
+            "   agent API requests {total} ({:.1} per minute), by verb and resource (per minute):",
+            total as f64 / minutes
+        );
+        for (key, count) in &self.requests {
+            println!("     {key:<44} {count:>8} {:>8.1}", *count as f64 / minutes);
+        }
+    }
+}
+
+async fn steady_state(
+    plane: &Plane,
+    agent: &Agent,
+    fx: &Fixtures,
+    registry: &Server,
+    run: &str,
+    seconds: u64,
+) -> Steady {
+    let prefix = format!("/v2/scale-{run}/");
+    let filter = [
+        ("server", registry.name.as_str()),
+        ("prefix", prefix.as_str()),
+    ];
+    let fetches_before = fx.stats(&filter).await.total;
+    let writes_before = common::line_count(&agent.proc.changes);
+    let metrics_before = agent.metrics().await;
+    let from = audit::now();
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let window = start.elapsed();
+    let to = audit::now();
+    let metrics = delta(&metrics_before, &agent.metrics().await);
+    let passes = metrics
+        .iter()
+        .filter(|(k, _)| k.starts_with("pallet_reconciles_total{"))
+        .map(|(_, v)| v)
+        .sum::<f64>()
+        + 0.0; // an empty sum is -0.0
+    Steady {
+        window,
+        writes: common::line_count(&agent.proc.changes) - writes_before,
+        fetches: fx.stats(&filter).await.total - fetches_before,
+        requests: plane.audit.requests(AGENT_USER, from, to),
+        passes,
+    }
+}
+
+/// Prints the figures of one size (as soon as it is done, so a run that fails later keeps them).
+fn print_size(
+    n: usize,
+    floor: &Floor,
+    install: &Cost,
+    upgrade: &Cost,
+    steady: &Option<Steady>,
+    sharded: &Option<Sharded>,
+) {
+    println!();
+    println!("---- {n} apps ----");
+    println!(
+        "a. kubectl apply --server-side, {} objects, 1 invocation   {:>10}",
+        4 * n,
+        secs(floor.apply)
+    );
+    println!(
+        "b. the same, then every Deployment Available              {:>10}   (kubectl's requests {}; control plane CPU {:.1} s)",
+        secs(floor.apply_wait),
+        floor.requests,
+        floor.plane_cpu
+    );
+    print_cost(
+        &format!("c. pallet: {n} BDs created at once -> all Ready"),
+        install,
+        floor,
+        n,
+    );
+    if let Some(s) = steady {
+        s.print(n);
+    }
+    print_cost(
+        &format!("e. pallet: upgrade of all {n} (new digest) -> all Ready"),
+        upgrade,
+        floor,
+        n,
+    );
+    if let Some(s) = sharded {
+        s.print(floor, n);
+    }
+}
