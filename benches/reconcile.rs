@@ -387,7 +387,7 @@ async fn main() {
     println!("reconcile benchmark  run={run}");
     println!("{}", common::machine());
     println!(
-        "agent: release build, defaults (--concurrency 4, --apply-parallelism 8), --requeue-seconds {REQUEUE_SECONDS}; sources: http file server, pinned by sha256"
+        "agent: release build, defaults (--concurrency auto, --apply-parallelism 8), --requeue-seconds {REQUEUE_SECONDS}; sources: http file server, pinned by sha256"
     );
     println!();
     println!("{:<58} {:>10} {:>10}", "scenario", "time", "agent/x");

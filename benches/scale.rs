@@ -595,7 +595,7 @@ async fn main() {
          so its CPU is this benchmark's load only"
     );
     println!(
-        "agent: release build, defaults (--concurrency 4, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
+        "agent: release build, defaults (--concurrency auto, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
          Deployment (1 replica), its own OCI artifact pinned by digest, one BD; all created at once"
     );
 

@@ -27,6 +27,54 @@ pub(super) type Snapshot = std::sync::Arc<Vec<Object>>;
 /// Workers of a context made with [`Context::new`] (the agent sets its own: `--concurrency`).
 const DEFAULT_WORKERS: usize = 4;
 
+/// A BundleDeployment as the agent's last status write left it, and what the watch delivered.
+#[derive(Clone, Default)]
+pub struct Written {
+    /// The object the API server answered the last status write with, and its resourceVersion.
+    pub write: Option<(String, std::sync::Arc<BundleDeployment>)>,
+    /// The version the watch delivered last.
+    pub delivered: Option<String>,
+    /// True once the watch has delivered the written version: from then on the watch's cache is
+    /// at least as new as the write.
+    pub seen: bool,
+}
+
+impl Written {
+    /// Records a status write answered with `object`.
+    pub fn wrote(&mut self, object: BundleDeployment) {
+        let Some(version) = object.metadata.resource_version.clone() else {
+            return;
+        };
+        // The watch may deliver it before the write's answer is handled.
+        self.seen = self.delivered.as_ref() == Some(&version);
+        self.write = Some((version, std::sync::Arc::new(object)));
+    }
+
+    /// Records that the watch delivered `version`.
+    pub fn delivered(&mut self, version: Option<&String>) {
+        self.delivered = version.cloned();
+        if version.is_some() && self.write.as_ref().map(|(v, _)| v) == version {
+            self.seen = true;
+        }
+    }
+
+    /// The object a pass must start from, given the watch's `cached` one: the written one
+    /// while the watch has not delivered it yet.
+    pub fn newest(
+        &self,
+        cached: &std::sync::Arc<BundleDeployment>,
+    ) -> std::sync::Arc<BundleDeployment> {
+        match &self.write {
+            Some((version, object))
+                if !self.seen && cached.metadata.resource_version.as_ref() != Some(version) =>
+            {
+                object.clone()
+            }
+            _ => cached.clone(),
+        }
+    }
+}
+
 /// How long an install namespace seen to exist is not looked up again.
 const NAMESPACE_SEEN_FOR: Duration = Duration::from_secs(300);
 
@@ -83,10 +131,9 @@ pub struct Context {
     pub(super) snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
     /// Set once the agent's namespace (where snapshots live) is known to exist.
     pub(super) agent_namespace_ready: tokio::sync::OnceCell<()>,
-    /// The resourceVersion of each BundleDeployment after this agent's last status write, or of
-    /// its last direct read (see [`controller`]: a pass never starts from a cached object older
-    /// than that).
-    pub(super) last_written: Mutex<HashMap<String, String>>,
+    /// Each BundleDeployment as this agent's last status write left it (see [`controller`]: a
+    /// pass never starts from a cached object older than that).
+    pub(super) last_written: Mutex<HashMap<String, Written>>,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
@@ -469,4 +516,49 @@ pub(super) fn snapshot_objects(
             Object::new(body.clone(), origin)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bd(version: &str, generation: i64) -> std::sync::Arc<BundleDeployment> {
+        let mut bd: BundleDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": "x", "resourceVersion": version, "generation": generation},
+            "spec": {"format": "plain", "sources": []},
+        }))
+        .unwrap();
+        bd.metadata.resource_version = Some(version.into());
+        std::sync::Arc::new(bd)
+    }
+
+    #[test]
+    fn a_pass_starts_from_the_written_object_until_the_watch_delivers_it() {
+        let mut written = Written::default();
+        written.delivered(Some(&"1".to_string()));
+        written.wrote(bd("2", 1).as_ref().clone());
+        // The cache still holds version 1: the write's answer is newer.
+        assert_eq!(
+            written
+                .newest(&bd("1", 1))
+                .metadata
+                .resource_version
+                .as_deref(),
+            Some("2")
+        );
+        written.delivered(Some(&"2".to_string()));
+        // Delivered, then a user's edit: the cache is newer than the write.
+        written.delivered(Some(&"3".to_string()));
+        assert_eq!(written.newest(&bd("3", 2)).metadata.generation, Some(2));
+    }
+
+    #[test]
+    fn a_write_delivered_before_its_answer_is_handled_is_seen() {
+        let mut written = Written::default();
+        written.delivered(Some(&"2".to_string()));
+        written.wrote(bd("2", 1).as_ref().clone());
+        written.delivered(Some(&"3".to_string()));
+        assert_eq!(written.newest(&bd("3", 2)).metadata.generation, Some(2));
+    }
 }

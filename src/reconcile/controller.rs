@@ -37,7 +37,7 @@ async fn reconcile(
     let _in_flight = METRICS.reconcile_started();
     let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
-    let bd = latest(&api, bd, &ctx).await;
+    let bd = latest(bd, &ctx);
     let name = bd.name_any();
     let uid = bd.metadata.uid.clone().unwrap_or_default();
     // Read again just now and relabelled into another shard: not ours to touch any more.
@@ -75,42 +75,26 @@ async fn reconcile(
     result.map_err(|e| ControllerError(Box::new(e)))
 }
 
-/// The object to reconcile: the cached one, unless this agent wrote its status since the cache
-/// last saw it (the watch event of that write may still be on its way when the next pass
+/// The object to reconcile: the cached one, unless this agent wrote its status since and the
+/// watch has not delivered that write yet (its event may still be on its way when the next pass
 /// starts). A pass must not decide from an older status: it would start a revision twice, or run
-/// a helm hook again. Then it is read from the API server; a failed read keeps the cached one.
-async fn latest(
-    api: &Api<BundleDeployment>,
-    cached: Arc<BundleDeployment>,
-    ctx: &Context,
-) -> Arc<BundleDeployment> {
-    let name = cached.name_any();
-    let written = ctx
-        .last_written
+/// a helm hook again. Then it is the object the write was answered with: no read needed.
+fn latest(cached: Arc<BundleDeployment>, ctx: &Context) -> Arc<BundleDeployment> {
+    ctx.last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&name)
-        .cloned();
-    if written.is_none() || written == cached.metadata.resource_version {
-        return cached;
-    }
-    match api.get_opt(&name).await {
-        Ok(Some(fresh)) => {
-            // Cached objects as new as this one need no read again.
-            if let Some(version) = &fresh.metadata.resource_version {
-                ctx.last_written
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(name, version.clone());
-            }
-            Arc::new(fresh)
-        }
-        Ok(None) => cached,
-        Err(error) => {
-            tracing::warn!(bundle_deployment = %name, %error, "could not re-read; using the cached object");
-            cached
-        }
-    }
+        .get(&cached.name_any())
+        .map_or_else(|| cached.clone(), |written| written.newest(&cached))
+}
+
+/// The watch delivered `bd` (see [`latest`]).
+fn delivered(ctx: &Context, bd: &BundleDeployment) {
+    ctx.last_written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(bd.name_any())
+        .or_default()
+        .delivered(bd.metadata.resource_version.as_ref());
 }
 
 fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Context>) -> Action {
@@ -216,6 +200,9 @@ pub async fn run(
         .reflect(writer)
         // After the cache: a pass ending from now on finds the object gone (see `reconcile`).
         .inspect(move |event| {
+            if let Ok(watcher::Event::Apply(bd) | watcher::Event::InitApply(bd)) = event {
+                delivered(&leaving, bd);
+            }
             // Gone from the watch (deleted, or relabelled out of the scope): drop what was
             // kept for it, so its probes and valuesFrom watches stop.
             if let Ok(event) = event {

@@ -369,7 +369,8 @@ async fn report_another_writer(bd: &BundleDeployment, ctx: &Context) {
         .last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .contains_key(&name);
+        .get(&name)
+        .is_some_and(|w| w.write.is_some());
     if other == ctx.identity || !wrote_before {
         return;
     }

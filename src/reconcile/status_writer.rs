@@ -51,13 +51,13 @@ impl<'a> StatusWriter<'a> {
         let patched =
             super::scope::patch_status(self.ctx, &name, self.version.clone(), patch).await?;
         self.version = patched.metadata.resource_version.clone();
-        if let Some(version) = patched.metadata.resource_version {
-            self.ctx
-                .last_written
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(self.bd.name_any(), version);
-        }
+        self.ctx
+            .last_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(self.bd.name_any())
+            .or_default()
+            .wrote(patched);
         notifications.written(work);
         self.written = work.clone();
         Ok(())
