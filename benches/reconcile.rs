@@ -20,13 +20,15 @@ mod support;
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{is_ready, kubectl, line_count, machine_line, proc_status, secs, timed_kubectl};
 use kube::api::{Api, ListParams};
-use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
 use sha2::{Digest, Sha256};
 use support::Fixtures;
@@ -38,37 +40,6 @@ const MANY_OBJECTS: usize = 10;
 const REQUEUE_SECONDS: &str = "10";
 /// Generous: the machine is shared, and a deadline only stops a run that will never finish.
 const READY_DEADLINE: Duration = Duration::from_secs(900);
-
-fn kubectl_path() -> PathBuf {
-    let home = std::env::var_os("HOME").expect("HOME is set");
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(home).join(".cache/pallet"));
-    cache.join("bin/kubectl")
-}
-
-/// Runs kubectl against the local control plane; panics with its stderr when it fails.
-fn kubectl(args: &[&str]) -> String {
-    let out = Command::new(kubectl_path())
-        .arg("--kubeconfig")
-        .arg(cluster::kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("running kubectl (built by tools/controlplane.sh)");
-    assert!(
-        out.status.success(),
-        "kubectl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn timed_kubectl(args: &[&str]) -> Duration {
-    let start = Instant::now();
-    kubectl(args);
-    start.elapsed()
-}
 
 /// `n` ConfigMaps named `<prefix>-NNNN` with no namespace (the BD's installNamespace or kubectl's
 /// `-n` places them), each with a few hundred bytes of data, like a small real config.
@@ -99,16 +70,6 @@ fn bd_yaml(name: &str, run: &str, namespace: &str, url: &str, sha256: &str) -> S
     format!(
         "---\napiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata:\n  name: {name}\n  labels:\n    {TEST_LABEL}: {run}\nspec:\n  installNamespace: {namespace}\n  sources:\n  - kind: http\n    http:\n      url: {url}\n      sha256: {sha256}\n  format: plain\n"
     )
-}
-
-fn is_ready(bd: &BundleDeployment) -> bool {
-    let generation = bd.metadata.generation;
-    bd.status
-        .as_ref()
-        .and_then(|s| find(&s.conditions, "Ready"))
-        .is_some_and(|c| {
-            c.status == "True" && (generation.is_none() || c.observed_generation == generation)
-        })
 }
 
 /// Polls until `expected` BundleDeployments matching `selector` are Ready.
@@ -219,32 +180,11 @@ fn apiserver_writes() -> BTreeMap<String, f64> {
     out
 }
 
-fn line_count(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .map(|t| t.lines().count())
-        .unwrap_or(0)
-}
-
 /// Reconciles finished, counted from the agent's debug log.
 fn reconciles(log: &Path) -> usize {
     std::fs::read_to_string(log)
         .map(|t| t.lines().filter(|l| l.contains("reconciled")).count())
         .unwrap_or(0)
-}
-
-fn proc_status(pid: u32, field: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .map(|l| l[field.len()..].trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.2} s", d.as_secs_f64())
 }
 
 fn ratio(a: Duration, b: Duration) -> String {
@@ -487,21 +427,9 @@ async fn main() {
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
     // ---- report ----
-    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0.0);
     println!();
     println!("reconcile benchmark  run={run}");
-    println!(
-        "machine: nproc={nproc}, MemTotal {:.1} GiB, shared with other users (times include their load)",
-        mem_kib / (1024.0 * 1024.0)
-    );
+    println!("{}", machine_line());
     println!(
         "agent: release build, defaults (--concurrency 4, --apply-parallelism 8), --requeue-seconds {REQUEUE_SECONDS}; sources: http file server, pinned by sha256"
     );

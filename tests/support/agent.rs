@@ -257,18 +257,28 @@ impl Agent {
             .collect()
     }
 
+    /// The agent process's id (for /proc figures such as its RSS).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The address the agent's metrics server listens on, once it has logged it.
+    pub fn metrics_address(&self) -> Option<String> {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines()
+            .find(|l| l.contains("metrics server listening"))
+            .and_then(|l| l.split("address=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|a| a.trim_matches('"').to_string())
+    }
+
     /// The agent's `/metrics` text. Test agents listen on a free port, logged at start.
     pub async fn metrics(&self) -> String {
         let address = cluster::poll_until(
             "the agent's metrics address in its log",
             Duration::from_secs(30),
             || async {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                log.lines()
-                    .find(|l| l.contains("metrics server listening"))
-                    .and_then(|l| l.split("address=").nth(1))
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(|a| a.trim_matches('"').to_string())
+                self.metrics_address()
                     .ok_or_else(|| "not logged yet".to_string())
             },
         )
