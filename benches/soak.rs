@@ -550,8 +550,20 @@ async fn main() {
         "--plain-http-registry",
         registry_host.as_str(),
     ];
+    // Every incarnation runs one copy of the binary cargo built for this run: in a target dir
+    // shared by several checkouts, target/release/pallet is replaced by their builds.
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_pallet"));
+    let pinned = work.path().join("pallet");
+    std::fs::copy(&built, &pinned).expect("copying the pallet binary");
+    let binary = std::fs::read(&pinned).expect("reading the pallet binary");
+    let binary_digest = support::sha256_digest(&binary);
+    drop(binary);
+    let pinned_text = pinned.to_string_lossy().into_owned();
     // info: the debug log of 300 bundles over 30 minutes would be large; warnings carry the errors.
-    let agent_env = [("RUST_LOG", "info")];
+    let agent_env = [
+        ("RUST_LOG", "info"),
+        ("PALLET_TEST_AGENT_BIN", pinned_text.as_str()),
+    ];
     let mut agent = Agent::start_selecting_env(&selector, &run, &agent_args, &agent_env);
     let mut logs = vec![agent.log.clone()];
     let bds: Api<BundleDeployment> = Api::all(client.clone());
@@ -844,6 +856,11 @@ async fn main() {
     println!("{}", machine_line());
     println!(
         "agent: release build, defaults (--concurrency 4, --fetch-concurrency 4), --requeue-seconds {REQUEUE_SECONDS}, --default-poll-interval {POLL_INTERVAL}"
+    );
+    println!(
+        "agent binary: one copy of {} for every incarnation, {}",
+        built.display(),
+        &binary_digest[..19]
     );
     println!(
         "{count} BundleDeployments x {OBJECTS_PER_BUNDLE} ConfigMaps, floating refs: {} image tags (own docker-registry), {} git branches, {} http URLs without sha256",

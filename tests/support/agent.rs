@@ -152,7 +152,16 @@ impl Agent {
         } else {
             &["--metrics-addr", "127.0.0.1:0"]
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        // PALLET_TEST_AGENT_BIN runs another copy of the binary: a long benchmark pins one,
+        // because target/<profile>/pallet is replaced by any later build in a shared target dir.
+        let bin = env
+            .iter()
+            .find(|(k, _)| *k == "PALLET_TEST_AGENT_BIN")
+            .map_or_else(
+                || PathBuf::from(env!("CARGO_BIN_EXE_pallet")),
+                |(_, v)| PathBuf::from(v),
+            );
+        let child = Command::new(bin)
             .arg("agent")
             .args(namespace)
             .args(requeue)
