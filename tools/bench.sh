@@ -2,9 +2,11 @@
 # Runs every benchmark program and writes BENCHMARKS.md: each program's figures and ratios (they
 # measure pallet and its reference side by side in one run), the machine they ran on, the commit.
 #
-#   tools/bench.sh            # full run (the reconcile benchmark's steady state lasts 300 s)
+#   tools/bench.sh            # full run (the reconcile benchmark's steady state lasts 300 s, the
+#                             # soak 30 minutes)
 #   tools/bench.sh --quick    # shorter: 30 s steady state, a 20 MB unpack tarball, scale
-#                             # benchmark at 100 and 500 apps with a 60 s steady state
+#                             # benchmark at 100 and 500 apps with a 60 s steady state, a
+#                             # 3-minute soak
 #
 # Starts the local control plane and the fixture servers when they are not running (and stops
 # only what it started). Output: BENCHMARKS.md at the repository root (override with
@@ -25,6 +27,7 @@ if [ "${1:-}" = "--quick" ]; then
   export PALLET_BENCH_MB=${PALLET_BENCH_MB:-20}
   export PALLET_BENCH_SCALE_SIZES=${PALLET_BENCH_SCALE_SIZES:-100,500}
   export PALLET_BENCH_SCALE_STEADY_SECONDS=${PALLET_BENCH_SCALE_STEADY_SECONDS:-60}
+  export PALLET_BENCH_SOAK_SECONDS=${PALLET_BENCH_SOAK_SECONDS:-180}
   mode="quick"
 else
   mode="full"
@@ -60,6 +63,7 @@ benchmarks=(
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
   "helm_cold|cargo bench --locked --bench helm_cold"
   "changelog|cargo bench --locked --bench changelog"
+  "soak|cargo bench --locked --bench soak"
   "render_bench|cargo run --locked --release -q -p pallet-formats --example render_bench"
 )
 for entry in "${benchmarks[@]}"; do

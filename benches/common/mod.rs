@@ -1,5 +1,5 @@
 //! Helpers shared by the benchmark programs that drive the real agent against a control plane
-//! (`benches/reconcile.rs`, `benches/scale.rs`): kubectl, waiting for BundleDeployments, process
+//! (`benches/reconcile.rs`, `benches/scale.rs`, `benches/soak.rs`): kubectl, waiting for BundleDeployments, process
 //! figures from /proc, and the formatting of times and ratios.
 //!
 //! Use with `#[path = "common/mod.rs"] mod common;`.
@@ -118,6 +118,14 @@ pub fn proc_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// A /proc/PID/status size field in KiB (`VmRSS:`, `VmHWM:`); None when the process is gone.
+pub fn proc_kib(pid: u32, field: &str) -> Option<u64> {
+    proc_status(pid, field)
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+}
+
 /// User + system CPU seconds used so far by process `pid` (its threads included).
 pub fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -199,3 +207,4 @@ pub fn machine() -> String {
     )
 }
 pub mod audit;
+pub mod tcp_front;

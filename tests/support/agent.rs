@@ -152,7 +152,16 @@ impl Agent {
         } else {
             &["--metrics-addr", "127.0.0.1:0"]
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        // PALLET_TEST_AGENT_BIN runs another copy of the binary: a long benchmark pins one,
+        // because target/<profile>/pallet is replaced by any later build in a shared target dir.
+        let bin = env
+            .iter()
+            .find(|(k, _)| *k == "PALLET_TEST_AGENT_BIN")
+            .map_or_else(
+                || PathBuf::from(env!("CARGO_BIN_EXE_pallet")),
+                |(_, v)| PathBuf::from(v),
+            );
+        let child = Command::new(bin)
             .arg("agent")
             .args(namespace)
             .args(requeue)
@@ -285,18 +294,28 @@ impl Agent {
             .collect()
     }
 
+    /// The agent process's id (for /proc figures such as its RSS).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The address the agent's metrics server listens on, once it has logged it.
+    pub fn metrics_address(&self) -> Option<String> {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        log.lines()
+            .find(|l| l.contains("metrics server listening"))
+            .and_then(|l| l.split("address=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(|a| a.trim_matches('"').to_string())
+    }
+
     /// The agent's `/metrics` text. Test agents listen on a free port, logged at start.
     pub async fn metrics(&self) -> String {
         let address = cluster::poll_until(
             "the agent's metrics address in its log",
             Duration::from_secs(30),
             || async {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                log.lines()
-                    .find(|l| l.contains("metrics server listening"))
-                    .and_then(|l| l.split("address=").nth(1))
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(|a| a.trim_matches('"').to_string())
+                self.metrics_address()
                     .ok_or_else(|| "not logged yet".to_string())
             },
         )

@@ -92,7 +92,7 @@ impl ScratchRegistry {
 /// A free port below the kernel's ephemeral range (32768 and up by default): the registry binds
 /// it later, and again after each restart, and a port from the ephemeral range could be taken
 /// in between by any outgoing connection.
-fn free_port_below_ephemeral() -> u16 {
+pub fn free_port_below_ephemeral() -> u16 {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
