@@ -191,7 +191,7 @@ pub fn next_status(
         Outcome::Installed {
             inventory,
             skipped,
-            written,
+            written: _,
             health,
             sources,
             spec_current,
@@ -228,10 +228,9 @@ pub fn next_status(
                 types::INSTALLED,
                 true,
                 "Installed",
-                format!(
-                    "{name}: {} objects applied ({written} written in the last pass){content}",
-                    inventory.len()
-                ),
+                // Not how many the last pass wrote: that changes from pass to pass, and each
+                // change would cost a status write (the change log and Events say it).
+                format!("{name}: {} objects applied{content}", inventory.len()),
             );
             if health.healthy {
                 set(
