@@ -23,14 +23,6 @@ use pallet::api::BundleDeployment;
 use private_control_plane::PrivateControlPlane;
 use serde_json::json;
 
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("metric {name} not found"))
-}
-
 #[tokio::test]
 async fn after_an_api_outage_the_agent_is_back_within_seconds() {
     let plane = PrivateControlPlane::start();
@@ -56,65 +48,25 @@ async fn after_an_api_outage_the_agent_is_back_within_seconds() {
     agent::apply_bd(&client, &test, spec).await;
     agent::wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
 
-    // An outage long enough for unbounded backoffs to grow past half a minute; the agent keeps
-    // trying during it (it requeues every 2 s, and each attempt fails).
+    // An outage long enough for unbounded backoffs to grow past half a minute. A pass that needs
+    // nothing from the API server (its objects' live copies unchanged, its status as written)
+    // makes no request and cannot notice the outage; the agent's watches do, and keep retrying.
     plane.script("stop");
     let outage = Instant::now();
-    cluster::poll_until(
-        "the agent to notice the outage",
-        Duration::from_secs(60),
-        || async {
-            let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
-            let failures = log.matches("api_unreachable=true").count();
-            if failures >= 3 {
-                Ok(())
-            } else {
-                Err(format!("{failures} retries logged"))
-            }
-        },
-    )
-    .await;
     while outage.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let successes = metric(
-        &agent.metrics().await,
-        "pallet_reconciles_total{result=\"success\"}",
-    );
     plane.script("start");
     let back = Instant::now();
-
-    // The agent succeeds again within seconds: its retries and its watches are bounded by
-    // API_RETRY_MAX (4 s), not grown with the outage (kube's watch backoff reaches 30 s, the
-    // per-BundleDeployment backoff a minute and more).
-    cluster::poll_until(
-        "a successful reconcile after the API server's return",
-        Duration::from_secs(10),
-        || async {
-            let now = metric(
-                &agent.metrics().await,
-                "pallet_reconciles_total{result=\"success\"}",
-            );
-            if now > successes {
-                Ok(())
-            } else {
-                Err(format!("{now} successful reconciles, as before the return"))
-            }
-        },
-    )
-    .await;
-    eprintln!(
-        "working again {:?} after the API server returned",
-        back.elapsed()
-    );
-
-    // And it repairs drift made after the return.
+    // It repairs drift made right after the return within seconds: its watches' retries are
+    // bounded by API_RETRY_MAX (4 s), not grown with the outage (kube's watch backoff reaches
+    // 30 s, the per-BundleDeployment backoff a minute and more).
     let client = plane.client().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
     cms.delete("app", &Default::default()).await.unwrap();
     cluster::poll_until(
         "the deleted ConfigMap to be back",
-        Duration::from_secs(20),
+        Duration::from_secs(15),
         || async {
             match cms.get_opt("app").await {
                 Ok(Some(_)) => Ok(()),
@@ -123,6 +75,10 @@ async fn after_an_api_outage_the_agent_is_back_within_seconds() {
         },
     )
     .await;
+    eprintln!(
+        "drift repaired {:?} after the API server returned",
+        back.elapsed()
+    );
     let bds: Api<BundleDeployment> = Api::all(client.clone());
     let _ = bds.delete(&test, &Default::default()).await;
     agent::wait_bd_gone(&client, &test).await;

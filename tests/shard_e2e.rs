@@ -437,7 +437,7 @@ async fn a_status_write_after_a_relabel_into_another_shard_is_refused() {
     )
     .await
     .unwrap();
-    let written = patch_status(&ctx, &name, read, json!({"agent": "pass-1"}))
+    let (written, _) = patch_status(&ctx, &name, read, json!({"agent": "pass-1"}))
         .await
         .unwrap();
     assert_eq!(written.status.unwrap().agent.as_deref(), Some("pass-1"));

@@ -27,50 +27,57 @@ pub(super) type Snapshot = std::sync::Arc<Vec<Object>>;
 /// Workers of a context made with [`Context::new`] (the agent sets its own: `--concurrency`).
 const DEFAULT_WORKERS: usize = 4;
 
-/// A BundleDeployment as the agent's last status write left it, and what the watch delivered.
+/// A BundleDeployment as the agent's last status write left it.
 #[derive(Clone, Default)]
 pub struct Written {
     /// The object the API server answered the last status write with, and its resourceVersion.
     pub write: Option<(String, std::sync::Arc<BundleDeployment>)>,
-    /// The version the watch delivered last.
-    pub delivered: Option<String>,
-    /// True once the watch has delivered the written version: from then on the watch's cache is
-    /// at least as new as the write.
-    pub seen: bool,
+    /// Versions known to be older than that write: each status write is conditional on the
+    /// version it was made on, so that version, and the ones before it in an unbroken chain of
+    /// this agent's writes, came before it.
+    pub behind: Vec<String>,
 }
 
+/// How many older versions [`Written`] keeps.
+const BEHIND_KEPT: usize = 8;
+
 impl Written {
-    /// Records a status write answered with `object`.
-    pub fn wrote(&mut self, object: BundleDeployment) {
+    /// Records a status write made on version `base` (None: unconditional) and answered with
+    /// `object`.
+    pub fn wrote(&mut self, base: Option<String>, object: BundleDeployment) {
         let Some(version) = object.metadata.resource_version.clone() else {
             return;
         };
-        // The watch may deliver it before the write's answer is handled.
-        self.seen = self.delivered.as_ref() == Some(&version);
+        let previous = self.write.take().map(|(v, _)| v);
+        match base {
+            Some(base) if previous.as_ref() == Some(&base) => self.behind.push(base),
+            Some(base) => self.behind = vec![base],
+            None => self.behind.clear(),
+        }
+        if self.behind.len() > BEHIND_KEPT {
+            self.behind.remove(0);
+        }
         self.write = Some((version, std::sync::Arc::new(object)));
     }
 
-    /// Records that the watch delivered `version`.
-    pub fn delivered(&mut self, version: Option<&String>) {
-        self.delivered = version.cloned();
-        if version.is_some() && self.write.as_ref().map(|(v, _)| v) == version {
-            self.seen = true;
-        }
-    }
-
-    /// The object a pass must start from, given the watch's `cached` one: the written one
-    /// while the watch has not delivered it yet.
+    /// Whether a pass may start from the watch's `cached` object (`Some(object to use)`), or
+    /// must read it (`None`): the written object when the cache is known to be older than the
+    /// write, the cached one when it is the write itself; any other version may be newer or
+    /// older (a watch that re-listed after an outage skips versions), so it is read.
     pub fn newest(
         &self,
         cached: &std::sync::Arc<BundleDeployment>,
-    ) -> std::sync::Arc<BundleDeployment> {
-        match &self.write {
-            Some((version, object))
-                if !self.seen && cached.metadata.resource_version.as_ref() != Some(version) =>
-            {
-                object.clone()
-            }
-            _ => cached.clone(),
+    ) -> Option<std::sync::Arc<BundleDeployment>> {
+        let Some((version, object)) = &self.write else {
+            return Some(cached.clone());
+        };
+        let cached_version = cached.metadata.resource_version.as_ref()?;
+        if cached_version == version {
+            Some(cached.clone())
+        } else if self.behind.contains(cached_version) {
+            Some(object.clone())
+        } else {
+            None
         }
     }
 }
@@ -534,31 +541,22 @@ mod tests {
     }
 
     #[test]
-    fn a_pass_starts_from_the_written_object_until_the_watch_delivers_it() {
+    fn a_pass_starts_from_the_written_object_only_when_the_cache_is_known_to_be_older() {
         let mut written = Written::default();
-        written.delivered(Some(&"1".to_string()));
-        written.wrote(bd("2", 1).as_ref().clone());
-        // The cache still holds version 1: the write's answer is newer.
-        assert_eq!(
-            written
-                .newest(&bd("1", 1))
-                .metadata
-                .resource_version
-                .as_deref(),
-            Some("2")
-        );
-        written.delivered(Some(&"2".to_string()));
-        // Delivered, then a user's edit: the cache is newer than the write.
-        written.delivered(Some(&"3".to_string()));
-        assert_eq!(written.newest(&bd("3", 2)).metadata.generation, Some(2));
-    }
-
-    #[test]
-    fn a_write_delivered_before_its_answer_is_handled_is_seen() {
-        let mut written = Written::default();
-        written.delivered(Some(&"2".to_string()));
-        written.wrote(bd("2", 1).as_ref().clone());
-        written.delivered(Some(&"3".to_string()));
-        assert_eq!(written.newest(&bd("3", 2)).metadata.generation, Some(2));
+        written.wrote(Some("1".into()), bd("2", 1).as_ref().clone());
+        written.wrote(Some("2".into()), bd("3", 1).as_ref().clone());
+        let version = |o: Option<std::sync::Arc<BundleDeployment>>| {
+            o.map(|o| o.metadata.resource_version.clone().unwrap())
+        };
+        // The cache two writes behind, one behind, current.
+        assert_eq!(version(written.newest(&bd("1", 1))).as_deref(), Some("3"));
+        assert_eq!(version(written.newest(&bd("2", 1))).as_deref(), Some("3"));
+        assert_eq!(version(written.newest(&bd("3", 1))).as_deref(), Some("3"));
+        // A version the chain does not know (a re-list after an outage, a user's edit): read it.
+        assert!(written.newest(&bd("7", 2)).is_none());
+        // A write not made on the last one starts a new chain.
+        written.wrote(Some("9".into()), bd("10", 2).as_ref().clone());
+        assert!(written.newest(&bd("2", 1)).is_none());
+        assert_eq!(version(written.newest(&bd("9", 2))).as_deref(), Some("10"));
     }
 }

@@ -37,7 +37,7 @@ async fn reconcile(
     let _in_flight = METRICS.reconcile_started();
     let started = std::time::Instant::now();
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
-    let bd = latest(bd, &ctx);
+    let bd = latest(&api, bd, &ctx).await;
     let name = bd.name_any();
     let uid = bd.metadata.uid.clone().unwrap_or_default();
     // Read again just now and relabelled into another shard: not ours to touch any more.
@@ -79,22 +79,45 @@ async fn reconcile(
 /// watch has not delivered that write yet (its event may still be on its way when the next pass
 /// starts). A pass must not decide from an older status: it would start a revision twice, or run
 /// a helm hook again. Then it is the object the write was answered with: no read needed.
-fn latest(cached: Arc<BundleDeployment>, ctx: &Context) -> Arc<BundleDeployment> {
-    ctx.last_written
+async fn latest(
+    api: &Api<BundleDeployment>,
+    cached: Arc<BundleDeployment>,
+    ctx: &Context,
+) -> Arc<BundleDeployment> {
+    let name = cached.name_any();
+    let known = ctx
+        .last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&cached.name_any())
-        .map_or_else(|| cached.clone(), |written| written.newest(&cached))
-}
-
-/// The watch delivered `bd` (see [`latest`]).
-fn delivered(ctx: &Context, bd: &BundleDeployment) {
-    ctx.last_written
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(bd.name_any())
-        .or_default()
-        .delivered(bd.metadata.resource_version.as_ref());
+        .get(&name)
+        .map_or_else(|| Some(cached.clone()), |written| written.newest(&cached));
+    if let Some(object) = known {
+        return object;
+    }
+    match api.get_opt(&name).await {
+        Ok(Some(fresh)) => {
+            let fresh = Arc::new(fresh);
+            // What was read is now the newest this agent knows of.
+            if let Some(version) = fresh.metadata.resource_version.clone() {
+                ctx.last_written
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(
+                        name,
+                        super::context::Written {
+                            write: Some((version, fresh.clone())),
+                            behind: Vec::new(),
+                        },
+                    );
+            }
+            fresh
+        }
+        Ok(None) => cached,
+        Err(error) => {
+            tracing::warn!(bundle_deployment = %name, %error, "could not re-read; using the cached object");
+            cached
+        }
+    }
 }
 
 fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Context>) -> Action {
@@ -200,9 +223,6 @@ pub async fn run(
         .reflect(writer)
         // After the cache: a pass ending from now on finds the object gone (see `reconcile`).
         .inspect(move |event| {
-            if let Ok(watcher::Event::Apply(bd) | watcher::Event::InitApply(bd)) = event {
-                delivered(&leaving, bd);
-            }
             // Gone from the watch (deleted, or relabelled out of the scope): drop what was
             // kept for it, so its probes and valuesFrom watches stop.
             if let Ok(event) = event {

@@ -72,13 +72,14 @@ impl Context {
 /// Merge-patches `status` onto BundleDeployment `name`, conditional on `version` (the
 /// resourceVersion the pass last knew; none: unconditional). On a conflict the object is read
 /// again: out of scope, nothing is written ([`ReconcileError::OutOfScope`]); still in scope
-/// (an edit of its spec or labels), the patch is retried on the new version.
+/// (an edit of its spec or labels), the patch is retried on the new version. Returns the patched
+/// object and the version the successful patch was made on.
 pub async fn patch_status(
     ctx: &Context,
     name: &str,
     mut version: Option<String>,
     status: serde_json::Value,
-) -> Result<BundleDeployment, ReconcileError> {
+) -> Result<(BundleDeployment, Option<String>), ReconcileError> {
     let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
     let params = PatchParams {
         field_manager: ctx.scope.status_field_manager(),
@@ -95,7 +96,7 @@ pub async fn patch_status(
             None => json!({ "status": status }),
         };
         let conflict = match api.patch_status(name, &params, &Patch::Merge(&patch)).await {
-            Ok(patched) => return Ok(patched),
+            Ok(patched) => return Ok((patched, version)),
             Err(kube::Error::Api(answer)) if answer.code == 409 && attempt < CONFLICT_RETRIES => {
                 answer
             }

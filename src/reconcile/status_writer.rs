@@ -48,7 +48,7 @@ impl<'a> StatusWriter<'a> {
         }
         let patch = status_merge_patch(&self.written, work);
         let name = self.bd.name_any();
-        let patched =
+        let (patched, base) =
             super::scope::patch_status(self.ctx, &name, self.version.clone(), patch).await?;
         self.version = patched.metadata.resource_version.clone();
         self.ctx
@@ -57,7 +57,7 @@ impl<'a> StatusWriter<'a> {
             .unwrap_or_else(|p| p.into_inner())
             .entry(self.bd.name_any())
             .or_default()
-            .wrote(patched);
+            .wrote(base, patched);
         notifications.written(work);
         self.written = work.clone();
         Ok(())
