@@ -436,11 +436,7 @@ impl Applier {
             resource,
             desired,
         } = target;
-        let cached = match &self.live {
-            Some(copies) => copies.lookup(&resource, key.namespace.as_deref(), &key.name),
-            None => live::Lookup::Unknown,
-        };
-        let live = match cached {
+        let live = match self.cached(&resource, &key) {
             live::Lookup::Found(object) => Some(object.as_ref().clone()),
             live::Lookup::Absent => {
                 // No pallet-owned object by this name: most likely none at all. Created
@@ -526,6 +522,14 @@ impl Applier {
         }
         self.record(&applied);
         Ok(applied)
+    }
+
+    /// What the live copies know of `key` (Unknown without live copies).
+    fn cached(&self, resource: &ApiResource, key: &ObjectKey) -> live::Lookup {
+        match &self.live {
+            Some(copies) => copies.lookup(resource, key.namespace.as_deref(), &key.name),
+            None => live::Lookup::Unknown,
+        }
     }
 
     /// Reads the live object for an apply; its kind going away in between is reported as not
@@ -782,11 +786,7 @@ impl Applier {
             };
             // Gone, or its whole kind is gone (a CRD deleted a moment ago): nothing to delete.
             // Only pallet-owned objects are deleted, so the live copies answer when they can.
-            let cached = match &self.live {
-                Some(copies) => copies.lookup(&resource, key.namespace.as_deref(), &key.name),
-                None => live::Lookup::Unknown,
-            };
-            let live = match cached {
+            let live = match self.cached(&resource, key) {
                 live::Lookup::Found(object) => object.as_ref().clone(),
                 live::Lookup::Absent => continue,
                 live::Lookup::Unknown => match self.read_live(&api, &resource, key).await? {

@@ -96,19 +96,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         let objects = rendered.object_list();
         // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
         let writer = match &bd.spec.service_account {
-            Some(sa) => {
-                let mut config = config.clone();
-                config.auth_info.impersonate = Some(format!(
-                    "system:serviceaccount:{}:{}",
-                    sa.namespace, sa.name
-                ));
-                config.auth_info.impersonate_groups = Some(vec![
-                    "system:serviceaccounts".into(),
-                    format!("system:serviceaccounts:{}", sa.namespace),
-                    "system:authenticated".into(),
-                ]);
-                Client::try_from(config)?
-            }
+            Some(sa) => Client::try_from(crate::reconcile::context::impersonating(&config, sa))?,
             None => client.clone(),
         };
         let name = bd.metadata.name.clone().unwrap_or_default();

@@ -38,6 +38,22 @@ pub struct Written {
     pub behind: Vec<String>,
 }
 
+/// `config` acting as ServiceAccount `sa` (impersonation, with the groups the API server gives
+/// a ServiceAccount's token), as the agent writes a BundleDeployment's objects.
+pub fn impersonating(config: &Config, sa: &crate::api::ServiceAccountReference) -> Config {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(format!(
+        "system:serviceaccount:{}:{}",
+        sa.namespace, sa.name
+    ));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{}", sa.namespace),
+        "system:authenticated".into(),
+    ]);
+    config
+}
+
 /// How many older versions [`Written`] keeps.
 const BEHIND_KEPT: usize = 8;
 
@@ -448,18 +464,8 @@ impl Context {
         if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let mut config = self.config.clone();
-        config.auth_info.impersonate = Some(format!(
-            "system:serviceaccount:{}:{}",
-            sa.namespace, sa.name
-        ));
-        config.auth_info.impersonate_groups = Some(vec![
-            "system:serviceaccounts".into(),
-            format!("system:serviceaccounts:{}", sa.namespace),
-            "system:authenticated".into(),
-        ]);
-        let client =
-            crate::client_metrics::counted_client(config).map_err(|e| ReconcileError::Kube {
+        let client = crate::client_metrics::counted_client(impersonating(&self.config, sa))
+            .map_err(|e| ReconcileError::Kube {
                 context: "build impersonating client".into(),
                 source: e,
             })?;

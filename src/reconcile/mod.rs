@@ -10,7 +10,7 @@
 pub mod changes;
 mod cleanup;
 mod content;
-mod context;
+pub mod context;
 mod revision_apply;
 mod status_writer;
 
