@@ -392,6 +392,35 @@ async fn stale_or_damaged_chunks_are_replaced() {
     cleanup(&client, &ns).await;
 }
 
+/// Saves create their chunks without listing first: chunks past the new save's count, left by
+/// an earlier, larger save of the same number whose repair was interrupted, is ignored by `load`
+/// and removed with the revision.
+#[tokio::test]
+async fn a_chunk_left_past_the_count_by_a_larger_save_is_ignored() {
+    let client = cluster::client().await;
+    let ns = namespace(&client, "rev-stray").await;
+    let store = RevisionStore::new(client.clone(), &ns);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let old = two_chunk_record("web", 41);
+    store.save(&old).await.unwrap();
+    secrets
+        .delete(&secret_name("web", 2, 0), &Default::default())
+        .await
+        .unwrap();
+    let new = record("web", 2, 2, 100, 42);
+    assert_eq!(encode(&new).unwrap().len(), 1);
+    store.save(&new).await.unwrap();
+    assert_eq!(
+        chunk_secrets(&client, &ns, "web", 2).await.len(),
+        encode(&old).unwrap().len(),
+        "the new chunk 0 and the old save's later chunks"
+    );
+    assert_eq!(store.load("web", 2).await.unwrap(), new);
+    store.delete("web", 2).await.unwrap();
+    assert!(chunk_secrets(&client, &ns, "web", 2).await.is_empty());
+    cleanup(&client, &ns).await;
+}
+
 #[tokio::test]
 async fn concurrent_identical_saves_both_succeed() {
     let client = cluster::client().await;

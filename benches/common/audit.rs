@@ -24,7 +24,12 @@ impl AuditLog {
     pub fn requests(&self, user: &str, from: f64, to: f64) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
         for r in self.events(user, from, to) {
-            *out.entry(format!("{} {}", r.verb, r.resource)).or_insert(0) += 1;
+            // Refused requests (a 409 on a conditional write) are told apart: they are retried.
+            let key = match r.code {
+                Some(code) if code >= 300 => format!("{} {} ({code})", r.verb, r.resource),
+                _ => format!("{} {}", r.verb, r.resource),
+            };
+            *out.entry(key).or_insert(0) += 1;
         }
         out
     }
@@ -82,6 +87,7 @@ impl AuditLog {
                     verb: verb.to_string(),
                     resource,
                     name: object["name"].as_str().unwrap_or("").to_string(),
+                    code: event["responseStatus"]["code"].as_u64(),
                 });
             }
         }
@@ -97,6 +103,8 @@ pub struct Request {
     pub resource: String,
     /// The object's name; empty for lists and collections.
     pub name: String,
+    /// The response's HTTP status code, when the request completed.
+    pub code: Option<u64>,
 }
 
 /// Now, in seconds since the epoch.

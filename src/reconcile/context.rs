@@ -36,6 +36,9 @@ pub struct Written {
     /// version it was made on, so that version, and the ones before it in an unbroken chain of
     /// this agent's writes, came before it.
     pub behind: Vec<String>,
+    /// The objects a progressing revision was waiting for when that write was made (see
+    /// [`super::status::progress_detail_only`]); None after any other write.
+    pub waiting: Option<Vec<String>>,
 }
 
 /// `config` acting as ServiceAccount `sa` (impersonation, with the groups the API server gives
@@ -60,7 +63,12 @@ const BEHIND_KEPT: usize = 8;
 impl Written {
     /// Records a status write made on version `base` (None: unconditional) and answered with
     /// `object`.
-    pub fn wrote(&mut self, base: Option<String>, object: BundleDeployment) {
+    pub fn wrote(
+        &mut self,
+        base: Option<String>,
+        object: BundleDeployment,
+        waiting: Option<Vec<String>>,
+    ) {
         let Some(version) = object.metadata.resource_version.clone() else {
             return;
         };
@@ -74,6 +82,7 @@ impl Written {
             self.behind.remove(0);
         }
         self.write = Some((version, std::sync::Arc::new(object)));
+        self.waiting = waiting;
     }
 
     /// Whether a pass may start from the watch's `cached` object (`Some(object to use)`), or
@@ -549,8 +558,8 @@ mod tests {
     #[test]
     fn a_pass_starts_from_the_written_object_only_when_the_cache_is_known_to_be_older() {
         let mut written = Written::default();
-        written.wrote(Some("1".into()), bd("2", 1).as_ref().clone());
-        written.wrote(Some("2".into()), bd("3", 1).as_ref().clone());
+        written.wrote(Some("1".into()), bd("2", 1).as_ref().clone(), None);
+        written.wrote(Some("2".into()), bd("3", 1).as_ref().clone(), None);
         let version = |o: Option<std::sync::Arc<BundleDeployment>>| {
             o.map(|o| o.metadata.resource_version.clone().unwrap())
         };
@@ -561,7 +570,7 @@ mod tests {
         // A version the chain does not know (a re-list after an outage, a user's edit): read it.
         assert!(written.newest(&bd("7", 2)).is_none());
         // A write not made on the last one starts a new chain.
-        written.wrote(Some("9".into()), bd("10", 2).as_ref().clone());
+        written.wrote(Some("9".into()), bd("10", 2).as_ref().clone(), None);
         assert!(written.newest(&bd("2", 1)).is_none());
         assert_eq!(version(written.newest(&bd("9", 2))).as_deref(), Some("10"));
     }

@@ -106,7 +106,7 @@ async fn latest(
                         name,
                         super::context::Written {
                             write: Some((version, fresh.clone())),
-                            behind: Vec::new(),
+                            ..Default::default()
                         },
                     );
             }

@@ -64,6 +64,7 @@ pub fn assess_health(
             .any(|(_, h)| h.state == health::HealthState::Failed),
         total: assessed.len(),
         message: health::summarize(&unhealthy, 5),
+        waiting: unhealthy.iter().map(|(name, _)| name.clone()).collect(),
         failed_check,
     }
 }
@@ -79,6 +80,9 @@ pub fn add_probes(report: &mut HealthReport, probes: Vec<(String, health::Health
         return;
     }
     report.healthy = false;
+    report
+        .waiting
+        .extend(unhealthy.iter().map(|(name, _)| name.clone()));
     for (name, health) in &unhealthy {
         if health.state == health::HealthState::Failed {
             report.failed = true;

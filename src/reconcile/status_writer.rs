@@ -46,6 +46,18 @@ impl<'a> StatusWriter<'a> {
         if *work == self.written {
             return Ok(());
         }
+        let waiting = match outcome {
+            Outcome::Installed { health, .. } if !health.healthy => Some(health.waiting.clone()),
+            _ => None,
+        };
+        if waiting.is_some()
+            && waiting == self.waiting_written()
+            && status::progress_detail_only(&self.written, work)
+        {
+            // The same objects are still on their way: the condition keeps the words of the last
+            // write until the set changes or the revision settles.
+            return Ok(());
+        }
         let patch = status_merge_patch(&self.written, work);
         let name = self.bd.name_any();
         let (patched, base) =
@@ -57,10 +69,23 @@ impl<'a> StatusWriter<'a> {
             .unwrap_or_else(|p| p.into_inner())
             .entry(self.bd.name_any())
             .or_default()
-            .wrote(base, patched);
+            .wrote(base, patched, waiting);
         notifications.written(work);
         self.written = work.clone();
         Ok(())
+    }
+}
+
+impl StatusWriter<'_> {
+    /// What a progressing revision was waiting for at the agent's last status write of this
+    /// BundleDeployment, if that write was one (and is the version this pass started from).
+    fn waiting_written(&self) -> Option<Vec<String>> {
+        let last = self.ctx.last_written.lock().unwrap_or_else(|p| p.into_inner());
+        let written = last.get(&self.bd.name_any())?;
+        let (version, _) = written.write.as_ref()?;
+        (self.version.as_ref() == Some(version))
+            .then(|| written.waiting.clone())
+            .flatten()
     }
 }
 

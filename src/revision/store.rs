@@ -75,22 +75,12 @@ impl RevisionStore {
         }
         let wanted = self.chunk_secrets(record, &chunks)?;
         let bd = &record.bundle_deployment;
-        let number = record.number;
-        let mut present = vec![false; wanted.len()];
-        for live in self.list_secrets(bd, Some(number)).await? {
-            let name = live.metadata.name.clone().unwrap_or_default();
-            match wanted
-                .iter()
-                .position(|w| w.metadata.name.as_deref() == Some(name.as_str()))
-            {
-                Some(i) if same_content(&live, &wanted[i]) => present[i] = true,
-                _ => self.delete_secret(bd, Some(number), &live, true).await?,
-            }
-        }
-        for (secret, present) in wanted.iter().zip(present) {
-            if !present {
-                self.create_chunk(bd, number, secret).await?;
-            }
+        // Created without listing first (a list per revision was one request per install):
+        // a chunk already there with this content is kept, one with other content replaced
+        // (see `create_chunk`). Chunks past this save's count left by an earlier, larger save
+        // of the same number are ignored by `load` and deleted with the revision.
+        for secret in &wanted {
+            self.create_chunk(bd, record.number, secret).await?;
         }
         Ok(())
     }
@@ -119,17 +109,22 @@ impl RevisionStore {
                 chunk,
                 detail,
             };
-        // Index the Secrets by chunk; all must describe the same blob.
-        let mut by_chunk: BTreeMap<usize, &Secret> = BTreeMap::new();
-        let mut blob: Option<(String, usize, String)> = None; // (sha256, count, from which Secret)
+        // Index the Secrets by chunk, chunk 0 first: all must describe chunk 0's blob, except
+        // chunks past its count, which an earlier, larger save of this number left behind.
+        let mut indexed = Vec::with_capacity(secrets.len());
         for secret in &secrets {
             let name = secret.metadata.name.clone().unwrap_or_default();
-            let annotation = |key: &str| annotation(&secret.metadata, key).unwrap_or_default();
             let chunk = label(&secret.metadata, LABEL_CHUNK)
                 .and_then(|c| c.parse::<usize>().ok())
-                .ok_or_else(|| {
-                    corrupt(name.clone(), None, format!("no valid {LABEL_CHUNK} label"))
-                })?;
+                .ok_or_else(|| corrupt(name, None, format!("no valid {LABEL_CHUNK} label")))?;
+            indexed.push((chunk, secret));
+        }
+        indexed.sort_by_key(|(chunk, _)| *chunk);
+        let mut by_chunk: BTreeMap<usize, &Secret> = BTreeMap::new();
+        let mut blob: Option<(String, usize, String)> = None; // (sha256, count, from which Secret)
+        for (chunk, secret) in indexed {
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let annotation = |key: &str| annotation(&secret.metadata, key).unwrap_or_default();
             let count = annotation(ANNOTATION_CHUNKS)
                 .parse::<usize>()
                 .map_err(|_| {
@@ -142,6 +137,11 @@ impl RevisionStore {
             let sha = annotation(ANNOTATION_SHA256).to_string();
             match &blob {
                 None => blob = Some((sha, count, name.clone())),
+                Some((first_sha, first_count, _))
+                    if (*first_sha != sha || *first_count != count) && chunk >= *first_count =>
+                {
+                    continue;
+                }
                 Some((first_sha, first_count, first)) => {
                     if *first_sha != sha || *first_count != count {
                         return Err(corrupt(
