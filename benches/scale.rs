@@ -26,6 +26,9 @@
 //!   between them: time until all are Ready, each agent's requests, and every object either one
 //!   wrote that belongs to the other's shard (from the audit log; expected none).
 //!
+//! `PALLET_BENCH_AGENT_WRAP` runs each agent under a command prefix, for profiling (for example
+//! `heaptrack -o /tmp/agent`); the time and RSS figures of such a run are not the agent's.
+//!
 //! Run: `tools/fixtures.sh start`, then `cargo bench --bench scale` (builds the control plane
 //! if needed and `pallet` in the bench profile); `tools/bench.sh` runs it with the others.
 
@@ -298,7 +301,18 @@ impl Agent {
         let log = work.join(format!("{name}.log"));
         let changes = work.join(format!("{name}-changes.jsonl"));
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        // PALLET_BENCH_AGENT_WRAP (e.g. `heaptrack -o /tmp/agent`) runs the agent under a
+        // profiler; its figures of time and RSS are then the profiler's, not the agent's.
+        let wrap = std::env::var("PALLET_BENCH_AGENT_WRAP").unwrap_or_default();
+        let mut command = match wrap.split_whitespace().collect::<Vec<_>>().split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(env!("CARGO_BIN_EXE_pallet"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_pallet")),
+        };
+        let child = command
             .args(["agent", "--namespace", "pallet-system"])
             .arg("--kubeconfig")
             .arg(user)

@@ -51,8 +51,15 @@ struct KindObjects {
 /// One object as kept.
 #[derive(Clone)]
 enum Kept {
-    /// Its body.
-    Body(Arc<DynamicObject>),
+    /// Its body as JSON text, with the version and owner read out. Text, not the decoded
+    /// object: a decoded JSON tree takes several times the memory of its text, and at a
+    /// thousand bundles the copies were the agent's largest holding. A look-up decodes it
+    /// (microseconds for an object under [`MAX_KEPT_BYTES`]).
+    Body {
+        json: Arc<[u8]>,
+        version: Option<String>,
+        owner: Option<String>,
+    },
     /// Too large to keep (over [`MAX_KEPT_BYTES`]): only that it exists, at this version, and
     /// its owner. It is read from the API server when a pass needs it.
     Large {
@@ -64,15 +71,13 @@ enum Kept {
 impl Kept {
     fn resource_version(&self) -> Option<&String> {
         match self {
-            Kept::Body(object) => object.metadata.resource_version.as_ref(),
-            Kept::Large { version, .. } => version.as_ref(),
+            Kept::Body { version, .. } | Kept::Large { version, .. } => version.as_ref(),
         }
     }
 
     fn owner(&self) -> Option<String> {
         match self {
-            Kept::Body(object) => owner_of(object),
-            Kept::Large { owner, .. } => owner.clone(),
+            Kept::Body { owner, .. } | Kept::Large { owner, .. } => owner.clone(),
         }
     }
 }
@@ -147,7 +152,17 @@ fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
             kind: resource.kind.clone(),
         });
     }
-    Kept::Body(Arc::new(object))
+    let owner = owner_of(&object);
+    let version = object.metadata.resource_version.clone();
+    match serde_json::to_vec(&object) {
+        Ok(json) => Kept::Body {
+            json: json.into(),
+            version,
+            owner,
+        },
+        // Not expected (it was decoded from JSON); read from the API server when needed.
+        Err(_) => Kept::Large { version, owner },
+    }
 }
 
 impl LiveObjects {
@@ -162,7 +177,10 @@ impl LiveObjects {
         }
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         match kind.objects.get(&key) {
-            Some(Kept::Body(object)) => Lookup::Found(object.clone()),
+            Some(Kept::Body { json, .. }) => match serde_json::from_slice(json) {
+                Ok(object) => Lookup::Found(Arc::new(object)),
+                Err(_) => Lookup::Unknown,
+            },
             Some(Kept::Large { .. }) => Lookup::Unknown,
             None => Lookup::Absent,
         }

@@ -87,8 +87,9 @@ impl Written {
 
     /// Whether a pass may start from the watch's `cached` object (`Some(object to use)`), or
     /// must read it (`None`): the written object when the cache is known to be older than the
-    /// write, the cached one when it is the write itself; any other version may be newer or
-    /// older (a watch that re-listed after an outage skips versions), so it is read.
+    /// write, the cached one when it is the write itself or has a higher generation (a spec
+    /// edit after it); any other version may be newer or older (a watch that re-listed after
+    /// an outage skips versions), so it is read.
     pub fn newest(
         &self,
         cached: &std::sync::Arc<BundleDeployment>,
@@ -101,6 +102,11 @@ impl Written {
             Some(cached.clone())
         } else if self.behind.contains(cached_version) {
             Some(object.clone())
+        } else if cached.metadata.generation > object.metadata.generation {
+            // A spec edit made after the write: every version derives from the one before it
+            // (the API server's compare-and-swap), so one with a higher generation than the
+            // write's answer came after it and holds it. An upgrade is such an edit.
+            Some(cached.clone())
         } else {
             None
         }
@@ -567,8 +573,11 @@ mod tests {
         assert_eq!(version(written.newest(&bd("1", 1))).as_deref(), Some("3"));
         assert_eq!(version(written.newest(&bd("2", 1))).as_deref(), Some("3"));
         assert_eq!(version(written.newest(&bd("3", 1))).as_deref(), Some("3"));
-        // A version the chain does not know (a re-list after an outage, a user's edit): read it.
-        assert!(written.newest(&bd("7", 2)).is_none());
+        // A version the chain does not know (a re-list after an outage, a user's edit of labels
+        // or annotations): read it.
+        assert!(written.newest(&bd("7", 1)).is_none());
+        // A higher generation than the write's: a spec edit made after it.
+        assert_eq!(version(written.newest(&bd("7", 2))).as_deref(), Some("7"));
         // A write not made on the last one starts a new chain.
         written.wrote(Some("9".into()), bd("10", 2).as_ref().clone(), None);
         assert!(written.newest(&bd("2", 1)).is_none());

@@ -95,7 +95,8 @@ async fn latest(
         return object;
     }
     match api.get_opt(&name).await {
-        Ok(Some(fresh)) => {
+        Ok(Some(mut fresh)) => {
+            fresh.metadata.managed_fields = None; // as in the cache (see `decode`)
             let fresh = Arc::new(fresh);
             // What was read is now the newest this agent knows of.
             if let Some(version) = fresh.metadata.resource_version.clone() {
@@ -385,8 +386,11 @@ pub fn decode_event(
     }
 }
 
-fn decode(object: DynamicObject) -> Option<BundleDeployment> {
+fn decode(mut object: DynamicObject) -> Option<BundleDeployment> {
     let name = object.name_any();
+    // Not kept: nothing reads them, and the status manager's entry lists every status field
+    // (each inventory entry, revision and condition), often the larger part of the object.
+    object.metadata.managed_fields = None;
     match serde_json::to_value(&object).and_then(serde_json::from_value) {
         Ok(bd) => Some(bd),
         Err(error) => {

@@ -60,8 +60,9 @@ impl<'a> StatusWriter<'a> {
         }
         let patch = status_merge_patch(&self.written, work);
         let name = self.bd.name_any();
-        let (patched, base) =
+        let (mut patched, base) =
             super::scope::patch_status(self.ctx, &name, self.version.clone(), patch).await?;
+        patched.metadata.managed_fields = None; // kept like the watch's copies (see `decode`)
         self.version = patched.metadata.resource_version.clone();
         self.ctx
             .last_written

@@ -1,8 +1,11 @@
 //! How many BundleDeployments are reconciled at once: fixed (`--concurrency N`), or adapting to
-//! what the API server accepts. Adaptive is additive increase, multiplicative decrease (as TCP
-//! does): one more worker after every `limit` passes that the API server served without
-//! throttling, half as many after a pass it throttled (HTTP 429, which API Priority and Fairness
-//! answers when a client's queues are full), never outside `[min, max]`.
+//! what the API server accepts. Adaptive is TCP's congestion control: a slow start (one more
+//! worker after each pass served, so the limit doubles every round) until the API server first
+//! throttles, then additive increase, multiplicative decrease: one more worker after every
+//! `limit` passes served without throttling, half as many after a pass it throttled (HTTP 429,
+//! which API Priority and Fairness answers when a client's queues are full), never outside
+//! `[min, max]`. Without the slow start, a hundred bundles were installed before the limit had
+//! grown from 4 to 20.
 //!
 //! The arithmetic is [`Limit`] (pure, unit-tested); [`Workers`] holds the permits.
 
@@ -19,6 +22,8 @@ pub struct Limit {
     max: usize,
     /// Unthrottled passes since the last change.
     served: usize,
+    /// No pass has been throttled yet: grow by one per pass served.
+    slow_start: bool,
 }
 
 impl Limit {
@@ -31,6 +36,7 @@ impl Limit {
             min,
             max,
             served: 0,
+            slow_start: true,
         }
     }
 
@@ -40,6 +46,9 @@ impl Limit {
         if throttled {
             self.current = (self.current / 2).max(self.min);
             self.served = 0;
+            self.slow_start = false;
+        } else if self.slow_start {
+            self.current = (self.current + 1).min(self.max);
         } else {
             self.served += 1;
             if self.served >= self.current && self.current < self.max {
@@ -160,8 +169,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn doubles_each_round_until_first_throttled() {
+        let mut limit = Limit::new(4, 2, 40);
+        for _ in 0..4 {
+            limit.finished(false);
+        }
+        assert_eq!(limit.current, 8, "a round of 4 passes served: twice as many");
+        for _ in 0..100 {
+            limit.finished(false);
+        }
+        assert_eq!(limit.current, 40, "never above max");
+        assert_eq!(limit.finished(true), 20);
+        for _ in 0..19 {
+            limit.finished(false);
+        }
+        assert_eq!(limit.current, 20, "after a throttle: additive");
+        assert_eq!(limit.finished(false), 21);
+    }
+
+    #[test]
     fn grows_by_one_per_window_and_halves_when_throttled() {
         let mut limit = Limit::new(4, 2, 6);
+        limit.finished(true); // out of the slow start: 2
+        limit.current = 4;
         for _ in 0..3 {
             assert_eq!(limit.finished(false), 4);
         }
