@@ -222,12 +222,10 @@ pub async fn push_dir(
     options: &PushOptions,
 ) -> Result<String, PushError> {
     let target: Reference =
-        reference
-            .parse()
-            .map_err(|e: oci_client::ParseError| PushError::Reference {
-                reference: reference.to_string(),
-                message: e.to_string(),
-            })?;
+        crate::source::oci_reference::parse(reference).map_err(|message| PushError::Reference {
+            reference: reference.to_string(),
+            message,
+        })?;
     let io = |error| PushError::Io {
         path: dir.to_path_buf(),
         error,

@@ -329,6 +329,12 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             if !sources_failing {
                 ctx.reset_backoff(&name);
             }
+            if let Some(left) = status::settling(&writer.written, &work, &outcome, &now()) {
+                // Applied moments ago, not healthy yet: look again when it has had time to
+                // settle (its objects' watch events come sooner) before writing that it
+                // progresses. The intent written before the apply stays the record meanwhile.
+                return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
+            }
             writer.write(&mut work, &outcome).await?;
             let requeue = if sources_failing {
                 requeue

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use pallet_formats::{Format, RenderConfig, Rendered};
+use pallet_formats::{Format, Object, Origin, RenderConfig, Rendered, RenderedObject, Scope};
 use sha2::{Digest, Sha256};
 
 use crate::source::Fetched;
@@ -54,7 +54,78 @@ pub fn inputs_digest(
 /// The last render of each BundleDeployment (by uid), with the digest of its inputs.
 #[derive(Default)]
 pub struct RenderMemo {
-    kept: Mutex<HashMap<String, (String, KeptRender)>>,
+    kept: Mutex<HashMap<String, (String, Stored)>>,
+}
+
+/// A render as the memo holds it: objects as JSON text. A decoded JSON tree takes several times
+/// the memory of its text, and the memo holds one render per BundleDeployment for as long as it
+/// is current; decoding a bundle's objects on a hit costs far less than rendering them.
+enum Stored {
+    Objects {
+        objects: Vec<(Box<[u8]>, Origin, Scope)>,
+        install_namespace: String,
+        webhook_certificates: Vec<pallet_formats::WebhookCertificate>,
+        digest: String,
+    },
+    Refused {
+        category: &'static str,
+        message: String,
+    },
+}
+
+impl Stored {
+    /// None when an object does not encode (not expected: it was decoded from text).
+    fn pack(render: KeptRender) -> Option<Stored> {
+        Some(match render {
+            KeptRender::Objects { rendered, digest } => Stored::Objects {
+                objects: rendered
+                    .objects
+                    .iter()
+                    .map(|o| {
+                        let json = serde_json::to_vec(o.object.body()).ok()?;
+                        Some((json.into(), o.object.origin().clone(), o.scope))
+                    })
+                    .collect::<Option<_>>()?,
+                install_namespace: rendered.install_namespace.clone(),
+                webhook_certificates: rendered.webhook_certificates.clone(),
+                digest,
+            },
+            KeptRender::Refused { category, message } => Stored::Refused { category, message },
+        })
+    }
+
+    /// None when an object does not decode (then it is rendered again).
+    fn unpack(&self) -> Option<KeptRender> {
+        Some(match self {
+            Stored::Objects {
+                objects,
+                install_namespace,
+                webhook_certificates,
+                digest,
+            } => KeptRender::Objects {
+                rendered: Arc::new(Rendered {
+                    objects: objects
+                        .iter()
+                        .map(|(json, origin, scope)| {
+                            let body = serde_json::from_slice(json).ok()?;
+                            let object = Object::new(body, origin.clone()).ok()?;
+                            Some(RenderedObject {
+                                object,
+                                scope: *scope,
+                            })
+                        })
+                        .collect::<Option<_>>()?,
+                    install_namespace: install_namespace.clone(),
+                    webhook_certificates: webhook_certificates.clone(),
+                }),
+                digest: digest.clone(),
+            },
+            Stored::Refused { category, message } => KeptRender::Refused {
+                category,
+                message: message.clone(),
+            },
+        })
+    }
 }
 
 impl RenderMemo {
@@ -63,12 +134,16 @@ impl RenderMemo {
         let kept = self.lock();
         kept.get(uid)
             .filter(|(digest, _)| digest == inputs)
-            .map(|(_, render)| render.clone())
+            .and_then(|(_, stored)| stored.unpack())
     }
 
     /// Keeps `render`, made from `inputs`, for `uid` (replacing the previous one).
     pub fn put(&self, uid: &str, inputs: String, render: KeptRender) {
-        self.lock().insert(uid.to_string(), (inputs, render));
+        let mut kept = self.lock();
+        match Stored::pack(render) {
+            Some(stored) => kept.insert(uid.to_string(), (inputs, stored)),
+            None => kept.remove(uid),
+        };
     }
 
     /// Forgets the render of `uid` (it is being deleted).
@@ -76,7 +151,7 @@ impl RenderMemo {
         self.lock().remove(uid);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, KeptRender)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Stored)>> {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -112,6 +187,42 @@ mod tests {
         let mut other = RenderConfig::default();
         other.helm.values = serde_json::json!({"replicas": 2});
         assert_ne!(a, digest(Format::Plain, &other, false, "c1"));
+    }
+
+    #[test]
+    fn a_kept_render_comes_back_as_it_was_rendered() {
+        let rendered = pallet_formats::parse_manifests(
+            "dir/objects.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: \"0644\"}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b, namespace: x}\nspec: {replicas: 2}\n",
+        )
+        .unwrap();
+        let rendered = Rendered {
+            objects: rendered
+                .into_iter()
+                .map(|object| RenderedObject {
+                    object,
+                    scope: Scope::Unknown,
+                })
+                .collect(),
+            install_namespace: "team".into(),
+            webhook_certificates: vec![],
+        };
+        let memo = RenderMemo::default();
+        let kept = KeptRender::Objects {
+            rendered: Arc::new(rendered.clone()),
+            digest: "sha256:x".into(),
+        };
+        memo.put("uid", "in".into(), kept);
+        match memo.get("uid", "in") {
+            Some(KeptRender::Objects {
+                rendered: back,
+                digest,
+            }) => {
+                assert_eq!(*back, rendered);
+                assert_eq!(digest, "sha256:x");
+            }
+            _ => panic!("not kept"),
+        }
     }
 
     #[test]

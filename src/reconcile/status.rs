@@ -167,7 +167,10 @@ fn drift_summary(drift: &[ObjectReference]) -> Option<Drift> {
 /// and Healthy messages (the same conditions, statuses and reasons; one object's rollout moving a
 /// step). Such a change alone is not worth a status write: in a 1,000-bundle install these
 /// were a third of the agent's requests. Pure.
-pub fn progress_detail_only(before: &BundleDeploymentStatus, after: &BundleDeploymentStatus) -> bool {
+pub fn progress_detail_only(
+    before: &BundleDeploymentStatus,
+    after: &BundleDeploymentStatus,
+) -> bool {
     let mut after = after.clone();
     for condition in &mut after.conditions {
         if condition.type_ != types::READY && condition.type_ != types::HEALTHY {
@@ -186,6 +189,50 @@ pub fn progress_detail_only(before: &BundleDeploymentStatus, after: &BundleDeplo
         condition.last_transition_time = was.last_transition_time.clone();
     }
     after == *before
+}
+
+/// How long a revision just applied may stay recorded as Applying while its objects settle,
+/// before the agent writes that it is progressing (see [`settling`]).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// When this pass applied the active revision moments ago (the last write says Applying) and
+/// its objects are not healthy yet, but nothing failed: how long to wait before writing that it
+/// progresses. Most objects settle within a second or two (a Deployment whose Pods start at
+/// once), and then the status goes from Applying to Healthy in one write instead of two. None:
+/// write now (a request handled by this pass is always recorded at once). Pure.
+pub fn settling(
+    written: &BundleDeploymentStatus,
+    work: &BundleDeploymentStatus,
+    outcome: &Outcome,
+    now: &Time,
+) -> Option<std::time::Duration> {
+    let Outcome::Installed { health, .. } = outcome else {
+        return None;
+    };
+    if health.healthy || health.failed || health.failed_check.is_some() {
+        return None;
+    }
+    let requests = |s: &BundleDeploymentStatus| {
+        (
+            s.last_handled_reconcile.clone(),
+            s.last_handled_retry.clone(),
+            s.last_handled_rollback.clone(),
+        )
+    };
+    if requests(written) != requests(work) {
+        return None;
+    }
+    let before = super::rollout::active_revision(written)?;
+    let after = super::rollout::active_revision(work)?;
+    if before.number != after.number
+        || before.phase != RevisionPhase::Applying
+        || after.phase != RevisionPhase::Progressing
+    {
+        return None;
+    }
+    let since = now.0.duration_since(after.applied_at.as_ref()?.0);
+    let since = std::time::Duration::try_from(since).ok()?;
+    SETTLE.checked_sub(since).filter(|left| !left.is_zero())
 }
 
 /// The status after `outcome`, starting from `current`, for `generation` at `now`.
@@ -621,6 +668,45 @@ mod tests {
     fn condition(status: &BundleDeploymentStatus, type_: &str) -> (String, String) {
         let c = find(&status.conditions, type_).unwrap();
         (c.status.clone(), c.reason.clone())
+    }
+
+    #[test]
+    fn a_revision_just_applied_settles_before_progress_is_written() {
+        let mut written = BundleDeploymentStatus::default();
+        rollout::start_revision(
+            &mut written,
+            rollout::NewRevision {
+                number: 1,
+                generation: 1,
+                spec_digest: "spec",
+                digest: "sha256:one",
+                sources: vec![],
+                values_from: vec![],
+                objects: 1,
+            },
+            10,
+            &time(100),
+        );
+        let mut work = written.clone();
+        rollout::mark_applied(&mut work);
+        let left = settling(&written, &work, &progressing(), &time(101)).unwrap();
+        assert_eq!(left, std::time::Duration::from_secs(1));
+        assert_eq!(
+            settling(&written, &work, &progressing(), &time(102)),
+            None,
+            "settled long enough"
+        );
+        assert_eq!(
+            settling(&written, &work, &installed(), &time(101)),
+            None,
+            "healthy: written"
+        );
+        // Progressing already written: nothing to hold back.
+        assert_eq!(settling(&work, &work, &progressing(), &time(101)), None);
+        // A request handled by this pass is recorded at once.
+        let mut asked = work.clone();
+        asked.last_handled_reconcile = Some("now".into());
+        assert_eq!(settling(&written, &asked, &progressing(), &time(101)), None);
     }
 
     #[test]

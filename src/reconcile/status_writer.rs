@@ -81,7 +81,11 @@ impl StatusWriter<'_> {
     /// What a progressing revision was waiting for at the agent's last status write of this
     /// BundleDeployment, if that write was one (and is the version this pass started from).
     fn waiting_written(&self) -> Option<Vec<String>> {
-        let last = self.ctx.last_written.lock().unwrap_or_else(|p| p.into_inner());
+        let last = self
+            .ctx
+            .last_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let written = last.get(&self.bd.name_any())?;
         let (version, _) = written.write.as_ref()?;
         (self.version.as_ref() == Some(version))

@@ -174,7 +174,10 @@ mod tests {
         for _ in 0..4 {
             limit.finished(false);
         }
-        assert_eq!(limit.current, 8, "a round of 4 passes served: twice as many");
+        assert_eq!(
+            limit.current, 8,
+            "a round of 4 passes served: twice as many"
+        );
         for _ in 0..100 {
             limit.finished(false);
         }

@@ -307,9 +307,7 @@ pub(crate) async fn fetch(
     secrets: &SourceSecrets,
 ) -> Result<Pulled, SourceError> {
     let what = format!("image {}", spec.reference);
-    let reference: Reference = spec
-        .reference
-        .parse()
+    let reference = super::oci_reference::parse(&spec.reference)
         .map_err(|e| SourceError::Invalid(format!("image ref {}: {e}", spec.reference)))?;
     let selector = match &spec.semver {
         None => Selector::Exact(reference.clone()),
@@ -367,7 +365,7 @@ pub(crate) async fn fetch_helm_oci(
     let version = spec.version.as_deref().map(str::trim);
     let exact = version.filter(|v| !semver::is_range(v));
     let parse = |text: &str| -> Result<Reference, SourceError> {
-        text.parse()
+        super::oci_reference::parse(text)
             .map_err(|e| SourceError::Invalid(format!("{what}: {text}: {e}")))
     };
     let selector = match (&spec.digest, exact, version) {

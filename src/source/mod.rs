@@ -17,6 +17,7 @@ pub mod helm_repo;
 pub mod http;
 pub mod image;
 pub mod oci_layers;
+pub mod oci_reference;
 pub mod unpack;
 
 use std::collections::HashMap;
