@@ -14,13 +14,15 @@
 //!
 //! - a. `kubectl apply --server-side` of the 4N objects, one invocation (apply only);
 //! - b. the same, then waiting until every Deployment is Available;
+//! - b2. the objects' next version applied the same way, then waiting again (the floor of an
+//!   upgrade, whose rollouts replace every Pod);
 //! - c. pallet: N BundleDeployments created at once (one kubectl apply), time until all are
 //!   Ready; the agent's API requests from the audit log, the control plane's CPU (one process:
 //!   etcd, API server, controllers, fake kubelet), the agent's CPU and peak RSS, reconcile passes
 //!   and time per phase from its metrics;
 //! - d. (at `PALLET_BENCH_SCALE_STEADY_N`, default 1,000 or the largest size) steady state for
 //!   `PALLET_BENCH_SCALE_STEADY_SECONDS` (default 300): writes, fetches, API requests per minute;
-//! - e. an upgrade of all N at once (new content, new digest), the same figures as c;
+//! - e. an upgrade of all N at once (new content, new digest), the same figures as c, against b2;
 //! - f. (at `PALLET_BENCH_SCALE_SHARD_N`, default the steady-state size; 0 skips it) two agents,
 //!   each with `--selector` on Flux's `sharding.fluxcd.io/key` label, installing N apps split
 //!   between them: time until all are Ready, each agent's requests, and every object either one
@@ -447,6 +449,10 @@ struct Floor {
     apply_wait: Duration,
     requests: u64,
     plane_cpu: f64,
+    /// The same objects at the next version applied, then every Deployment Available again (the
+    /// rollout replaces each Pod: more work for the control plane than the install).
+    upgrade_wait: Duration,
+    upgrade_plane_cpu: f64,
 }
 
 async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor {
@@ -472,6 +478,22 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
     let apply_wait = start.elapsed();
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
+    let next: String = (0..n).map(|i| app_yaml(i, "v2")).collect();
+    std::fs::write(&file, next).expect("writing the apps");
+    let cpu_before = plane.cpu();
+    let start = Instant::now();
+    plane.as_kubectl_user(&[
+        "apply",
+        "--server-side",
+        "--field-manager=bench",
+        "-n",
+        &ns,
+        "-f",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    plane.wait_available(&ns, n).await;
+    let upgrade_wait = start.elapsed();
+    let upgrade_plane_cpu = plane.cpu() - cpu_before;
     eprintln!("    cleaning up {ns} ...");
     plane.delete_namespace(&ns).await;
     Floor {
@@ -479,6 +501,8 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
         apply_wait,
         requests,
         plane_cpu,
+        upgrade_wait,
+        upgrade_plane_cpu,
     }
 }
 
@@ -521,17 +545,25 @@ fn print_requests(title: &str, requests: &BTreeMap<String, u64>, n: usize) {
     }
 }
 
-fn print_cost(label: &str, cost: &Cost, floor: &Floor, n: usize) {
+/// What a cost is measured against: a kubectl floor's time and control plane CPU, and its name.
+struct Basis<'a> {
+    time: Duration,
+    plane_cpu: f64,
+    name: &'a str,
+}
+
+fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
     println!(
         "{label:<58} {:>10} {:>10}",
         secs(cost.time),
-        ratio(cost.time, floor.apply_wait)
+        ratio(cost.time, basis.time)
     );
     println!(
-        "   control plane CPU {:.1} s ({:.2}x the apply-and-wait floor's {:.1} s); agent CPU {:.1} s; agent peak RSS {:.0} MiB",
+        "   control plane CPU {:.1} s ({:.2}x the {}'s {:.1} s); agent CPU {:.1} s; agent peak RSS {:.0} MiB",
         cost.plane_cpu,
-        cost.plane_cpu / floor.plane_cpu.max(0.001),
-        floor.plane_cpu,
+        cost.plane_cpu / basis.plane_cpu.max(0.001),
+        basis.name,
+        basis.plane_cpu,
         cost.agent_cpu,
         cost.peak_mib
     );
@@ -702,29 +734,31 @@ async fn main() {
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
     println!();
-    println!("summary (b: kubectl apply, then every Deployment Available; pal/b, upg/b: pallet's install and upgrade over b; requests per app from the audit log)");
+    println!("summary (b: kubectl apply, then every Deployment Available; b2: the same for the next version; pal/b: pallet's install over b; upg/b2: pallet's upgrade over b2; requests per app from the audit log)");
     println!(
-        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
+        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
         "apps",
         "kubectl a",
         "a + wait b",
         "pallet",
         "pal/b",
+        "b2",
         "upgrade",
-        "upg/b",
+        "upg/b2",
         "req/app pal",
         "req/app kctl"
     );
     for (n, floor, install, upgrade) in &report {
         println!(
-            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>8} {:>12} {:>12}",
+            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
             n,
             secs(floor.apply),
             secs(floor.apply_wait),
             secs(install.time),
             ratio(install.time, floor.apply_wait),
+            secs(floor.upgrade_wait),
             secs(upgrade.time),
-            ratio(upgrade.time, floor.apply_wait),
+            ratio(upgrade.time, floor.upgrade_wait),
             per_app(audit::total(&install.requests) as f64, *n),
             per_app(floor.requests as f64, *n),
         );
@@ -943,10 +977,19 @@ fn print_size(
         floor.requests,
         floor.plane_cpu
     );
+    println!(
+        "b2. the next version applied, then every Deployment Available {:>7}   (control plane CPU {:.1} s)",
+        secs(floor.upgrade_wait),
+        floor.upgrade_plane_cpu
+    );
     print_cost(
         &format!("c. pallet: {n} BDs created at once -> all Ready"),
         install,
-        floor,
+        &Basis {
+            time: floor.apply_wait,
+            plane_cpu: floor.plane_cpu,
+            name: "apply-and-wait floor b",
+        },
         n,
     );
     if let Some(s) = steady {
@@ -955,7 +998,11 @@ fn print_size(
     print_cost(
         &format!("e. pallet: upgrade of all {n} (new digest) -> all Ready"),
         upgrade,
-        floor,
+        &Basis {
+            time: floor.upgrade_wait,
+            plane_cpu: floor.upgrade_plane_cpu,
+            name: "upgrade floor b2",
+        },
         n,
     );
     if let Some(s) = sharded {

@@ -855,7 +855,7 @@ async fn main() {
     println!("soak  run={run}  seed={seed}");
     println!("{}", machine());
     println!(
-        "agent: release build, defaults (--concurrency auto, --fetch-concurrency 8), --requeue-seconds {REQUEUE_SECONDS}, --default-poll-interval {POLL_INTERVAL}"
+        "agent: release build, defaults (--concurrency auto, --fetch-concurrency 16), --requeue-seconds {REQUEUE_SECONDS}, --default-poll-interval {POLL_INTERVAL}"
     );
     println!(
         "agent binary: one copy of {} for every incarnation, {}",

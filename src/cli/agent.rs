@@ -55,8 +55,10 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = controller::DEFAULT_REQUEUE.as_secs())]
     pub requeue_seconds: u64,
     /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
-    /// these, never a worker).
-    #[arg(long, default_value_t = 8)]
+    /// these, never a worker); at most half of them from one server.
+    // 16, so that 8 may come from one registry: with 4 per server, a thousand bundles from one
+    // registry waited for their fetches longer than for the API server.
+    #[arg(long, default_value_t = 16)]
     pub fetch_concurrency: usize,
     /// What one revision may store (its snapshot, compressed), in MiB: a bigger render is
     /// refused before anything is stored or applied.
