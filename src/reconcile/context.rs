@@ -30,8 +30,11 @@ const DEFAULT_WORKERS: usize = 4;
 /// A BundleDeployment as the agent's last status write left it.
 #[derive(Clone, Default)]
 pub struct Written {
-    /// The object the API server answered the last status write with, and its resourceVersion.
-    pub write: Option<(String, std::sync::Arc<BundleDeployment>)>,
+    /// The resourceVersion and generation of the object the last status write was answered with.
+    pub write: Option<(String, Option<i64>)>,
+    /// That object, until the watch delivers its version (then the cache holds the same, and
+    /// keeping a second copy of every BundleDeployment costs memory for nothing).
+    pub answer: Option<std::sync::Arc<BundleDeployment>>,
     /// Versions known to be older than that write: each status write is conditional on the
     /// version it was made on, so that version, and the ones before it in an unbroken chain of
     /// this agent's writes, came before it.
@@ -81,8 +84,16 @@ impl Written {
         if self.behind.len() > BEHIND_KEPT {
             self.behind.remove(0);
         }
-        self.write = Some((version, std::sync::Arc::new(object)));
+        self.write = Some((version, object.metadata.generation));
+        self.answer = Some(std::sync::Arc::new(object));
         self.waiting = waiting;
+    }
+
+    /// The watch delivered `version`: if it is the last write's, its answer is in the cache.
+    pub fn delivered(&mut self, version: &str) {
+        if self.write.as_ref().is_some_and(|(v, _)| v == version) {
+            self.answer = None;
+        }
     }
 
     /// Whether a pass may start from the watch's `cached` object (`Some(object to use)`), or
@@ -94,15 +105,17 @@ impl Written {
         &self,
         cached: &std::sync::Arc<BundleDeployment>,
     ) -> Option<std::sync::Arc<BundleDeployment>> {
-        let Some((version, object)) = &self.write else {
+        let Some((version, generation)) = &self.write else {
             return Some(cached.clone());
         };
         let cached_version = cached.metadata.resource_version.as_ref()?;
         if cached_version == version {
             Some(cached.clone())
         } else if self.behind.contains(cached_version) {
-            Some(object.clone())
-        } else if cached.metadata.generation > object.metadata.generation {
+            // None once the watch delivered the write: a cache that is behind again re-listed
+            // (it skipped versions), so it is read.
+            self.answer.clone()
+        } else if cached.metadata.generation > *generation {
             // A spec edit made after the write: every version derives from the one before it
             // (the API server's compare-and-swap), so one with a higher generation than the
             // write's answer came after it and holds it. An upgrade is such an edit.
@@ -578,6 +591,13 @@ mod tests {
         assert!(written.newest(&bd("7", 1)).is_none());
         // A higher generation than the write's: a spec edit made after it.
         assert_eq!(version(written.newest(&bd("7", 2))).as_deref(), Some("7"));
+        // Once the watch delivered the write, the cache holds it: a cache behind it again
+        // re-listed and is read.
+        let mut delivered = written.clone();
+        delivered.delivered("3");
+        assert!(delivered.answer.is_none());
+        assert_eq!(version(delivered.newest(&bd("3", 1))).as_deref(), Some("3"));
+        assert!(delivered.newest(&bd("2", 1)).is_none());
         // A write not made on the last one starts a new chain.
         written.wrote(Some("9".into()), bd("10", 2).as_ref().clone(), None);
         assert!(written.newest(&bd("2", 1)).is_none());

@@ -106,7 +106,8 @@ async fn latest(
                     .insert(
                         name,
                         super::context::Written {
-                            write: Some((version, fresh.clone())),
+                            write: Some((version, fresh.metadata.generation)),
+                            answer: Some(fresh.clone()),
                             ..Default::default()
                         },
                     );
@@ -227,6 +228,9 @@ pub async fn run(
             // Gone from the watch (deleted, or relabelled out of the scope): drop what was
             // kept for it, so its probes and valuesFrom watches stop.
             if let Ok(event) = event {
+                if let watcher::Event::Apply(bd) | watcher::Event::InitApply(bd) = event {
+                    leaving.delivered(bd);
+                }
                 for (name, uid) in known.observe(event) {
                     tracing::debug!(bundle_deployment = %name, "left this agent's watch");
                     leaving.release(&name, &uid);

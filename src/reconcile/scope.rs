@@ -63,6 +63,22 @@ impl Context {
             .retain(|(bundle_deployment, _), _| bundle_deployment != name);
     }
 
+    /// The watch delivered `bd`: the answer of the agent's last status write is no longer
+    /// needed once the cache holds that version (see [`super::context::Written::delivered`]).
+    pub fn delivered(&self, bd: &BundleDeployment) {
+        let (Some(name), Some(version)) = (&bd.metadata.name, &bd.metadata.resource_version) else {
+            return;
+        };
+        if let Some(written) = self
+            .last_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(name)
+        {
+            written.delivered(version);
+        }
+    }
+
     /// Whether `bd` is this agent's to act on.
     pub fn in_scope(&self, bd: &BundleDeployment) -> bool {
         self.scope.contains(bd.labels())

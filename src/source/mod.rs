@@ -310,13 +310,24 @@ pub fn source_host(source: &Source) -> Option<String> {
 pub struct Fetcher {
     cache: Arc<Cache>,
     options: FetchOptions,
+    /// Registry clients, reused across fetches (see [`image`]).
+    registry_clients: image::RegistryClients,
 }
 
 impl Fetcher {
     /// A fetcher over `cache`.
     pub fn new(cache: Arc<Cache>, options: FetchOptions) -> Self {
         crate::tls::install_crypto_provider();
-        Fetcher { cache, options }
+        Fetcher {
+            cache,
+            options,
+            registry_clients: image::RegistryClients::default(),
+        }
+    }
+
+    /// The registry clients this fetcher reuses.
+    pub(crate) fn registry_clients(&self) -> &image::RegistryClients {
+        &self.registry_clients
     }
 
     /// The cache this fetcher fills.
