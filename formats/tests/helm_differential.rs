@@ -337,6 +337,14 @@ fn pallet_fails_where_helm_fails() {
         (r#"{{ dig "a" "b" 0 (dict "a" nil) }}"#, "is nil"),
         (r#"{{ dig "x" 0 .Files }}"#, "engine.files"),
         (r#"{{ keys .Files }}"#, "expected map[string]interface {}"),
+        (
+            r#"{{ $p := dict }}{{ merge (dict) $p.global }}"#,
+            "expected map[string]interface {}; got interface {}",
+        ),
+        (
+            r#"{{ range $v := list nil }}{{ keys $v }}{{ end }}"#,
+            "expected map[string]interface {}; got interface {}",
+        ),
         (r#"{{ keys .Chart }}"#, "expected map[string]interface {}"),
         (
             r#"{{ get .Capabilities "KubeVersion" }}"#,
@@ -1029,4 +1037,23 @@ fn values_files_merge_as_helm_dash_f_does() {
         values,
         serde_json::json!({"image": {"repo": "app", "tag": "v2", "pull": "Always"}, "ports": [8080], "name": "user"})
     );
+}
+
+/// Constructs found in published charts outside the corpus (`helm_conformance_extra`), one
+/// probe per class: pallet must print what helm prints.
+#[test]
+fn extra_chart_constructs_give_helms_output() {
+    let cases = [
+        // A missing map key where a map is wanted is a nil map (istio's profiles:
+        // `mustMergeOverwrite $defaults ($profile.global)`); only a present nil is an error.
+        r#"{{ $p := dict }}{{ mustMergeOverwrite (dict "a" 1) ($p.global) (dict "b" 2) | toJson }} {{ merge (dict "a" 1) (.Values.zz) | toJson }} {{ $v := .Values.zz }}{{ keys $v }} {{ (fromYaml "x: 1").y | merge (dict) | toJson }} {{ .Values.zz | keys }}"#,
+    ];
+    let mut wrong = Vec::new();
+    for expr in cases {
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
+        if ours != helm || helm.is_err() {
+            wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
