@@ -669,10 +669,23 @@ impl<'a> Emitter<'a> {
                 (Arg::Nil, Some(f)) if super::funcs::nil_is_empty_map(f, i) => {
                     Ok("__nilmap()".to_string())
                 }
+                // text/template unwraps a pipeline's result from its interface (a
+                // parenthesised pipeline, a variable declared by one): a nil there is no value
+                // at all, which Go passes as a nil map. A field chain (`$p.global`) is not
+                // unwrapped, and its nil is an error (`got interface {}`).
+                (_, Some(f)) if super::funcs::nil_is_empty_map(f, i) && self.unwrapped(line, a) => {
+                    Ok(format!("__nilmap_or({})", self.arg_expr(line, a)?))
+                }
                 _ => self.arg_expr(line, a),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        args.extend(piped);
+        // The piped value is the previous command's result, unwrapped as above.
+        args.extend(piped.map(|p| match fname {
+            Some(f) if super::funcs::nil_is_empty_map(f, rest.len()) => {
+                format!("__nilmap_or({p})")
+            }
+            _ => p,
+        }));
         match first {
             // Go rejects this when (and only if) it is executed.
             Arg::Nil => Ok("h_fail(\"nil is not a command\")".into()),
@@ -735,6 +748,18 @@ impl<'a> Emitter<'a> {
                     "unsupported construct: function \"{name}\" is not implemented yet"
                 ))
             ))
+        }
+    }
+
+    /// Whether text/template passes `a` to a function unwrapped from its interface: a
+    /// parenthesised pipeline, or a variable (not a `range` element) without fields.
+    fn unwrapped(&self, line: usize, a: &Arg) -> bool {
+        match a {
+            Arg::Sub(_, fields) => fields.is_empty(),
+            Arg::Var(v, fields) if !v.is_empty() && fields.is_empty() => {
+                matches!(self.lookup_var(line, v), Ok((_, false)))
+            }
+            _ => false,
         }
     }
 

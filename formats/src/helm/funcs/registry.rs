@@ -411,6 +411,13 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_function("__f", f_field);
     env.add_function("__fr", f_field_of_result);
     env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
+    env.add_function("__nilmap_or", |v: Value| {
+        if v.is_none() || v.is_undefined() {
+            GoMap::value(BTreeMap::new())
+        } else {
+            v
+        }
+    });
     env.add_function("__call", f_call);
     env.add_function("h_include", |state: &State, args: Rest<Value>| {
         check_args("include", &args)?;
