@@ -337,6 +337,9 @@ fn pallet_fails_where_helm_fails() {
         (r#"{{ dig "a" "b" 0 (dict "a" nil) }}"#, "is nil"),
         (r#"{{ dig "x" 0 .Files }}"#, "engine.files"),
         (r#"{{ keys .Files }}"#, "expected map[string]interface {}"),
+        (r#"{{ .Values.Table "list" }}"#, "is not a table"),
+        (r#"{{ .Values.PathValue "nested.a" }}"#, "is not a value"),
+        (r#"{{ .Values.PathValue "" }}"#, "YAML path cannot be empty"),
         (
             r#"{{ $p := dict }}{{ merge (dict) $p.global }}"#,
             "expected map[string]interface {}; got interface {}",
@@ -1047,6 +1050,10 @@ fn extra_chart_constructs_give_helms_output() {
         // A missing map key where a map is wanted is a nil map (istio's profiles:
         // `mustMergeOverwrite $defaults ($profile.global)`); only a present nil is an error.
         r#"{{ $p := dict }}{{ mustMergeOverwrite (dict "a" 1) ($p.global) (dict "b" 2) | toJson }} {{ merge (dict "a" 1) (.Values.zz) | toJson }} {{ $v := .Values.zz }}{{ keys $v }} {{ (fromYaml "x: 1").y | merge (dict) | toJson }} {{ .Values.zz | keys }}"#,
+        // chartutil.Values' methods (cilium: `dig "a" "" .Values.AsMap`).
+        r#"{{ dig "a" "s" "" .Values.AsMap }} {{ typeOf .Values.AsMap }} {{ .Values.Table "nested.a" | toJson }} {{ typeOf (.Values.Table "a") }} {{ .Values.PathValue "nested.a.b" }} {{ .Values.PathValue "num" }} {{ .Values.YAML | replace "\n" "⏎" }}"#,
+        // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
+        r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];
     let mut wrong = Vec::new();
     for expr in cases {

@@ -605,6 +605,10 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         return Err(err(format!("nil pointer evaluating interface {{}}.{name}")));
     }
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        // chartutil.Values' niladic methods win over keys of the same name, as in Go.
+        if m.1 == GoType::Values && matches!(name, "AsMap" | "YAML") {
+            return values_method(m, name, &[]);
+        }
         if let Some(x) = m.lock().get(name) {
             return Ok(x.clone());
         }
@@ -655,6 +659,88 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
     )))
 }
 
+/// The methods of helm's `chartutil.Values` (`.Values.AsMap`, `.Values.Table "a.b"`, ...).
+fn values_method(m: &GoMap, name: &str, args: &[Value]) -> Result<Value, Error> {
+    let want = |n: usize| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "wrong number of args for {name}: want {n} got {}",
+                args.len()
+            )))
+        }
+    };
+    let path_arg = || match args.first() {
+        Some(a) if a.kind() == ValueKind::String => Ok(a.as_str().unwrap_or_default().to_string()),
+        Some(a) => Err(err(format!(
+            "wrong type for value; expected string; got {}",
+            type_of(a)
+        ))),
+        None => Err(err(format!("wrong number of args for {name}: want 1 got 0"))),
+    };
+    // Values.Table: each path element must name a table (a map).
+    let table = |path: &str| -> Result<BTreeMap<String, Value>, String> {
+        let mut t = m.snapshot();
+        for part in path.split('.') {
+            match t.get(part).and_then(|v| {
+                v.downcast_object_ref::<GoMap>()
+                    .filter(|g| matches!(g.1, GoType::Map | GoType::Values))
+                    .map(GoMap::snapshot)
+            }) {
+                Some(next) => t = next,
+                None => return Err(format!("{part:?} is not a table")),
+            }
+        }
+        Ok(t)
+    };
+    let is_table = |v: &Value| {
+        v.downcast_object_ref::<GoMap>()
+            .is_some_and(|g| matches!(g.1, GoType::Map | GoType::Values))
+    };
+    match name {
+        "AsMap" => {
+            want(0)?;
+            Ok(GoMap::value(m.snapshot()))
+        }
+        "YAML" => {
+            want(0)?;
+            let v = to_json_checked(&GoMap::value(m.snapshot()), "YAML")?;
+            Ok(Value::from(format!("{}\n", yaml::to_yaml(&v))))
+        }
+        "Table" => {
+            want(1)?;
+            let path = path_arg()?;
+            table(&path)
+                .map(|t| GoMap::typed(t, GoType::Values))
+                .map_err(|e| err(format!("error calling Table: {e}")))
+        }
+        "PathValue" => {
+            want(1)?;
+            let path = path_arg()?;
+            if path.is_empty() {
+                return Err(err("error calling PathValue: YAML path cannot be empty"));
+            }
+            let (parent, key) = match path.rsplit_once('.') {
+                Some((p, k)) => (Some(p), k),
+                None => (None, path.as_str()),
+            };
+            let no_value = || err(format!("error calling PathValue: {key:?} is not a value"));
+            let t = match parent {
+                Some(p) => table(p).map_err(|_| no_value())?,
+                None => m.snapshot(),
+            };
+            match t.get(key) {
+                Some(v) if !is_table(v) => Ok(v.clone()),
+                _ => Err(no_value()),
+            }
+        }
+        _ => Err(err(format!(
+            "unsupported construct: method call .{name} on chartutil.Values"
+        ))),
+    }
+}
+
 fn f_field(args: Rest<Value>) -> Result<Value, Error> {
     let mut it = args.0.into_iter();
     let mut v = it.next().unwrap_or_default();
@@ -694,6 +780,11 @@ fn f_call(args: Rest<Value>) -> Result<Value, Error> {
     }
     if let Some(v) = recv.downcast_object::<super::semver::Version>() {
         return v.method(name, margs);
+    }
+    if let Some(m) = recv.downcast_object_ref::<GoMap>() {
+        if m.1 == GoType::Values {
+            return values_method(m, name, margs);
+        }
     }
     Err(err(format!(
         "unsupported construct: method call .{name} on {}",
