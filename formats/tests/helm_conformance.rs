@@ -37,7 +37,11 @@ fn real_world_charts_render_as_helm_template_does() {
             cases.push(Case {
                 label: format!(
                     "{c} ({})",
-                    if values.is_some() { "values file" } else { "defaults" }
+                    if values.is_some() {
+                        "values file"
+                    } else {
+                        "defaults"
+                    }
                 ),
                 chart: root.join("charts").join(c),
                 values,
@@ -45,9 +49,17 @@ fn real_world_charts_render_as_helm_template_does() {
         }
     }
     let equal = run_cases(&cases, |case, scratch| {
-        let name = case.chart.file_name().expect("chart name").to_string_lossy();
+        let name = case
+            .chart
+            .file_name()
+            .expect("chart name")
+            .to_string_lossy();
         chart_dir(&root, &name, scratch)
     });
     println!("helm corpus: {equal} of {} cases equal", cases.len());
-    assert_eq!(equal, cases.len(), "every corpus case must equal helm template");
+    assert_eq!(
+        equal,
+        cases.len(),
+        "every corpus case must equal helm template"
+    );
 }

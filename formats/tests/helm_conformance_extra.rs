@@ -30,7 +30,11 @@ fn extra_real_world_charts_render_as_helm_template_does() {
     let mut charts: Vec<String> = std::fs::read_dir(&values_dir)
         .expect("testdata/extra-values")
         .filter_map(|e| {
-            let name = e.expect("dir entry").file_name().to_string_lossy().into_owned();
+            let name = e
+                .expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             name.strip_suffix(".yaml").map(str::to_string)
         })
         .collect();
@@ -55,7 +59,11 @@ fn extra_real_world_charts_render_as_helm_template_does() {
             cases.push(Case {
                 label: format!(
                     "{c} ({})",
-                    if values.is_some() { "values file" } else { "defaults" }
+                    if values.is_some() {
+                        "values file"
+                    } else {
+                        "defaults"
+                    }
                 ),
                 chart: root.join(c),
                 values,
@@ -64,5 +72,9 @@ fn extra_real_world_charts_render_as_helm_template_does() {
     }
     let equal = run_cases(&cases, |case, _| case.chart.clone());
     println!("extra charts: {equal} of {} cases equal", cases.len());
-    assert_eq!(equal, cases.len(), "every extra case must equal helm template");
+    assert_eq!(
+        equal,
+        cases.len(),
+        "every extra case must equal helm template"
+    );
 }

@@ -1052,6 +1052,8 @@ fn extra_chart_constructs_give_helms_output() {
         r#"{{ $p := dict }}{{ mustMergeOverwrite (dict "a" 1) ($p.global) (dict "b" 2) | toJson }} {{ merge (dict "a" 1) (.Values.zz) | toJson }} {{ $v := .Values.zz }}{{ keys $v }} {{ (fromYaml "x: 1").y | merge (dict) | toJson }} {{ .Values.zz | keys }}"#,
         // chartutil.Values' methods (cilium: `dig "a" "" .Values.AsMap`).
         r#"{{ dig "a" "s" "" .Values.AsMap }} {{ typeOf .Values.AsMap }} {{ .Values.Table "nested.a" | toJson }} {{ typeOf (.Values.Table "a") }} {{ .Values.PathValue "nested.a.b" }} {{ .Values.PathValue "num" }} {{ .Values.YAML | replace "\n" "⏎" }}"#,
+        // go-yaml reads quoted continuation lines no deeper than their key (flagger's CRDs).
+        r#"{{ fromYaml "a:\n  b: 'one\n  two'\n  c: \"x\n y\n\"\n" | toJson }}"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];
@@ -1063,4 +1065,37 @@ fn extra_chart_constructs_give_helms_output() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Quoted scalars whose continuation lines are no deeper than their key, in values.yaml, in a
+/// template's output and in crds/ (flagger's CRDs): go-yaml reads them, so helm renders them.
+#[test]
+fn underindented_quoted_continuations_read_as_helm_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("quoted");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::create_dir_all(chart.join("crds")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: quoted\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    let body = "  a:\n    description: 'one\n    two\n   three'\n    d: \"x\n    y\"\n    e: 1\n";
+    std::fs::write(chart.join("values.yaml"), format!("m:\n{body}")).expect("write");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: q\ndata:\n  v: {{{{ toJson .Values.m | quote }}}}\nx:\n{body}"),
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("crds/crd.yaml"),
+        format!("apiVersion: example.com/v1\nkind: Thing\nmetadata:\n  name: t\nspec:\n{body}"),
+    )
+    .expect("write");
+    let values = dir.path().join("empty.yaml");
+    std::fs::write(&values, "{}\n").expect("write");
+    let want = by_key(oracle(&chart, &values));
+    let got = by_key(ours(&chart, &values));
+    assert_eq!(want.len(), 2, "{want:?}");
+    assert_eq!(got, want);
 }

@@ -734,13 +734,6 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
     )
 }
 
-/// YAML reading options matching helm's reader (sigs.k8s.io/yaml over go-yaml v2, YAML 1.1):
-/// `0644` is octal (420), as in a `defaultMode: 0644` in values.yaml, and a repeated key keeps
-/// its last value.
-pub(crate) fn yaml_options() -> serde_saphyr::Options {
-    crate::object::yaml_options()
-}
-
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
 /// applied or printed: whitespace at the end of a document (the trailing newlines of a `|+`
 /// block, a last line's trailing spaces) and at its start is not part of it. Returns the
@@ -836,17 +829,16 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
             if doc.trim().is_empty() {
                 continue;
             }
-            let v: serde_json::Value = serde_saphyr::from_str_with_options(&doc, yaml_options())
-                .map_err(|e| {
-                    HelmError::template(
-                        &f.source,
-                        0,
-                        format!(
-                            "rendered output is not valid YAML: {}",
-                            crate::object::yaml_error_message(&e)
-                        ),
-                    )
-                })?;
+            let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
+                HelmError::template(
+                    &f.source,
+                    0,
+                    format!(
+                        "rendered output is not valid YAML: {}",
+                        crate::object::yaml_error_message(&e)
+                    ),
+                )
+            })?;
             match v {
                 serde_json::Value::Null => {}
                 // helm drops hooks with an unknown event even from `helm template`.

@@ -129,7 +129,12 @@ fn helm_template(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     Ok(try_split_docs(&String::from_utf8_lossy(&out.stdout))
-        .map_err(|e| format!("the test cannot read helm's output: {}", e.lines().next().unwrap_or("")))?
+        .map_err(|e| {
+            format!(
+                "the test cannot read helm's output: {}",
+                e.lines().next().unwrap_or("")
+            )
+        })?
         .into_iter()
         .filter(|o| {
             let body = o.as_object().cloned().unwrap_or_default();
@@ -322,7 +327,6 @@ fn compare_at(
         Err(problems.join("\n  "))
     }
 }
-
 
 /// One case: a label, the chart's directory and the values file (none: default values).
 pub struct Case {

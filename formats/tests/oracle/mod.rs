@@ -50,7 +50,8 @@ pub fn try_split_docs(s: &str) -> Result<Vec<serde_json::Value>, String> {
     }
     let mut out = Vec::new();
     for d in docs.iter().filter(|d| !d.trim().is_empty()) {
-        let v: serde_json::Value = serde_saphyr::from_str_with_options(d, yaml11())
+        // As go-yaml reads it: also quoted continuation lines no deeper than their key.
+        let v: serde_json::Value = pallet_formats::object::from_yaml_str(d)
             .map_err(|e| format!("helm output is not YAML: {e}\n{d}"))?;
         if !v.is_null() {
             out.push(v);

@@ -250,7 +250,10 @@ pub(super) fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
         // duration check). Pallet's times are UTC without a monotonic reading, so the instant
         // decides.
         (None, None) if a.downcast_object_ref::<GoTime>().is_some() => {
-            match (a.downcast_object_ref::<GoTime>(), b.downcast_object_ref::<GoTime>()) {
+            match (
+                a.downcast_object_ref::<GoTime>(),
+                b.downcast_object_ref::<GoTime>(),
+            ) {
                 (Some(x), Some(y)) => Ok((x.secs, x.nanos) == (y.secs, y.nanos)),
                 _ => Err(err(format!(
                     "non-comparable types {}: time.Time, {}: {}",

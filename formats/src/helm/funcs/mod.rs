@@ -677,7 +677,9 @@ fn values_method(m: &GoMap, name: &str, args: &[Value]) -> Result<Value, Error> 
             "wrong type for value; expected string; got {}",
             type_of(a)
         ))),
-        None => Err(err(format!("wrong number of args for {name}: want 1 got 0"))),
+        None => Err(err(format!(
+            "wrong number of args for {name}: want 1 got 0"
+        ))),
     };
     // Values.Table: each path element must name a table (a map).
     let table = |path: &str| -> Result<BTreeMap<String, Value>, String> {
