@@ -1054,6 +1054,8 @@ fn extra_chart_constructs_give_helms_output() {
         r#"{{ dig "a" "s" "" .Values.AsMap }} {{ typeOf .Values.AsMap }} {{ .Values.Table "nested.a" | toJson }} {{ typeOf (.Values.Table "a") }} {{ .Values.PathValue "nested.a.b" }} {{ .Values.PathValue "num" }} {{ .Values.YAML | replace "\n" "⏎" }}"#,
         // go-yaml reads quoted continuation lines no deeper than their key (flagger's CRDs).
         r#"{{ fromYaml "a:\n  b: 'one\n  two'\n  c: \"x\n y\n\"\n" | toJson }}"#,
+        // `$` redeclared or assigned in a template (cluster-api-operator's helpers).
+        r#"{{ define "root" }}{{- $ := .ROOT -}}{{ $.Values.a.s }}/{{ $.x }}{{ end }}{{ include "root" (dict "ROOT" (dict "Values" (dict "a" (dict "s" "inner")) "x" 1)) }} {{ $.Values.a.s }} {{ $ = dict "Values" 2 }}{{ $.Values }}"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];

@@ -432,7 +432,11 @@ impl<'a> Emitter<'a> {
                     if pipe.vars.len() != 1 {
                         return Err(self.err(*line, "too many declarations in command"));
                     }
-                    let slot = if pipe.assign {
+                    let slot = if pipe.assign && pipe.vars[0].is_empty() {
+                        // `$` always exists in Go; assigning it replaces the data for the
+                        // rest of the template.
+                        self.lookup(*line, "").unwrap_or_else(|_| self.declare(""))
+                    } else if pipe.assign {
                         self.lookup(*line, &pipe.vars[0])?
                     } else {
                         self.declare(&pipe.vars[0])
@@ -787,7 +791,12 @@ impl<'a> Emitter<'a> {
             Arg::Dot(fields) => chain(self.dot_name(), fields, !self.dot_in_range),
             Arg::Var(v, fields) => {
                 if v.is_empty() {
-                    chain("__d0".to_string(), fields, true)
+                    // `$` is the template's data unless the template declared its own
+                    // (`{{- $ := .ROOT }}`, as cluster-api-operator's helpers do).
+                    match self.lookup_var(line, v) {
+                        Ok((slot, from_range)) => chain(format!("__v.{slot}"), fields, !from_range),
+                        Err(_) => chain("__d0".to_string(), fields, true),
+                    }
                 } else {
                     let (slot, from_range) = self.lookup_var(line, v)?;
                     chain(format!("__v.{slot}"), fields, !from_range)
