@@ -1056,6 +1056,10 @@ fn extra_chart_constructs_give_helms_output() {
         r#"{{ fromYaml "a:\n  b: 'one\n  two'\n  c: \"x\n y\n\"\n" | toJson }}"#,
         // `$` redeclared or assigned in a template (cluster-api-operator's helpers).
         r#"{{ define "root" }}{{- $ := .ROOT -}}{{ $.Values.a.s }}/{{ $.x }}{{ end }}{{ include "root" (dict "ROOT" (dict "Values" (dict "a" (dict "s" "inner")) "x" 1)) }} {{ $.Values.a.s }} {{ $ = dict "Values" 2 }}{{ $.Values }}"#,
+        // A missing value prints as "<no value>" inside include's result (cilium's
+        // `include ".../cilium-configmap.yaml" . | sha256sum`); helm removes it from the
+        // file's output and from tpl's result only.
+        r#"{{ define "nv" }}[{{ .Values.zz }}|{{ index .Values "zz" }}|{{ (dict "a" nil).a }}]{{ end }}{{ include "nv" . | quote }} {{ include "nv" . | sha256sum }} {{ tpl "{{ .Values.zz }}" . | quote }} {{ .Values.zz }} {{ template "nv" . }} {{ "<no value>" }}"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];

@@ -550,7 +550,8 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
                 __now => opts.now,
                 __rng => rng.clone(),
             })
-            .map_err(|e| render_error(&u.name, &e))?;
+            .map_err(|e| render_error(&u.name, &e))?
+            .replace(funcs::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;
         }

@@ -31,13 +31,14 @@ fn key(o: &Value) -> String {
 }
 
 /// Objects by key; the release namespace is dropped from bodies (pallet sets it on namespaced
-/// objects, as `helm install` applies them; helm template leaves it out).
+/// objects, as `helm install` applies them; helm template leaves it out, or writes a null).
 fn by_key(objs: Vec<Value>) -> BTreeMap<String, Vec<Value>> {
     let mut m: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for mut o in objs {
         let k = key(&o);
         if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-            if meta.get("namespace").and_then(Value::as_str) == Some(NAMESPACE) {
+            let ns = meta.get("namespace");
+            if ns.is_some_and(Value::is_null) || ns.and_then(Value::as_str) == Some(NAMESPACE) {
                 meta.remove("namespace");
             }
         }
@@ -136,6 +137,7 @@ fn helm_template(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
             )
         })?
         .into_iter()
+        .flat_map(flatten_list)
         .filter(|o| {
             let body = o.as_object().cloned().unwrap_or_default();
             matches!(
@@ -144,6 +146,16 @@ fn helm_template(chart: &Path, values: Option<&Path>) -> Result<Vec<Value>, Stri
             )
         })
         .collect())
+}
+
+/// A `kind: List` (or `…List`) document as `helm install` applies it: its items (helm's
+/// resource builder flattens lists, and so does pallet when it reads the rendered files).
+fn flatten_list(doc: Value) -> Vec<Value> {
+    let is_list = doc["kind"].as_str().is_some_and(|k| k.ends_with("List"));
+    match doc.get("items").and_then(Value::as_array) {
+        Some(items) if is_list => items.clone(),
+        _ => vec![doc],
+    }
 }
 
 /// Renders one case through the agent's entry point, with `now` (Unix seconds) as the clock.
@@ -191,6 +203,13 @@ fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Va
 /// (`at '/policy'`).
 fn named_in_helm_error(msg: &str) -> Vec<String> {
     let msg = msg.trim().trim_start_matches("Error: ");
+    // A rendered file that is not a manifest: pallet must name the file (its reader's wording
+    // differs from go-yaml's and encoding/json's).
+    if let Some(rest) = msg.strip_prefix("YAML parse error on ") {
+        if let Some((file, _)) = rest.split_once(": ") {
+            return vec![file.to_string()];
+        }
+    }
     if let Some(rest) = msg.strip_prefix("execution error at (") {
         if let Some((at, text)) = rest.split_once("): ") {
             let file = at.split(':').next().unwrap_or(at);

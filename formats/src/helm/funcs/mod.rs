@@ -59,6 +59,10 @@ fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg.into())
 }
 
+/// What Go's text/template prints for a missing value; helm removes it from rendered files and
+/// from tpl's result.
+pub const NO_VALUE: &str = "<no value>";
+
 /// A Go `map[string]interface{}`: shared, mutable, sorted.
 #[derive(Debug, Default)]
 pub struct GoMap(pub Mutex<BTreeMap<String, Value>>, pub GoType);

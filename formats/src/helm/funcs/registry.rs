@@ -489,9 +489,11 @@ pub fn register(env: &mut Environment<'static>) {
         Ok(Value::from(go_duration_string(rounded)))
     });
     env.set_formatter(|out, _state, v| {
-        // Helm replaces Go's "<no value>" with the empty string after rendering.
+        // Go prints a missing value as "<no value>"; helm removes that text from each
+        // rendered file and from tpl's result, but not from include's (`include ... |
+        // sha256sum` sees it).
         if v.is_none() || v.is_undefined() {
-            return Ok(());
+            return out.write_str(NO_VALUE).map_err(|_| err("write failed"));
         }
         if let Some(ty) = unprintable(v) {
             return Err(err(format!(
