@@ -21,6 +21,16 @@ mkdir -p "$cache/charts"
 # same tree, as the corpus does for loki's minio).
 CHARTS='
 alertmanager|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/alertmanager|
+prometheus-operator-admission-webhook|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-operator-admission-webhook|
+prometheus-postgres-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-postgres-exporter|
+prometheus-pushgateway|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-pushgateway|
+prometheus-snmp-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-snmp-exporter|
+prom-label-proxy|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prom-label-proxy|
+alertmanager-snmp-notifier|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/alertmanager-snmp-notifier|
+prometheus-elasticsearch-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-elasticsearch-exporter|
+jiralert|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/jiralert|
+prometheus-pgbouncer-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-pgbouncer-exporter|
+prometheus-redis-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-redis-exporter|
 approver-policy|github.com/cert-manager/approver-policy@v0.28.0|deploy/charts/approver-policy|
 chaos-mesh|github.com/chaos-mesh/chaos-mesh@v0.9.1-0.20260902003049-47411975a8cb|helm/chaos-mesh|
 cilium|github.com/cilium/cilium@v1.20.2|install/kubernetes/cilium|
