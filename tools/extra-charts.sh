@@ -48,6 +48,7 @@ kwok|sigs.k8s.io/kwok@v0.8.0|charts/kwok|
 kyverno-policies|github.com/kyverno/kyverno@v1.19.1|charts/kyverno-policies|
 local-path-provisioner|github.com/rancher/local-path-provisioner@v0.0.30|deploy/chart/local-path-provisioner|
 metallb|go.universe.tf/metallb@v0.16.2|charts/metallb|
+minio|github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c|helm/minio|
 prometheus-adapter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-adapter|
 prometheus-blackbox-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-blackbox-exporter|
 sealed-secrets|github.com/bitnami-labs/sealed-secrets@v0.40.0|helm/sealed-secrets|
