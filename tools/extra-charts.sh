@@ -18,7 +18,8 @@ mkdir -p "$cache/charts"
 
 # chart | module@version | path in the module | dependencies put in charts/ as empty stubs
 # (name:version, for declared dependencies the module does not ship; both tools render the
-# same tree, as the corpus does for loki's minio).
+# same tree, as the corpus does for loki's minio) | files copied within the chart (from>to: a
+# chart whose release process writes values.yaml from its values.tmpl.yaml).
 CHARTS='
 alertmanager|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/alertmanager|
 prometheus-operator-admission-webhook|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-operator-admission-webhook|
@@ -32,6 +33,11 @@ jiralert|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7
 prometheus-pgbouncer-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-pgbouncer-exporter|
 prometheus-redis-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-redis-exporter|
 approver-policy|github.com/cert-manager/approver-policy@v0.28.0|deploy/charts/approver-policy|
+calico|github.com/projectcalico/calico@v1.11.0-cni-plugin.0.20250813170300-a0db560f0520|charts/calico|
+gateway-crds-helm|github.com/envoyproxy/gateway@v1.9.1|charts/gateway-crds-helm|
+gateway-helm|github.com/envoyproxy/gateway@v1.9.1|charts/gateway-helm||values.tmpl.yaml>values.yaml
+istio-cni|istio.io/istio@v0.0.0-20260827124520-eed52ebb66ad|manifests/charts/istio-cni|
+kwok-stage-fast|sigs.k8s.io/kwok@v0.8.0|charts/stage-fast|
 chaos-mesh|github.com/chaos-mesh/chaos-mesh@v0.9.1-0.20260902003049-47411975a8cb|helm/chaos-mesh|
 cilium|github.com/cilium/cilium@v1.20.2|install/kubernetes/cilium|
 cluster-api-operator|sigs.k8s.io/cluster-api-operator@v0.29.0|hack/charts/cluster-api-operator|
@@ -58,7 +64,7 @@ ztunnel|istio.io/istio@v0.0.0-20260827124520-eed52ebb66ad|manifests/charts/ztunn
 '
 
 fetched=0
-while IFS='|' read -r chart module path stubs; do
+while IFS='|' read -r chart module path stubs copies; do
   [ -n "$chart" ] || continue
   dest="$cache/charts/$chart"
   if [ "$(cat "$dest/.origin" 2>/dev/null)" = "$module/$path" ]; then
@@ -80,6 +86,10 @@ while IFS='|' read -r chart module path stubs; do
     name=${dep%%:*} version=${dep#*:}
     mkdir -p "$dest/charts/$name"
     printf 'apiVersion: v2\nname: %s\nversion: %s\n' "$name" "$version" >"$dest/charts/$name/Chart.yaml"
+  done
+  IFS=',' read -ra pairs <<<"$copies"
+  for pair in "${pairs[@]}"; do
+    cp "$dest/${pair%%>*}" "$dest/${pair#*>}"
   done
   echo "$module/$path" >"$dest/.origin"
   fetched=1

@@ -1060,6 +1060,9 @@ fn extra_chart_constructs_give_helms_output() {
         // `include ".../cilium-configmap.yaml" . | sha256sum`); helm removes it from the
         // file's output and from tpl's result only.
         r#"{{ define "nv" }}[{{ .Values.zz }}|{{ index .Values "zz" }}|{{ (dict "a" nil).a }}]{{ end }}{{ include "nv" . | quote }} {{ include "nv" . | sha256sum }} {{ tpl "{{ .Values.zz }}" . | quote }} {{ .Values.zz }} {{ template "nv" . }} {{ "<no value>" }}"#,
+        // A missing key of a map[string]string is "" (envoy gateway's `splitn ":" 2
+        // ($parts._1)`), of a map[string]interface{} nil.
+        r#"{{ $p := splitn "/" 2 "abc" }}{{ splitn ":" 2 $p._1 | toJson }} {{ $p._1 | quote }} {{ index $p "_5" | quote }} {{ kindIs "string" (split "," "a")._3 }} {{ typeOf (index .Chart.Annotations "zz") }} {{ (dict).x | quote }}"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];
@@ -1104,4 +1107,33 @@ fn underindented_quoted_continuations_read_as_helm_reads_them() {
     let got = by_key(ours(&chart, &values));
     assert_eq!(want.len(), 2, "{want:?}");
     assert_eq!(got, want);
+}
+
+/// Several rendered files that are not YAML: helm reads them in path order and names the first
+/// (envoy gateway's certgen.yaml before its deployment); pallet names the same file.
+#[test]
+fn first_invalid_file_in_path_order_is_named_as_by_helm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("broken");
+    std::fs::create_dir_all(chart.join("templates/sub")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: broken\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    for f in ["templates/b.yaml", "templates/sub/z.yaml", "templates/c.yaml"] {
+        std::fs::write(chart.join(f), "a: b: c\n").expect("write");
+    }
+    std::fs::write(chart.join("templates/a.yaml"), "kind: ConfigMap\n").expect("write");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .output()
+        .expect("running helm");
+    let helm = String::from_utf8_lossy(&out.stderr);
+    assert!(helm.contains("broken/templates/b.yaml"), "{helm}");
+    let ours = helm::render(&chart, &RenderOptions::default())
+        .expect_err("pallet must fail")
+        .to_string();
+    assert!(ours.contains("broken/templates/b.yaml"), "{ours}");
 }

@@ -823,36 +823,43 @@ pub fn split_manifests(content: &str) -> Vec<String> {
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
+    let parsed = files.iter().map(parse_file_objects).collect();
+    Ok(first_error_in_path_order(files, parsed)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// One rendered file's objects for [`parse_objects`].
+fn parse_file_objects(f: &RenderedFile) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
-    for f in files {
-        check_yaml11_breaks(&f.source, &f.content)?;
-        for doc in split_manifests(&f.content) {
-            if doc.trim().is_empty() {
-                continue;
+    check_yaml11_breaks(&f.source, &f.content)?;
+    for doc in split_manifests(&f.content) {
+        if doc.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
+            HelmError::template(
+                &f.source,
+                0,
+                format!(
+                    "rendered output is not valid YAML: {}",
+                    crate::object::yaml_error_message(&e)
+                ),
+            )
+        })?;
+        match v {
+            serde_json::Value::Null => {}
+            // helm drops hooks with an unknown event even from `helm template`.
+            serde_json::Value::Object(ref o) if hook_disposition(o) == HookDisposition::Unknown => {
             }
-            let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
-                HelmError::template(
+            serde_json::Value::Object(_) => out.push(v),
+            _ => {
+                return Err(HelmError::template(
                     &f.source,
                     0,
-                    format!(
-                        "rendered output is not valid YAML: {}",
-                        crate::object::yaml_error_message(&e)
-                    ),
-                )
-            })?;
-            match v {
-                serde_json::Value::Null => {}
-                // helm drops hooks with an unknown event even from `helm template`.
-                serde_json::Value::Object(ref o)
-                    if hook_disposition(o) == HookDisposition::Unknown => {}
-                serde_json::Value::Object(_) => out.push(v),
-                _ => {
-                    return Err(HelmError::template(
-                        &f.source,
-                        0,
-                        "rendered document is not a mapping",
-                    ))
-                }
+                    "rendered document is not a mapping",
+                ))
             }
         }
     }
@@ -911,8 +918,8 @@ pub fn render_bundle(
         .and_then(|chart| render_chart(&chart, &opts))
         .map_err(to_render_error)?;
     let mut objects = Vec::new();
-    for parsed in parse_files_in_parallel(&files) {
-        objects.extend(parsed?.into_iter().filter(|o| {
+    for parsed in first_error_in_path_order(&files, parse_files_in_parallel(&files))? {
+        objects.extend(parsed.into_iter().filter(|o| {
             matches!(
                 hook_disposition(o.body()),
                 HookDisposition::NotHook | HookDisposition::Apply
@@ -920,6 +927,31 @@ pub fn render_bundle(
         }));
     }
     crate::plain::finish(objects, &config.install_namespace)
+}
+
+/// The results of reading each rendered file, or the error of the first invalid file in path
+/// order: helm reads the rendered files sorted by path (`releaseutil.SortManifests`), so of
+/// several invalid files it names that one, whatever the render order.
+fn first_error_in_path_order<T, E>(
+    files: &[RenderedFile],
+    results: Vec<Result<T, E>>,
+) -> Result<Vec<T>, E> {
+    let mut oks = Vec::with_capacity(results.len());
+    let mut first: Option<(&str, E)> = None;
+    for (f, r) in files.iter().zip(results) {
+        match r {
+            Ok(t) => oks.push(t),
+            Err(e) => {
+                if first.as_ref().is_none_or(|(s, _)| f.source.as_str() < *s) {
+                    first = Some((&f.source, e));
+                }
+            }
+        }
+    }
+    match first {
+        Some((_, e)) => Err(e),
+        None => Ok(oks),
+    }
 }
 
 /// Each rendered file's objects, in file order. Reading the output as YAML is the largest part

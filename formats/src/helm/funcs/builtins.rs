@@ -72,7 +72,9 @@ pub(super) const FUNCS: &[(&str, F)] = &[
                         type_of(k)
                     )));
                 }
-                m.get(&s(k)).cloned().unwrap_or_default()
+                m.get(&s(k))
+                    .cloned()
+                    .unwrap_or_else(|| missing_key_value(&v))
             } else if v.is_none() {
                 return Err(err("index of untyped nil"));
             } else {

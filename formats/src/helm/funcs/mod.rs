@@ -620,9 +620,9 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
             GoType::Struct("version.BuildInfo") if name == "GoVersion" => Err(err(
                 "unsupported construct: .Capabilities.HelmVersion.GoVersion (the Go release helm was built with is not known here)",
             )),
-            // A struct has a fixed set of fields; a map gives nil for a missing key.
+            // A struct has a fixed set of fields; a map gives its zero value for a missing key.
             GoType::Struct(ty) => Err(err(format!("can't evaluate field {name} in type {ty}"))),
-            _ => Ok(Value::from(())),
+            _ => Ok(missing_key_value(v)),
         };
     }
     if let Some(u) = v.downcast_object_ref::<Unsupported>() {
@@ -744,6 +744,15 @@ fn values_method(m: &GoMap, name: &str, args: &[Value]) -> Result<Value, Error> 
         _ => Err(err(format!(
             "unsupported construct: method call .{name} on chartutil.Values"
         ))),
+    }
+}
+
+/// What a missing key of map `m` gives (helm's `missingkey=zero`): the zero value of its
+/// element type, `""` for a `map[string]string` (`(splitn "/" 2 "x")._1`), else nil.
+pub(super) fn missing_key_value(m: &Value) -> Value {
+    match m.downcast_object_ref::<GoMap>() {
+        Some(g) if g.1 == GoType::StringMap => Value::from(""),
+        _ => Value::from(()),
     }
 }
 
