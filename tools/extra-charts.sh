@@ -16,9 +16,10 @@ export PATH="/usr/local/go/bin:$PATH"
 export GOMODCACHE="$cache/.gomod" GOFLAGS=-mod=mod GONOSUMDB= GOPRIVATE=
 mkdir -p "$cache/charts"
 
-# chart | module@version | path in the module | dependencies put in charts/ as empty stubs
-# (name:version, for declared dependencies the module does not ship; both tools render the
-# same tree, as the corpus does for loki's minio) | files copied within the chart (from>to: a
+# chart | module@version | path in the module | dependencies put in charts/: `name:version` an
+# empty stub (a declared dependency no fetched module ships; both tools render the same tree,
+# as the corpus does for loki's minio), `name=chart` a copy of a chart fetched above it in this
+# list (the same chart and version `helm dependency build` would fetch) | files copied within the chart (from>to: a
 # chart whose release process writes values.yaml from its values.tmpl.yaml).
 CHARTS='
 alertmanager|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/alertmanager|
@@ -55,6 +56,7 @@ kyverno-policies|github.com/kyverno/kyverno@v1.19.1|charts/kyverno-policies|
 local-path-provisioner|github.com/rancher/local-path-provisioner@v0.0.30|deploy/chart/local-path-provisioner|
 metallb|go.universe.tf/metallb@v0.16.2|charts/metallb|
 minio|github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c|helm/minio|
+mimir-distributed|github.com/grafana/mimir@v1.3.1-0.20260423142704-aced80d74930|operations/helm/charts/mimir-distributed|minio=minio,grafana-agent-operator:0.5.2,rollout-operator:0.47.0
 prometheus-adapter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-adapter|
 prometheus-blackbox-exporter|github.com/prometheus-community/helm-charts@v0.0.0-20260828105119-ed5d7d9b5933|charts/prometheus-blackbox-exporter|
 sealed-secrets|github.com/bitnami-labs/sealed-secrets@v0.40.0|helm/sealed-secrets|
@@ -83,6 +85,13 @@ while IFS='|' read -r chart module path stubs copies; do
   chmod -R u+w "$dest"
   IFS=',' read -ra deps <<<"$stubs"
   for dep in "${deps[@]}"; do
+    if [[ $dep == *=* ]]; then
+      rm -rf "$dest/charts/${dep%%=*}"
+      mkdir -p "$dest/charts"
+      cp -r "$cache/charts/${dep#*=}" "$dest/charts/${dep%%=*}"
+      rm -f "$dest/charts/${dep%%=*}/.origin"
+      continue
+    fi
     name=${dep%%:*} version=${dep#*:}
     mkdir -p "$dest/charts/$name"
     printf 'apiVersion: v2\nname: %s\nversion: %s\n' "$name" "$version" >"$dest/charts/$name/Chart.yaml"
