@@ -63,6 +63,24 @@ sealed-secrets|github.com/bitnami-labs/sealed-secrets@v0.40.0|helm/sealed-secret
 tigera-operator|github.com/projectcalico/calico@v1.11.0-cni-plugin.0.20250813170300-a0db560f0520|charts/tigera-operator|
 trust-manager|github.com/cert-manager/trust-manager@v0.25.0|deploy/charts/trust-manager|
 ztunnel|istio.io/istio@v0.0.0-20260827124520-eed52ebb66ad|manifests/charts/ztunnel|
+bitnami-common|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/common|
+bitnami-postgresql|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/postgresql|common=bitnami-common
+bitnami-redis|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/redis|common=bitnami-common
+mysql|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/mysql|common=bitnami-common
+mongodb|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/mongodb|common=bitnami-common
+kafka|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/kafka|common=bitnami-common
+rabbitmq|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/rabbitmq|common=bitnami-common
+keycloak|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/keycloak|postgresql=bitnami-postgresql,common=bitnami-common
+harbor|github.com/bitnami/charts@v0.0.0-20260907150927-c0703daaf78e|bitnami/harbor|redis=bitnami-redis,postgresql=bitnami-postgresql,common=bitnami-common
+vault|github.com/hashicorp/vault-helm@v0.34.1|.|
+keda|github.com/kedacore/charts@v2.20.3-0.20260903105638-fe065f4d8938+incompatible|keda|
+fluent-bit|github.com/grafana/helm-charts@v0.0.0-20260820194520-7a0ab968961a|charts/fluent-bit|
+tempo-distributed|github.com/grafana/helm-charts@v0.0.0-20260820194520-7a0ab968961a|charts/tempo-distributed|minio:4.1.0,grafana-agent-operator:0.5.1,rollout-operator:0.40.0
+argo-workflows|github.com/argoproj/argo-helm@v0.0.0-20260904222229-3bbb4305eea9|charts/argo-workflows|
+argo-rollouts|github.com/argoproj/argo-helm@v0.0.0-20260904222229-3bbb4305eea9|charts/argo-rollouts|
+argo-events|github.com/argoproj/argo-helm@v0.0.0-20260904222229-3bbb4305eea9|charts/argo-events|
+aws-load-balancer-controller|github.com/aws/eks-charts@v0.0.243-0.20260821194545-743f98a89b5b|stable/aws-load-balancer-controller|
+eck-operator|github.com/elastic/cloud-on-k8s/v3@v3.5.0|deploy/eck-operator|
 '
 
 fetched=0

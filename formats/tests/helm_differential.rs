@@ -338,6 +338,10 @@ fn pallet_fails_where_helm_fails() {
         (r#"{{ dig "x" 0 .Files }}"#, "engine.files"),
         (r#"{{ keys .Files }}"#, "expected map[string]interface {}"),
         (r#"{{ .Values.Table "list" }}"#, "is not a table"),
+        (
+            r#"{{ if false }}{{ $h := 1 }}{{ else }}{{ $h }}{{ end }}"#,
+            "undefined variable: $h",
+        ),
         (r#"{{ .Values.PathValue "nested.a" }}"#, "is not a value"),
         (r#"{{ .Values.PathValue "" }}"#, "YAML path cannot be empty"),
         (
@@ -1063,6 +1067,9 @@ fn extra_chart_constructs_give_helms_output() {
         // A missing key of a map[string]string is "" (envoy gateway's `splitn ":" 2
         // ($parts._1)`), of a map[string]interface{} nil.
         r#"{{ $p := splitn "/" 2 "abc" }}{{ splitn ":" 2 $p._1 | toJson }} {{ $p._1 | quote }} {{ index $p "_5" | quote }} {{ kindIs "string" (split "," "a")._3 }} {{ typeOf (index .Chart.Annotations "zz") }} {{ (dict).x | quote }}"#,
+        // A variable declared in an `if` branch is in scope in its `else` (kafka's secrets):
+        // unset there, it is an outer variable of that name, or an error only if that runs.
+        r#"{{ if false }}{{ $h := list }}{{ else if false }}{{ $h }}{{ else }}ok{{ end }} {{ $y := "outer" }}{{ if false }}{{ $y := "inner" }}{{ else }}{{ $y }}{{ end }} {{ range list }}{{ $r := 1 }}{{ else }}empty{{ end }} {{ with .Values.a }}{{ $w := .s }}{{ $w }}{{ else }}{{ $w }}{{ end }}"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];
@@ -1121,7 +1128,11 @@ fn first_invalid_file_in_path_order_is_named_as_by_helm() {
         "apiVersion: v2\nname: broken\nversion: 0.1.0\n",
     )
     .expect("write");
-    for f in ["templates/b.yaml", "templates/sub/z.yaml", "templates/c.yaml"] {
+    for f in [
+        "templates/b.yaml",
+        "templates/sub/z.yaml",
+        "templates/c.yaml",
+    ] {
         std::fs::write(chart.join(f), "a: b: c\n").expect("write");
     }
     std::fs::write(chart.join("templates/a.yaml"), "kind: ConfigMap\n").expect("write");

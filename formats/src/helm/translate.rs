@@ -306,6 +306,9 @@ struct Emitter<'a> {
     dot_in_range: bool,
     depth: usize,
     in_range: usize,
+    /// Slots declared at the top level of a control's branch: Go's parser keeps them visible
+    /// in the control's later branches (`else`), where they hold no value at run time.
+    branch_slots: HashSet<String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -321,6 +324,7 @@ impl<'a> Emitter<'a> {
             dot_in_range: false,
             depth: 0,
             in_range: 0,
+            branch_slots: HashSet::new(),
         }
     }
 
@@ -383,6 +387,21 @@ impl<'a> Emitter<'a> {
             }
         }
         Err(self.err(line, format!("undefined variable: ${name}")))
+    }
+
+    /// One branch of an `if`/`with`/`range`: its top-level declarations stay visible in the
+    /// control's later branches (Go pops them at `{{end}}` only), as possibly unset slots.
+    fn branch(&mut self, body: &[Node]) -> Result<(), HelmError> {
+        self.scopes.push(vec![]);
+        let r = self.nodes(body);
+        let declared = self.scopes.pop().unwrap_or_default();
+        r?;
+        self.branch_slots
+            .extend(declared.iter().map(|(_, slot, _)| slot.clone()));
+        if let Some(s) = self.scopes.last_mut() {
+            s.extend(declared);
+        }
+        Ok(())
     }
 
     fn scoped(
@@ -454,18 +473,21 @@ impl<'a> Emitter<'a> {
                 if *with {
                     self.with_chain(branches, otherwise.as_deref())?;
                 } else if branches.iter().all(|(_, p, _)| p.vars.is_empty()) {
-                    for (i, (l, pipe, body)) in branches.iter().enumerate() {
-                        self.pad(*l);
-                        let e = self.pipe_expr(*l, pipe)?;
-                        let kw = if i == 0 { "if" } else { "elif" };
-                        self.out.push_str(&format!("{{% {kw} {e} %}}"));
-                        self.scoped(|s| s.nodes(body))?;
-                    }
-                    if let Some(o) = otherwise {
-                        self.out.push_str("{% else %}");
-                        self.scoped(|s| s.nodes(o))?;
-                    }
-                    self.out.push_str("{% endif %}");
+                    self.scoped(|s| {
+                        for (i, (l, pipe, body)) in branches.iter().enumerate() {
+                            s.pad(*l);
+                            let e = s.pipe_expr(*l, pipe)?;
+                            let kw = if i == 0 { "if" } else { "elif" };
+                            s.out.push_str(&format!("{{% {kw} {e} %}}"));
+                            s.branch(body)?;
+                        }
+                        if let Some(o) = otherwise {
+                            s.out.push_str("{% else %}");
+                            s.branch(o)?;
+                        }
+                        s.out.push_str("{% endif %}");
+                        Ok(())
+                    })?;
                 } else {
                     self.if_chain(branches, otherwise.as_deref())?;
                 }
@@ -523,14 +545,14 @@ impl<'a> Emitter<'a> {
                     s.dot = n;
                     s.dot_in_range = true;
                     s.in_range += 1;
-                    let r = s.scoped(|s| s.nodes(body));
+                    let r = s.branch(body);
                     s.in_range -= 1;
                     s.dot = saved;
                     s.dot_in_range = saved_in_range;
                     r?;
                     if let Some(o) = otherwise {
                         s.out.push_str("{% else %}");
-                        s.scoped(|s| s.nodes(o))?;
+                        s.branch(o)?;
                     }
                     s.out.push_str("{% endfor %}");
                     Ok(())
@@ -584,7 +606,7 @@ impl<'a> Emitter<'a> {
     ) -> Result<(), HelmError> {
         let Some(((l, pipe, body), rest)) = branches.split_first() else {
             if let Some(o) = otherwise {
-                self.scoped(|s| s.nodes(o))?;
+                self.branch(o)?;
             }
             return Ok(());
         };
@@ -600,7 +622,7 @@ impl<'a> Emitter<'a> {
                 s.head_var(*l, pipe, &format!("__c{n}"))?;
                 s.out.push_str(&format!("{{% if __c{n} %}}"));
             }
-            s.scoped(|s| s.nodes(body))?;
+            s.branch(body)?;
             s.out.push_str("{% else %}");
             s.if_chain(rest, otherwise)?;
             s.out.push_str("{% endif %}");
@@ -618,7 +640,7 @@ impl<'a> Emitter<'a> {
     ) -> Result<(), HelmError> {
         let Some(((l, pipe, body), rest)) = branches.split_first() else {
             if let Some(o) = otherwise {
-                self.scoped(|s| s.nodes(o))?;
+                self.branch(o)?;
             }
             return Ok(());
         };
@@ -633,7 +655,7 @@ impl<'a> Emitter<'a> {
             let (saved, saved_in_range) = (s.dot, s.dot_in_range);
             s.dot = n;
             s.dot_in_range = false;
-            let r = s.scoped(|s| s.nodes(body));
+            let r = s.branch(body);
             s.dot = saved;
             s.dot_in_range = saved_in_range;
             r?;
@@ -799,7 +821,21 @@ impl<'a> Emitter<'a> {
                     }
                 } else {
                     let (slot, from_range) = self.lookup_var(line, v)?;
-                    chain(format!("__v.{slot}"), fields, !from_range)
+                    let base = if self.branch_slots.contains(&slot) {
+                        // Declared in an earlier branch: unset unless that branch ran. Go then
+                        // finds an outer `$v` on its variable stack, or reports it.
+                        let outer = self
+                            .scopes
+                            .iter()
+                            .flatten()
+                            .filter(|(n, s, _)| n == v && *s != slot)
+                            .next_back()
+                            .map_or(String::new(), |(_, s, _)| format!(", __v.{s}"));
+                        format!("__setvar(__v.{slot}, {}{outer})", quote(&format!("${v}")))
+                    } else {
+                        format!("__v.{slot}")
+                    };
+                    chain(base, fields, !from_range)
                 }
             }
             Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields, true),

@@ -411,6 +411,16 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_function("__f", f_field);
     env.add_function("__fr", f_field_of_result);
     env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
+    // A variable declared in an earlier branch of a control: its value, else the outer
+    // variable of that name Go would find on its stack, else Go's error.
+    env.add_function(
+        "__setvar",
+        |v: Value, name: String, outer: Option<Value>| match outer {
+            _ if !v.is_undefined() => Ok(v),
+            Some(o) if !o.is_undefined() => Ok(o),
+            _ => Err(err(format!("undefined variable: {name}"))),
+        },
+    );
     env.add_function("__nilmap_or", |v: Value| {
         if v.is_none() || v.is_undefined() {
             GoMap::value(BTreeMap::new())
