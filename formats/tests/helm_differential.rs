@@ -1070,6 +1070,9 @@ fn extra_chart_constructs_give_helms_output() {
         // A variable declared in an `if` branch is in scope in its `else` (kafka's secrets):
         // unset there, it is an outer variable of that name, or an error only if that runs.
         r#"{{ if false }}{{ $h := list }}{{ else if false }}{{ $h }}{{ else }}ok{{ end }} {{ $y := "outer" }}{{ if false }}{{ $y := "inner" }}{{ else }}{{ $y }}{{ end }} {{ range list }}{{ $r := 1 }}{{ else }}empty{{ end }} {{ with .Values.a }}{{ $w := .s }}{{ $w }}{{ else }}{{ $w }}{{ end }}"#,
+        // toYaml of the whole context, passed as the data of a define that ignores it
+        // (eck-operator's `template "rules" . | toYaml | indent 2`).
+        r#"{{ define "rules" }}- a{{ end }}{{ template "rules" . | toYaml | indent 2 }} {{ $x := toJson . }}{{ $y := toYaml .Capabilities | indent 4 }}done"#,
         // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
         r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
     ];

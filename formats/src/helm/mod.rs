@@ -555,6 +555,9 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         if u.name.ends_with("NOTES.txt") {
             continue;
         }
+        if let Some(e) = funcs::deferred_error(&content) {
+            return Err(HelmError::template(&u.name, 0, e));
+        }
         out.push(RenderedFile {
             source: u.name.clone(),
             content,

@@ -304,6 +304,28 @@ fn unserialisable(v: &Value) -> Option<&'static str> {
     None
 }
 
+/// Brackets the text that stands for output pallet cannot produce (toYaml of a struct, such
+/// as the whole template context): Go marshals the struct's fields, and a chart may pass that
+/// text around without printing it (eck-operator: `template "x" . | toYaml | indent 2`, a
+/// define that ignores its data). Only a rendered file that contains it fails. A noncharacter,
+/// so never part of a chart's own text.
+pub const DEFERRED: char = '\u{FDD0}';
+
+/// The stand-in text for `func` of `v` when [`unserialisable`] names it.
+fn deferred_unsupported(v: &Value, func: &str) -> Option<Value> {
+    unserialisable(v).map(|ty| {
+        Value::from(format!(
+            "{DEFERRED}unsupported construct: {func} of a {ty}{DEFERRED}"
+        ))
+    })
+}
+
+/// The error a rendered text carries when it contains a [`DEFERRED`] stand-in.
+pub fn deferred_error(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once(DEFERRED)?;
+    rest.split(DEFERRED).next()
+}
+
 /// Converts for toJson/toYaml, refusing what [`unserialisable`] names.
 fn to_json_checked(v: &Value, func: &str) -> Result<serde_json::Value, Error> {
     match unserialisable(v) {
