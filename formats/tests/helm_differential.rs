@@ -1151,3 +1151,41 @@ fn first_invalid_file_in_path_order_is_named_as_by_helm() {
         .to_string();
     assert!(ours.contains("broken/templates/b.yaml"), "{ours}");
 }
+
+/// A template file included by another fails: helm names the including file (rendered first,
+/// deeper path) and the included one (bitnami kafka's `include ".../secrets.yaml" . |
+/// sha256sum` in its StatefulSet); pallet names both.
+#[test]
+fn failure_inside_an_included_file_names_the_including_file_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("inc");
+    std::fs::create_dir_all(chart.join("templates/sts")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: inc\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/secret.yaml"),
+        "kind: Secret\ndata:\n  x: {{ b64enc 1 }}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/sts/sts.yaml"),
+        "kind: StatefulSet\nsum: {{ include (print $.Template.BasePath \"/secret.yaml\") . | sha256sum }}\n",
+    )
+    .expect("write");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .output()
+        .expect("running helm");
+    let helm = String::from_utf8_lossy(&out.stderr);
+    let ours = helm::render(&chart, &RenderOptions::default())
+        .expect_err("pallet must fail")
+        .to_string();
+    for file in ["inc/templates/sts/sts.yaml", "inc/templates/secret.yaml"] {
+        assert!(helm.contains(file), "{helm}");
+        assert!(ours.contains(file), "{ours}");
+    }
+}

@@ -712,10 +712,19 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
         e.line().unwrap_or(0),
         e.detail().unwrap_or("").to_string(),
     );
+    // The templates that included the failing one, outermost first (helm names them all:
+    // `executing "a.yaml" at <include ...>: error calling include: ...`).
+    let mut callers: Vec<(String, usize)> = Vec::new();
     while let Some(src) = inner.source() {
         if let Some(me) = src.downcast_ref::<minijinja::Error>() {
             if let (Some(n), Some(l)) = (me.name(), me.line()) {
-                best = (n.to_string(), l, me.detail().unwrap_or("").to_string());
+                let outer = std::mem::replace(
+                    &mut best,
+                    (n.to_string(), l, me.detail().unwrap_or("").to_string()),
+                );
+                if (outer.0.as_str(), outer.1) != (n, l) {
+                    callers.push((outer.0, outer.1));
+                }
             } else if let Some(d) = me.detail() {
                 best.2 = d.to_string();
             }
@@ -723,19 +732,25 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
         inner = src;
     }
     let (name, line, detail) = best;
-    let name = name
-        .strip_prefix("define:")
-        .map(|d| format!("{file} (in define \"{d}\")"))
-        .unwrap_or(name);
-    HelmError::template(
-        &name,
-        line,
-        if detail.is_empty() {
-            e.to_string()
-        } else {
-            detail
-        },
-    )
+    let show = |name: &str| {
+        name.strip_prefix("define:")
+            .map(|d| format!("{file} (in define \"{d}\")"))
+            .unwrap_or_else(|| name.to_string())
+    };
+    let mut detail = if detail.is_empty() {
+        e.to_string()
+    } else {
+        detail
+    };
+    // The innermost callers first; a deep recursion shows its outermost few.
+    const SHOWN: usize = 4;
+    for (caller, at) in callers.iter().take(SHOWN).rev() {
+        detail.push_str(&format!("; included from {} line {at}", show(caller)));
+    }
+    if callers.len() > SHOWN {
+        detail.push_str(&format!("; … {} more", callers.len() - SHOWN));
+    }
+    HelmError::template(&show(&name), line, detail)
 }
 
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is

@@ -78,6 +78,19 @@ fn render_template(state: &State, name: &str, data: Value, action: bool) -> Resu
         __rng => state.lookup("__rng"),
         __depth => depth,
     })
+    // A new error for the caller's template to put its own location on, so the message names
+    // every template on the way, as helm's does.
+    .map_err(|inner| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            if action {
+                "error calling template"
+            } else {
+                "error calling include"
+            },
+        )
+        .with_source(inner)
+    })
 }
 
 /// Maximum nesting of include/template/tpl.
