@@ -1189,3 +1189,45 @@ fn failure_inside_an_included_file_names_the_including_file_too() {
         assert!(ours.contains(file), "{ours}");
     }
 }
+
+/// Numbers in Chart.yaml's string fields read as helm's YAML reader converts them
+/// (aws-sigv4-proxy-admission-controller's `appVersion: 1.0` is "1"): integers in decimal,
+/// floats as Go's `FormatFloat(f, 'g', -1, 32)`.
+#[test]
+fn chart_yaml_numbers_become_strings_as_helm_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("av");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: av\ndata:\n  v: {{ .Chart.AppVersion | quote }}\n  k: {{ .Chart.Keywords | toJson | quote }}\n  a: {{ .Chart.Annotations | toJson | quote }}\n  d: {{ .Chart.Description | quote }}\n",
+    )
+    .expect("write");
+    let values = dir.path().join("empty.yaml");
+    std::fs::write(&values, "{}\n").expect("write");
+    for v in [
+        "1.0",
+        "1.10",
+        "2.50",
+        "1e3",
+        "0.1",
+        "3",
+        "012",
+        "0x1F",
+        "1.123456789",
+        "123456789.5",
+        "0.00001234",
+        "-2.5",
+    ] {
+        std::fs::write(
+            chart.join("Chart.yaml"),
+            format!("apiVersion: v2\nname: av\nversion: 0.1.0\nappVersion: {v}\ndescription: {v}\nkeywords: [{v}]\nannotations:\n  x: {v}\n"),
+        )
+        .expect("write");
+        assert_eq!(
+            ours(&chart, &values),
+            oracle(&chart, &values),
+            "appVersion: {v}"
+        );
+    }
+}

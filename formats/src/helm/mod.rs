@@ -206,7 +206,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
     let text = |k: &str| -> Value {
         match get(k) {
             Some(serde_json::Value::String(s)) => Value::from(s.as_str()),
-            Some(serde_json::Value::Number(n)) => Value::from(n.to_string()),
+            Some(serde_json::Value::Number(n)) => Value::from(chart::metadata_number_text(n)),
             Some(serde_json::Value::Bool(b)) => Value::from(b.to_string()),
             _ => Value::from(""),
         }
@@ -219,6 +219,9 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                     a.iter()
                         .map(|x| match x {
                             serde_json::Value::String(s) => Value::from(s.as_str()),
+                            serde_json::Value::Number(n) => {
+                                Value::from(chart::metadata_number_text(n))
+                            }
                             other => Value::from(other.to_string()),
                         })
                         .collect::<Vec<_>>()
@@ -238,7 +241,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                                 .map(|(yaml, go)| {
                                     let v = match x.get(*yaml) {
                                         Some(serde_json::Value::Number(n)) => {
-                                            Value::from(n.to_string())
+                                            Value::from(chart::metadata_number_text(n))
                                         }
                                         Some(v) => from_json(v),
                                         None if *go == "Enabled" => Value::from(false),
@@ -264,6 +267,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                 .map(|(k, v)| {
                     let v = match v {
                         serde_json::Value::String(s) => Value::from(s.as_str()),
+                        serde_json::Value::Number(n) => Value::from(chart::metadata_number_text(n)),
                         other => Value::from(other.to_string()),
                     };
                     (k.clone(), v)
