@@ -87,7 +87,8 @@ fetched=0
 while IFS='|' read -r chart module path stubs copies; do
   [ -n "$chart" ] || continue
   dest="$cache/charts/$chart"
-  if [ "$(cat "$dest/.origin" 2>/dev/null)" = "$module/$path" ]; then
+  origin="$module/$path|$stubs|$copies"
+  if [ "$(cat "$dest/.origin" 2>/dev/null)" = "$origin" ]; then
     echo "$chart: $dest"
     continue
   fi
@@ -118,7 +119,7 @@ while IFS='|' read -r chart module path stubs copies; do
   for pair in "${pairs[@]}"; do
     cp "$dest/${pair%%>*}" "$dest/${pair#*>}"
   done
-  echo "$module/$path" >"$dest/.origin"
+  echo "$origin" >"$dest/.origin"
   fetched=1
   echo "$chart: $dest"
 done <<<"$CHARTS"
