@@ -828,8 +828,7 @@ impl<'a> Emitter<'a> {
                             .scopes
                             .iter()
                             .flatten()
-                            .filter(|(n, s, _)| n == v && *s != slot)
-                            .next_back()
+                            .rfind(|(n, s, _)| n == v && *s != slot)
                             .map_or(String::new(), |(_, s, _)| format!(", __v.{s}"));
                         format!("__setvar(__v.{slot}, {}{outer})", quote(&format!("${v}")))
                     } else {
