@@ -1231,3 +1231,47 @@ fn chart_yaml_numbers_become_strings_as_helm_reads_them() {
         );
     }
 }
+
+/// A `fail` inside a define: helm names the file the define is written in when the define runs
+/// through the `template` action (bitnami's `_helpers.tpl` TLS checks), the including file when
+/// through `include`; pallet names the file helm names, in both cases.
+#[test]
+fn failure_in_a_define_names_the_file_helm_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("def");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: def\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/_helpers.tpl"),
+        "{{- define \"def.check\" -}}\n{{- fail \"a key is required\" -}}\n{{- end -}}\n",
+    )
+    .expect("write");
+    for (call, file) in [
+        ("template", "def/templates/_helpers.tpl"),
+        ("include", "def/templates/cm.yaml"),
+    ] {
+        std::fs::write(
+            chart.join("templates/cm.yaml"),
+            format!("kind: ConfigMap\nx: {{{{ {call} \"def.check\" . }}}}\n"),
+        )
+        .expect("write");
+        let out = Command::new(helm_bin())
+            .args(["template", RELEASE])
+            .arg(&chart)
+            .output()
+            .expect("running helm");
+        let helm = String::from_utf8_lossy(&out.stderr);
+        let ours = helm::render(&chart, &RenderOptions::default())
+            .expect_err("pallet must fail")
+            .to_string();
+        let at = format!("execution error at ({file}:");
+        assert!(helm.contains(&at), "{call}: {helm}");
+        for want in [file, "a key is required"] {
+            assert!(ours.contains(want), "{call}: {ours}");
+        }
+    }
+}

@@ -554,7 +554,7 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
                 __now => opts.now,
                 __rng => rng.clone(),
             })
-            .map_err(|e| render_error(&u.name, &e))?
+            .map_err(|e| render_error(&u.name, &e, &define_files(&units)))?
             .replace(funcs::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;
@@ -709,7 +709,26 @@ fn collect_schema_errors(
 }
 
 /// Maps a minijinja error back to the chart file and line (the innermost template that failed).
-fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
+/// The file each define comes from (the last definition wins, as in helm's parse order), for
+/// errors: helm names the file a failing define is written in (`_helpers.tpl`), not the file
+/// being rendered. Only computed when a render fails.
+fn define_files(units: &[Unit<'_>]) -> BTreeMap<String, String> {
+    static DEFINE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let mut files = BTreeMap::new();
+    let Some(re) =
+        DEFINE.get_or_init(|| regex::Regex::new(r#"\{\{-?\s*(?:define|block)\s+"([^"]+)""#).ok())
+    else {
+        return files;
+    };
+    for u in units {
+        for c in re.captures_iter(u.source) {
+            files.insert(c[1].to_string(), u.name.clone());
+        }
+    }
+    files
+}
+
+fn render_error(file: &str, e: &minijinja::Error, defines: &BTreeMap<String, String>) -> HelmError {
     let mut inner: &dyn std::error::Error = e;
     let mut best = (
         e.name().unwrap_or(file).to_string(),
@@ -738,7 +757,10 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
     let (name, line, detail) = best;
     let show = |name: &str| {
         name.strip_prefix("define:")
-            .map(|d| format!("{file} (in define \"{d}\")"))
+            .map(|d| {
+                let at = defines.get(d).map_or(file, String::as_str);
+                format!("{at} (in define \"{d}\")")
+            })
             .unwrap_or_else(|| name.to_string())
     };
     let mut detail = if detail.is_empty() {

@@ -217,6 +217,11 @@ fn named_in_helm_error(msg: &str) -> Vec<String> {
             return vec![file.to_string(), text.to_string()];
         }
     }
+    // helm echoes the failing action's source (`at <include "x" (dict "a" .)>`); its quoted
+    // words are the chart's text, not the cause.
+    let msg = regex::Regex::new(r"at <[^>]*>")
+        .map(|re| re.replace_all(msg, "at <>").into_owned())
+        .unwrap_or_else(|_| msg.to_string());
     let mut words = Vec::new();
     for q in ['\'', '"'] {
         let parts: Vec<&str> = msg.split(q).collect();
@@ -228,7 +233,7 @@ fn named_in_helm_error(msg: &str) -> Vec<String> {
     }
     if words.is_empty() {
         // Nothing quoted: the whole first line must be named.
-        words.push(msg.lines().next().unwrap_or(msg).to_string());
+        words.push(msg.lines().next().unwrap_or(&msg).to_string());
     }
     words
 }
