@@ -81,6 +81,7 @@ argo-rollouts|github.com/argoproj/argo-helm@v0.0.0-20260904222229-3bbb4305eea9|c
 argo-events|github.com/argoproj/argo-helm@v0.0.0-20260904222229-3bbb4305eea9|charts/argo-events|
 aws-load-balancer-controller|github.com/aws/eks-charts@v0.0.243-0.20260821194545-743f98a89b5b|stable/aws-load-balancer-controller|
 eck-operator|github.com/elastic/cloud-on-k8s/v3@v3.5.0|deploy/eck-operator|
+eck-stack|github.com/elastic/cloud-on-k8s/v3@v3.5.0|deploy/eck-stack|
 '
 
 fetched=0
