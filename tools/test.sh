@@ -43,6 +43,9 @@ cargo test --workspace --locked --no-run
 step "helm oracle (for the helm format's differential tests and helm push in the source tests)"
 tools/helm.sh build
 
+step "extra real-world helm charts (formats/tests/helm_conformance_extra.rs), from the Go module proxy"
+tools/extra-charts.sh
+
 step "oras CLI (pushes ORAS artifacts in tests/source_artifacts.rs)"
 tools/oras.sh build
 

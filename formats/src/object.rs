@@ -273,23 +273,22 @@ pub fn parse_manifests(file_name: &str, text: &str) -> Result<Vec<Object>, Rende
         if is_blank_document(document.text) {
             continue;
         }
-        let value: Value = serde_saphyr::from_str_with_options(document.text, yaml_options())
-            .map_err(|error| {
-                let line = error
-                    .location()
-                    .map(|location| location.line())
-                    .filter(|line| *line > 0)
-                    .map(|line| line + document.first_line - 1)
-                    .unwrap_or(document.first_line);
-                RenderError::InvalidYaml {
-                    at: SourceLocation {
-                        file: file_name.to_owned(),
-                        document: Some(document.index),
-                        line: Some(line),
-                    },
-                    message: yaml_error_message(&error),
-                }
-            })?;
+        let value: Value = from_yaml_str(document.text).map_err(|error| {
+            let line = error
+                .location()
+                .map(|location| location.line())
+                .filter(|line| *line > 0)
+                .map(|line| line + document.first_line - 1)
+                .unwrap_or(document.first_line);
+            RenderError::InvalidYaml {
+                at: SourceLocation {
+                    file: file_name.to_owned(),
+                    document: Some(document.index),
+                    line: Some(line),
+                },
+                message: yaml_error_message(&error),
+            }
+        })?;
         if value.is_null() {
             continue;
         }
@@ -317,6 +316,80 @@ pub(crate) fn yaml_options() -> serde_saphyr::Options {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::LastWins,
         emit_comments: false,
     }
+}
+
+/// Reads YAML with [`yaml_options`], accepting what go-yaml (and so helm and kubectl) accepts
+/// beyond the YAML spec: a continuation line of a quoted scalar indented no deeper than its key
+/// (`description: 'a\n  b'` with `b` under `description`, as controller-gen's older CRDs are
+/// written). The reader rejects those lines ("invalid indentation in multiline quoted scalar");
+/// a quoted scalar folds away the leading blanks of its continuation lines, so each such line
+/// is indented one column past the line above it and the text read again. Any other error (or
+/// one that does not move on) is the first error.
+pub fn from_yaml_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    from_yaml_str_fixed(text).map(|(v, _)| v)
+}
+
+/// [`from_yaml_str`], with the re-indented text when lines had to be fixed (for readers of the
+/// same text's events).
+pub(crate) fn from_yaml_str_fixed<T: serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<(T, Option<String>), serde_saphyr::Error> {
+    /// Bounds the re-reads of one text (each fixes one line).
+    const MAX_FIXES: usize = 10_000;
+    let first = match serde_saphyr::from_str_with_options(text, yaml_options()) {
+        Ok(v) => return Ok((v, None)),
+        Err(e) => e,
+    };
+    let mut error_line = underindented_quote_line(&first);
+    let mut lines: Vec<String> = Vec::new();
+    for _ in 0..MAX_FIXES {
+        let Some(line) = error_line else { break };
+        if lines.is_empty() {
+            lines = text.split('\n').map(str::to_string).collect();
+        }
+        // 1-based line of the continuation; the line above it is the scalar's opening line
+        // (at its key's indentation) or a continuation fixed before.
+        let (Some(above), Some(_)) = (line.checked_sub(2), lines.get(line - 1)) else {
+            break;
+        };
+        let want = indentation(&lines[above]) + 1;
+        let current = indentation(&lines[line - 1]);
+        if want <= current {
+            break;
+        }
+        lines[line - 1].insert_str(0, &" ".repeat(want - current));
+        let fixed = lines.join("\n");
+        match serde_saphyr::from_str_with_options(&fixed, yaml_options()) {
+            Ok(v) => return Ok((v, Some(fixed))),
+            Err(e) => {
+                let next = underindented_quote_line(&e);
+                if next.is_some_and(|n| n <= line) {
+                    break;
+                }
+                error_line = next;
+            }
+        }
+    }
+    Err(first)
+}
+
+/// The 1-based line of an under-indented quoted-scalar continuation the reader rejected.
+fn underindented_quote_line(error: &serde_saphyr::Error) -> Option<usize> {
+    if !error
+        .to_string()
+        .contains("invalid indentation in multiline quoted scalar")
+    {
+        return None;
+    }
+    error
+        .location()
+        .map(|l| l.line() as usize)
+        .filter(|l| *l > 0)
+}
+
+/// The number of leading spaces of a line.
+fn indentation(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
 }
 
 /// A YAML reader's error in a user's terms: its first line (the parser adds a source excerpt

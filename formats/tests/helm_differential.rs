@@ -337,6 +337,21 @@ fn pallet_fails_where_helm_fails() {
         (r#"{{ dig "a" "b" 0 (dict "a" nil) }}"#, "is nil"),
         (r#"{{ dig "x" 0 .Files }}"#, "engine.files"),
         (r#"{{ keys .Files }}"#, "expected map[string]interface {}"),
+        (r#"{{ .Values.Table "list" }}"#, "is not a table"),
+        (
+            r#"{{ if false }}{{ $h := 1 }}{{ else }}{{ $h }}{{ end }}"#,
+            "undefined variable: $h",
+        ),
+        (r#"{{ .Values.PathValue "nested.a" }}"#, "is not a value"),
+        (r#"{{ .Values.PathValue "" }}"#, "YAML path cannot be empty"),
+        (
+            r#"{{ $p := dict }}{{ merge (dict) $p.global }}"#,
+            "expected map[string]interface {}; got interface {}",
+        ),
+        (
+            r#"{{ range $v := list nil }}{{ keys $v }}{{ end }}"#,
+            "expected map[string]interface {}; got interface {}",
+        ),
         (r#"{{ keys .Chart }}"#, "expected map[string]interface {}"),
         (
             r#"{{ get .Capabilities "KubeVersion" }}"#,
@@ -1029,4 +1044,234 @@ fn values_files_merge_as_helm_dash_f_does() {
         values,
         serde_json::json!({"image": {"repo": "app", "tag": "v2", "pull": "Always"}, "ports": [8080], "name": "user"})
     );
+}
+
+/// Constructs found in published charts outside the corpus (`helm_conformance_extra`), one
+/// probe per class: pallet must print what helm prints.
+#[test]
+fn extra_chart_constructs_give_helms_output() {
+    let cases = [
+        // A missing map key where a map is wanted is a nil map (istio's profiles:
+        // `mustMergeOverwrite $defaults ($profile.global)`); only a present nil is an error.
+        r#"{{ $p := dict }}{{ mustMergeOverwrite (dict "a" 1) ($p.global) (dict "b" 2) | toJson }} {{ merge (dict "a" 1) (.Values.zz) | toJson }} {{ $v := .Values.zz }}{{ keys $v }} {{ (fromYaml "x: 1").y | merge (dict) | toJson }} {{ .Values.zz | keys }}"#,
+        // chartutil.Values' methods (cilium: `dig "a" "" .Values.AsMap`).
+        r#"{{ dig "a" "s" "" .Values.AsMap }} {{ typeOf .Values.AsMap }} {{ .Values.Table "nested.a" | toJson }} {{ typeOf (.Values.Table "a") }} {{ .Values.PathValue "nested.a.b" }} {{ .Values.PathValue "num" }} {{ .Values.YAML | replace "\n" "⏎" }}"#,
+        // go-yaml reads quoted continuation lines no deeper than their key (flagger's CRDs).
+        r#"{{ fromYaml "a:\n  b: 'one\n  two'\n  c: \"x\n y\n\"\n" | toJson }}"#,
+        // `$` redeclared or assigned in a template (cluster-api-operator's helpers).
+        r#"{{ define "root" }}{{- $ := .ROOT -}}{{ $.Values.a.s }}/{{ $.x }}{{ end }}{{ include "root" (dict "ROOT" (dict "Values" (dict "a" (dict "s" "inner")) "x" 1)) }} {{ $.Values.a.s }} {{ $ = dict "Values" 2 }}{{ $.Values }}"#,
+        // A missing value prints as "<no value>" inside include's result (cilium's
+        // `include ".../cilium-configmap.yaml" . | sha256sum`); helm removes it from the
+        // file's output and from tpl's result only.
+        r#"{{ define "nv" }}[{{ .Values.zz }}|{{ index .Values "zz" }}|{{ (dict "a" nil).a }}]{{ end }}{{ include "nv" . | quote }} {{ include "nv" . | sha256sum }} {{ tpl "{{ .Values.zz }}" . | quote }} {{ .Values.zz }} {{ template "nv" . }} {{ "<no value>" }}"#,
+        // A missing key of a map[string]string is "" (envoy gateway's `splitn ":" 2
+        // ($parts._1)`), of a map[string]interface{} nil.
+        r#"{{ $p := splitn "/" 2 "abc" }}{{ splitn ":" 2 $p._1 | toJson }} {{ $p._1 | quote }} {{ index $p "_5" | quote }} {{ kindIs "string" (split "," "a")._3 }} {{ typeOf (index .Chart.Annotations "zz") }} {{ (dict).x | quote }}"#,
+        // A variable declared in an `if` branch is in scope in its `else` (kafka's secrets):
+        // unset there, it is an outer variable of that name, or an error only if that runs.
+        r#"{{ if false }}{{ $h := list }}{{ else if false }}{{ $h }}{{ else }}ok{{ end }} {{ $y := "outer" }}{{ if false }}{{ $y := "inner" }}{{ else }}{{ $y }}{{ end }} {{ range list }}{{ $r := 1 }}{{ else }}empty{{ end }} {{ with .Values.a }}{{ $w := .s }}{{ $w }}{{ else }}{{ $w }}{{ end }}"#,
+        // toYaml of the whole context, passed as the data of a define that ignores it
+        // (eck-operator's `template "rules" . | toYaml | indent 2`).
+        r#"{{ define "rules" }}- a{{ end }}{{ template "rules" . | toYaml | indent 2 }} {{ $x := toJson . }}{{ $y := toYaml .Capabilities | indent 4 }}done"#,
+        // time.Time values compare as Go structs (cilium's `ne $now ($now | dateModify "1h")`).
+        r#"{{ $now := now }}{{ ne $now ($now | dateModify "1h") }} {{ eq $now ($now | dateModify "0s") }} {{ eq (toDate "2006-01-02" "2024-01-01") (toDate "2006-01-02" "2024-01-01") }}"#,
+    ];
+    let mut wrong = Vec::new();
+    for expr in cases {
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
+        if ours != helm || helm.is_err() {
+            wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Quoted scalars whose continuation lines are no deeper than their key, in values.yaml, in a
+/// template's output and in crds/ (flagger's CRDs): go-yaml reads them, so helm renders them.
+#[test]
+fn underindented_quoted_continuations_read_as_helm_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("quoted");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::create_dir_all(chart.join("crds")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: quoted\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    let body = "  a:\n    description: 'one\n    two\n   three'\n    d: \"x\n    y\"\n    e: 1\n";
+    std::fs::write(chart.join("values.yaml"), format!("m:\n{body}")).expect("write");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: q\ndata:\n  v: {{{{ toJson .Values.m | quote }}}}\nx:\n{body}"),
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("crds/crd.yaml"),
+        format!("apiVersion: example.com/v1\nkind: Thing\nmetadata:\n  name: t\nspec:\n{body}"),
+    )
+    .expect("write");
+    let values = dir.path().join("empty.yaml");
+    std::fs::write(&values, "{}\n").expect("write");
+    let want = by_key(oracle(&chart, &values));
+    let got = by_key(ours(&chart, &values));
+    assert_eq!(want.len(), 2, "{want:?}");
+    assert_eq!(got, want);
+}
+
+/// Several rendered files that are not YAML: helm reads them in path order and names the first
+/// (envoy gateway's certgen.yaml before its deployment); pallet names the same file.
+#[test]
+fn first_invalid_file_in_path_order_is_named_as_by_helm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("broken");
+    std::fs::create_dir_all(chart.join("templates/sub")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: broken\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    for f in [
+        "templates/b.yaml",
+        "templates/sub/z.yaml",
+        "templates/c.yaml",
+    ] {
+        std::fs::write(chart.join(f), "a: b: c\n").expect("write");
+    }
+    std::fs::write(chart.join("templates/a.yaml"), "kind: ConfigMap\n").expect("write");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .output()
+        .expect("running helm");
+    let helm = String::from_utf8_lossy(&out.stderr);
+    assert!(helm.contains("broken/templates/b.yaml"), "{helm}");
+    let ours = helm::render(&chart, &RenderOptions::default())
+        .expect_err("pallet must fail")
+        .to_string();
+    assert!(ours.contains("broken/templates/b.yaml"), "{ours}");
+}
+
+/// A template file included by another fails: helm names the including file (rendered first,
+/// deeper path) and the included one (bitnami kafka's `include ".../secrets.yaml" . |
+/// sha256sum` in its StatefulSet); pallet names both.
+#[test]
+fn failure_inside_an_included_file_names_the_including_file_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("inc");
+    std::fs::create_dir_all(chart.join("templates/sts")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: inc\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/secret.yaml"),
+        "kind: Secret\ndata:\n  x: {{ b64enc 1 }}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/sts/sts.yaml"),
+        "kind: StatefulSet\nsum: {{ include (print $.Template.BasePath \"/secret.yaml\") . | sha256sum }}\n",
+    )
+    .expect("write");
+    let out = Command::new(helm_bin())
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .output()
+        .expect("running helm");
+    let helm = String::from_utf8_lossy(&out.stderr);
+    let ours = helm::render(&chart, &RenderOptions::default())
+        .expect_err("pallet must fail")
+        .to_string();
+    for file in ["inc/templates/sts/sts.yaml", "inc/templates/secret.yaml"] {
+        assert!(helm.contains(file), "{helm}");
+        assert!(ours.contains(file), "{ours}");
+    }
+}
+
+/// Numbers in Chart.yaml's string fields read as helm's YAML reader converts them
+/// (aws-sigv4-proxy-admission-controller's `appVersion: 1.0` is "1"): integers in decimal,
+/// floats as Go's `FormatFloat(f, 'g', -1, 32)`.
+#[test]
+fn chart_yaml_numbers_become_strings_as_helm_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("av");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: av\ndata:\n  v: {{ .Chart.AppVersion | quote }}\n  k: {{ .Chart.Keywords | toJson | quote }}\n  a: {{ .Chart.Annotations | toJson | quote }}\n  d: {{ .Chart.Description | quote }}\n",
+    )
+    .expect("write");
+    let values = dir.path().join("empty.yaml");
+    std::fs::write(&values, "{}\n").expect("write");
+    for v in [
+        "1.0",
+        "1.10",
+        "2.50",
+        "1e3",
+        "0.1",
+        "3",
+        "012",
+        "0x1F",
+        "1.123456789",
+        "123456789.5",
+        "0.00001234",
+        "-2.5",
+    ] {
+        std::fs::write(
+            chart.join("Chart.yaml"),
+            format!("apiVersion: v2\nname: av\nversion: 0.1.0\nappVersion: {v}\ndescription: {v}\nkeywords: [{v}]\nannotations:\n  x: {v}\n"),
+        )
+        .expect("write");
+        assert_eq!(
+            ours(&chart, &values),
+            oracle(&chart, &values),
+            "appVersion: {v}"
+        );
+    }
+}
+
+/// A `fail` inside a define: helm names the file the define is written in when the define runs
+/// through the `template` action (bitnami's `_helpers.tpl` TLS checks), the including file when
+/// through `include`; pallet names the file helm names, in both cases.
+#[test]
+fn failure_in_a_define_names_the_file_helm_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("def");
+    std::fs::create_dir_all(chart.join("templates")).expect("mkdir");
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: def\nversion: 0.1.0\n",
+    )
+    .expect("write");
+    std::fs::write(
+        chart.join("templates/_helpers.tpl"),
+        "{{- define \"def.check\" -}}\n{{- fail \"a key is required\" -}}\n{{- end -}}\n",
+    )
+    .expect("write");
+    for (call, file) in [
+        ("template", "def/templates/_helpers.tpl"),
+        ("include", "def/templates/cm.yaml"),
+    ] {
+        std::fs::write(
+            chart.join("templates/cm.yaml"),
+            format!("kind: ConfigMap\nx: {{{{ {call} \"def.check\" . }}}}\n"),
+        )
+        .expect("write");
+        let out = Command::new(helm_bin())
+            .args(["template", RELEASE])
+            .arg(&chart)
+            .output()
+            .expect("running helm");
+        let helm = String::from_utf8_lossy(&out.stderr);
+        let ours = helm::render(&chart, &RenderOptions::default())
+            .expect_err("pallet must fail")
+            .to_string();
+        let at = format!("execution error at ({file}:");
+        assert!(helm.contains(&at), "{call}: {helm}");
+        for want in [file, "a key is required"] {
+            assert!(ours.contains(want), "{call}: {ours}");
+        }
+    }
 }

@@ -269,3 +269,14 @@ fn yaml11_line_breaks_in_the_output_are_errors() {
         &["errs/templates/t.yaml:2", "U+2028", "line break"],
     );
 }
+
+/// toYaml of a struct (the whole context, `.Capabilities`) is text pallet cannot produce: a
+/// chart may pass it along unprinted (see the differential probe), but a rendered file that
+/// contains it fails, naming the construct and the file.
+#[test]
+fn printed_toyaml_of_a_struct_is_an_unsupported_construct() {
+    assert_err(
+        "data: {{ toYaml .Capabilities | indent 2 }}",
+        &["unsupported construct: toYaml of a", "templates/"],
+    );
+}

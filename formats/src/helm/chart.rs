@@ -327,6 +327,47 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
     Ok(chart)
 }
 
+/// A Chart.yaml number read into one of `chart.Metadata`'s string fields, as helm's YAML reader
+/// (sigs.k8s.io/yaml) converts it: an integer in decimal (`012` is 10, `0x1F` 31), a float as
+/// Go's `strconv.FormatFloat(f, 'g', -1, 32)` (`appVersion: 1.0` is "1", `1.10` is "1.1").
+pub(crate) fn metadata_number_text(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    // Rust prints the shortest digits that read back as the same f32, like Go's -1 precision.
+    let e = format!("{:e}", f as f32);
+    let Some((mantissa, exp)) = e.split_once('e') else {
+        return e;
+    };
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => ("-", m),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    if !(-4..6).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{frac}e{esign}{:02}", exp.abs());
+    }
+    let point = exp + 1;
+    let body = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{int}.{frac}")
+    };
+    format!("{sign}{body}")
+}
+
 /// helm's `Metadata.Validate` (run by its loader on every chart, subcharts too): name and
 /// version present and valid, a known type, aliases made of `[A-Za-z0-9_-]`, no two
 /// dependencies with the same name or alias.
@@ -335,7 +376,7 @@ fn validate_metadata(label: &str, md: &Json) -> Result<(), HelmError> {
     let text = |k: &str| -> String {
         match md.get(k) {
             Some(Json::String(s)) => s.clone(),
-            Some(Json::Number(n)) => n.to_string(),
+            Some(Json::Number(n)) => metadata_number_text(n),
             _ => String::new(),
         }
     };

@@ -206,7 +206,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
     let text = |k: &str| -> Value {
         match get(k) {
             Some(serde_json::Value::String(s)) => Value::from(s.as_str()),
-            Some(serde_json::Value::Number(n)) => Value::from(n.to_string()),
+            Some(serde_json::Value::Number(n)) => Value::from(chart::metadata_number_text(n)),
             Some(serde_json::Value::Bool(b)) => Value::from(b.to_string()),
             _ => Value::from(""),
         }
@@ -219,6 +219,9 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                     a.iter()
                         .map(|x| match x {
                             serde_json::Value::String(s) => Value::from(s.as_str()),
+                            serde_json::Value::Number(n) => {
+                                Value::from(chart::metadata_number_text(n))
+                            }
                             other => Value::from(other.to_string()),
                         })
                         .collect::<Vec<_>>()
@@ -238,7 +241,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                                 .map(|(yaml, go)| {
                                     let v = match x.get(*yaml) {
                                         Some(serde_json::Value::Number(n)) => {
-                                            Value::from(n.to_string())
+                                            Value::from(chart::metadata_number_text(n))
                                         }
                                         Some(v) => from_json(v),
                                         None if *go == "Enabled" => Value::from(false),
@@ -264,6 +267,7 @@ fn metadata_fields(meta: &serde_json::Value) -> BTreeMap<String, Value> {
                 .map(|(k, v)| {
                     let v = match v {
                         serde_json::Value::String(s) => Value::from(s.as_str()),
+                        serde_json::Value::Number(n) => Value::from(chart::metadata_number_text(n)),
                         other => Value::from(other.to_string()),
                     };
                     (k.clone(), v)
@@ -550,9 +554,13 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
                 __now => opts.now,
                 __rng => rng.clone(),
             })
-            .map_err(|e| render_error(&u.name, &e))?;
+            .map_err(|e| render_error(&u.name, &e, &define_files(&units)))?
+            .replace(funcs::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;
+        }
+        if let Some(e) = funcs::deferred_error(&content) {
+            return Err(HelmError::template(&u.name, 0, e));
         }
         out.push(RenderedFile {
             source: u.name.clone(),
@@ -701,17 +709,45 @@ fn collect_schema_errors(
 }
 
 /// Maps a minijinja error back to the chart file and line (the innermost template that failed).
-fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
+/// The file each define comes from (the last definition wins, as in helm's parse order), for
+/// errors: helm names the file a failing define is written in (`_helpers.tpl`), not the file
+/// being rendered. Only computed when a render fails.
+fn define_files(units: &[Unit<'_>]) -> BTreeMap<String, String> {
+    static DEFINE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let mut files = BTreeMap::new();
+    let Some(re) =
+        DEFINE.get_or_init(|| regex::Regex::new(r#"\{\{-?\s*(?:define|block)\s+"([^"]+)""#).ok())
+    else {
+        return files;
+    };
+    for u in units {
+        for c in re.captures_iter(u.source) {
+            files.insert(c[1].to_string(), u.name.clone());
+        }
+    }
+    files
+}
+
+fn render_error(file: &str, e: &minijinja::Error, defines: &BTreeMap<String, String>) -> HelmError {
     let mut inner: &dyn std::error::Error = e;
     let mut best = (
         e.name().unwrap_or(file).to_string(),
         e.line().unwrap_or(0),
         e.detail().unwrap_or("").to_string(),
     );
+    // The templates that included the failing one, outermost first (helm names them all:
+    // `executing "a.yaml" at <include ...>: error calling include: ...`).
+    let mut callers: Vec<(String, usize)> = Vec::new();
     while let Some(src) = inner.source() {
         if let Some(me) = src.downcast_ref::<minijinja::Error>() {
             if let (Some(n), Some(l)) = (me.name(), me.line()) {
-                best = (n.to_string(), l, me.detail().unwrap_or("").to_string());
+                let outer = std::mem::replace(
+                    &mut best,
+                    (n.to_string(), l, me.detail().unwrap_or("").to_string()),
+                );
+                if (outer.0.as_str(), outer.1) != (n, l) {
+                    callers.push((outer.0, outer.1));
+                }
             } else if let Some(d) = me.detail() {
                 best.2 = d.to_string();
             }
@@ -719,26 +755,28 @@ fn render_error(file: &str, e: &minijinja::Error) -> HelmError {
         inner = src;
     }
     let (name, line, detail) = best;
-    let name = name
-        .strip_prefix("define:")
-        .map(|d| format!("{file} (in define \"{d}\")"))
-        .unwrap_or(name);
-    HelmError::template(
-        &name,
-        line,
-        if detail.is_empty() {
-            e.to_string()
-        } else {
-            detail
-        },
-    )
-}
-
-/// YAML reading options matching helm's reader (sigs.k8s.io/yaml over go-yaml v2, YAML 1.1):
-/// `0644` is octal (420), as in a `defaultMode: 0644` in values.yaml, and a repeated key keeps
-/// its last value.
-pub(crate) fn yaml_options() -> serde_saphyr::Options {
-    crate::object::yaml_options()
+    let show = |name: &str| {
+        name.strip_prefix("define:")
+            .map(|d| {
+                let at = defines.get(d).map_or(file, String::as_str);
+                format!("{at} (in define \"{d}\")")
+            })
+            .unwrap_or_else(|| name.to_string())
+    };
+    let mut detail = if detail.is_empty() {
+        e.to_string()
+    } else {
+        detail
+    };
+    // The innermost callers first; a deep recursion shows its outermost few.
+    const SHOWN: usize = 4;
+    for (caller, at) in callers.iter().take(SHOWN).rev() {
+        detail.push_str(&format!("; included from {} line {at}", show(caller)));
+    }
+    if callers.len() > SHOWN {
+        detail.push_str(&format!("; … {} more", callers.len() - SHOWN));
+    }
+    HelmError::template(&show(&name), line, detail)
 }
 
 /// helm's `SplitManifests` trims every rendered document (`strings.TrimSpace`) before it is
@@ -829,37 +867,43 @@ pub fn split_manifests(content: &str) -> Vec<String> {
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
+    let parsed = files.iter().map(parse_file_objects).collect();
+    Ok(first_error_in_path_order(files, parsed)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// One rendered file's objects for [`parse_objects`].
+fn parse_file_objects(f: &RenderedFile) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
-    for f in files {
-        check_yaml11_breaks(&f.source, &f.content)?;
-        for doc in split_manifests(&f.content) {
-            if doc.trim().is_empty() {
-                continue;
+    check_yaml11_breaks(&f.source, &f.content)?;
+    for doc in split_manifests(&f.content) {
+        if doc.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
+            HelmError::template(
+                &f.source,
+                0,
+                format!(
+                    "rendered output is not valid YAML: {}",
+                    crate::object::yaml_error_message(&e)
+                ),
+            )
+        })?;
+        match v {
+            serde_json::Value::Null => {}
+            // helm drops hooks with an unknown event even from `helm template`.
+            serde_json::Value::Object(ref o) if hook_disposition(o) == HookDisposition::Unknown => {
             }
-            let v: serde_json::Value = serde_saphyr::from_str_with_options(&doc, yaml_options())
-                .map_err(|e| {
-                    HelmError::template(
-                        &f.source,
-                        0,
-                        format!(
-                            "rendered output is not valid YAML: {}",
-                            crate::object::yaml_error_message(&e)
-                        ),
-                    )
-                })?;
-            match v {
-                serde_json::Value::Null => {}
-                // helm drops hooks with an unknown event even from `helm template`.
-                serde_json::Value::Object(ref o)
-                    if hook_disposition(o) == HookDisposition::Unknown => {}
-                serde_json::Value::Object(_) => out.push(v),
-                _ => {
-                    return Err(HelmError::template(
-                        &f.source,
-                        0,
-                        "rendered document is not a mapping",
-                    ))
-                }
+            serde_json::Value::Object(_) => out.push(v),
+            _ => {
+                return Err(HelmError::template(
+                    &f.source,
+                    0,
+                    "rendered document is not a mapping",
+                ))
             }
         }
     }
@@ -918,8 +962,8 @@ pub fn render_bundle(
         .and_then(|chart| render_chart(&chart, &opts))
         .map_err(to_render_error)?;
     let mut objects = Vec::new();
-    for parsed in parse_files_in_parallel(&files) {
-        objects.extend(parsed?.into_iter().filter(|o| {
+    for parsed in first_error_in_path_order(&files, parse_files_in_parallel(&files))? {
+        objects.extend(parsed.into_iter().filter(|o| {
             matches!(
                 hook_disposition(o.body()),
                 HookDisposition::NotHook | HookDisposition::Apply
@@ -927,6 +971,31 @@ pub fn render_bundle(
         }));
     }
     crate::plain::finish(objects, &config.install_namespace)
+}
+
+/// The results of reading each rendered file, or the error of the first invalid file in path
+/// order: helm reads the rendered files sorted by path (`releaseutil.SortManifests`), so of
+/// several invalid files it names that one, whatever the render order.
+fn first_error_in_path_order<T, E>(
+    files: &[RenderedFile],
+    results: Vec<Result<T, E>>,
+) -> Result<Vec<T>, E> {
+    let mut oks = Vec::with_capacity(results.len());
+    let mut first: Option<(&str, E)> = None;
+    for (f, r) in files.iter().zip(results) {
+        match r {
+            Ok(t) => oks.push(t),
+            Err(e) => {
+                if first.as_ref().is_none_or(|(s, _)| f.source.as_str() < *s) {
+                    first = Some((&f.source, e));
+                }
+            }
+        }
+    }
+    match first {
+        Some((_, e)) => Err(e),
+        None => Ok(oks),
+    }
 }
 
 /// Each rendered file's objects, in file order. Reading the output as YAML is the largest part

@@ -306,6 +306,9 @@ struct Emitter<'a> {
     dot_in_range: bool,
     depth: usize,
     in_range: usize,
+    /// Slots declared at the top level of a control's branch: Go's parser keeps them visible
+    /// in the control's later branches (`else`), where they hold no value at run time.
+    branch_slots: HashSet<String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -321,6 +324,7 @@ impl<'a> Emitter<'a> {
             dot_in_range: false,
             depth: 0,
             in_range: 0,
+            branch_slots: HashSet::new(),
         }
     }
 
@@ -385,6 +389,21 @@ impl<'a> Emitter<'a> {
         Err(self.err(line, format!("undefined variable: ${name}")))
     }
 
+    /// One branch of an `if`/`with`/`range`: its top-level declarations stay visible in the
+    /// control's later branches (Go pops them at `{{end}}` only), as possibly unset slots.
+    fn branch(&mut self, body: &[Node]) -> Result<(), HelmError> {
+        self.scopes.push(vec![]);
+        let r = self.nodes(body);
+        let declared = self.scopes.pop().unwrap_or_default();
+        r?;
+        self.branch_slots
+            .extend(declared.iter().map(|(_, slot, _)| slot.clone()));
+        if let Some(s) = self.scopes.last_mut() {
+            s.extend(declared);
+        }
+        Ok(())
+    }
+
     fn scoped(
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<(), HelmError>,
@@ -432,7 +451,11 @@ impl<'a> Emitter<'a> {
                     if pipe.vars.len() != 1 {
                         return Err(self.err(*line, "too many declarations in command"));
                     }
-                    let slot = if pipe.assign {
+                    let slot = if pipe.assign && pipe.vars[0].is_empty() {
+                        // `$` always exists in Go; assigning it replaces the data for the
+                        // rest of the template.
+                        self.lookup(*line, "").unwrap_or_else(|_| self.declare(""))
+                    } else if pipe.assign {
                         self.lookup(*line, &pipe.vars[0])?
                     } else {
                         self.declare(&pipe.vars[0])
@@ -450,18 +473,21 @@ impl<'a> Emitter<'a> {
                 if *with {
                     self.with_chain(branches, otherwise.as_deref())?;
                 } else if branches.iter().all(|(_, p, _)| p.vars.is_empty()) {
-                    for (i, (l, pipe, body)) in branches.iter().enumerate() {
-                        self.pad(*l);
-                        let e = self.pipe_expr(*l, pipe)?;
-                        let kw = if i == 0 { "if" } else { "elif" };
-                        self.out.push_str(&format!("{{% {kw} {e} %}}"));
-                        self.scoped(|s| s.nodes(body))?;
-                    }
-                    if let Some(o) = otherwise {
-                        self.out.push_str("{% else %}");
-                        self.scoped(|s| s.nodes(o))?;
-                    }
-                    self.out.push_str("{% endif %}");
+                    self.scoped(|s| {
+                        for (i, (l, pipe, body)) in branches.iter().enumerate() {
+                            s.pad(*l);
+                            let e = s.pipe_expr(*l, pipe)?;
+                            let kw = if i == 0 { "if" } else { "elif" };
+                            s.out.push_str(&format!("{{% {kw} {e} %}}"));
+                            s.branch(body)?;
+                        }
+                        if let Some(o) = otherwise {
+                            s.out.push_str("{% else %}");
+                            s.branch(o)?;
+                        }
+                        s.out.push_str("{% endif %}");
+                        Ok(())
+                    })?;
                 } else {
                     self.if_chain(branches, otherwise.as_deref())?;
                 }
@@ -519,14 +545,14 @@ impl<'a> Emitter<'a> {
                     s.dot = n;
                     s.dot_in_range = true;
                     s.in_range += 1;
-                    let r = s.scoped(|s| s.nodes(body));
+                    let r = s.branch(body);
                     s.in_range -= 1;
                     s.dot = saved;
                     s.dot_in_range = saved_in_range;
                     r?;
                     if let Some(o) = otherwise {
                         s.out.push_str("{% else %}");
-                        s.scoped(|s| s.nodes(o))?;
+                        s.branch(o)?;
                     }
                     s.out.push_str("{% endfor %}");
                     Ok(())
@@ -580,7 +606,7 @@ impl<'a> Emitter<'a> {
     ) -> Result<(), HelmError> {
         let Some(((l, pipe, body), rest)) = branches.split_first() else {
             if let Some(o) = otherwise {
-                self.scoped(|s| s.nodes(o))?;
+                self.branch(o)?;
             }
             return Ok(());
         };
@@ -596,7 +622,7 @@ impl<'a> Emitter<'a> {
                 s.head_var(*l, pipe, &format!("__c{n}"))?;
                 s.out.push_str(&format!("{{% if __c{n} %}}"));
             }
-            s.scoped(|s| s.nodes(body))?;
+            s.branch(body)?;
             s.out.push_str("{% else %}");
             s.if_chain(rest, otherwise)?;
             s.out.push_str("{% endif %}");
@@ -614,7 +640,7 @@ impl<'a> Emitter<'a> {
     ) -> Result<(), HelmError> {
         let Some(((l, pipe, body), rest)) = branches.split_first() else {
             if let Some(o) = otherwise {
-                self.scoped(|s| s.nodes(o))?;
+                self.branch(o)?;
             }
             return Ok(());
         };
@@ -629,7 +655,7 @@ impl<'a> Emitter<'a> {
             let (saved, saved_in_range) = (s.dot, s.dot_in_range);
             s.dot = n;
             s.dot_in_range = false;
-            let r = s.scoped(|s| s.nodes(body));
+            let r = s.branch(body);
             s.dot = saved;
             s.dot_in_range = saved_in_range;
             r?;
@@ -669,10 +695,23 @@ impl<'a> Emitter<'a> {
                 (Arg::Nil, Some(f)) if super::funcs::nil_is_empty_map(f, i) => {
                     Ok("__nilmap()".to_string())
                 }
+                // text/template unwraps a pipeline's result from its interface (a
+                // parenthesised pipeline, a variable declared by one): a nil there is no value
+                // at all, which Go passes as a nil map. A field chain (`$p.global`) is not
+                // unwrapped, and its nil is an error (`got interface {}`).
+                (_, Some(f)) if super::funcs::nil_is_empty_map(f, i) && self.unwrapped(line, a) => {
+                    Ok(format!("__nilmap_or({})", self.arg_expr(line, a)?))
+                }
                 _ => self.arg_expr(line, a),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        args.extend(piped);
+        // The piped value is the previous command's result, unwrapped as above.
+        args.extend(piped.map(|p| match fname {
+            Some(f) if super::funcs::nil_is_empty_map(f, rest.len()) => {
+                format!("__nilmap_or({p})")
+            }
+            _ => p,
+        }));
         match first {
             // Go rejects this when (and only if) it is executed.
             Arg::Nil => Ok("h_fail(\"nil is not a command\")".into()),
@@ -738,6 +777,18 @@ impl<'a> Emitter<'a> {
         }
     }
 
+    /// Whether text/template passes `a` to a function unwrapped from its interface: a
+    /// parenthesised pipeline, or a variable (not a `range` element) without fields.
+    fn unwrapped(&self, line: usize, a: &Arg) -> bool {
+        match a {
+            Arg::Sub(_, fields) => fields.is_empty(),
+            Arg::Var(v, fields) if !v.is_empty() && fields.is_empty() => {
+                matches!(self.lookup_var(line, v), Ok((_, false)))
+            }
+            _ => false,
+        }
+    }
+
     fn arg_expr(&self, line: usize, a: &Arg) -> Result<String, HelmError> {
         // Fields of a value inside a map or slice (a `range` element, or a chain's own map
         // lookups) go through `__f`, where a nil is an error; fields of a pipeline's result
@@ -762,10 +813,28 @@ impl<'a> Emitter<'a> {
             Arg::Dot(fields) => chain(self.dot_name(), fields, !self.dot_in_range),
             Arg::Var(v, fields) => {
                 if v.is_empty() {
-                    chain("__d0".to_string(), fields, true)
+                    // `$` is the template's data unless the template declared its own
+                    // (`{{- $ := .ROOT }}`, as cluster-api-operator's helpers do).
+                    match self.lookup_var(line, v) {
+                        Ok((slot, from_range)) => chain(format!("__v.{slot}"), fields, !from_range),
+                        Err(_) => chain("__d0".to_string(), fields, true),
+                    }
                 } else {
                     let (slot, from_range) = self.lookup_var(line, v)?;
-                    chain(format!("__v.{slot}"), fields, !from_range)
+                    let base = if self.branch_slots.contains(&slot) {
+                        // Declared in an earlier branch: unset unless that branch ran. Go then
+                        // finds an outer `$v` on its variable stack, or reports it.
+                        let outer = self
+                            .scopes
+                            .iter()
+                            .flatten()
+                            .rfind(|(n, s, _)| n == v && *s != slot)
+                            .map_or(String::new(), |(_, s, _)| format!(", __v.{s}"));
+                        format!("__setvar(__v.{slot}, {}{outer})", quote(&format!("${v}")))
+                    } else {
+                        format!("__v.{slot}")
+                    };
+                    chain(base, fields, !from_range)
                 }
             }
             Arg::Sub(p, fields) => chain(format!("({})", self.pipe_expr(line, p)?), fields, true),

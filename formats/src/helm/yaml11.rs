@@ -215,9 +215,9 @@ pub fn rename_bool_keys(text: &str, v: &mut Value) {
 /// Parses YAML as helm does: serde-saphyr with YAML 1.1 numbers and repeated keys, then the
 /// boolean keys renamed.
 pub fn parse(text: &str) -> Result<Value, String> {
-    let mut v: Value = serde_saphyr::from_str_with_options(text, super::yaml_options())
+    let (mut v, fixed): (Value, _) = crate::object::from_yaml_str_fixed(text)
         .map_err(|e| crate::object::yaml_error_message(&e))?;
-    rename_bool_keys(text, &mut v);
+    rename_bool_keys(fixed.as_deref().unwrap_or(text), &mut v);
     Ok(v)
 }
 

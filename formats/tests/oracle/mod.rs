@@ -35,6 +35,11 @@ pub fn yaml11() -> serde_saphyr::Options {
 
 /// helm's output split at `---` lines into its non-empty documents.
 pub fn split_docs(s: &str) -> Vec<serde_json::Value> {
+    try_split_docs(s).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`split_docs`], with a document that is not YAML to this reader as an error.
+pub fn try_split_docs(s: &str) -> Result<Vec<serde_json::Value>, String> {
     let mut docs = vec![String::new()];
     for line in s.split_inclusive('\n') {
         if line.trim_end() == "---" {
@@ -43,12 +48,14 @@ pub fn split_docs(s: &str) -> Vec<serde_json::Value> {
             d.push_str(line);
         }
     }
-    docs.iter()
-        .filter(|d| !d.trim().is_empty())
-        .filter_map(|d| {
-            let v: serde_json::Value = serde_saphyr::from_str_with_options(d, yaml11())
-                .unwrap_or_else(|e| panic!("helm output is not YAML: {e}\n{d}"));
-            (!v.is_null()).then_some(v)
-        })
-        .collect()
+    let mut out = Vec::new();
+    for d in docs.iter().filter(|d| !d.trim().is_empty()) {
+        // As go-yaml reads it: also quoted continuation lines no deeper than their key.
+        let v: serde_json::Value = pallet_formats::object::from_yaml_str(d)
+            .map_err(|e| format!("helm output is not YAML: {e}\n{d}"))?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
 }

@@ -72,7 +72,9 @@ pub(super) const FUNCS: &[(&str, F)] = &[
                         type_of(k)
                     )));
                 }
-                m.get(&s(k)).cloned().unwrap_or_default()
+                m.get(&s(k))
+                    .cloned()
+                    .unwrap_or_else(|| missing_key_value(&v))
             } else if v.is_none() {
                 return Err(err("index of untyped nil"));
             } else {
@@ -246,6 +248,23 @@ pub(super) fn eq_vals(a: &Value, b: &Value) -> Result<bool, Error> {
         (Some(_), Some(_)) => Ok(cmp(a, b)? == std::cmp::Ordering::Equal),
         _ if nil(a) || nil(b) => Ok(nil(a) && nil(b)),
         (Some(_), None) | (None, Some(_)) => Err(incompatible(a, b)),
+        // time.Time is a comparable struct in Go: `ne $now ($now | dateModify "1h")` (cilium's
+        // duration check). Pallet's times are UTC without a monotonic reading, so the instant
+        // decides.
+        (None, None) if a.downcast_object_ref::<GoTime>().is_some() => {
+            match (
+                a.downcast_object_ref::<GoTime>(),
+                b.downcast_object_ref::<GoTime>(),
+            ) {
+                (Some(x), Some(y)) => Ok((x.secs, x.nanos) == (y.secs, y.nanos)),
+                _ => Err(err(format!(
+                    "non-comparable types {}: time.Time, {}: {}",
+                    sprintf("%v", std::slice::from_ref(a)),
+                    type_of(b),
+                    sprintf("%v", std::slice::from_ref(b)),
+                ))),
+            }
+        }
         (None, None) => Err(err(format!(
             "non-comparable type {}: {}",
             sprintf("%s", std::slice::from_ref(b)),

@@ -5,12 +5,18 @@ use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("toJson", |a| {
+        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toJson") {
+            return Ok(d);
+        }
         Ok(Value::from(go_json(&to_json_checked(
             &arg(&a, 0),
             "toJson",
         )?)))
     }),
     ("toPrettyJson", |a| {
+        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toPrettyJson") {
+            return Ok(d);
+        }
         Ok(Value::from(go_json_pretty(&to_json_checked(
             &arg(&a, 0),
             "toPrettyJson",
@@ -51,12 +57,18 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         }))
     }),
     ("toRawJson", |a| {
+        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toRawJson") {
+            return Ok(d);
+        }
         Ok(Value::from(raw_json(&to_json_checked(
             &arg(&a, 0),
             "toRawJson",
         )?)))
     }),
     ("mustToJson", |a| {
+        if let Some(d) = deferred_unsupported(&arg(&a, 0), "mustToJson") {
+            return Ok(d);
+        }
         Ok(Value::from(go_json(&to_json_checked(
             &arg(&a, 0),
             "mustToJson",

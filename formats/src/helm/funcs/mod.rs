@@ -59,6 +59,10 @@ fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidOperation, msg.into())
 }
 
+/// What Go's text/template prints for a missing value; helm removes it from rendered files and
+/// from tpl's result.
+pub const NO_VALUE: &str = "<no value>";
+
 /// A Go `map[string]interface{}`: shared, mutable, sorted.
 #[derive(Debug, Default)]
 pub struct GoMap(pub Mutex<BTreeMap<String, Value>>, pub GoType);
@@ -298,6 +302,28 @@ fn unserialisable(v: &Value) -> Option<&'static str> {
         return list_items(v)?.iter().find_map(unserialisable);
     }
     None
+}
+
+/// Brackets the text that stands for output pallet cannot produce (toYaml of a struct, such
+/// as the whole template context): Go marshals the struct's fields, and a chart may pass that
+/// text around without printing it (eck-operator: `template "x" . | toYaml | indent 2`, a
+/// define that ignores its data). Only a rendered file that contains it fails. A noncharacter,
+/// so never part of a chart's own text.
+pub const DEFERRED: char = '\u{FDD0}';
+
+/// The stand-in text for `func` of `v` when [`unserialisable`] names it.
+fn deferred_unsupported(v: &Value, func: &str) -> Option<Value> {
+    unserialisable(v).map(|ty| {
+        Value::from(format!(
+            "{DEFERRED}unsupported construct: {func} of a {ty}{DEFERRED}"
+        ))
+    })
+}
+
+/// The error a rendered text carries when it contains a [`DEFERRED`] stand-in.
+pub fn deferred_error(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once(DEFERRED)?;
+    rest.split(DEFERRED).next()
 }
 
 /// Converts for toJson/toYaml, refusing what [`unserialisable`] names.
@@ -605,6 +631,10 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         return Err(err(format!("nil pointer evaluating interface {{}}.{name}")));
     }
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
+        // chartutil.Values' niladic methods win over keys of the same name, as in Go.
+        if m.1 == GoType::Values && matches!(name, "AsMap" | "YAML") {
+            return values_method(m, name, &[]);
+        }
         if let Some(x) = m.lock().get(name) {
             return Ok(x.clone());
         }
@@ -612,9 +642,9 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
             GoType::Struct("version.BuildInfo") if name == "GoVersion" => Err(err(
                 "unsupported construct: .Capabilities.HelmVersion.GoVersion (the Go release helm was built with is not known here)",
             )),
-            // A struct has a fixed set of fields; a map gives nil for a missing key.
+            // A struct has a fixed set of fields; a map gives its zero value for a missing key.
             GoType::Struct(ty) => Err(err(format!("can't evaluate field {name} in type {ty}"))),
-            _ => Ok(Value::from(())),
+            _ => Ok(missing_key_value(v)),
         };
     }
     if let Some(u) = v.downcast_object_ref::<Unsupported>() {
@@ -653,6 +683,99 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         "can't evaluate field {name} in type {}",
         type_of(v)
     )))
+}
+
+/// The methods of helm's `chartutil.Values` (`.Values.AsMap`, `.Values.Table "a.b"`, ...).
+fn values_method(m: &GoMap, name: &str, args: &[Value]) -> Result<Value, Error> {
+    let want = |n: usize| {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(err(format!(
+                "wrong number of args for {name}: want {n} got {}",
+                args.len()
+            )))
+        }
+    };
+    let path_arg = || match args.first() {
+        Some(a) if a.kind() == ValueKind::String => Ok(a.as_str().unwrap_or_default().to_string()),
+        Some(a) => Err(err(format!(
+            "wrong type for value; expected string; got {}",
+            type_of(a)
+        ))),
+        None => Err(err(format!(
+            "wrong number of args for {name}: want 1 got 0"
+        ))),
+    };
+    // Values.Table: each path element must name a table (a map).
+    let table = |path: &str| -> Result<BTreeMap<String, Value>, String> {
+        let mut t = m.snapshot();
+        for part in path.split('.') {
+            match t.get(part).and_then(|v| {
+                v.downcast_object_ref::<GoMap>()
+                    .filter(|g| matches!(g.1, GoType::Map | GoType::Values))
+                    .map(GoMap::snapshot)
+            }) {
+                Some(next) => t = next,
+                None => return Err(format!("{part:?} is not a table")),
+            }
+        }
+        Ok(t)
+    };
+    let is_table = |v: &Value| {
+        v.downcast_object_ref::<GoMap>()
+            .is_some_and(|g| matches!(g.1, GoType::Map | GoType::Values))
+    };
+    match name {
+        "AsMap" => {
+            want(0)?;
+            Ok(GoMap::value(m.snapshot()))
+        }
+        "YAML" => {
+            want(0)?;
+            let v = to_json_checked(&GoMap::value(m.snapshot()), "YAML")?;
+            Ok(Value::from(format!("{}\n", yaml::to_yaml(&v))))
+        }
+        "Table" => {
+            want(1)?;
+            let path = path_arg()?;
+            table(&path)
+                .map(|t| GoMap::typed(t, GoType::Values))
+                .map_err(|e| err(format!("error calling Table: {e}")))
+        }
+        "PathValue" => {
+            want(1)?;
+            let path = path_arg()?;
+            if path.is_empty() {
+                return Err(err("error calling PathValue: YAML path cannot be empty"));
+            }
+            let (parent, key) = match path.rsplit_once('.') {
+                Some((p, k)) => (Some(p), k),
+                None => (None, path.as_str()),
+            };
+            let no_value = || err(format!("error calling PathValue: {key:?} is not a value"));
+            let t = match parent {
+                Some(p) => table(p).map_err(|_| no_value())?,
+                None => m.snapshot(),
+            };
+            match t.get(key) {
+                Some(v) if !is_table(v) => Ok(v.clone()),
+                _ => Err(no_value()),
+            }
+        }
+        _ => Err(err(format!(
+            "unsupported construct: method call .{name} on chartutil.Values"
+        ))),
+    }
+}
+
+/// What a missing key of map `m` gives (helm's `missingkey=zero`): the zero value of its
+/// element type, `""` for a `map[string]string` (`(splitn "/" 2 "x")._1`), else nil.
+pub(super) fn missing_key_value(m: &Value) -> Value {
+    match m.downcast_object_ref::<GoMap>() {
+        Some(g) if g.1 == GoType::StringMap => Value::from(""),
+        _ => Value::from(()),
+    }
 }
 
 fn f_field(args: Rest<Value>) -> Result<Value, Error> {
@@ -694,6 +817,11 @@ fn f_call(args: Rest<Value>) -> Result<Value, Error> {
     }
     if let Some(v) = recv.downcast_object::<super::semver::Version>() {
         return v.method(name, margs);
+    }
+    if let Some(m) = recv.downcast_object_ref::<GoMap>() {
+        if m.1 == GoType::Values {
+            return values_method(m, name, margs);
+        }
     }
     Err(err(format!(
         "unsupported construct: method call .{name} on {}",

@@ -411,6 +411,23 @@ pub fn register(env: &mut Environment<'static>) {
     env.add_function("__f", f_field);
     env.add_function("__fr", f_field_of_result);
     env.add_function("__nilmap", || GoMap::value(BTreeMap::new()));
+    // A variable declared in an earlier branch of a control: its value, else the outer
+    // variable of that name Go would find on its stack, else Go's error.
+    env.add_function(
+        "__setvar",
+        |v: Value, name: String, outer: Option<Value>| match outer {
+            _ if !v.is_undefined() => Ok(v),
+            Some(o) if !o.is_undefined() => Ok(o),
+            _ => Err(err(format!("undefined variable: {name}"))),
+        },
+    );
+    env.add_function("__nilmap_or", |v: Value| {
+        if v.is_none() || v.is_undefined() {
+            GoMap::value(BTreeMap::new())
+        } else {
+            v
+        }
+    });
     env.add_function("__call", f_call);
     env.add_function("h_include", |state: &State, args: Rest<Value>| {
         check_args("include", &args)?;
@@ -482,9 +499,11 @@ pub fn register(env: &mut Environment<'static>) {
         Ok(Value::from(go_duration_string(rounded)))
     });
     env.set_formatter(|out, _state, v| {
-        // Helm replaces Go's "<no value>" with the empty string after rendering.
+        // Go prints a missing value as "<no value>"; helm removes that text from each
+        // rendered file and from tpl's result, but not from include's (`include ... |
+        // sha256sum` sees it).
         if v.is_none() || v.is_undefined() {
-            return Ok(());
+            return out.write_str(NO_VALUE).map_err(|_| err("write failed"));
         }
         if let Some(ty) = unprintable(v) {
             return Err(err(format!(

@@ -78,6 +78,19 @@ fn render_template(state: &State, name: &str, data: Value, action: bool) -> Resu
         __rng => state.lookup("__rng"),
         __depth => depth,
     })
+    // A new error for the caller's template to put its own location on, so the message names
+    // every template on the way, as helm's does.
+    .map_err(|inner| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            if action {
+                "error calling template"
+            } else {
+                "error calling include"
+            },
+        )
+        .with_source(inner)
+    })
 }
 
 /// Maximum nesting of include/template/tpl.
@@ -119,9 +132,13 @@ pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, E
         __rng => state.lookup("__rng"),
         __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
     };
+    // helm removes Go's "<no value>" from tpl's result (not from include's).
     if t.defines.is_empty() {
         return Ok(Value::from(
-            state.env().render_named_str(&name, &t.main, ctx)?,
+            state
+                .env()
+                .render_named_str(&name, &t.main, ctx)?
+                .replace(NO_VALUE, ""),
         ));
     }
     // helm parses tpl text into a clone of the template set: its defines are visible to this
@@ -130,5 +147,8 @@ pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, E
     for (dname, dsrc) in t.defines {
         env.add_template_owned(translate::define_name(&dname), dsrc)?;
     }
-    Ok(Value::from(env.render_named_str(&name, &t.main, ctx)?))
+    Ok(Value::from(
+        env.render_named_str(&name, &t.main, ctx)?
+            .replace(NO_VALUE, ""),
+    ))
 }

@@ -5,6 +5,9 @@ use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("toYaml", |a| {
+        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toYaml") {
+            return Ok(d);
+        }
         let v = to_json_checked(&arg(&a, 0), "toYaml")?;
         if yaml_reader_rejects(&v) {
             // helm's toYaml swallows the marshalling error.
