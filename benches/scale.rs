@@ -26,7 +26,12 @@
 //! - f. (at `PALLET_BENCH_SCALE_SHARD_N`, default the steady-state size; 0 skips it) two agents,
 //!   each with `--selector` on Flux's `sharding.fluxcd.io/key` label, installing N apps split
 //!   between them: time until all are Ready, each agent's requests, and every object either one
-//!   wrote that belongs to the other's shard (from the audit log; expected none).
+//!   wrote that belongs to the other's shard (from the audit log; expected none);
+//! - g/h. (only with `PALLET_BENCH_SCALE_PEERS=flux`; not in CI) the peer: Flux's
+//!   source-controller and kustomize-controller (built from their Go modules by `tools/flux.sh`),
+//!   local processes against the same control plane, installing then upgrading the same
+//!   artifacts with one OCIRepository + Kustomization per app, with the same figures as c and e
+//!   (see `scale/flux.rs`), and a side-by-side summary.
 //!
 //! `PALLET_BENCH_AGENT_WRAP` runs each agent under a command prefix, for profiling (for example
 //! `heaptrack -o /tmp/agent`); the time and RSS figures of such a run are not the agent's.
@@ -45,6 +50,9 @@ mod private_control_plane;
 
 #[path = "common/mod.rs"]
 mod common;
+
+#[path = "scale/flux.rs"]
+mod flux;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -381,6 +389,8 @@ struct Cost {
     peak_mib: f64,
     /// Differences of the agent's metrics over the phase.
     metrics: BTreeMap<String, f64>,
+    /// Requests to the registry for this size's artifacts.
+    registry: usize,
 }
 
 impl Cost {
@@ -415,12 +425,14 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTree
 async fn measure_agent(
     plane: &Plane,
     agent: &Agent,
+    registry: (&Fixtures, &flux::RegistryFilter),
     selector: &str,
     n: usize,
     change: impl FnOnce(),
 ) -> Cost {
     let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
     let metrics_before = agent.metrics().await;
+    let registry_before = registry.1.count(registry.0).await;
     let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
     let from = audit::now();
     let start = Instant::now();
@@ -440,6 +452,7 @@ async fn measure_agent(
         agent_cpu,
         peak_mib: proc_mib(agent.pid(), "VmHWM:"),
         metrics,
+        registry: registry.1.count(registry.0).await - registry_before,
     }
 }
 
@@ -568,11 +581,13 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         cost.peak_mib
     );
     println!(
-        "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app)",
+        "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app); registry requests {} ({} per app)",
         cost.passes(),
         per_app(cost.passes(), n),
         cost.client_requests(),
-        per_app(cost.client_requests(), n)
+        per_app(cost.client_requests(), n),
+        cost.registry,
+        per_app(cost.registry as f64, n)
     );
     let phases: Vec<String> = pallet::metrics::PHASES
         .iter()
@@ -629,6 +644,7 @@ async fn main() {
         .iter()
         .map(|shard| plane.user(work.path(), &format!("{AGENT_USER}-{shard}")))
         .collect();
+    let peer_flux = flux::enabled().then(|| flux::Flux::setup(&plane, work.path()));
     plane.admin(&["create", "namespace", "pallet-system"]);
     let run = cluster::unique_name("scale");
     let mut report = Vec::new();
@@ -644,6 +660,10 @@ async fn main() {
         "agent: release build, defaults (--concurrency auto, --apply-parallelism 8); each app: ServiceAccount, ConfigMap, headless Service, \
          Deployment (1 replica), its own OCI artifact pinned by digest, one BD; all created at once"
     );
+    match &peer_flux {
+        Some(f) => println!("{}", f.describe()),
+        None => println!("{}", flux::skipped_line()),
+    }
 
     for &n in &sizes {
         eprintln!("[N={n}] pushing {n} artifacts x 2 versions ...");
@@ -674,7 +694,8 @@ async fn main() {
             &v1,
             name_and_labels,
         );
-        let install = measure_agent(&plane, &agent, &selector, n, || {
+        let registry_filter = flux::RegistryFilter::new(&registry, &run, n);
+        let install = measure_agent(&plane, &agent, (fx, &registry_filter), &selector, n, || {
             plane.admin(&["apply", "-f", install_file.to_str().unwrap()]);
         })
         .await;
@@ -694,7 +715,7 @@ async fn main() {
             &v2,
             name_and_labels,
         );
-        let upgrade = measure_agent(&plane, &agent, &selector, n, || {
+        let upgrade = measure_agent(&plane, &agent, (fx, &registry_filter), &selector, n, || {
             plane.admin(&["apply", "-f", upgrade_file.to_str().unwrap()]);
         })
         .await;
@@ -728,8 +749,18 @@ async fn main() {
         } else {
             None
         };
-        print_size(n, &floor, &install, &upgrade, &steady, &sharded);
-        report.push((n, floor, install, upgrade));
+        let peer = match &peer_flux {
+            Some(f) => {
+                eprintln!("[N={n}] g/h. Flux: install and upgrade of {n} apps ...");
+                Some(
+                    f.run(&plane, fx, &registry, work.path(), &run, n, &v1, &v2)
+                        .await,
+                )
+            }
+            None => None,
+        };
+        print_size(n, &floor, &install, &upgrade, &steady, &sharded, &peer);
+        report.push((n, floor, install, upgrade, peer));
     }
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
@@ -748,7 +779,7 @@ async fn main() {
         "req/app pal",
         "req/app kctl"
     );
-    for (n, floor, install, upgrade) in &report {
+    for (n, floor, install, upgrade, _) in &report {
         println!(
             "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
             n,
@@ -762,6 +793,23 @@ async fn main() {
             per_app(audit::total(&install.requests) as f64, *n),
             per_app(floor.requests as f64, *n),
         );
+    }
+    let peers: Vec<_> = report
+        .iter()
+        .filter_map(|(n, floor, install, upgrade, peer)| {
+            let pallet = flux::PalletFigures {
+                install: install.time,
+                upgrade: upgrade.time,
+                requests: audit::total(&install.requests),
+                peak_mib: upgrade.peak_mib,
+                plane_cpu: install.plane_cpu,
+                registry: install.registry,
+            };
+            peer.as_ref().map(|f| (*n, floor, pallet, f))
+        })
+        .collect();
+    if !peers.is_empty() {
+        flux::print_summary(&peers);
     }
 }
 
@@ -963,6 +1011,7 @@ fn print_size(
     upgrade: &Cost,
     steady: &Option<Steady>,
     sharded: &Option<Sharded>,
+    peer: &Option<flux::FluxRun>,
 ) {
     println!();
     println!("---- {n} apps ----");
@@ -1007,5 +1056,8 @@ fn print_size(
     );
     if let Some(s) = sharded {
         s.print(floor, n);
+    }
+    if let Some(f) = peer {
+        f.print(floor, n);
     }
 }

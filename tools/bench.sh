@@ -7,6 +7,8 @@
 #   tools/bench.sh --quick    # shorter: 30 s steady state, a 20 MB unpack tarball, scale
 #                             # benchmark at 100 and 500 apps with a 60 s steady state, a
 #                             # 3-minute soak
+#   PALLET_BENCH_SCALE_PEERS=flux tools/bench.sh   # the scale benchmark also runs Flux's
+#                             # controllers on the same apps (built by tools/flux.sh)
 #
 # Starts the local control plane and the fixture servers when they are not running (and stops
 # only what it started). Output: BENCHMARKS.md at the repository root (override with
@@ -43,6 +45,12 @@ trap cleanup EXIT
 
 tools/deps.sh
 tools/helm.sh build   # the helm benchmark compares with `helm template`
+# The scale benchmark's optional peer (PALLET_BENCH_SCALE_PEERS=flux): Flux's controllers, built
+# from their Go modules. Only then; built here, so the scale benchmark's recorded duration does
+# not include a first build (it would build them itself otherwise).
+case ",${PALLET_BENCH_SCALE_PEERS:-}," in
+  *,flux,*) tools/flux.sh build >/dev/null ;;
+esac
 if ! tools/controlplane.sh status >/dev/null 2>&1; then started+=(tools/controlplane.sh); fi
 tools/controlplane.sh start
 if ! tools/fixtures.sh status >/dev/null 2>&1; then started+=(tools/fixtures.sh); fi
