@@ -391,6 +391,32 @@ struct Cost {
     metrics: BTreeMap<String, f64>,
     /// Requests to the registry for this size's artifacts.
     registry: usize,
+    /// Seconds from the start until the last BundleDeployment's revision started applying, and
+    /// until the last one was healthy (from `status.revisions[]`: whole seconds): what the
+    /// agent took to reach every bundle, and what the workload controllers took after it.
+    last_started: f64,
+    last_healthy: f64,
+}
+
+/// The latest `appliedAt` and `healthyAt` of the active revisions of `bds`, in seconds since the
+/// epoch.
+fn revision_times(bds: &[BundleDeployment]) -> (f64, f64) {
+    let seconds = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.as_ref().map_or(0.0, |t| t.0.as_second() as f64)
+    };
+    let mut last = (0.0f64, 0.0f64);
+    for bd in bds {
+        let Some(status) = &bd.status else { continue };
+        if let Some(r) = status
+            .revisions
+            .iter()
+            .find(|r| Some(r.number) == status.active_revision)
+        {
+            last.0 = last.0.max(seconds(&r.applied_at));
+            last.1 = last.1.max(seconds(&r.healthy_at));
+        }
+    }
+    last
 }
 
 impl Cost {
@@ -440,6 +466,12 @@ async fn measure_agent(
     common::wait_all_ready(&bds, selector, n, DEADLINE).await;
     let time = start.elapsed();
     let to = audit::now();
+    let listed = bds
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let (started, healthy) = revision_times(&listed);
     let (plane_cpu, agent_cpu) = (
         plane.cpu() - cpu_before,
         cpu_seconds(agent.pid()) - agent_cpu_before,
@@ -453,6 +485,8 @@ async fn measure_agent(
         peak_mib: proc_mib(agent.pid(), "VmHWM:"),
         metrics,
         registry: registry.1.count(registry.0).await - registry_before,
+        last_started: started - from,
+        last_healthy: healthy - from,
     }
 }
 
@@ -579,6 +613,10 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         basis.plane_cpu,
         cost.agent_cpu,
         cost.peak_mib
+    );
+    println!(
+        "   the last revision started applying at {:.0} s, the last became healthy at {:.0} s (whole seconds)",
+        cost.last_started, cost.last_healthy
     );
     println!(
         "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app); registry requests {} ({} per app)",
