@@ -33,20 +33,7 @@ fn real_world_charts_render_as_helm_template_does() {
     for c in &charts {
         let v = root.join("values").join(format!("{c}.yaml"));
         assert!(v.exists(), "{} is missing", v.display());
-        for values in [None, Some(v)] {
-            cases.push(Case {
-                label: format!(
-                    "{c} ({})",
-                    if values.is_some() {
-                        "values file"
-                    } else {
-                        "defaults"
-                    }
-                ),
-                chart: root.join("charts").join(c),
-                values,
-            });
-        }
+        cases.extend(Case::pair(c, root.join("charts").join(c), v));
     }
     let equal = run_cases(&cases, |case, scratch| {
         let name = case

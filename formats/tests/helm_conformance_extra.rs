@@ -53,23 +53,10 @@ fn extra_real_world_charts_render_as_helm_template_does() {
          repository root (fetches them through the Go module proxy)",
         root.display()
     );
-    let mut cases = Vec::new();
-    for c in &charts {
-        for values in [None, Some(values_dir.join(format!("{c}.yaml")))] {
-            cases.push(Case {
-                label: format!(
-                    "{c} ({})",
-                    if values.is_some() {
-                        "values file"
-                    } else {
-                        "defaults"
-                    }
-                ),
-                chart: root.join(c),
-                values,
-            });
-        }
-    }
+    let cases: Vec<Case> = charts
+        .iter()
+        .flat_map(|c| Case::pair(c, root.join(c), values_dir.join(format!("{c}.yaml"))))
+        .collect();
     let equal = run_cases(&cases, |case, _| case.chart.clone());
     println!("extra charts: {equal} of {} cases equal", cases.len());
     assert_eq!(

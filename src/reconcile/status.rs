@@ -670,11 +670,11 @@ mod tests {
         (c.status.clone(), c.reason.clone())
     }
 
-    #[test]
-    fn a_revision_just_applied_settles_before_progress_is_written() {
-        let mut written = BundleDeploymentStatus::default();
+    /// Revision 1 of one object, applying since `at`.
+    fn applying_since(at: i64) -> BundleDeploymentStatus {
+        let mut status = BundleDeploymentStatus::default();
         rollout::start_revision(
-            &mut written,
+            &mut status,
             rollout::NewRevision {
                 number: 1,
                 generation: 1,
@@ -685,8 +685,14 @@ mod tests {
                 objects: 1,
             },
             10,
-            &time(100),
+            &time(at),
         );
+        status
+    }
+
+    #[test]
+    fn a_revision_just_applied_settles_before_progress_is_written() {
+        let written = applying_since(100);
         let mut work = written.clone();
         rollout::mark_applied(&mut work);
         let left = settling(&written, &work, &progressing(), &time(101)).unwrap();
@@ -711,21 +717,7 @@ mod tests {
 
     #[test]
     fn a_progressing_revisions_next_step_is_detail_only_but_a_settled_one_is_not() {
-        let mut revision = BundleDeploymentStatus::default();
-        rollout::start_revision(
-            &mut revision,
-            rollout::NewRevision {
-                number: 1,
-                generation: 1,
-                spec_digest: "spec",
-                digest: "sha256:one",
-                sources: vec![],
-                values_from: vec![],
-                objects: 1,
-            },
-            10,
-            &time(0),
-        );
+        let mut revision = applying_since(0);
         rollout::mark_applied(&mut revision);
         let first = next_status(&revision, Some(1), &progressing(), &time(1));
         let mut step = progressing();

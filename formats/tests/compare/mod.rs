@@ -359,6 +359,24 @@ pub struct Case {
     pub values: Option<PathBuf>,
 }
 
+impl Case {
+    /// The two cases of chart `name` at `chart`: its default values, and the values file.
+    pub fn pair(name: &str, chart: PathBuf, values: PathBuf) -> [Case; 2] {
+        [
+            Case {
+                label: format!("{name} (defaults)"),
+                chart: chart.clone(),
+                values: None,
+            },
+            Case {
+                label: format!("{name} (values file)"),
+                chart,
+                values: Some(values),
+            },
+        ]
+    }
+}
+
 /// Compares every case on three threads; prints one line per case and returns the number of
 /// equal cases. `prepare` turns a case's chart into the directory to render (called on the
 /// worker, with a scratch directory of its own).
