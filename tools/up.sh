@@ -53,7 +53,15 @@ say "installing the BundleDeployment CRD"
 # --force-conflicts: the test suite applies the CRD too (its own field manager), and this
 # script must work again after it; the CRD printed by this binary is the one to have.
 "$pallet" crd | kubectl apply --server-side --force-conflicts --field-manager=pallet-up -f -
-kubectl wait --for=condition=Established --timeout=60s crd/bundledeployments.pallet.dev
+# kubectl wait fails at once, instead of waiting, while a CRD just created has no conditions yet
+# (".status.conditions accessor error: <nil>"): polled for up to 60 s, then asked once more so a
+# real failure prints its error.
+for _ in $(seq 60); do
+  kubectl wait --for=condition=Established --timeout=5s crd/bundledeployments.pallet.dev \
+    >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl wait --for=condition=Established --timeout=5s crd/bundledeployments.pallet.dev
 
 # The selector leaves the BundleDeployments of tests (labelled pallet.dev/test) to the agents the
 # tests start, so the suite can run while this agent is up.

@@ -75,7 +75,9 @@ spec:
             properties:
               ready: {type: boolean}
 EOF
-kc wait --for condition=Established --timeout 60s "crd/$crd" >/dev/null || fail "CRD not established"
+# Retried: kubectl wait fails at once while a new CRD has no conditions yet.
+retry_until 60 "$crd established" kc wait --for condition=Established --timeout 5s "crd/$crd" ||
+  fail "CRD not established"
 kind=$(kc get crd "$crd" -o jsonpath='{.spec.names.kind}')
 retry_until 60 "$plural served" kc -n "$ns" get "$plural" || fail "CRD resource not served"
 pass "CRD $crd established"
