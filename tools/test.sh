@@ -68,7 +68,14 @@ step "control plane self-test"
 tools/controlplane.sh selftest
 
 step "cargo test"
-cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}"
+# The two real-world helm corpora run in the next step, where their per-case lines and counts
+# are shown (a passing test's output is otherwise captured).
+cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}" \
+  --skip real_world_charts_render_as_helm_template_does
+
+step "helm against real-world charts: each case, and the counts"
+cargo test --locked -p pallet-formats --test helm_conformance --test helm_conformance_extra \
+  -- --nocapture
 
 step "RBAC is sufficient: the agent end-to-end tests again, the agent as deploy/'s ServiceAccount"
 # Every test file that starts agents (through tests/support/agent.rs) runs them with the token
