@@ -200,6 +200,20 @@ struct Plane {
 }
 
 impl Plane {
+    /// Deletes the BundleDeployments matching `selector` and waits until they are gone (their
+    /// agents must still run: the finalizer is theirs to remove).
+    async fn delete_bundle_deployments(&self, selector: &str) {
+        let bds: Api<BundleDeployment> = Api::all(self.client.clone());
+        self.admin(&[
+            "delete",
+            "bundledeployments",
+            "-l",
+            selector,
+            "--wait=false",
+        ]);
+        common::wait_gone(&bds, selector, DEADLINE).await;
+    }
+
     fn dir(&self) -> PathBuf {
         self.plane
             .kubeconfig()
@@ -753,15 +767,7 @@ async fn main() {
         .await;
 
         eprintln!("[N={n}] cleaning up ...");
-        let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
-        plane.admin(&[
-            "delete",
-            "bundledeployments",
-            "-l",
-            &selector,
-            "--wait=false",
-        ]);
-        common::wait_gone(&bds, &selector, DEADLINE).await;
+        plane.delete_bundle_deployments(&selector).await;
         drop(agent);
         plane.delete_namespace(&ns).await;
         let sharded = if n == shard_n {
@@ -952,14 +958,7 @@ async fn sharded(
         })
         .collect();
     eprintln!("    cleaning up {ns} ...");
-    plane.admin(&[
-        "delete",
-        "bundledeployments",
-        "-l",
-        &selector,
-        "--wait=false",
-    ]);
-    common::wait_gone(&bds, &selector, DEADLINE).await;
+    plane.delete_bundle_deployments(&selector).await;
     drop(agents);
     plane.delete_namespace(&ns).await;
     Sharded {

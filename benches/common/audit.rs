@@ -114,28 +114,10 @@ pub fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// `2026-11-24T03:01:13.123456Z` (the API server's MicroTime, always UTC) in seconds since the
-/// epoch.
+/// `2026-11-24T03:01:13.123456Z` (the API server's MicroTime) in seconds since the epoch.
 fn unix_seconds(ts: &str) -> Option<f64> {
-    let ts = ts.strip_suffix('Z')?;
-    let (date, time) = ts.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let mut t = time.split(':');
-    let (h, min) = (
-        t.next()?.parse::<i64>().ok()?,
-        t.next()?.parse::<i64>().ok()?,
-    );
-    let s: f64 = t.next()?.parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600 + min * 60) as f64 + s)
+    let at: k8s_openapi::jiff::Timestamp = ts.parse().ok()?;
+    Some(at.as_microsecond() as f64 / 1e6)
 }
 
 /// Total of a by-key count.

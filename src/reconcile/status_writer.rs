@@ -75,9 +75,7 @@ impl<'a> StatusWriter<'a> {
         self.written = work.clone();
         Ok(())
     }
-}
 
-impl StatusWriter<'_> {
     /// What a progressing revision was waiting for at the agent's last status write of this
     /// BundleDeployment, if that write was one (and is the version this pass started from).
     fn waiting_written(&self) -> Option<Vec<String>> {
