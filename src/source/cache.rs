@@ -33,7 +33,15 @@ pub struct Cache {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     populated: AtomicU64,
     scratch_seq: AtomicU64,
+    /// Bytes of content in the cache as far as this process knows: counted once at open, then
+    /// kept up to date by commits and evictions. The entries are scanned only when this passes
+    /// `max_bytes` (a scan per fetch made a thousand fetches cost a million `stat`s and reads).
+    used: AtomicU64,
 }
+
+/// Eviction frees space down to this share of `max_bytes`, so that a full cache is scanned once
+/// per tenth of its size fetched, not at every fetch.
+const EVICT_TO_PERCENT: u64 = 90;
 
 impl Cache {
     /// Opens (creating if needed) a cache at `root` holding at most about `max_bytes` of content.
@@ -49,13 +57,17 @@ impl Cache {
             fs::create_dir_all(root.join(dir))
                 .map_err(|e| SourceError::io(format!("create cache directory {dir}"), e))?;
         }
-        Ok(Cache {
+        let cache = Cache {
             root,
             max_bytes,
             locks: Mutex::new(HashMap::new()),
             populated: AtomicU64::new(0),
             scratch_seq: AtomicU64::new(0),
-        })
+            used: AtomicU64::new(0),
+        };
+        let (used, _) = cache.scan_entries("");
+        cache.used.store(used, Ordering::Relaxed);
+        Ok(cache)
     }
 
     /// The cache's root directory.
@@ -139,7 +151,9 @@ impl Cache {
             .remove(key);
         let path = result?;
         self.populated.fetch_add(1, Ordering::Relaxed);
-        self.evict(key);
+        if self.used.load(Ordering::Relaxed) > self.max_bytes {
+            self.evict(key);
+        }
         Ok(path)
     }
 
@@ -149,7 +163,9 @@ impl Cache {
             .map_err(|e| SourceError::io("write cache entry", e))?;
         let dir = self.entry_dir(key);
         match fs::rename(scratch, &dir) {
-            Ok(()) => {}
+            Ok(()) => {
+                self.used.fetch_add(size, Ordering::Relaxed);
+            }
             // Another process committed the same immutable entry first: use theirs.
             Err(_) if dir.join("size").is_file() => {}
             Err(e) => return Err(SourceError::io("commit cache entry", e)),
@@ -157,13 +173,14 @@ impl Cache {
         Ok(dir.join("tree"))
     }
 
-    /// Removes least recently used entries until the cache fits `max_bytes`, never `keep`.
-    fn evict(&self, keep: &str) {
-        let Ok(read) = fs::read_dir(self.root.join("entries")) else {
-            return;
-        };
-        let mut entries: Vec<(SystemTime, u64, PathBuf)> = Vec::new();
+    /// Every entry's size, and those other than `keep` as (last use, size, path); the total
+    /// counts all of them.
+    fn scan_entries(&self, keep: &str) -> (u64, Vec<(SystemTime, u64, PathBuf)>) {
+        let mut entries = Vec::new();
         let mut total = 0u64;
+        let Ok(read) = fs::read_dir(self.root.join("entries")) else {
+            return (0, entries);
+        };
         for entry in read.flatten() {
             let size_file = entry.path().join("size");
             let Ok(meta) = fs::metadata(&size_file) else {
@@ -182,14 +199,22 @@ impl Cache {
                 ));
             }
         }
+        (total, entries)
+    }
+
+    /// Removes least recently used entries, never `keep`, until the cache holds at most
+    /// [`EVICT_TO_PERCENT`] of `max_bytes`.
+    fn evict(&self, keep: &str) {
+        let (mut total, mut entries) = self.scan_entries(keep);
+        let target = self.max_bytes / 100 * EVICT_TO_PERCENT;
         entries.sort();
         for (_, size, path) in entries {
-            if total <= self.max_bytes {
+            if total <= target {
                 break;
             }
             // Rename first so a concurrent lookup never sees a half-deleted entry.
             let Ok(doomed) = self.scratch_dir() else {
-                return;
+                break;
             };
             let gone = doomed.join("evicted");
             if fs::rename(&path, &gone).is_ok() {
@@ -198,6 +223,7 @@ impl Cache {
             }
             let _ = fs::remove_dir_all(&doomed);
         }
+        self.used.store(total, Ordering::Relaxed);
     }
 
     /// Reads a small metadata record (e.g. HTTP validators) stored under `name`.
@@ -320,5 +346,36 @@ mod tests {
             .unwrap();
         assert!(cache.lookup("b").is_none());
         assert!(cache.lookup("a").is_some() && cache.lookup("c").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_reopened_cache_counts_what_it_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        async fn fill(cache: &Cache, key: &str) {
+            cache
+                .get_or_populate(key, |dir| async move {
+                    fs::write(dir.join("f"), vec![0u8; 1000]).unwrap();
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        {
+            let cache = Cache::open(tmp.path(), 2500).unwrap();
+            fill(&cache, "a").await;
+            fill(&cache, "b").await;
+        }
+        let past = SystemTime::now() - std::time::Duration::from_secs(60);
+        fs::File::options()
+            .write(true)
+            .open(tmp.path().join("entries/a/size"))
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        // A new process: what the last one left counts against the limit.
+        let cache = Cache::open(tmp.path(), 2500).unwrap();
+        fill(&cache, "c").await;
+        assert!(cache.lookup("a").is_none());
+        assert!(cache.lookup("b").is_some() && cache.lookup("c").is_some());
     }
 }
