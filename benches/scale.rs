@@ -33,6 +33,9 @@
 //!   artifacts with one OCIRepository + Kustomization per app, with the same figures as c and e
 //!   (see `scale/flux.rs`), and a side-by-side summary.
 //!
+//! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile of the control plane for each of the
+//! phases b, b2, c and e (see `scale/profile.rs`).
+//!
 //! `PALLET_BENCH_AGENT_WRAP` runs each agent under a command prefix, for profiling (for example
 //! `heaptrack -o /tmp/agent`); the time and RSS figures of such a run are not the agent's.
 //!
@@ -53,6 +56,9 @@ mod common;
 
 #[path = "scale/flux.rs"]
 mod flux;
+
+#[path = "scale/profile.rs"]
+mod profile;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -197,6 +203,8 @@ struct Plane {
     kubectl_user: PathBuf,
     agent_user: PathBuf,
     audit: AuditLog,
+    /// The control plane's profiler (`PALLET_BENCH_SCALE_PROFILE`).
+    profiler: Option<profile::Profiler>,
 }
 
 impl Plane {
@@ -239,6 +247,20 @@ impl Plane {
 
     fn cpu(&self) -> f64 {
         cpu_seconds(self.pid())
+    }
+
+    /// Applies `file` as its user would, in one invocation: `kubectl apply --server-side`, the
+    /// floor's method. (Client-side apply, used before session 7, sent a GET before each object
+    /// and stored a copy of it in an annotation; it took longer than the agent's whole install
+    /// to create 1,000 BundleDeployments, so it paced the run instead of the agent.)
+    fn apply_file(&self, file: &Path) {
+        self.admin(&[
+            "apply",
+            "--server-side",
+            "--field-manager=bench-user",
+            "-f",
+            file.to_str().expect("utf-8 path"),
+        ]);
     }
 
     fn admin(&self, args: &[&str]) -> String {
@@ -397,6 +419,8 @@ impl Agent {
 /// What one agent phase (install, upgrade) cost.
 struct Cost {
     time: Duration,
+    /// How long the user's one `kubectl apply` of the BundleDeployments took.
+    applied: Duration,
     requests: BTreeMap<String, u64>,
     plane_cpu: f64,
     agent_cpu: f64,
@@ -467,7 +491,7 @@ async fn measure_agent(
     agent: &Agent,
     registry: (&Fixtures, &flux::RegistryFilter),
     selector: &str,
-    n: usize,
+    (phase, n): (&str, usize),
     change: impl FnOnce(),
 ) -> Cost {
     let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
@@ -476,8 +500,13 @@ async fn measure_agent(
     let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
     let from = audit::now();
     let start = Instant::now();
-    change();
-    common::wait_all_ready(&bds, selector, n, DEADLINE).await;
+    let applied = profile::profiled(plane.profiler.as_ref(), phase, async {
+        change();
+        let applied = start.elapsed();
+        common::wait_all_ready(&bds, selector, n, DEADLINE).await;
+        applied
+    })
+    .await;
     let time = start.elapsed();
     let to = audit::now();
     let listed = bds
@@ -493,6 +522,7 @@ async fn measure_agent(
     let metrics = delta(&metrics_before, &agent.metrics().await);
     Cost {
         time,
+        applied,
         requests: plane.audit.requests(AGENT_USER, from, to),
         plane_cpu,
         agent_cpu,
@@ -534,19 +564,27 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
             file.to_str().expect("utf-8 path"),
         ]);
     };
+    let profiler = plane.profiler.as_ref();
     let cpu_before = plane.cpu();
     let from = audit::now();
     let start = Instant::now();
-    apply("v1");
-    let apply_only = start.elapsed();
-    plane.wait_available(&ns, n).await;
+    let apply_only = profile::profiled(profiler, &format!("{n}-b-floor"), async {
+        apply("v1");
+        let apply_only = start.elapsed();
+        plane.wait_available(&ns, n).await;
+        apply_only
+    })
+    .await;
     let apply_wait = start.elapsed();
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
     let cpu_before = plane.cpu();
     let start = Instant::now();
-    apply("v2");
-    plane.wait_available(&ns, n).await;
+    profile::profiled(profiler, &format!("{n}-b2-floor-upgrade"), async {
+        apply("v2");
+        plane.wait_available(&ns, n).await;
+    })
+    .await;
     let upgrade_wait = start.elapsed();
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
     eprintln!("    cleaning up {ns} ...");
@@ -623,8 +661,10 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         cost.peak_mib
     );
     println!(
-        "   the last revision started applying at {:.0} s, the last became healthy at {:.0} s (whole seconds)",
-        cost.last_started, cost.last_healthy
+        "   the BDs were applied (one kubectl apply --server-side) in {}; the last revision started applying at {:.0} s, the last became healthy at {:.0} s (whole seconds)",
+        secs(cost.applied),
+        cost.last_started,
+        cost.last_healthy
     );
     println!(
         "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app); registry requests {} ({} per app)",
@@ -670,7 +710,10 @@ async fn main() {
     let shard_n: usize = env_or("PALLET_BENCH_SCALE_SHARD_N", steady_n);
 
     eprintln!("starting a private control plane ...");
-    let plane = PrivateControlPlane::start();
+    let profiler = profile::Profiler::from_env();
+    let plane = PrivateControlPlane::start_with_env(
+        profiler.as_ref().map(|p| p.plane_env()).unwrap_or_default(),
+    );
     let client = plane.client().await;
     cluster::install_crd(&client).await;
     let work = tempfile::tempdir().expect("temp dir");
@@ -681,6 +724,7 @@ async fn main() {
         audit: AuditLog::new(&dir),
         client,
         plane,
+        profiler,
     };
     plane.kubectl_user = plane.user(work.path(), KUBECTL_USER);
     plane.agent_user = plane.user(work.path(), AGENT_USER);
@@ -741,9 +785,17 @@ async fn main() {
             name_and_labels,
         );
         let registry_filter = flux::RegistryFilter::new(&registry, &run, n);
-        let install = measure_agent(&plane, &agent, (fx, &registry_filter), &selector, n, || {
-            plane.admin(&["apply", "-f", install_file.to_str().unwrap()]);
-        })
+        let phase = format!("{n}-c-install");
+        let install = measure_agent(
+            &plane,
+            &agent,
+            (fx, &registry_filter),
+            &selector,
+            (&phase, n),
+            || {
+                plane.apply_file(&install_file);
+            },
+        )
         .await;
 
         let steady = if n == steady_n {
@@ -761,9 +813,17 @@ async fn main() {
             &v2,
             name_and_labels,
         );
-        let upgrade = measure_agent(&plane, &agent, (fx, &registry_filter), &selector, n, || {
-            plane.admin(&["apply", "-f", upgrade_file.to_str().unwrap()]);
-        })
+        let phase = format!("{n}-e-upgrade");
+        let upgrade = measure_agent(
+            &plane,
+            &agent,
+            (fx, &registry_filter),
+            &selector,
+            (&phase, n),
+            || {
+                plane.apply_file(&upgrade_file);
+            },
+        )
         .await;
 
         eprintln!("[N={n}] cleaning up ...");
@@ -935,7 +995,7 @@ async fn sharded(
     let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
     let from = audit::now();
     let start = Instant::now();
-    plane.admin(&["apply", "-f", file.to_str().expect("utf-8 path")]);
+    plane.apply_file(&file);
     common::wait_all_ready(&bds, &selector, n, DEADLINE).await;
     let time = start.elapsed();
     let to = audit::now();

@@ -21,7 +21,9 @@
 #
 # Environment: PALLET_CACHE_DIR (binaries, default ~/.cache/pallet), PALLET_STATE_DIR (default
 # <repo>/.pallet), PALLET_CONTROLPLANE_PORT (apiserver port, default 16443),
-# PALLET_CONTROLPLANE_BIN (run this prebuilt binary, named pallet-controlplane, instead of building).
+# PALLET_CONTROLPLANE_BIN (run this prebuilt binary, named pallet-controlplane, instead of building),
+# PALLET_CONTROLPLANE_PROFILE (ADDR: serve POST /cpu/start and /cpu/stop there, a CPU profile of the
+# whole process between the two; the scale benchmark uses it with PALLET_BENCH_SCALE_PROFILE).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 

@@ -184,7 +184,19 @@ pub struct AgentProc {
 }
 
 impl Drop for AgentProc {
+    /// SIGTERM first, so an agent under a profiler (`PALLET_BENCH_AGENT_WRAP`) can write its
+    /// data out; SIGKILL if it has not exited within 15 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -231,7 +231,7 @@ impl Flux {
             .collect();
         std::fs::write(&install_file, yaml).expect("writing the Flux objects");
         let install = measure(plane, &procs, &api, fx, &registry_filter, v1, || {
-            plane.admin(&["apply", "-f", install_file.to_str().expect("utf-8 path")]);
+            plane.apply_file(&install_file);
         })
         .await;
 
@@ -243,7 +243,7 @@ impl Flux {
             .collect();
         std::fs::write(&upgrade_file, yaml).expect("writing the Flux objects");
         let upgrade = measure(plane, &procs, &api, fx, &registry_filter, v2, || {
-            plane.admin(&["apply", "-f", upgrade_file.to_str().expect("utf-8 path")]);
+            plane.apply_file(&upgrade_file);
         })
         .await;
 

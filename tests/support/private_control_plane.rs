@@ -16,6 +16,8 @@ use kube::{Client, Config};
 pub struct PrivateControlPlane {
     state: tempfile::TempDir,
     port: u16,
+    /// Extra environment for tools/controlplane.sh (e.g. PALLET_CONTROLPLANE_PROFILE).
+    env: Vec<(String, String)>,
 }
 
 impl PrivateControlPlane {
@@ -32,6 +34,7 @@ impl PrivateControlPlane {
             .args(args)
             .env("PALLET_STATE_DIR", self.state.path())
             .env("PALLET_CONTROLPLANE_PORT", self.port.to_string())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .status()
             .expect("tools/controlplane.sh runs");
         assert!(status.success(), "tools/controlplane.sh {command} failed");
@@ -39,6 +42,11 @@ impl PrivateControlPlane {
 
     /// Starts one on a free port.
     pub fn start() -> PrivateControlPlane {
+        Self::start_with_env(Vec::new())
+    }
+
+    /// Starts one on a free port, with `env` added to tools/controlplane.sh's environment.
+    pub fn start_with_env(env: Vec<(String, String)>) -> PrivateControlPlane {
         // Below the kernel's ephemeral range, like the fixtures' ports (see tools/fixtures).
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -51,6 +59,7 @@ impl PrivateControlPlane {
         let plane = PrivateControlPlane {
             state: tempfile::tempdir().unwrap(),
             port,
+            env,
         };
         plane.script("start");
         plane

@@ -80,6 +80,11 @@ func run() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	if addr := os.Getenv("PALLET_CONTROLPLANE_PROFILE"); addr != "" {
+		if err := serveProfiler(addr); err != nil {
+			return fmt.Errorf("profiler: %w", err)
+		}
+	}
 	readyFile := filepath.Join(dir, "ready")
 	os.Remove(readyFile)
 
