@@ -251,8 +251,9 @@ impl Plane {
 
     /// Applies `file` as its user would, in one invocation: `kubectl apply --server-side`, the
     /// floor's method. (Client-side apply, used before session 7, sent a GET before each object
-    /// and stored a copy of it in an annotation; it took longer than the agent's whole install
-    /// to create 1,000 BundleDeployments, so it paced the run instead of the agent.)
+    /// and stored a copy of it in an annotation that every later write and watch event carried.)
+    /// kubectl sends one request at a time, each waiting behind the agent's, so at 1,000 apps
+    /// this takes nearly the whole install: the agent follows the objects as they appear.
     fn apply_file(&self, file: &Path) {
         self.admin(&[
             "apply",
