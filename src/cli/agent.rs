@@ -38,7 +38,8 @@ pub struct AgentArgs {
     /// Directory of the source cache (content-addressed, survives restarts).
     #[arg(long, env = "PALLET_AGENT_CACHE", default_value = "/var/cache/pallet")]
     pub cache_dir: PathBuf,
-    /// Upper bound of the source cache, in MiB; least recently used entries are evicted.
+    /// Upper bound of the source cache, in MiB; past it, least recently used entries are evicted
+    /// down to 90% of it.
     #[arg(long, default_value_t = 2048)]
     pub cache_max_mib: u64,
     /// BundleDeployments reconciled at once: a number, or `auto` to adapt to what the API
