@@ -14,6 +14,7 @@
 #   tools/controlplane.sh user NAME OUT  write kubeconfig OUT for user NAME in group pallet:audited
 #                                     (cluster-admin, every request in $dir/audit/audit.log)
 #   tools/controlplane.sh selftest    check the control plane behaves like a real cluster
+#   tools/controlplane.sh unit        run the Go unit tests of tools/controlplane
 #
 # No scheduler; a fake kubelet runs Pods only in namespaces labelled pallet.dev/fake-kubelet=on:
 # Running and Ready, or CrashLoopBackOff when an image tag ends in "broken" (e.g. app:v2-broken);
@@ -223,6 +224,10 @@ case "${1:-}" in
     [ -x "$kubectl_bin" ] || cmd_build
     kc "$@"
     ;;
+  unit)
+    # The Go unit tests of tools/controlplane (the fake kubelet's decisions, the profiler).
+    cd "$src" && go test -trimpath -count=1 ./...
+    ;;
   selftest)
     lock_state
     cmd_start
@@ -230,7 +235,7 @@ case "${1:-}" in
     . "$PALLET_ROOT/tools/controlplane/selftest.sh"
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

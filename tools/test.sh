@@ -67,6 +67,9 @@ tools/fixtures.sh build
 step "control plane self-test"
 tools/controlplane.sh selftest
 
+step "control plane unit tests (the fake kubelet, the profiler)"
+tools/controlplane.sh unit
+
 step "cargo test"
 # The two real-world helm corpora run in the next step, where their per-case lines and counts
 # are shown (a passing test's output is otherwise captured).

@@ -20,6 +20,17 @@ func serveProfiler(addr string) error {
 	if err != nil {
 		return err
 	}
+	klog.InfoS("profiler listening", "addr", listener.Addr().String())
+	go func() {
+		if err := http.Serve(listener, profilerHandler()); err != nil {
+			klog.ErrorS(err, "profiler stopped")
+		}
+	}()
+	return nil
+}
+
+// profilerHandler serves /cpu/start and /cpu/stop; one profile at a time.
+func profilerHandler() http.Handler {
 	var (
 		mu  sync.Mutex
 		buf *bytes.Buffer
@@ -51,11 +62,5 @@ func serveProfiler(addr string) error {
 		_, _ = w.Write(buf.Bytes())
 		buf = nil
 	})
-	klog.InfoS("profiler listening", "addr", listener.Addr().String())
-	go func() {
-		if err := http.Serve(listener, mux); err != nil {
-			klog.ErrorS(err, "profiler stopped")
-		}
-	}()
-	return nil
+	return mux
 }
