@@ -485,7 +485,7 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTree
         .collect()
 }
 
-/// Runs `change` (creating or updating the BDs), waits until all `n` of `selector` are Ready,
+/// Applies `file` (creating or updating the BDs), waits until all `n` of `selector` are Ready,
 /// and measures what it cost.
 async fn measure_agent(
     plane: &Plane,
@@ -493,7 +493,7 @@ async fn measure_agent(
     registry: (&Fixtures, &flux::RegistryFilter),
     selector: &str,
     (phase, n): (&str, usize),
-    change: impl FnOnce(),
+    file: &Path,
 ) -> Cost {
     let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
     let metrics_before = agent.metrics().await;
@@ -502,7 +502,7 @@ async fn measure_agent(
     let from = audit::now();
     let start = Instant::now();
     let applied = profile::profiled(plane.profiler.as_ref(), phase, async {
-        change();
+        plane.apply_file(file);
         let applied = start.elapsed();
         common::wait_all_ready(&bds, selector, n, DEADLINE).await;
         applied
@@ -793,9 +793,7 @@ async fn main() {
             (fx, &registry_filter),
             &selector,
             (&phase, n),
-            || {
-                plane.apply_file(&install_file);
-            },
+            &install_file,
         )
         .await;
 
@@ -821,9 +819,7 @@ async fn main() {
             (fx, &registry_filter),
             &selector,
             (&phase, n),
-            || {
-                plane.apply_file(&upgrade_file);
-            },
+            &upgrade_file,
         )
         .await;
 

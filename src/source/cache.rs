@@ -315,35 +315,38 @@ mod tests {
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 
-    #[tokio::test]
-    async fn eviction_drops_least_recently_used() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cache = Cache::open(tmp.path(), 2500).unwrap();
-        for key in ["a", "b"] {
-            cache
-                .get_or_populate(key, |dir| async move {
-                    fs::write(dir.join("f"), vec![0u8; 1000]).unwrap();
-                    Ok(())
-                })
-                .await
-                .unwrap();
-        }
-        // Use "a" so that "b" is the least recently used one.
-        let past = SystemTime::now() - std::time::Duration::from_secs(60);
-        fs::File::options()
-            .write(true)
-            .open(tmp.path().join("entries/b/size"))
-            .unwrap()
-            .set_modified(past)
-            .unwrap();
-        assert!(cache.lookup("a").is_some());
+    /// Caches 1,000 bytes under `key`.
+    async fn fill(cache: &Cache, key: &str) {
         cache
-            .get_or_populate("c", |dir| async move {
+            .get_or_populate(key, |dir| async move {
                 fs::write(dir.join("f"), vec![0u8; 1000]).unwrap();
                 Ok(())
             })
             .await
             .unwrap();
+    }
+
+    /// Makes entry `key` look last used a minute ago.
+    fn age(root: &Path, key: &str) {
+        let past = SystemTime::now() - std::time::Duration::from_secs(60);
+        fs::File::options()
+            .write(true)
+            .open(root.join("entries").join(key).join("size"))
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn eviction_drops_least_recently_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cache::open(tmp.path(), 2500).unwrap();
+        fill(&cache, "a").await;
+        fill(&cache, "b").await;
+        // Use "a" so that "b" is the least recently used one.
+        age(tmp.path(), "b");
+        assert!(cache.lookup("a").is_some());
+        fill(&cache, "c").await;
         assert!(cache.lookup("b").is_none());
         assert!(cache.lookup("a").is_some() && cache.lookup("c").is_some());
     }
@@ -351,27 +354,12 @@ mod tests {
     #[tokio::test]
     async fn a_reopened_cache_counts_what_it_holds() {
         let tmp = tempfile::tempdir().unwrap();
-        async fn fill(cache: &Cache, key: &str) {
-            cache
-                .get_or_populate(key, |dir| async move {
-                    fs::write(dir.join("f"), vec![0u8; 1000]).unwrap();
-                    Ok(())
-                })
-                .await
-                .unwrap();
-        }
         {
             let cache = Cache::open(tmp.path(), 2500).unwrap();
             fill(&cache, "a").await;
             fill(&cache, "b").await;
         }
-        let past = SystemTime::now() - std::time::Duration::from_secs(60);
-        fs::File::options()
-            .write(true)
-            .open(tmp.path().join("entries/a/size"))
-            .unwrap()
-            .set_modified(past)
-            .unwrap();
+        age(tmp.path(), "a");
         // A new process: what the last one left counts against the limit.
         let cache = Cache::open(tmp.path(), 2500).unwrap();
         fill(&cache, "c").await;
