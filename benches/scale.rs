@@ -16,10 +16,10 @@
 //! - b. the same, then waiting until every Deployment is Available;
 //! - b2. the objects' next version applied the same way, then waiting again (the floor of an
 //!   upgrade, whose rollouts replace every Pod);
-//! - c. pallet: N BundleDeployments created at once (one kubectl apply), time until all are
-//!   Ready; the agent's API requests from the audit log, the control plane's CPU (one process:
-//!   etcd, API server, controllers, fake kubelet), the agent's CPU and peak RSS, reconcile passes
-//!   and time per phase from its metrics;
+//! - c. pallet: N BundleDeployments created at once (one `kubectl apply --server-side`), time
+//!   until all are Ready; the agent's API requests from the audit log, the control plane's CPU
+//!   (one process: etcd, API server, controllers, fake kubelet), the agent's CPU and peak RSS,
+//!   reconcile passes and time per phase from its metrics;
 //! - d. (at `PALLET_BENCH_SCALE_STEADY_N`, default 1,000 or the largest size) steady state for
 //!   `PALLET_BENCH_SCALE_STEADY_SECONDS` (default 300): writes, fetches, API requests per minute;
 //! - e. an upgrade of all N at once (new content, new digest), the same figures as c, against b2;
