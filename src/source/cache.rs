@@ -36,6 +36,8 @@ pub struct Cache {
     /// Bytes of content in the cache as far as this process knows: counted once at open, then
     /// kept up to date by commits and evictions. The entries are scanned only when this passes
     /// `max_bytes` (a scan per fetch made a thousand fetches cost a million `stat`s and reads).
+    /// What another process sharing the directory adds is seen at that scan; agents do not share
+    /// one, and `max_bytes` bounds disk use, so a late look costs nothing but disk.
     used: AtomicU64,
 }
 
