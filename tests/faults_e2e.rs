@@ -783,3 +783,83 @@ async fn deletion_aborted_mid_delete() {
     assert_eq!(s.objects().await, BTreeSet::new(), "every object deleted");
     s.check_change_log(&restarted, Some(1)).await;
 }
+
+/// The objects of revision 1 an interrupted first install wrote: three of its four, aborted at
+/// the third write, so at least one that revision 2 does not have (`drop1` or `lb1`).
+async fn first_install_aborted(s: &Scenario) -> Agent {
+    s.commit(revision_1(), "v1");
+    let mut faulty = Agent::start_with_env(
+        &s.name,
+        &["--apply-parallelism", "1"],
+        &[(FAULT_ENV, "apply:3")],
+    );
+    s.create_bd().await;
+    wait_aborted(&mut faulty, "apply:3");
+    let status = s
+        .bds()
+        .get(&s.name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
+    assert!(
+        status.revisions.is_empty() && status.inventory.is_none(),
+        "a first install's intent is its snapshot, not a status write: {status:?}"
+    );
+    let written = s.objects().await;
+    assert_eq!(
+        written.len(),
+        3,
+        "three writes before the abort: {written:?}"
+    );
+    assert!(
+        written.contains("ConfigMap/drop1") || written.contains("Service/lb1"),
+        "{written:?}"
+    );
+    faulty
+}
+
+/// A first install aborted mid-apply, then restarted on other content: the restarted agent
+/// reads the stored revision 1 before replacing it, prunes what the interrupted pass wrote that
+/// the new content does not have, and its change log declares the write it may miss.
+#[tokio::test]
+async fn first_install_aborted_mid_apply_then_new_content() {
+    let s = Scenario::new("f-first-new").await;
+    let faulty = first_install_aborted(&s).await;
+    s.commit(revision_2(), "v2");
+    let restarted = faulty.restart_with_env(&[]);
+    let status = s.wait_healthy(&restarted, 1).await;
+    assert_eq!(status.revisions.len(), 1, "{status:?}");
+    assert_eq!(
+        s.objects().await,
+        REVISION_2_OBJECTS.iter().map(|o| o.to_string()).collect(),
+        "exactly the new content's objects: what only the interrupted install wrote is pruned"
+    );
+    assert_eq!(s.value_of("change").await.as_deref(), Some("2"));
+    s.check_change_log(&restarted, Some(1)).await;
+}
+
+/// A first install aborted mid-apply, then the BundleDeployment deleted before an agent runs
+/// again: the restarted agent deletes what the interrupted install wrote (its stored revision 1),
+/// though status never recorded it.
+#[tokio::test]
+async fn first_install_aborted_mid_apply_then_deleted() {
+    let s = Scenario::new("f-first-del").await;
+    let faulty = first_install_aborted(&s).await;
+    s.bds()
+        .delete(&s.name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let restarted = faulty.restart_with_env(&[]);
+    agent::wait_bd_gone(&s.client, &s.name).await;
+    assert_eq!(s.objects().await, BTreeSet::new(), "every object deleted");
+    // Two markers: the deletion requested before this agent started, and the first install.
+    let markers = logged(&restarted, &s.name).markers;
+    assert!(
+        markers
+            .iter()
+            .any(|m| m["revision"] == 1 && m["details"]["phase"] == "applying"),
+        "{markers:?}"
+    );
+    s.check_change_log(&restarted, None).await;
+}

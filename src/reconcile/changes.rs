@@ -210,13 +210,7 @@ fn interrupted_marker(
     if active.phase != crate::api::RevisionPhase::Applying {
         return None;
     }
-    let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
-    marker.details.insert("phase".into(), json!("applying"));
-    marker.revision = Some(active.number);
-    marker.digest = Some(active.digest.clone()).filter(|d| !d.is_empty());
-    marker
-        .details
-        .insert("unloggedWritesAtMost".into(), json!(in_flight));
+    let mut marker = applying_marker(log, bd, active.number, &active.digest, in_flight);
     if let Some(since) = &active.applied_at {
         marker
             .details
@@ -232,6 +226,42 @@ fn interrupted_marker(
         )),
     );
     Some(marker)
+}
+
+/// An `interrupted-pass` marker for revision `number` (content `digest`) of `bd`, applying.
+fn applying_marker(
+    log: &changelog::ChangeLog,
+    bd: &BundleDeployment,
+    number: i64,
+    digest: &str,
+    in_flight: usize,
+) -> changelog::Marker {
+    let mut marker = log.marker(&bd.name_any(), changelog::MARKER_INTERRUPTED);
+    marker.details.insert("phase".into(), json!("applying"));
+    marker.revision = Some(number);
+    marker.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
+    marker
+        .details
+        .insert("unloggedWritesAtMost".into(), json!(in_flight));
+    marker
+}
+
+/// An earlier agent stored revision 1 of `bd` (content `digest`) and stopped before recording it
+/// in status (a first install's intent is its snapshot, see [`super::first_install`]): writes it
+/// had in flight may be missing from the change log; says so there.
+pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeployment, digest: &str) {
+    let in_flight = ctx.apply_parallelism.max(1);
+    let mut marker = applying_marker(&ctx.changelog, bd, 1, digest, in_flight);
+    marker.details.insert(
+        "message".into(),
+        json!(format!(
+            "an agent stopped while installing revision 1 (stored, not yet in status); up to \
+             {in_flight} writes it had in flight may be missing from this log; this agent \
+             installs the current content and prunes what revision 1 wrote and it does not have"
+        )),
+    );
+    tracing::warn!(bundle_deployment = %bd.name_any(), "a previous agent stopped while installing revision 1; writes it had in flight may be missing from the change log");
+    ctx.changelog.record_marker(&marker);
 }
 
 #[cfg(test)]

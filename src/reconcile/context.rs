@@ -185,6 +185,8 @@ pub struct Context {
     /// Each BundleDeployment as this agent's last status write left it (see [`controller`]: a
     /// pass never starts from a cached object older than that).
     pub(super) last_written: Mutex<HashMap<String, Written>>,
+    /// First installs whose intent is their snapshot (see [`super::first_install`]).
+    pub first_installs: super::first_install::FirstInstalls,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
@@ -293,6 +295,7 @@ impl Context {
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
+            first_installs: Default::default(),
             writers: Mutex::new(HashMap::new()),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),

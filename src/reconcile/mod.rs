@@ -11,6 +11,7 @@ pub mod changes;
 mod cleanup;
 mod content;
 pub mod context;
+pub mod first_install;
 mod revision_apply;
 mod status_writer;
 
@@ -260,6 +261,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     let name = bd.name_any();
     let mut writer = StatusWriter::new(ctx, bd);
     let mut work = writer.written.clone();
+    // A first install's intent kept in memory since the last pass (see `first_install`).
+    if let Some(staged) = ctx.first_installs.take(bd, &writer.written) {
+        writer.staged = Some(staged.clone());
+        work = staged;
+    }
     if bd.spec.paused {
         // Paused: no writes to the bundle's objects, so rollback and retry requests wait (they
         // are writes); drift is still observed so users see what resuming would revert, and a
@@ -329,13 +335,20 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             if !sources_failing {
                 ctx.reset_backoff(&name);
             }
-            if let Some(left) = status::settling(&writer.written, &work, &outcome, &now()) {
+            if let Some(left) = status::settling(writer.recorded(), &work, &outcome, &now()) {
                 // Applied moments ago, not healthy yet: look again when it has had time to
                 // settle (its objects' watch events come sooner) before writing that it
-                // progresses. The intent written before the apply stays the record meanwhile.
+                // progresses. The intent recorded before the apply stays the record meanwhile
+                // (in status, or for a first install in its snapshot and in memory).
+                if let Some(staged) = writer.staged.clone() {
+                    ctx.first_installs.stage(bd, writer.written.clone(), staged);
+                }
                 return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
             }
             writer.write(&mut work, &outcome).await?;
+            if !writer.written.revisions.is_empty() {
+                ctx.first_installs.installed(bd);
+            }
             let requeue = if sources_failing {
                 requeue
             } else {
@@ -462,6 +475,21 @@ async fn progress(
     };
     let (outcome, requeue) = match rollout::decide(work, &digest, &spec, retry.is_some()) {
         Decision::New { number } => {
+            if work.revisions.is_empty() {
+                // What an earlier agent's interrupted first install wrote joins the inventory,
+                // read before this revision 1 replaces its snapshot (see `first_install`).
+                let interrupted = first_install::interrupted(ctx, bd).await?;
+                if !interrupted.is_empty() {
+                    let mut inventory = work.inventory.take().unwrap_or_default();
+                    let known: BTreeSet<ObjectReference> =
+                        inventory.objects.iter().cloned().collect();
+                    inventory
+                        .objects
+                        .extend(interrupted.into_iter().filter(|o| !known.contains(o)));
+                    inventory.count = inventory.objects.len() as i64;
+                    work.inventory = Some(inventory);
+                }
+            }
             let record = RevisionRecord {
                 bundle_deployment: name.clone(),
                 number,

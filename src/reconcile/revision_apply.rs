@@ -2,8 +2,8 @@
 //! its health against the deadline, and roll back to the last healthy revision when it fails.
 
 use super::{
-    api_version_of, changes, hook_plan, hooks, is_helm, key_of, now, reference, rollout, status,
-    webhook_certs, Context, Progress, ReconcileError, StatusWriter,
+    api_version_of, changes, first_install, hook_plan, hooks, is_helm, key_of, now, reference,
+    rollout, status, webhook_certs, Context, Progress, ReconcileError, StatusWriter,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -131,7 +131,8 @@ pub(super) enum Step {
 pub const FAULT_ENV: &str = "PALLET_FAULT_INJECT";
 
 /// Applies the active revision's `objects`: records the intent first (for new revisions and
-/// rollbacks), applies in stages, prunes, then assesses health against the deadline.
+/// rollbacks; in status, or for a first install in its snapshot, see [`first_install`]),
+/// applies in stages, prunes, then assesses health against the deadline.
 pub(super) async fn apply_revision(
     bd: &BundleDeployment,
     ctx: &Context,
@@ -168,19 +169,30 @@ pub(super) async fn apply_revision(
     {
         // Record what is about to happen, and every object that may end up on the cluster,
         // before the first write: after a crash the next pass finishes the job and prunes.
+        let own: BTreeSet<ObjectReference> = applier
+            .resolve_keys(objects)
+            .await?
+            .iter()
+            .map(|(key, api_version)| reference(key, api_version))
+            .collect();
+        let in_snapshot =
+            first_install::snapshot_holds_intent(work, &own, !hook_objects.is_empty());
         let mut inventory: BTreeSet<ObjectReference> = work
             .inventory
             .iter()
             .flat_map(|i| i.objects.iter().cloned())
             .collect();
-        for (key, api_version) in applier.resolve_keys(objects).await? {
-            inventory.insert(reference(&key, &api_version));
-        }
+        inventory.extend(own);
         let outcome = Outcome::Applying {
             inventory: inventory.into_iter().collect(),
             transition: transition.clone(),
         };
-        writer.write(work, &outcome).await?;
+        if in_snapshot {
+            // A first install: its snapshot, stored just before, is the record.
+            writer.stage(work, &outcome);
+        } else {
+            writer.write(work, &outcome).await?;
+        }
         fault::reached(Point::Intent);
         if matches!(transition, Transition::Rollback { .. })
             && std::env::var(FAULT_ENV).as_deref() == Ok("exit-after-rollback-recorded")

@@ -18,6 +18,9 @@ pub(super) struct StatusWriter<'a> {
     /// The object's resourceVersion after the last write (or as read): writes are conditional
     /// on it (see [`super::scope::patch_status`]).
     version: Option<String>,
+    /// A status recorded but not written: a first install's intent, which its snapshot holds
+    /// (see [`super::first_install`]). The next write carries it.
+    pub(super) staged: Option<BundleDeploymentStatus>,
 }
 
 impl<'a> StatusWriter<'a> {
@@ -27,7 +30,21 @@ impl<'a> StatusWriter<'a> {
             bd,
             written: bd.status.clone().unwrap_or_default(),
             version: bd.metadata.resource_version.clone(),
+            staged: None,
         }
+    }
+
+    /// Applies `outcome` to `work` as [`Self::write`] does, without writing: for an intent the
+    /// revision's snapshot already records.
+    pub(super) fn stage(&mut self, work: &mut BundleDeploymentStatus, outcome: &Outcome) {
+        *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
+        work.agent = Some(self.ctx.identity.clone());
+        self.staged = Some(work.clone());
+    }
+
+    /// The status as this pass recorded it last: staged, else written.
+    pub(super) fn recorded(&self) -> &BundleDeploymentStatus {
+        self.staged.as_ref().unwrap_or(&self.written)
     }
 
     /// Applies `outcome` to `work` (see [`status::next_status`]) and patches the difference.
@@ -44,6 +61,7 @@ impl<'a> StatusWriter<'a> {
             .prepare(self.bd, &mut self.written, work, &now())
             .await;
         if *work == self.written {
+            self.staged = None;
             return Ok(());
         }
         let waiting = match outcome {
@@ -51,6 +69,7 @@ impl<'a> StatusWriter<'a> {
             _ => None,
         };
         if waiting.is_some()
+            && self.staged.is_none()
             && waiting == self.waiting_written()
             && status::progress_detail_only(&self.written, work)
         {
@@ -73,6 +92,7 @@ impl<'a> StatusWriter<'a> {
             .wrote(base, patched, waiting);
         notifications.written(work);
         self.written = work.clone();
+        self.staged = None;
         Ok(())
     }
 
