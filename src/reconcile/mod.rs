@@ -288,9 +288,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             Some(_) => poll_capped(bd, ctx, ctx.requeue_interval),
             None => ctx.requeue_interval,
         };
-        writer
+        let written = writer
             .write(&mut work, &Outcome::Paused { reason, drift })
-            .await?;
+            .await;
+        keep_unwritten(ctx, bd, &writer);
+        written?;
         return Ok(Next::RequeueAfter(requeue));
     }
     let requests = rollout::pending_requests(bd.annotations(), &work);
@@ -340,12 +342,12 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 // settle (its objects' watch events come sooner) before writing that it
                 // progresses. The intent recorded before the apply stays the record meanwhile
                 // (in status, or for a first install in its snapshot and in memory).
-                if let Some(staged) = writer.staged.clone() {
-                    ctx.first_installs.stage(bd, writer.written.clone(), staged);
-                }
+                keep_unwritten(ctx, bd, &writer);
                 return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
             }
-            writer.write(&mut work, &outcome).await?;
+            let written = writer.write(&mut work, &outcome).await;
+            keep_unwritten(ctx, bd, &writer);
+            written?;
             if !writer.written.revisions.is_empty() {
                 ctx.first_installs.installed(bd);
             }
@@ -366,9 +368,20 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 transient: error.is_transient(),
             };
             tracing::warn!(bundle_deployment = %name, reason = %error.category(), error = %error, "reconcile failed");
-            writer.write(&mut work, &outcome).await?;
+            let written = writer.write(&mut work, &outcome).await;
+            keep_unwritten(ctx, bd, &writer);
+            written?;
             Err(error)
         }
+    }
+}
+
+/// Keeps a first install's intent that this pass recorded and did not write (it settles, or the
+/// write failed) for the next pass over `bd` (see `first_install`).
+fn keep_unwritten(ctx: &Context, bd: &BundleDeployment, writer: &StatusWriter<'_>) {
+    if let Some(staged) = &writer.staged {
+        ctx.first_installs
+            .stage(bd, writer.written.clone(), staged.clone());
     }
 }
 
