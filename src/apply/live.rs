@@ -168,6 +168,7 @@ fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
 impl LiveObjects {
     /// What is known of the object `namespace/name` of `resource`'s kind.
     pub fn lookup(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Lookup {
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         let kinds = self.kinds.read().unwrap_or_else(|p| p.into_inner());
         let Some(kind) = kinds.get(&kind_id(resource)) else {
             return Lookup::Unknown;
@@ -175,7 +176,6 @@ impl LiveObjects {
         if !kind.listed {
             return Lookup::Unknown;
         }
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         match kind.objects.get(&key) {
             Some(Kept::Body { json, .. }) => match serde_json::from_slice(json) {
                 Ok(object) => Lookup::Found(Arc::new(object)),
@@ -184,6 +184,23 @@ impl LiveObjects {
             Some(Kept::Large { .. }) => Lookup::Unknown,
             None => Lookup::Absent,
         }
+    }
+
+    /// Whether this agent deleted the object and the watch has not said so yet: its copy is
+    /// stale for a write (a helm hook deleted before its creation is created again at once),
+    /// though a prune still sees it until the watch reports it terminating or gone.
+    pub fn deleted_unseen(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> bool {
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        self.written
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(kind_id(resource), key))
+            .is_some_and(String::is_empty)
     }
 
     /// Records that this agent's write left the object at `resource_version`, and keeps the
@@ -376,7 +393,13 @@ mod tests {
         assert_eq!(live.applied(&r, object("a", "7")), Change::Quiet);
         assert_eq!(live.applied(&r, object("a", "8")), Change::News);
         live.deleted(&r, Some("ns"), "a");
+        assert!(live.deleted_unseen(&r, Some("ns"), "a"));
+        assert!(!live.deleted_unseen(&r, Some("ns"), "b"));
         assert_eq!(live.removed(&r, &object("a", "8")), Change::Quiet);
+        assert!(
+            !live.deleted_unseen(&r, Some("ns"), "a"),
+            "the watch said so"
+        );
         assert_eq!(live.removed(&r, &object("b", "9")), Change::News);
     }
 

@@ -436,7 +436,16 @@ impl Applier {
             resource,
             desired,
         } = target;
-        let live = match self.cached(&resource, &key) {
+        // A copy of an object this agent has just deleted is stale: created again, it is new.
+        let deleted = self.live.as_ref().is_some_and(|copies| {
+            copies.deleted_unseen(&resource, key.namespace.as_deref(), &key.name)
+        });
+        let cached = if deleted {
+            live::Lookup::Absent
+        } else {
+            self.cached(&resource, &key)
+        };
+        let live = match cached {
             live::Lookup::Found(object) => Some(object.as_ref().clone()),
             live::Lookup::Absent => {
                 // No pallet-owned object by this name: most likely none at all. Created
