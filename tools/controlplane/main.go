@@ -144,7 +144,9 @@ func run() error {
 		"--service-account-issuer=" + server,
 		"--service-account-key-file=" + p.saPub,
 		"--service-account-signing-key-file=" + p.saKey,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		// A /16: test runs leave their namespaces (and Services) behind, and a /24's 254
+		// addresses ran out after many runs on one control plane ("range is full").
+		"--service-cluster-ip-range=10.0.0.0/16",
 		"--requestheader-client-ca-file=" + p.frontProxyCA,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
