@@ -34,7 +34,7 @@
 //!
 //! | field | meaning |
 //! | --- | --- |
-//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]), or whose deletion was requested before the process started: the pass that recorded it may not have finished, so writes it had in flight may be missing from the log |
+//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]), or whose deletion was requested before the process started, or whose objects (or stored snapshots) show a revision its status never recorded (see `reconcile::unwritten_intent`): the pass that recorded it may not have finished, so writes it had in flight may be missing from the log |
 //! | `bundleDeployment`, `revision`, `digest` | the interrupted pass's BundleDeployment and the revision it was applying (or, for a deletion, the active one) |
 //! | `details.phase` | `applying` or `deleting` |
 //! | `details.unloggedWritesAtMost` | how many writes that pass could have had in flight (the apply parallelism; 1 for a deletion) |

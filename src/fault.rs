@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | `fetch` | when a pass has fetched its sources, before rendering |
 //! | `snapshot` | when a new revision's snapshot is stored, before its intent is recorded |
-//! | `intent` | when the intent (`Applying` with the inventory) is recorded (a first install: staged, its snapshot holds it), before any write |
+//! | `intent` | when the intent (`Applying` with the inventory) is recorded (a first install, or an upgrade writing exactly the installed objects: staged, kept out of status), before any write |
 //! | `apply` | when an object write (create or update) has returned, before it is logged |
 //! | `prune` | when a delete has returned, before it is logged |
 //! | `health` | when a pass finds the applied revision not yet healthy and will wait for it |
@@ -28,7 +28,7 @@ pub enum Point {
     Fetch,
     /// A new revision's snapshot stored.
     Snapshot,
-    /// The intent to apply recorded (in status; a first install's in its snapshot).
+    /// The intent to apply recorded (in status, or kept out of it: see `reconcile::unwritten_intent`).
     Intent,
     /// An object write returned (not yet logged).
     Apply,

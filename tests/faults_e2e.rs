@@ -76,6 +76,19 @@ fn revision_2() -> Vec<u8> {
     .into_bytes()
 }
 
+/// Revision 1's objects with other content: `change` and `drop1` changed, nothing added or
+/// dropped (an upgrade that keeps its intent out of status).
+fn revision_1_changed() -> Vec<u8> {
+    [
+        config_map("keep", "1"),
+        config_map("change", "2"),
+        config_map("drop1", "2"),
+        load_balancer("lb1"),
+    ]
+    .join("---\n")
+    .into_bytes()
+}
+
 const REVISION_1_OBJECTS: [&str; 4] = [
     "ConfigMap/change",
     "ConfigMap/drop1",
@@ -862,4 +875,88 @@ async fn first_install_aborted_mid_apply_then_deleted() {
         "{markers:?}"
     );
     s.check_change_log(&restarted, None).await;
+}
+
+/// An upgrade from revision 1 to the same objects with other content, aborted after its first
+/// write (done, not logged): status still says revision 1, as such an upgrade records its
+/// intent only in memory; one object carries the new content.
+async fn same_objects_upgrade_aborted(s: &Scenario) -> Agent {
+    s.commit(revision_1(), "v1");
+    let mut first = Agent::start_with(&s.name, &["--apply-parallelism", "1"]);
+    s.create_bd().await;
+    s.wait_healthy(&first, 1).await;
+    first.kill();
+
+    s.commit(revision_1_changed(), "v1 changed");
+    let mut faulty = first.restart_with_env(&[(FAULT_ENV, "apply:1")]);
+    wait_aborted(&mut faulty, "apply:1");
+    let status = s
+        .bds()
+        .get(&s.name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.active_revision, Some(1), "{status:?}");
+    assert!(
+        status.revisions.iter().all(|r| r.number == 1),
+        "the upgrade's intent is not in status: {status:?}"
+    );
+    let changed = [s.value_of("change").await, s.value_of("drop1").await];
+    assert_eq!(
+        changed.iter().filter(|v| v.as_deref() == Some("2")).count(),
+        1,
+        "one write landed before the abort: {changed:?}"
+    );
+    faulty
+}
+
+/// The same-objects upgrade aborted mid-apply, restarted on the same content: revision 2
+/// becomes Healthy, and the restarted agent, finding an object stamped with revision 2 (and its
+/// snapshot), declares the unlogged write with a marker.
+#[tokio::test]
+async fn same_objects_upgrade_aborted_mid_apply_then_finished() {
+    let s = Scenario::new("f-same-fin").await;
+    let faulty = same_objects_upgrade_aborted(&s).await;
+    let restarted = faulty.restart_with_env(&[]);
+    let status = s.wait_healthy(&restarted, 2).await;
+    assert_eq!(phase(&status, 1), Some(RevisionPhase::Superseded));
+    assert_eq!(
+        s.objects().await,
+        REVISION_1_OBJECTS.iter().map(|o| o.to_string()).collect()
+    );
+    assert_eq!(s.value_of("change").await.as_deref(), Some("2"));
+    assert_eq!(s.value_of("drop1").await.as_deref(), Some("2"));
+    s.check_change_log(&restarted, Some(2)).await;
+}
+
+/// The same-objects upgrade aborted mid-apply, then the sources back at revision 1's content
+/// before an agent runs again: the restarted agent re-applies revision 1 over what the
+/// interrupted pass wrote (status never heard of revision 2), and its marker declares the
+/// write that pass did not log.
+#[tokio::test]
+async fn same_objects_upgrade_aborted_mid_apply_then_sources_back() {
+    let s = Scenario::new("f-same-back").await;
+    let faulty = same_objects_upgrade_aborted(&s).await;
+    s.commit(revision_1(), "v1 again");
+    let restarted = faulty.restart_with_env(&[]);
+    cluster::poll_until(
+        "revision 1's content restored",
+        Duration::from_secs(90),
+        || async {
+            let values = (s.value_of("change").await, s.value_of("drop1").await);
+            match values {
+                (Some(a), Some(b)) if a == "1" && b == "1" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let status = s.wait_healthy(&restarted, 1).await;
+    assert!(status.revisions.iter().all(|r| r.number == 1), "{status:?}");
+    assert_eq!(
+        s.objects().await,
+        REVISION_1_OBJECTS.iter().map(|o| o.to_string()).collect()
+    );
+    s.check_change_log(&restarted, Some(2)).await;
 }

@@ -138,7 +138,7 @@ async fn save_load_round_trip_in_immutable_secrets() {
     assert!(long.len() > 63);
     for bd in ["web", long.as_str()] {
         let rec = record(bd, 1, 3, 200, 7);
-        store.save(&rec).await.unwrap();
+        assert!(!store.save(&rec).await.unwrap(), "nothing stored before");
         assert_eq!(store.load(bd, 1).await.unwrap(), rec);
         assert_eq!(store.list(bd).await.unwrap(), vec![1]);
 
@@ -159,7 +159,7 @@ async fn save_load_round_trip_in_immutable_secrets() {
         assert!(!labels.contains_key("pallet.dev/bundle-deployment"));
 
         // Saving again writes nothing: the same Secrets (same UIDs) remain.
-        store.save(&rec).await.unwrap();
+        assert!(store.save(&rec).await.unwrap(), "found stored already");
         assert_eq!(
             uids(&chunk_secrets(&client, &ns, bd, 1).await),
             uids(&secrets)
@@ -342,7 +342,10 @@ async fn stale_or_damaged_chunks_are_replaced() {
         .await
         .unwrap();
     let new = two_chunk_record("web", 12);
-    store.save(&new).await.unwrap();
+    assert!(
+        store.save(&new).await.unwrap(),
+        "an earlier save's chunk is reported as found"
+    );
     assert_eq!(store.load("web", 2).await.unwrap(), new);
 
     // A chunk whose data was damaged (recreated by hand with one byte changed, same metadata).

@@ -105,6 +105,9 @@ pub struct Applied {
     pub resource_version_before: Option<String>,
     /// resourceVersion after the write (the live one when unchanged).
     pub resource_version_after: Option<String>,
+    /// The revision ([`plan::REVISION_ANNOTATION`]) the object carried before this pass, when
+    /// it was already this bundle's: shows what an earlier agent last applied to it.
+    pub revision_before: Option<i64>,
     /// Field paths the write changed (updates only; a bounded list).
     pub fields_changed: Vec<String>,
     /// The object as the API server last returned it in this pass (the read that found it
@@ -421,6 +424,7 @@ impl Applier {
                     adopted_from: None,
                     resource_version_before: None,
                     resource_version_after: None,
+                    revision_before: None,
                     fields_changed: Vec::new(),
                     live: None,
                 });
@@ -464,8 +468,12 @@ impl Applier {
                 .and_then(|m| m.get(OWNER_LABEL))
                 .map(String::as_str)
         });
-        let adopted_from = match plan::ownership(live_owner, &self.owner, self.collision_protection)
-        {
+        let ownership = plan::ownership(live_owner, &self.owner, self.collision_protection);
+        let revision_before = match ownership {
+            Ownership::Ours => live.as_ref().and_then(|l| plan::revision_of(&l.metadata)),
+            _ => None,
+        };
+        let adopted_from = match ownership {
             Ownership::Conflict { owner } => {
                 return Err(ApplyError::OwnershipConflict {
                     key,
@@ -495,6 +503,7 @@ impl Applier {
                     adopted_from: None,
                     resource_version_before: before.clone(),
                     resource_version_after: before,
+                    revision_before,
                     fields_changed,
                     live: Some(live_value),
                 });
@@ -523,6 +532,7 @@ impl Applier {
             adopted_from,
             resource_version_before: before,
             resource_version_after: written.metadata.resource_version.clone(),
+            revision_before,
             fields_changed,
             live: serde_json::to_value(&written).ok(),
         };
@@ -607,6 +617,7 @@ impl Applier {
             adopted_from: None,
             resource_version_before: None,
             resource_version_after: written.metadata.resource_version.clone(),
+            revision_before: None,
             fields_changed: Vec::new(),
             live: serde_json::to_value(&written).ok(),
         };
@@ -844,6 +855,7 @@ impl Applier {
                         adopted_from: None,
                         resource_version_before: live.metadata.resource_version.clone(),
                         resource_version_after: None,
+                        revision_before: plan::revision_of(&live.metadata),
                         fields_changed: Vec::new(),
                         live: None,
                     });

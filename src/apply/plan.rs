@@ -196,6 +196,16 @@ pub fn with_revision_annotation(mut desired: Value, revision: i64) -> Value {
     desired
 }
 
+/// The revision an object was last written for ([`REVISION_ANNOTATION`]), if it says.
+pub fn revision_of(metadata: &kube::api::ObjectMeta) -> Option<i64> {
+    metadata
+        .annotations
+        .as_ref()?
+        .get(REVISION_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
 /// What applying to an existing live object means for ownership.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ownership {

@@ -86,7 +86,8 @@ fn operation_and_reason(write: &Applied, apply_reason: Reason) -> (Operation, Re
 }
 
 /// Ends a pass that applied through [`logging`]: the entry of the write that failed, one summary
-/// Event, the write counters, and an fsync of the change log when anything was written.
+/// Event, the write counters, and an fsync of the change log when anything was written. Returns
+/// the writes.
 pub(super) async fn log_writes(
     ctx: &Context,
     bd: &BundleDeployment,
@@ -95,7 +96,7 @@ pub(super) async fn log_writes(
     (revision, digest): (Option<i64>, &str),
     apply_reason: Reason,
     error: Option<&ApplyError>,
-) {
+) -> Vec<Applied> {
     let name = bd.name_any();
     let writes: Vec<Applied> = applier.journal.take();
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
@@ -148,6 +149,7 @@ pub(super) async fn log_writes(
         METRICS.applied(created, updated);
         METRICS.pruned(deleted);
     }
+    writes
 }
 
 /// The change log's reference to an object.
@@ -169,6 +171,12 @@ pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
         return;
     }
     let Some(marker) = interrupted_marker(&ctx.changelog, bd, ctx.apply_parallelism.max(1)) else {
+        // Settled in status; an upgrade kept out of it shows on the objects (see `unwritten_intent`).
+        if bd.metadata.deletion_timestamp.is_none() {
+            if let Some(status) = &bd.status {
+                ctx.unwritten_intents.first_look_settled(bd, status);
+            }
+        }
         return;
     };
     tracing::warn!(bundle_deployment = %bd.name_any(), revision = ?marker.revision, "a previous agent stopped while applying; writes it had in flight may be missing from the change log");
@@ -247,7 +255,7 @@ fn applying_marker(
 }
 
 /// An earlier agent stored revision 1 of `bd` (content `digest`) and stopped before recording it
-/// in status (a first install's intent is its snapshot, see [`super::first_install`]): writes it
+/// in status (a first install's intent is its snapshot, see [`super::unwritten_intent`]): writes it
 /// had in flight may be missing from the change log; says so there.
 pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeployment, digest: &str) {
     let in_flight = ctx.apply_parallelism.max(1);
@@ -261,6 +269,26 @@ pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeploymen
         )),
     );
     tracing::warn!(bundle_deployment = %bd.name_any(), "a previous agent stopped while installing revision 1; writes it had in flight may be missing from the change log");
+    ctx.changelog.record_marker(&marker);
+}
+
+/// An earlier agent applied revision `number` of `bd` without recording it in status (an
+/// upgrade whose intent was only in memory, see [`super::unwritten_intent`]), and this process
+/// found its objects stamped with it or its snapshot stored: writes that agent had in flight
+/// may be missing from the change log; says so there.
+pub(super) fn mark_interrupted_upgrade(ctx: &Context, bd: &BundleDeployment, number: i64) {
+    let in_flight = ctx.apply_parallelism.max(1);
+    let mut marker = applying_marker(&ctx.changelog, bd, number, "", in_flight);
+    marker.details.insert(
+        "message".into(),
+        json!(format!(
+            "an earlier agent applied revision {number} and stopped before recording it in status \
+             (this agent found objects written for it, or its snapshot); up to {in_flight} writes \
+             it had in flight may be missing from this log; every object it may have written is \
+             in the inventory, and this agent applies the current content over them"
+        )),
+    );
+    tracing::warn!(bundle_deployment = %bd.name_any(), revision = number, "a previous agent stopped while applying a revision status does not record; writes it had in flight may be missing from the change log");
     ctx.changelog.record_marker(&marker);
 }
 

@@ -2,8 +2,8 @@
 //! its finalizer is removed.
 
 use super::{
-    api_version_of, changes, first_install, key_of, webhook_certs, Context, Next, ReconcileError,
-    StatusWriter, FINALIZER,
+    api_version_of, changes, key_of, unwritten_intent, webhook_certs, Context, Next,
+    ReconcileError, StatusWriter, FINALIZER,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -34,11 +34,11 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .as_ref()
         .and_then(|s| s.inventory.clone())
         .unwrap_or_default();
-    // A first install recorded only in its snapshot (see `first_install`).
+    // A first install recorded only in its snapshot (see `unwritten_intent`).
     inventory
         .objects
-        .extend(first_install::unrecorded_objects(ctx, bd).await?);
-    ctx.first_installs.forget(&name, uid);
+        .extend(unwritten_intent::unrecorded_objects(ctx, bd).await?);
+    ctx.unwritten_intents.forget(&name, uid);
     let keys: Vec<ObjectKey> = inventory.objects.iter().map(key_of).collect();
     let versions: HashMap<ObjectKey, String> = inventory
         .objects

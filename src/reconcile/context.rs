@@ -185,8 +185,8 @@ pub struct Context {
     /// Each BundleDeployment as this agent's last status write left it (see [`controller`]: a
     /// pass never starts from a cached object older than that).
     pub(super) last_written: Mutex<HashMap<String, Written>>,
-    /// First installs whose intent is their snapshot (see [`super::first_install`]).
-    pub first_installs: super::first_install::FirstInstalls,
+    /// First installs whose intent is their snapshot (see [`super::unwritten_intent`]).
+    pub unwritten_intents: super::unwritten_intent::UnwrittenIntents,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
@@ -295,7 +295,7 @@ impl Context {
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
-            first_installs: Default::default(),
+            unwritten_intents: Default::default(),
             writers: Mutex::new(HashMap::new()),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
@@ -394,11 +394,12 @@ impl Context {
     }
 
     /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing (a
-    /// fresh cluster, an agent run outside one): checked once per process.
+    /// fresh cluster, an agent run outside one): checked once per process. Returns whether this
+    /// revision number was stored already (see [`crate::revision::RevisionStore::save`]).
     pub(super) async fn save_snapshot(
         &self,
         record: &RevisionRecord,
-    ) -> Result<(), ReconcileError> {
+    ) -> Result<bool, ReconcileError> {
         let _phase = crate::metrics::METRICS.phase("snapshot_store");
         let namespace = self.store.namespace().to_string();
         self.agent_namespace_ready

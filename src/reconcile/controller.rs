@@ -46,7 +46,7 @@ async fn reconcile(
         ctx.release(&name, &uid);
         return Ok(Action::await_change());
     }
-    ctx.first_installs.looked(&bd);
+    ctx.unwritten_intents.looked(&bd);
     let span = tracing::info_span!("reconcile", bundle_deployment = %name);
     let result = finalizer(&api, FINALIZER, bd, |event| async {
         let next = match event {

@@ -119,6 +119,7 @@ mod tests {
             adopted_from: None,
             resource_version_before: None,
             resource_version_after: None,
+            revision_before: None,
             fields_changed: Vec::new(),
             live: Some(live),
         }

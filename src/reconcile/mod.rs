@@ -11,7 +11,6 @@ pub mod changes;
 mod cleanup;
 mod content;
 pub mod context;
-pub mod first_install;
 mod revision_apply;
 mod status_writer;
 
@@ -33,6 +32,7 @@ pub mod render_memo;
 pub mod rollout;
 pub mod scope;
 pub mod status;
+pub mod unwritten_intent;
 pub mod values;
 pub mod values_watch;
 pub mod webhook_certs;
@@ -261,8 +261,8 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     let name = bd.name_any();
     let mut writer = StatusWriter::new(ctx, bd);
     let mut work = writer.written.clone();
-    // A first install's intent kept in memory since the last pass (see `first_install`).
-    if let Some(staged) = ctx.first_installs.take(bd, &writer.written) {
+    // An intent kept out of status, in memory since the last pass (see `unwritten_intent`).
+    if let Some(staged) = ctx.unwritten_intents.take(bd, &writer.written) {
         writer.staged = Some(staged.clone());
         work = staged;
     }
@@ -341,7 +341,7 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 // Applied moments ago, not healthy yet: look again when it has had time to
                 // settle (its objects' watch events come sooner) before writing that it
                 // progresses. The intent recorded before the apply stays the record meanwhile
-                // (in status, or for a first install in its snapshot and in memory).
+                // (in status, or kept out of it and in memory, see `unwritten_intent`).
                 keep_unwritten(ctx, bd, &writer);
                 return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
             }
@@ -349,7 +349,7 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             keep_unwritten(ctx, bd, &writer);
             written?;
             if !writer.written.revisions.is_empty() {
-                ctx.first_installs.installed(bd);
+                ctx.unwritten_intents.installed(bd);
             }
             let requeue = if sources_failing {
                 requeue
@@ -376,11 +376,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     }
 }
 
-/// Keeps a first install's intent that this pass recorded and did not write (it settles, or the
-/// write failed) for the next pass over `bd` (see `first_install`).
+/// Keeps an intent that this pass recorded and did not write (it settles, or the
+/// write failed) for the next pass over `bd` (see `unwritten_intent`).
 fn keep_unwritten(ctx: &Context, bd: &BundleDeployment, writer: &StatusWriter<'_>) {
     if let Some(staged) = &writer.staged {
-        ctx.first_installs
+        ctx.unwritten_intents
             .stage(bd, writer.written.clone(), staged.clone());
     }
 }
@@ -490,8 +490,8 @@ async fn progress(
         Decision::New { number } => {
             if work.revisions.is_empty() {
                 // What an earlier agent's interrupted first install wrote joins the inventory,
-                // read before this revision 1 replaces its snapshot (see `first_install`).
-                let interrupted = first_install::interrupted(ctx, bd).await?;
+                // read before this revision 1 replaces its snapshot (see `unwritten_intent`).
+                let interrupted = unwritten_intent::interrupted(ctx, bd).await?;
                 if !interrupted.is_empty() {
                     let mut inventory = work.inventory.take().unwrap_or_default();
                     let known: BTreeSet<ObjectReference> =
@@ -515,7 +515,10 @@ async fn progress(
                     .collect(),
             };
             // Stored before any write, so a rollback never needs the sources or this disk.
-            ctx.save_snapshot(&record).await?;
+            if ctx.save_snapshot(&record).await? {
+                // An earlier agent's, or this process's own from an earlier pass.
+                ctx.unwritten_intents.found_stored(bd, number);
+            }
             fault::reached(Point::Snapshot);
             // Not kept in memory: the render memo holds the same objects while they are current;
             // a snapshot is read back (and then kept) only when a held or earlier revision is

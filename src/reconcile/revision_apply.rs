@@ -2,8 +2,8 @@
 //! its health against the deadline, and roll back to the last healthy revision when it fails.
 
 use super::{
-    api_version_of, changes, first_install, hook_plan, hooks, is_helm, key_of, now, reference,
-    rollout, status, webhook_certs, Context, Progress, ReconcileError, StatusWriter,
+    api_version_of, changes, hook_plan, hooks, is_helm, key_of, now, reference, rollout, status,
+    unwritten_intent, webhook_certs, Context, Progress, ReconcileError, StatusWriter,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -131,7 +131,7 @@ pub(super) enum Step {
 pub const FAULT_ENV: &str = "PALLET_FAULT_INJECT";
 
 /// Applies the active revision's `objects`: records the intent first (for new revisions and
-/// rollbacks; in status, or for a first install in its snapshot, see [`first_install`]),
+/// rollbacks; in status, or kept out of it, see [`unwritten_intent`]),
 /// applies in stages, prunes, then assesses health against the deadline.
 pub(super) async fn apply_revision(
     bd: &BundleDeployment,
@@ -175,8 +175,14 @@ pub(super) async fn apply_revision(
             .iter()
             .map(|(key, api_version)| reference(key, api_version))
             .collect();
-        let in_snapshot =
-            first_install::snapshot_holds_intent(work, &own, !hook_objects.is_empty());
+        let has_hooks = !hook_objects.is_empty();
+        let kept_out_of_status = unwritten_intent::snapshot_holds_intent(work, &own, has_hooks)
+            || unwritten_intent::inventory_holds_intent(
+                &writer.written,
+                &own,
+                has_hooks,
+                transition,
+            );
         let mut inventory: BTreeSet<ObjectReference> = work
             .inventory
             .iter()
@@ -187,8 +193,9 @@ pub(super) async fn apply_revision(
             inventory: inventory.into_iter().collect(),
             transition: transition.clone(),
         };
-        if in_snapshot {
-            // A first install: its snapshot, stored just before, is the record.
+        if kept_out_of_status {
+            // A first install's snapshot, stored just before, or the inventory already in
+            // status is the record (see `unwritten_intent`).
             writer.stage(work, &outcome);
         } else {
             writer.write(work, &outcome).await?;
@@ -231,7 +238,7 @@ pub(super) async fn apply_revision(
         log_reason,
     );
     let result = apply_and_prune(&logged, objects, work, &hook_keys).await;
-    log_writes(
+    let writes = log_writes(
         ctx,
         bd,
         &logged,
@@ -241,6 +248,12 @@ pub(super) async fn apply_revision(
         result.as_ref().err(),
     )
     .await;
+    // What the objects carried before this pass: signs of an earlier agent's unrecorded upgrade.
+    let seen = match &result {
+        Ok((applied, _)) => applied.as_slice(),
+        Err(_) => writes.as_slice(),
+    };
+    unwritten_intent::check_first_apply(ctx, bd, seen.iter().filter_map(|a| a.revision_before));
     let (applied, pruned) = match result {
         Ok(done) => done,
         Err(error) if on_its_way && !error.is_transient() => {

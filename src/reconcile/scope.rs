@@ -53,7 +53,7 @@ impl Context {
             watches.set(name, Vec::new());
         }
         self.reset_backoff(name);
-        self.first_installs.forget(name, uid);
+        self.unwritten_intents.forget(name, uid);
         self.last_written
             .lock()
             .unwrap_or_else(|p| p.into_inner())

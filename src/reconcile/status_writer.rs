@@ -18,8 +18,8 @@ pub(super) struct StatusWriter<'a> {
     /// The object's resourceVersion after the last write (or as read): writes are conditional
     /// on it (see [`super::scope::patch_status`]).
     version: Option<String>,
-    /// A status recorded but not written: a first install's intent, which its snapshot holds
-    /// (see [`super::first_install`]). The next write carries it.
+    /// A status recorded but not written: an intent that the snapshot or the inventory holds
+    /// (see [`super::unwritten_intent`]). The next write carries it.
     pub(super) staged: Option<BundleDeploymentStatus>,
 }
 

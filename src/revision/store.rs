@@ -60,8 +60,9 @@ impl RevisionStore {
 
     /// Stores `record`. Idempotent: Secrets already holding exactly the right chunk are kept,
     /// partial or mismatched ones (from a crashed or different earlier save) are deleted and
-    /// recreated, and a concurrent identical save is not an error.
-    pub async fn save(&self, record: &RevisionRecord) -> Result<(), RevisionError> {
+    /// recreated, and a concurrent identical save is not an error. Returns whether some chunk
+    /// of this revision number was stored already (kept or replaced).
+    pub async fn save(&self, record: &RevisionRecord) -> Result<bool, RevisionError> {
         validate(record)?;
         let chunks = encode(record)?;
         let bytes: usize = chunks.iter().map(Vec::len).sum();
@@ -79,10 +80,11 @@ impl RevisionStore {
         // a chunk already there with this content is kept, one with other content replaced
         // (see `create_chunk`). Chunks past this save's count left by an earlier, larger save
         // of the same number are ignored by `load` and deleted with the revision.
+        let mut found = false;
         for secret in &wanted {
-            self.create_chunk(bd, record.number, secret).await?;
+            found |= self.create_chunk(bd, record.number, secret).await?;
         }
-        Ok(())
+        Ok(found)
     }
 
     /// Loads revision `number` of `bundle_deployment`: [`RevisionError::NotFound`] when none of
@@ -343,13 +345,14 @@ impl RevisionStore {
     }
 
     /// Creates `secret`; an existing Secret of that name with the same content counts as
-    /// created, one with other content of the same BundleDeployment is replaced.
+    /// created, one with other content of the same BundleDeployment is replaced. Returns
+    /// whether a Secret of that name was found.
     async fn create_chunk(
         &self,
         bd: &str,
         number: i64,
         secret: &Secret,
-    ) -> Result<(), RevisionError> {
+    ) -> Result<bool, RevisionError> {
         let name = secret.metadata.name.clone().unwrap_or_default();
         let kube = |action, source| RevisionError::Kube {
             bundle_deployment: bd.to_string(),
@@ -358,10 +361,11 @@ impl RevisionStore {
             target: format!("Secret {}/{name}", self.namespace),
             source: Box::new(source),
         };
+        let mut found = false;
         for _ in 0..CREATE_ATTEMPTS {
             match self.secrets.create(&PostParams::default(), secret).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(status)) if status.is_already_exists() => {}
+                Ok(_) => return Ok(found),
+                Err(kube::Error::Api(status)) if status.is_already_exists() => found = true,
                 Err(e) => return Err(kube("create", e)),
             }
             let live = match self.secrets.get_opt(&name).await {
@@ -370,7 +374,7 @@ impl RevisionStore {
                 Err(e) => return Err(kube("get", e)),
             };
             if same_content(&live, secret) {
-                return Ok(()); // a concurrent identical save got there first
+                return Ok(true); // kept: an earlier or concurrent identical save
             }
             if annotation(&live.metadata, ANNOTATION_REVISION_OF) != Some(bd) {
                 return Err(RevisionError::Conflict {

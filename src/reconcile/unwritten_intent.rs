@@ -1,14 +1,16 @@
-//! A first install's intent is its snapshot.
+//! Intents kept out of status: a first install's is its snapshot, and an upgrade's that writes
+//! only objects already installed is the inventory status has.
 //!
 //! Before the first object of a revision is written, the agent records every object that may end
 //! up on the cluster, so that an agent killed midway finishes the job after a restart and prunes
 //! what the interrupted pass wrote (see `revision_apply`). For most revisions that record is a
-//! status write: the revision `Applying`, the inventory widened by its objects.
+//! status write: the revision `Applying`, the inventory widened by its objects. Two kinds of
+//! revision need no such write, when they have no helm hooks (those record their progress in
+//! status anyway):
 //!
-//! The first revision of a BundleDeployment needs no such write when nothing was installed before
-//! it and it has no helm hooks: its snapshot, stored just before, already lists every object it
-//! may write, and while status has no revision a restarted agent decides on revision 1 again and
-//! finds that snapshot:
+//! **A first install** with nothing installed before it: its snapshot, stored just before,
+//! already lists every object it may write, and while status has no revision a restarted agent
+//! decides on revision 1 again and finds that snapshot:
 //!
 //! - an agent that finds the finalizer already on a BundleDeployment the first time it looks at
 //!   it, and no revision in its status, reads the stored revision 1 before storing its own (once
@@ -17,20 +19,30 @@
 //! - deleting a BundleDeployment with no revision in status deletes the objects of its stored
 //!   revision 1 too.
 //!
-//! An upgrade keeps its status write: with an active revision in status, a restarted agent whose
-//! sources went back to that revision's content re-applies it and makes no new revision, so only
-//! status can say what the interrupted upgrade had added.
+//! **An upgrade (or re-apply) whose objects are exactly those of the inventory in status**: it
+//! writes no object status does not already list, and prunes none, so whatever a restarted agent
+//! decides (the same content again, other content, or the sources back at the active revision's
+//! content, re-applied as drift) it finds every object the interrupted pass may have touched in
+//! the inventory. What status cannot tell is that a pass was interrupted, which the change log
+//! must say (writes in flight may be missing from it). The evidence is on the objects: every
+//! write stamps the revision it applies (`pallet.dev/revision`), so the first apply of a process
+//! that finds one of the bundle's objects stamped with a revision above every one its status had
+//! at first look, or finds that revision's snapshot already stored, writes the
+//! `interrupted-pass` marker. No request is spent on it: the apply reads the objects anyway.
+//! Upgrades that add or drop objects keep their status write: a restarted agent whose sources
+//! went back to the active revision's content would never learn what the interrupted pass added.
 //!
-//! Between passes of this process the unwritten intent is kept in memory ([`FirstInstalls`]), so
-//! that the pass after the settle delay starts from it as it would from status. A quick first
-//! install writes status once (Healthy) where it wrote twice: one request per bundle less, and
-//! the status patch is the most expensive request of an install for the API server.
+//! Between passes of this process the unwritten intent is kept in memory ([`UnwrittenIntents`]),
+//! so that the pass after the settle delay starts from it as it would from status. A quick
+//! install or upgrade writes status once (Healthy) where it wrote twice: one request per bundle
+//! less, and the status patch is the most expensive request of an install for the API server.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 
 use kube::ResourceExt;
 
+use super::status::Transition;
 use super::{changes, reference, Context, ReconcileError, FINALIZER};
 use crate::api::{BundleDeployment, BundleDeploymentStatus, ObjectReference};
 use crate::revision::RevisionError;
@@ -38,7 +50,7 @@ use crate::revision::RevisionError;
 /// What this process knows of first installs: which BundleDeployments no earlier agent can
 /// have written for, and intents recorded only in memory (and in the snapshot).
 #[derive(Default)]
-pub struct FirstInstalls {
+pub struct UnwrittenIntents {
     inner: Mutex<Inner>,
 }
 
@@ -49,6 +61,12 @@ struct Inner {
     clear: HashSet<String>,
     /// By name: intents not written to status.
     staged: HashMap<String, Staged>,
+    /// By uid: BundleDeployments whose status recorded a settled active revision when this
+    /// process first looked, with the newest revision number it had then: an earlier agent may
+    /// have been applying a newer one that status never recorded. Checked at the first apply.
+    unchecked: HashMap<String, i64>,
+    /// By uid: a revision above that newest number whose snapshot this process found stored.
+    found_stored: HashMap<String, i64>,
 }
 
 struct Staged {
@@ -59,7 +77,7 @@ struct Staged {
     status: BundleDeploymentStatus,
 }
 
-impl FirstInstalls {
+impl UnwrittenIntents {
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -131,6 +149,58 @@ impl FirstInstalls {
         let mut inner = self.inner();
         inner.staged.remove(name);
         inner.clear.remove(uid);
+        inner.unchecked.remove(uid);
+        inner.found_stored.remove(uid);
+    }
+
+    /// This process looks at `bd` for the first time and its status has a settled active
+    /// revision (one still `Applying` gets its marker from status, see `changes`): its first
+    /// apply looks for signs of an upgrade an earlier agent left unrecorded.
+    pub(super) fn first_look_settled(
+        &self,
+        bd: &BundleDeployment,
+        status: &BundleDeploymentStatus,
+    ) {
+        let (Some(uid), Some(newest)) = (
+            &bd.metadata.uid,
+            status.revisions.iter().map(|r| r.number).max(),
+        ) else {
+            return;
+        };
+        self.inner().unchecked.insert(uid.clone(), newest);
+    }
+
+    /// This process found revision `number` of `bd` already stored when it saved its own.
+    pub(super) fn found_stored(&self, bd: &BundleDeployment, number: i64) {
+        let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+        let mut inner = self.inner();
+        if inner
+            .unchecked
+            .get(uid)
+            .is_some_and(|newest| number > *newest)
+        {
+            inner.found_stored.insert(uid.to_string(), number);
+        }
+    }
+
+    /// The first apply of this process for `bd` is done; `stamped`: the revisions its objects
+    /// carried before it. The newest revision an earlier agent applied without recording it in
+    /// status, if there are signs of one. Once per process and BundleDeployment: later stamps
+    /// may be this process's own.
+    pub(super) fn first_apply_done(
+        &self,
+        bd: &BundleDeployment,
+        stamped: impl IntoIterator<Item = i64>,
+    ) -> Option<i64> {
+        let uid = bd.metadata.uid.as_deref().unwrap_or_default();
+        let mut inner = self.inner();
+        let newest = inner.unchecked.remove(uid)?;
+        let found = inner.found_stored.remove(uid);
+        stamped
+            .into_iter()
+            .chain(found)
+            .filter(|n| *n > newest)
+            .max()
     }
 }
 
@@ -152,6 +222,42 @@ pub(super) fn snapshot_holds_intent(
     first && !has_hooks && inventory_is_its_own
 }
 
+/// Whether the inventory `server` (the status on the server) records already holds the intent
+/// to apply `objects`: exactly its objects, so the pass writes none it does not list and prunes
+/// none; an active revision to go back to; no helm hooks; not a rollback (a rollback records
+/// itself in status, and its objects are an earlier revision's). Pure.
+pub(super) fn inventory_holds_intent(
+    server: &BundleDeploymentStatus,
+    objects: &BTreeSet<ObjectReference>,
+    has_hooks: bool,
+    transition: &Transition,
+) -> bool {
+    let recorded: BTreeSet<&ObjectReference> = server
+        .inventory
+        .iter()
+        .flat_map(|i| i.objects.iter())
+        .collect();
+    let same_objects =
+        recorded.len() == objects.len() && objects.iter().all(|o| recorded.contains(o));
+    server.active_revision.is_some()
+        && !has_hooks
+        && !matches!(transition, Transition::Rollback { .. })
+        && same_objects
+}
+
+/// After this process's first apply for `bd`: an `interrupted-pass` marker in the change log when
+/// an earlier agent applied a revision that status never recorded (see the module doc).
+/// `stamped`: the revisions the bundle's objects carried before the apply.
+pub(super) fn check_first_apply(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    stamped: impl IntoIterator<Item = i64>,
+) {
+    if let Some(number) = ctx.unwritten_intents.first_apply_done(bd, stamped) {
+        changes::mark_interrupted_upgrade(ctx, bd, number);
+    }
+}
+
 /// Before revision 1 of `bd` is stored (its status has no revision): the objects an earlier
 /// agent's interrupted first install may have written, from the revision 1 it stored, with an
 /// `interrupted-pass` marker in the change log when there are any. None when this process added
@@ -161,11 +267,11 @@ pub(super) async fn interrupted(
     bd: &BundleDeployment,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
     let uid = bd.metadata.uid.clone().unwrap_or_default();
-    if !ctx.first_installs.needs_check(&uid) {
+    if !ctx.unwritten_intents.needs_check(&uid) {
         return Ok(Vec::new());
     }
     let found = stored_revision_one(ctx, bd).await?;
-    ctx.first_installs.checked(&uid);
+    ctx.unwritten_intents.checked(&uid);
     let Some((digest, objects)) = found else {
         return Ok(Vec::new());
     };
@@ -188,7 +294,7 @@ pub(super) async fn unrecorded_objects(
         return Ok(Vec::new());
     };
     if ctx
-        .first_installs
+        .unwritten_intents
         .needs_check(bd.metadata.uid.as_deref().unwrap_or_default())
     {
         changes::mark_interrupted_first_install(ctx, bd, &digest);
@@ -304,6 +410,93 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn an_upgrade_writing_exactly_the_installed_objects_skips_the_status_write() {
+        let installed = with_revisions(&[1], &["a", "b"]);
+        let new = Transition::NewRevision;
+        assert!(inventory_holds_intent(
+            &installed,
+            &set(&["a", "b"]),
+            false,
+            &new
+        ));
+        assert!(inventory_holds_intent(
+            &installed,
+            &set(&["a", "b"]),
+            false,
+            &Transition::Reapply
+        ));
+        // An object status does not list: a restart whose sources went back could not prune it.
+        assert!(!inventory_holds_intent(
+            &installed,
+            &set(&["a", "b", "c"]),
+            false,
+            &new
+        ));
+        // An object dropped: its prune is a write status must announce.
+        assert!(!inventory_holds_intent(
+            &installed,
+            &set(&["a"]),
+            false,
+            &new
+        ));
+        assert!(!inventory_holds_intent(
+            &installed,
+            &set(&["a", "b"]),
+            true,
+            &new
+        ));
+        let rollback = Transition::Rollback {
+            automatic: true,
+            reason: "Failed".into(),
+            message: String::new(),
+        };
+        assert!(!inventory_holds_intent(
+            &installed,
+            &set(&["a", "b"]),
+            false,
+            &rollback
+        ));
+        // Nothing installed yet: the first install's rule decides.
+        let empty = BundleDeploymentStatus::default();
+        assert!(!inventory_holds_intent(&empty, &set(&[]), false, &new));
+    }
+
+    #[test]
+    fn a_first_apply_finds_an_earlier_agents_unrecorded_revision_once() {
+        let intents = UnwrittenIntents::default();
+        let app = bd("u", true);
+        let settled = with_revisions(&[3, 2], &["a"]);
+        // Not looked at with a settled status: nothing to check.
+        assert_eq!(intents.first_apply_done(&app, [4]), None);
+
+        intents.first_look_settled(&app, &settled);
+        assert_eq!(
+            intents.first_apply_done(&app, [2, 3]),
+            None,
+            "stamps of recorded revisions are no sign"
+        );
+        intents.first_look_settled(&app, &settled);
+        assert_eq!(intents.first_apply_done(&app, [3, 4, 2]), Some(4));
+        assert_eq!(
+            intents.first_apply_done(&app, [4]),
+            None,
+            "later stamps may be this process's own"
+        );
+
+        // A snapshot found stored above the newest recorded revision is a sign too.
+        intents.first_look_settled(&app, &settled);
+        intents.found_stored(&app, 3);
+        assert_eq!(intents.first_apply_done(&app, []), None);
+        intents.first_look_settled(&app, &settled);
+        intents.found_stored(&app, 4);
+        assert_eq!(intents.first_apply_done(&app, [3]), Some(4));
+        // Not first looked at in this process: a stored snapshot is this process's own.
+        intents.found_stored(&app, 4);
+        assert_eq!(intents.first_apply_done(&app, []), None);
+        assert!(intents.inner().found_stored.is_empty());
+    }
+
     fn bd(uid: &str, finalizer: bool) -> BundleDeployment {
         let finalizers: Vec<&str> = if finalizer { vec![FINALIZER] } else { vec![] };
         serde_json::from_value(json!({
@@ -316,7 +509,7 @@ mod tests {
 
     #[test]
     fn a_bundle_deployment_found_without_the_finalizer_needs_no_check() {
-        let first = FirstInstalls::default();
+        let first = UnwrittenIntents::default();
         first.looked(&bd("new", false));
         first.looked(&bd("old", true));
         assert!(!first.needs_check("new"));
@@ -333,7 +526,7 @@ mod tests {
 
     #[test]
     fn a_staged_intent_is_used_only_while_the_status_is_unchanged() {
-        let first = FirstInstalls::default();
+        let first = UnwrittenIntents::default();
         let app = bd("u", true);
         first.looked(&bd("u", false));
         let intent = with_revisions(&[1], &["a"]);
