@@ -397,6 +397,11 @@ impl Scenario {
         Api::all(self.client.clone())
     }
 
+    async fn status(&self) -> BundleDeploymentStatus {
+        let bd = self.bds().get(&self.name).await.unwrap();
+        bd.status.unwrap_or_default()
+    }
+
     async fn wait_status<F>(&self, agent: &Agent, what: &str, check: F) -> BundleDeploymentStatus
     where
         F: Fn(&BundleDeploymentStatus) -> bool,
@@ -404,8 +409,7 @@ impl Scenario {
         let timeout = Duration::from_secs(90);
         let start = Instant::now();
         loop {
-            let bd = self.bds().get(&self.name).await.unwrap();
-            let status = bd.status.unwrap_or_default();
+            let status = self.status().await;
             if check(&status) {
                 return status;
             }
@@ -808,13 +812,7 @@ async fn first_install_aborted(s: &Scenario) -> Agent {
     );
     s.create_bd().await;
     wait_aborted(&mut faulty, "apply:3");
-    let status = s
-        .bds()
-        .get(&s.name)
-        .await
-        .unwrap()
-        .status
-        .unwrap_or_default();
+    let status = s.status().await;
     assert!(
         status.revisions.is_empty() && status.inventory.is_none(),
         "a first install's intent is its snapshot, not a status write: {status:?}"
@@ -890,13 +888,7 @@ async fn same_objects_upgrade_aborted(s: &Scenario) -> Agent {
     s.commit(revision_1_changed(), "v1 changed");
     let mut faulty = first.restart_with_env(&[(FAULT_ENV, "apply:1")]);
     wait_aborted(&mut faulty, "apply:1");
-    let status = s
-        .bds()
-        .get(&s.name)
-        .await
-        .unwrap()
-        .status
-        .unwrap_or_default();
+    let status = s.status().await;
     assert_eq!(status.active_revision, Some(1), "{status:?}");
     assert!(
         status.revisions.iter().all(|r| r.number == 1),
