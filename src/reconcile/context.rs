@@ -185,7 +185,8 @@ pub struct Context {
     /// Each BundleDeployment as this agent's last status write left it (see [`controller`]: a
     /// pass never starts from a cached object older than that).
     pub(super) last_written: Mutex<HashMap<String, Written>>,
-    /// First installs whose intent is their snapshot (see [`super::unwritten_intent`]).
+    /// Intents kept out of status, and what a restart must check for (see
+    /// [`super::unwritten_intent`]).
     pub unwritten_intents: super::unwritten_intent::UnwrittenIntents,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,

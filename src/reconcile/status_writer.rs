@@ -35,7 +35,7 @@ impl<'a> StatusWriter<'a> {
     }
 
     /// Applies `outcome` to `work` as [`Self::write`] does, without writing: for an intent the
-    /// revision's snapshot already records.
+    /// revision's snapshot or the inventory in status already records.
     pub(super) fn stage(&mut self, work: &mut BundleDeploymentStatus, outcome: &Outcome) {
         *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
         work.agent = Some(self.ctx.identity.clone());

@@ -62,11 +62,16 @@ struct Inner {
     /// By name: intents not written to status.
     staged: HashMap<String, Staged>,
     /// By uid: BundleDeployments whose status recorded a settled active revision when this
-    /// process first looked, with the newest revision number it had then: an earlier agent may
-    /// have been applying a newer one that status never recorded. Checked at the first apply.
-    unchecked: HashMap<String, i64>,
-    /// By uid: a revision above that newest number whose snapshot this process found stored.
-    found_stored: HashMap<String, i64>,
+    /// process first looked: an earlier agent may have been applying a newer one that status
+    /// never recorded. Checked at this process's first apply.
+    unchecked: HashMap<String, Unchecked>,
+}
+
+struct Unchecked {
+    /// The newest revision number status had at the first look.
+    newest: i64,
+    /// A revision above it whose snapshot this process found stored.
+    found_stored: Option<i64>,
 }
 
 struct Staged {
@@ -109,9 +114,9 @@ impl UnwrittenIntents {
         self.inner().staged.insert(bd.name_any(), staged);
     }
 
-    /// The intent kept for `bd`, if its status on the server is still `server`. An intent that
-    /// no longer applies (someone else wrote status) makes the next first install read the
-    /// stored revision 1, as after a restart.
+    /// The intent kept for `bd`, if its status on the server is still `server`. When it no
+    /// longer applies (someone else wrote status), the next pass decides from the server's
+    /// status, and a first install reads the stored revision 1, as after a restart.
     pub(super) fn take(
         &self,
         bd: &BundleDeployment,
@@ -150,7 +155,6 @@ impl UnwrittenIntents {
         inner.staged.remove(name);
         inner.clear.remove(uid);
         inner.unchecked.remove(uid);
-        inner.found_stored.remove(uid);
     }
 
     /// This process looks at `bd` for the first time and its status has a settled active
@@ -167,19 +171,20 @@ impl UnwrittenIntents {
         ) else {
             return;
         };
-        self.inner().unchecked.insert(uid.clone(), newest);
+        let unchecked = Unchecked {
+            newest,
+            found_stored: None,
+        };
+        self.inner().unchecked.insert(uid.clone(), unchecked);
     }
 
     /// This process found revision `number` of `bd` already stored when it saved its own.
     pub(super) fn found_stored(&self, bd: &BundleDeployment, number: i64) {
         let uid = bd.metadata.uid.as_deref().unwrap_or_default();
-        let mut inner = self.inner();
-        if inner
-            .unchecked
-            .get(uid)
-            .is_some_and(|newest| number > *newest)
-        {
-            inner.found_stored.insert(uid.to_string(), number);
+        if let Some(unchecked) = self.inner().unchecked.get_mut(uid) {
+            if number > unchecked.newest {
+                unchecked.found_stored = Some(number);
+            }
         }
     }
 
@@ -193,13 +198,11 @@ impl UnwrittenIntents {
         stamped: impl IntoIterator<Item = i64>,
     ) -> Option<i64> {
         let uid = bd.metadata.uid.as_deref().unwrap_or_default();
-        let mut inner = self.inner();
-        let newest = inner.unchecked.remove(uid)?;
-        let found = inner.found_stored.remove(uid);
+        let unchecked = self.inner().unchecked.remove(uid)?;
         stamped
             .into_iter()
-            .chain(found)
-            .filter(|n| *n > newest)
+            .chain(unchecked.found_stored)
+            .filter(|n| *n > unchecked.newest)
             .max()
     }
 }
@@ -494,7 +497,7 @@ mod tests {
         // Not first looked at in this process: a stored snapshot is this process's own.
         intents.found_stored(&app, 4);
         assert_eq!(intents.first_apply_done(&app, []), None);
-        assert!(intents.inner().found_stored.is_empty());
+        assert!(intents.inner().unchecked.is_empty());
     }
 
     fn bd(uid: &str, finalizer: bool) -> BundleDeployment {
