@@ -60,9 +60,10 @@ enum Kept {
         version: Option<String>,
         owner: Option<String>,
     },
-    /// Too large to keep (over [`MAX_KEPT_BYTES`]): only that it exists, at this version, and
-    /// its owner. It is read from the API server when a pass needs it.
-    Large {
+    /// Only that it exists, at this version, and its owner: it is read from the API server
+    /// when a pass needs it. For objects too large to keep (over [`MAX_KEPT_BYTES`]), and for
+    /// a copy that cannot be ordered against the agent's own write (see [`LiveObjects::wrote`]).
+    Unread {
         version: Option<String>,
         owner: Option<String>,
     },
@@ -71,13 +72,13 @@ enum Kept {
 impl Kept {
     fn resource_version(&self) -> Option<&String> {
         match self {
-            Kept::Body { version, .. } | Kept::Large { version, .. } => version.as_ref(),
+            Kept::Body { version, .. } | Kept::Unread { version, .. } => version.as_ref(),
         }
     }
 
     fn owner(&self) -> Option<String> {
         match self {
-            Kept::Body { owner, .. } | Kept::Large { owner, .. } => owner.clone(),
+            Kept::Body { owner, .. } | Kept::Unread { owner, .. } => owner.clone(),
         }
     }
 }
@@ -137,7 +138,7 @@ fn name_of(object: &DynamicObject) -> Name {
 /// are kept as a version only.
 fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
     if serde_json::to_vec(&object.data).map_or(usize::MAX, |b| b.len()) > MAX_KEPT_BYTES {
-        return Kept::Large {
+        return Kept::Unread {
             owner: owner_of(&object),
             version: object.metadata.resource_version,
         };
@@ -161,7 +162,7 @@ fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
             owner,
         },
         // Not expected (it was decoded from JSON); read from the API server when needed.
-        Err(_) => Kept::Large { version, owner },
+        Err(_) => Kept::Unread { version, owner },
     }
 }
 
@@ -181,7 +182,7 @@ impl LiveObjects {
                 Ok(object) => Lookup::Found(Arc::new(object)),
                 Err(_) => Lookup::Unknown,
             },
-            Some(Kept::Large { .. }) => Lookup::Unknown,
+            Some(Kept::Unread { .. }) => Lookup::Unknown,
             None => Lookup::Absent,
         }
     }
@@ -203,9 +204,18 @@ impl LiveObjects {
             .is_some_and(String::is_empty)
     }
 
-    /// Records that this agent's write left the object at `resource_version`, and keeps the
-    /// written body (so the next pass compares against it even before the watch event comes).
-    pub fn wrote(&self, resource: &ApiResource, written: &DynamicObject) {
+    /// Records that this agent's write, decided on the copy at version `base` (None: there was
+    /// none, a create), left the object as `written`. The written body is kept when the copy is
+    /// still at `base` (or already at the write), so the next pass compares against it even
+    /// before the watch event comes.
+    ///
+    /// Otherwise a watch event came while the write was in flight (or, for a create, may have:
+    /// a create and a delete leave no copy either). The answer and the watch race, so that event
+    /// may be a later change (a load balancer's address, set a moment after the create) which the
+    /// answer would undo, leaving a copy older than the object that no further event corrects.
+    /// Versions are not compared (opaque, by the API's rules), so the copy is kept as its
+    /// version only and read from the API server until the next event brings a body.
+    pub fn wrote(&self, resource: &ApiResource, written: &DynamicObject, base: Option<&str>) {
         let Some(version) = written.metadata.resource_version.clone() else {
             return;
         };
@@ -214,11 +224,22 @@ impl LiveObjects {
         self.written
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert((id.clone(), name.clone()), version);
+            .insert((id.clone(), name.clone()), version.clone());
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(kind) = kinds.get_mut(&id) {
-            kind.objects.insert(name, kept(resource, written.clone()));
-        }
+        let Some(kind) = kinds.get_mut(&id) else {
+            return;
+        };
+        let seen = kind.objects.get(&name).and_then(Kept::resource_version);
+        let copy = if seen.is_some() && (seen.map(String::as_str) == base || seen == Some(&version))
+        {
+            kept(resource, written.clone())
+        } else {
+            Kept::Unread {
+                version: seen.cloned(),
+                owner: owner_of(written),
+            }
+        };
+        kind.objects.insert(name, copy);
     }
 
     /// Records that this agent deleted the object: its delete event is an echo too.
@@ -389,7 +410,7 @@ mod tests {
         let r = resource();
         live.list_started(&r);
         live.list_done(&r);
-        live.wrote(&r, &object("a", "7"));
+        live.wrote(&r, &object("a", "7"), None);
         assert_eq!(live.applied(&r, object("a", "7")), Change::Quiet);
         assert_eq!(live.applied(&r, object("a", "8")), Change::News);
         live.deleted(&r, Some("ns"), "a");
@@ -401,6 +422,61 @@ mod tests {
             "the watch said so"
         );
         assert_eq!(live.removed(&r, &object("b", "9")), Change::News);
+    }
+
+    fn version_found(live: &LiveObjects, name: &str) -> Option<String> {
+        match live.lookup(&resource(), Some("ns"), name) {
+            Lookup::Found(o) => o.metadata.resource_version.clone(),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_write_answered_before_any_event_is_the_copy_until_its_echo() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        live.listed(&r, object("a", "5"));
+        live.list_done(&r);
+        live.wrote(&r, &object("a", "7"), Some("5"));
+        assert_eq!(version_found(&live, "a").as_deref(), Some("7"));
+        assert_eq!(live.applied(&r, object("a", "7")), Change::Quiet);
+        assert_eq!(version_found(&live, "a").as_deref(), Some("7"));
+        // The echo came before the answer: the same object.
+        assert_eq!(live.applied(&r, object("a", "9")), Change::News);
+        live.wrote(&r, &object("a", "9"), Some("7"));
+        assert_eq!(version_found(&live, "a").as_deref(), Some("9"));
+    }
+
+    #[test]
+    fn a_change_seen_before_the_write_is_answered_is_not_undone_by_the_answer() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        live.listed(&r, object("a", "5"));
+        live.list_done(&r);
+        // The agent writes a@5 -> 7; a controller changes it to 8; both events arrive before
+        // the write's answer.
+        assert_eq!(live.applied(&r, object("a", "7")), Change::News);
+        assert_eq!(live.applied(&r, object("a", "8")), Change::News);
+        live.wrote(&r, &object("a", "7"), Some("5"));
+        assert!(
+            matches!(live.lookup(&r, Some("ns"), "a"), Lookup::Unknown),
+            "read from the API server, never the answer's older body"
+        );
+        assert_eq!(live.applied(&r, object("a", "10")), Change::News);
+        assert_eq!(version_found(&live, "a").as_deref(), Some("10"));
+
+        // A create: its echo and a later change arrive first.
+        live.applied(&r, object("b", "11"));
+        live.applied(&r, object("b", "12"));
+        live.wrote(&r, &object("b", "11"), None);
+        assert!(matches!(live.lookup(&r, Some("ns"), "b"), Lookup::Unknown));
+        // A create whose events have not come yet (or came with a delete): read until they do.
+        live.wrote(&r, &object("c", "13"), None);
+        assert!(matches!(live.lookup(&r, Some("ns"), "c"), Lookup::Unknown));
+        assert_eq!(live.applied(&r, object("c", "13")), Change::Quiet);
+        assert_eq!(version_found(&live, "c").as_deref(), Some("13"));
     }
 
     #[test]
@@ -425,8 +501,8 @@ mod tests {
         let live = LiveObjects::default();
         let r = resource();
         // Written before the kind was watched (the watch starts after the first apply).
-        live.wrote(&r, &object("moved", "3"));
-        live.wrote(&r, &object("still", "4"));
+        live.wrote(&r, &object("moved", "3"), None);
+        live.wrote(&r, &object("still", "4"), None);
         live.list_started(&r);
         live.listed(&r, object("moved", "5"));
         live.listed(&r, object("still", "4"));

@@ -537,7 +537,11 @@ impl Applier {
             live: serde_json::to_value(&written).ok(),
         };
         if let Some(copies) = &self.live {
-            copies.wrote(&resource, &written);
+            copies.wrote(
+                &resource,
+                &written,
+                applied.resource_version_before.as_deref(),
+            );
         }
         self.record(&applied);
         Ok(applied)
@@ -608,7 +612,7 @@ impl Applier {
         written: DynamicObject,
     ) -> Applied {
         if let Some(copies) = &self.live {
-            copies.wrote(resource, &written);
+            copies.wrote(resource, &written, None);
         }
         let applied = Applied {
             outcome: Outcome::Created,
