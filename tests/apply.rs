@@ -123,6 +123,82 @@ async fn creates_in_stages_then_writes_nothing_when_unchanged() {
     cleanup_namespace(&client, &ns).await;
 }
 
+/// Render order lists the webhook configuration and the Deployment first; the apply writes the
+/// ServiceAccount and ConfigMap the Pods use before the Deployment, and the webhook configuration
+/// after it (each stage finished before the next starts, so the resource versions, which etcd
+/// hands out in write order, say the same).
+#[tokio::test]
+async fn workloads_come_after_what_their_pods_use_and_webhooks_last() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("apply-order");
+    create_namespace(&client, &ns).await;
+    let hook = format!("{ns}-hook");
+    let objects = vec![
+        object(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": hook},
+            "webhooks": [{
+                "name": "check.example.invalid", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Ignore",
+                "clientConfig": {"service": {"namespace": ns, "name": "checker", "port": 443}},
+                "rules": [{"apiGroups": ["example.invalid"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["things"]}]
+            }]
+        })),
+        object(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app"},
+            "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "app"}},
+                "template": {"metadata": {"labels": {"app": "app"}},
+                    "spec": {"serviceAccountName": "app", "containers": [{"name": "c", "image": "hello:v1",
+                        "envFrom": [{"configMapRef": {"name": "app"}}]}]}}}
+        })),
+        object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "app"}})),
+        object(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}, "data": {"a": "1"}}),
+        ),
+    ];
+    let applier = applier(&client, "bd-order", &ns, CollisionProtection::IfNoOwner);
+    let applied = applier.apply(&objects).await.expect("apply");
+    let order: Vec<String> = applied.iter().map(|a| a.key.kind.clone()).collect();
+    assert_eq!(
+        order,
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "Deployment",
+            "ValidatingWebhookConfiguration"
+        ]
+    );
+    let version = |kind: &str| -> u64 {
+        let a = applied.iter().find(|a| a.key.kind == kind).expect(kind);
+        a.resource_version_after
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{kind}: resource version {:?}", a.resource_version_after))
+    };
+    let used = version("ServiceAccount").max(version("ConfigMap"));
+    assert!(
+        used < version("Deployment")
+            && version("Deployment") < version("ValidatingWebhookConfiguration"),
+        "written out of order: ServiceAccount {}, ConfigMap {}, Deployment {}, webhook {}",
+        version("ServiceAccount"),
+        version("ConfigMap"),
+        version("Deployment"),
+        version("ValidatingWebhookConfiguration")
+    );
+
+    let _ = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+        )),
+    )
+    .delete(&hook, &Default::default())
+    .await;
+    cleanup_namespace(&client, &ns).await;
+}
+
 #[tokio::test]
 async fn crd_and_its_custom_resource_apply_in_one_set() {
     let client = cluster::client().await;

@@ -18,7 +18,11 @@ pub const REVISION_ANNOTATION: &str = "pallet.dev/revision";
 
 /// Apply stages, in the order they run. Later stages may depend on earlier ones: custom
 /// resources need their CRD established, namespaced objects need their Namespace, and RoleBindings
-/// to ClusterRoles need the ClusterRole (RBAC escalation checks look it up).
+/// to ClusterRoles need the ClusterRole (RBAC escalation checks look it up). Workloads come after
+/// the objects their Pods use: a Pod whose ServiceAccount does not exist yet is refused, and its
+/// controller retries with backoff, writing a `FailedCreate` Event each time. This follows
+/// Helm's install order, which puts APIServices after the workloads, and webhook configurations,
+/// kinds it does not list, after everything it lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stage {
     /// CustomResourceDefinitions; the apply waits for them to be Established.
@@ -27,17 +31,27 @@ pub enum Stage {
     Namespaces,
     /// ClusterRoles and ClusterRoleBindings.
     ClusterRbac,
-    /// Everything else.
+    /// Everything not in another stage: ServiceAccounts, ConfigMaps, Secrets, Services, Roles,
+    /// custom resources, ...
     Rest,
+    /// Kinds that create Pods (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod,
+    /// ReplicationController).
+    Workloads,
+    /// What sends API requests to a server the bundle may run: validating and mutating webhook
+    /// configurations and APIServices. Last, so that a webhook does not judge the bundle's own
+    /// objects, and an aggregated API is not announced, before that server exists.
+    ServerRegistrations,
 }
 
 impl Stage {
     /// Every stage in apply order.
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 6] = [
         Stage::Crds,
         Stage::Namespaces,
         Stage::ClusterRbac,
         Stage::Rest,
+        Stage::Workloads,
+        Stage::ServerRegistrations,
     ];
 
     /// The stage of an object with this group and kind.
@@ -48,6 +62,14 @@ impl Stage {
             ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding") => {
                 Stage::ClusterRbac
             }
+            ("", "Pod" | "ReplicationController")
+            | ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
+            | ("batch", "Job" | "CronJob") => Stage::Workloads,
+            (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+            )
+            | ("apiregistration.k8s.io", "APIService") => Stage::ServerRegistrations,
             _ => Stage::Rest,
         }
     }
@@ -250,8 +272,9 @@ pub fn ownership(
 }
 
 /// The objects `previous` had and `current` does not, in deletion order: the reverse of the
-/// apply stages (so CRDs and Namespaces go last, after everything that lives in or of them) and
-/// reverse key order within a stage, for a stable order.
+/// apply stages (so webhook configurations and APIServices go first, then workloads, and CRDs
+/// and Namespaces last, after everything that lives in or of them) and reverse key order
+/// within a stage, for a stable order.
 pub fn prune_set(previous: &[ObjectKey], current: &[ObjectKey]) -> Vec<ObjectKey> {
     // A namespace of `None` and of `Some(ns)` can name the same object when defaulting differs
     // between revisions; keys here are always as applied, so plain equality is right.
@@ -315,9 +338,16 @@ mod tests {
     }
 
     #[test]
-    fn stages_run_crds_then_namespaces_then_cluster_rbac_then_the_rest() {
+    fn stages_run_crds_namespaces_cluster_rbac_the_rest_workloads_then_server_registrations() {
         let objects = vec![
+            object(
+                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"}}),
+            ),
+            object(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
+            ),
             object(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})),
+            object(json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}})),
             object(
                 json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}}),
             ),
@@ -327,6 +357,16 @@ mod tests {
             ),
             object(
                 json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "rb"}}),
+            ),
+            object(
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}}),
+            ),
+            object(
+                json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1.x.example.com"}}),
+            ),
+            // A custom resource named like a workload stays in the rest.
+            object(
+                json!({"apiVersion": "example.com/v1", "kind": "Deployment", "metadata": {"name": "x"}}),
             ),
         ];
         let staged: Vec<(Stage, Vec<&str>)> = by_stage(&objects)
@@ -339,7 +379,9 @@ mod tests {
                 (Stage::Crds, vec!["x.example.com"]),
                 (Stage::Namespaces, vec!["n"]),
                 (Stage::ClusterRbac, vec!["r"]),
-                (Stage::Rest, vec!["c", "rb"]),
+                (Stage::Rest, vec!["c", "rb", "sa", "x"]),
+                (Stage::Workloads, vec!["d", "j"]),
+                (Stage::ServerRegistrations, vec!["w", "v1.x.example.com"]),
             ]
         );
     }
@@ -498,13 +540,25 @@ mod tests {
             key("", "ConfigMap", Some("ns"), "kept"),
             key("", "ConfigMap", Some("ns"), "dropped"),
             key("rbac.authorization.k8s.io", "ClusterRole", None, "role"),
+            key("apps", "Deployment", Some("ns"), "app"),
+            key(
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration",
+                None,
+                "hook",
+            ),
         ];
         let current = vec![key("", "ConfigMap", Some("ns"), "kept")];
         let names: Vec<String> = prune_set(&previous, &current)
             .into_iter()
             .map(|k| k.name)
             .collect();
-        assert_eq!(names, ["dropped", "role", "ns", "x.example.com"]);
+        // Webhooks first (they would judge the deletions), then workloads (their Pods stop
+        // before what they use goes), then the rest.
+        assert_eq!(
+            names,
+            ["hook", "app", "dropped", "role", "ns", "x.example.com"]
+        );
         assert!(prune_set(&current, &current).is_empty());
     }
 }
