@@ -67,6 +67,24 @@ async fn plain_bundle_from_git_installs_upgrades_and_survives_bad_content() {
             .count,
         3
     );
+    // The agent's finalizer and status writes are its own in managedFields (named through its
+    // User-Agent), not `unknown`.
+    let managers: Vec<(String, Option<String>)> = bd
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.operation.as_deref() == Some("Update"))
+        .map(|m| (m.manager.clone().unwrap_or_default(), m.subresource.clone()))
+        .collect();
+    assert_eq!(
+        managers,
+        [
+            ("pallet".to_string(), None),
+            ("pallet".to_string(), Some("status".to_string()))
+        ],
+        "managers of the agent's writes to the BundleDeployment"
+    );
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let keep_v1 = cms.get("keep").await.unwrap();
     assert_eq!(

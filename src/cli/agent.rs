@@ -351,14 +351,15 @@ async fn client_config(args: &AgentArgs) -> anyhow::Result<Config> {
         context: args.context.clone(),
         ..Default::default()
     };
-    match &args.kubeconfig {
+    let config = match &args.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Ok(Config::from_custom_kubeconfig(kubeconfig, &options).await?)
+            Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
-        None => Ok(Config::infer().await?),
-    }
+        None => Config::infer().await?,
+    };
+    Ok(super::identified(config, "pallet"))
 }
 
 fn init_logging(format: LogFormat) {

@@ -82,9 +82,25 @@ pub struct KubeArgs {
     pub context: Option<String>,
 }
 
+/// Names `program` (and pallet's version) in every request's User-Agent. The API server shows it
+/// in audit logs, and derives the field manager of a write that names none from it, so
+/// `managedFields` say `pallet` (the agent's finalizer and status writes) or `pallet-cli` where
+/// they would otherwise say `unknown`.
+pub fn identified(mut config: Config, program: &'static str) -> Config {
+    let agent = format!("{program}/{}", env!("CARGO_PKG_VERSION"));
+    if let Ok(value) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((http::header::USER_AGENT, value));
+    }
+    config
+}
+
 impl KubeArgs {
     /// The client configuration these flags select.
     pub async fn config(&self) -> anyhow::Result<Config> {
+        Ok(identified(self.selected_config().await?, "pallet-cli"))
+    }
+
+    async fn selected_config(&self) -> anyhow::Result<Config> {
         crate::tls::install_crypto_provider();
         let options = KubeConfigOptions {
             context: self.context.clone(),
