@@ -33,6 +33,13 @@
 //!   artifacts with one OCIRepository + Kustomization per app, with the same figures as c and e
 //!   (see `scale/flux.rs`), and a side-by-side summary.
 //!
+//! `PALLET_BENCH_SCALE_ROUNDS=R` (default 1) measures a, b, b2, c and e R times per size, in
+//! turn (floors, pallet, floors, pallet, ...; each pallet round with a fresh agent and fresh
+//! namespaces), prints every round and the medians, and the summary shows medians: one floor
+//! measured once moved by up to half between runs on this machine (BENCHMARKS.md, session 9),
+//! and a ratio inherits that. The steady state runs in the first round; shards and peer once,
+//! after the last.
+//!
 //! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile of the control plane for each of the
 //! phases b, b2, c and e (see `scale/profile.rs`).
 //!
@@ -69,8 +76,9 @@ use common::audit::{self, AuditLog};
 use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
 use pallet::api::BundleDeployment;
 use private_control_plane::PrivateControlPlane;
 use support::{Fixtures, Server};
@@ -89,11 +97,20 @@ const KUBECTL_USER: &str = "bench-kubectl";
 /// Pushes in flight at once.
 const PUSH_CONCURRENCY: usize = 16;
 
+/// The value of variable `name`, or `default` when it is unset. A value that does not parse
+/// stops the benchmark with its name: a typo must not silently measure something else.
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Ok(value) => parse_setting(name, &value),
+        Err(_) => default,
+    }
+}
+
+fn parse_setting<T: std::str::FromStr>(name: &str, value: &str) -> T {
+    value
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}={value:?}: not a whole number"))
 }
 
 /// The 4 objects of app `i` at `version` (no namespace: kubectl's `-n` or the BD's
@@ -290,26 +307,34 @@ impl Plane {
         .await;
     }
 
-    /// Polls until every Deployment in `namespace` (`expected` of them) is Available for its
+    /// Pod creations refused in `namespace` so far: the `FailedCreate` Events of its ReplicaSets,
+    /// with their repeat counts (for example a Pod created before its ServiceAccount existed).
+    async fn refused_pods(&self, namespace: &str) -> u64 {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        let events = api
+            .list(&ListParams::default().fields("reason=FailedCreate"))
+            .await
+            .expect("listing Events");
+        events
+            .items
+            .iter()
+            .map(|e| e.count.map_or(1, |c| c.max(1) as u64))
+            .sum()
+    }
+
+    /// Waits until every Deployment in `namespace` (`expected` of them) is Available for its
     /// current generation with every replica updated.
     async fn wait_available(&self, namespace: &str, expected: usize) {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
-        let start = Instant::now();
-        loop {
-            let list = api
-                .list(&ListParams::default())
-                .await
-                .expect("listing Deployments");
-            let available = list.items.iter().filter(|d| is_available(d)).count();
-            if available >= expected {
-                return;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "{available}/{expected} Deployments Available in {namespace} after {DEADLINE:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        common::watch_until(
+            api,
+            watcher::Config::default(),
+            expected,
+            DEADLINE,
+            is_available,
+            |d| format!("{:?}", d.status),
+        )
+        .await;
     }
 }
 
@@ -435,6 +460,8 @@ struct Cost {
     /// agent took to reach every bundle, and what the workload controllers took after it.
     last_started: f64,
     last_healthy: f64,
+    /// Pod creations refused in the phase ([`Plane::refused_pods`]).
+    refused_pods: u64,
 }
 
 /// The latest `appliedAt` and `healthyAt` of the active revisions of `bds`, in seconds since the
@@ -532,7 +559,200 @@ async fn measure_agent(
         registry: registry.1.count(registry.0).await - registry_before,
         last_started: started - from,
         last_healthy: healthy - from,
+        refused_pods: 0,
     }
+}
+
+/// Which round of which size is measured (`PALLET_BENCH_SCALE_ROUNDS`).
+#[derive(Clone, Copy)]
+struct RoundOf {
+    n: usize,
+    round: usize,
+    rounds: usize,
+}
+
+impl RoundOf {
+    /// Appended to the names of a round's namespaces, agent and profiles; none in the first
+    /// round, so a run of one round names everything as before rounds existed.
+    fn suffix(&self) -> String {
+        match self.round {
+            0 => String::new(),
+            r => format!("-r{}", r + 1),
+        }
+    }
+
+    /// For progress lines: which round, when there are several.
+    fn tag(&self) -> String {
+        match self.rounds {
+            1 => String::new(),
+            rounds => format!(" round {}/{rounds}", self.round + 1),
+        }
+    }
+}
+
+/// Every app's artifact at both versions, by digest.
+#[derive(Clone, Copy)]
+struct Images<'a> {
+    v1: &'a [String],
+    v2: &'a [String],
+}
+
+/// Pallet's install and upgrade of one round.
+struct PalletRound {
+    install: Cost,
+    upgrade: Cost,
+}
+
+/// One round: the floors, then pallet on the same objects. Rounds alternate floor and pallet so
+/// that a slow or fast stretch of the shared machine lands on both sides of a ratio.
+struct Round {
+    floor: Floor,
+    pallet: PalletRound,
+}
+
+impl Round {
+    fn install_ratio(&self) -> f64 {
+        self.pallet.install.time.as_secs_f64() / self.floor.apply_wait.as_secs_f64()
+    }
+
+    fn install_cpu_ratio(&self) -> f64 {
+        self.pallet.install.plane_cpu / self.floor.plane_cpu.max(0.001)
+    }
+
+    fn upgrade_ratio(&self) -> f64 {
+        self.pallet.upgrade.time.as_secs_f64() / self.floor.upgrade_wait.as_secs_f64()
+    }
+
+    fn upgrade_cpu_ratio(&self) -> f64 {
+        self.pallet.upgrade.plane_cpu / self.floor.upgrade_plane_cpu.max(0.001)
+    }
+}
+
+/// Pallet's part of a round: a fresh agent (its own empty cache) installs every app (c), holds
+/// still for `steady_seconds` when asked (d), upgrades every app (e), then everything is deleted.
+async fn pallet_round(
+    plane: &Plane,
+    fx: &Fixtures,
+    (registry, images): (&Server, Images<'_>),
+    work: &Path,
+    run: &str,
+    at: RoundOf,
+    steady_seconds: Option<u64>,
+) -> (PalletRound, Option<Steady>) {
+    let (n, suffix, tag) = (at.n, at.suffix(), at.tag());
+    eprintln!("[N={n}{tag}] c. pallet install ...");
+    let ns = format!("{run}-p{n}{suffix}");
+    plane.fake_kubelet_namespace(&ns);
+    let selector = format!("{TEST_LABEL}={run},{SIZE_LABEL}={n}");
+    let agent = Agent::start(
+        &plane.agent_user,
+        work,
+        &format!("agent-{n}{suffix}"),
+        &format!("{TEST_LABEL}={run}"),
+        &registry.host,
+    )
+    .await;
+    let labels = format!("{TEST_LABEL}: {run}, {SIZE_LABEL}: \"{n}\"");
+    let name_and_labels = |i: usize| (format!("n{n}-app-{i:04}"), labels.clone());
+    let install_file = write_bds(
+        work,
+        &format!("bds-{n}-v1.yaml"),
+        &ns,
+        images.v1,
+        name_and_labels,
+    );
+    let registry_filter = flux::RegistryFilter::new(registry, run, n);
+    let mut install = measure_agent(
+        plane,
+        &agent,
+        (fx, &registry_filter),
+        &selector,
+        (&format!("{n}-c-install{suffix}"), n),
+        &install_file,
+    )
+    .await;
+    install.refused_pods = plane.refused_pods(&ns).await;
+    let steady = match steady_seconds {
+        Some(seconds) => {
+            eprintln!("[N={n}{tag}] d. steady state for {seconds} s ...");
+            Some(steady_state(plane, &agent, fx, registry, run, seconds).await)
+        }
+        None => None,
+    };
+    eprintln!("[N={n}{tag}] e. pallet upgrade of all {n} ...");
+    let upgrade_file = write_bds(
+        work,
+        &format!("bds-{n}-v2.yaml"),
+        &ns,
+        images.v2,
+        name_and_labels,
+    );
+    let mut upgrade = measure_agent(
+        plane,
+        &agent,
+        (fx, &registry_filter),
+        &selector,
+        (&format!("{n}-e-upgrade{suffix}"), n),
+        &upgrade_file,
+    )
+    .await;
+    upgrade.refused_pods = plane.refused_pods(&ns).await - install.refused_pods;
+    eprintln!("[N={n}{tag}] cleaning up ...");
+    plane.delete_bundle_deployments(&selector).await;
+    drop(agent);
+    plane.delete_namespace(&ns).await;
+    (PalletRound { install, upgrade }, steady)
+}
+
+/// Every round of one size, one line each, and the medians: how far a single run can be trusted.
+fn print_rounds(n: usize, measured: &[Round]) {
+    println!(
+        "rounds at {n} apps (each: the floors b and b2, then pallet's install and upgrade with a fresh agent, in fresh namespaces):"
+    );
+    println!(
+        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>9} {:>9} {:>7} {:>14} {:>7}",
+        "round",
+        "floor b",
+        "pallet",
+        "pal/b",
+        "cpu b / pal",
+        "cpu",
+        "b2",
+        "upgrade",
+        "upg/b2",
+        "cpu b2 / upg",
+        "cpu"
+    );
+    let line = |label: &str, f: &dyn Fn(fn(&Round) -> f64) -> f64| {
+        println!(
+            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>9} {:>9} {:>7} {:>14} {:>7}",
+            label,
+            format!("{:.1} s", f(|r| r.floor.apply_wait.as_secs_f64())),
+            format!("{:.1} s", f(|r| r.pallet.install.time.as_secs_f64())),
+            format!("{:.2}x", f(Round::install_ratio)),
+            format!(
+                "{:.1} / {:.1}",
+                f(|r| r.floor.plane_cpu),
+                f(|r| r.pallet.install.plane_cpu)
+            ),
+            format!("{:.2}x", f(Round::install_cpu_ratio)),
+            format!("{:.1} s", f(|r| r.floor.upgrade_wait.as_secs_f64())),
+            format!("{:.1} s", f(|r| r.pallet.upgrade.time.as_secs_f64())),
+            format!("{:.2}x", f(Round::upgrade_ratio)),
+            format!(
+                "{:.1} / {:.1}",
+                f(|r| r.floor.upgrade_plane_cpu),
+                f(|r| r.pallet.upgrade.plane_cpu)
+            ),
+            format!("{:.2}x", f(Round::upgrade_cpu_ratio)),
+        );
+    };
+    for (i, round) in measured.iter().enumerate() {
+        line(&format!("{}", i + 1), &|figure| figure(round));
+    }
+    line("median", &|figure| {
+        common::median(measured.iter().map(figure).collect())
+    });
 }
 
 /// The kubectl floors of one size.
@@ -545,11 +765,36 @@ struct Floor {
     /// rollout replaces each Pod: more work for the control plane than the install).
     upgrade_wait: Duration,
     upgrade_plane_cpu: f64,
+    /// Pod creations refused during b and during b2 ([`Plane::refused_pods`]).
+    refused_pods: (u64, u64),
 }
 
-async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor {
+impl Floor {
+    /// What an install is measured against: b.
+    fn install_basis(&self) -> Basis {
+        Basis {
+            time: self.apply_wait,
+            plane_cpu: self.plane_cpu,
+            refused_pods: self.refused_pods.0,
+            name: "apply-and-wait floor b",
+        }
+    }
+
+    /// What an upgrade is measured against: b2.
+    fn upgrade_basis(&self) -> Basis {
+        Basis {
+            time: self.upgrade_wait,
+            plane_cpu: self.upgrade_plane_cpu,
+            refused_pods: self.refused_pods.1,
+            name: "upgrade floor b2",
+        }
+    }
+}
+
+async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Floor {
+    let n = at.n;
     let file = work.join(format!("apps-{n}.yaml"));
-    let ns = format!("{run}-k{n}");
+    let ns = format!("{run}-k{n}{}", at.suffix());
     plane.fake_kubelet_namespace(&ns);
     // Every app at `version`, in one kubectl invocation.
     let apply = |version: &str| {
@@ -569,7 +814,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
     let cpu_before = plane.cpu();
     let from = audit::now();
     let start = Instant::now();
-    let apply_only = profile::profiled(profiler, &format!("{n}-b-floor"), async {
+    let apply_only = profile::profiled(profiler, &format!("{n}-b-floor{}", at.suffix()), async {
         apply("v1");
         let apply_only = start.elapsed();
         plane.wait_available(&ns, n).await;
@@ -579,15 +824,21 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
     let apply_wait = start.elapsed();
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
+    let refused_before_upgrade = plane.refused_pods(&ns).await;
     let cpu_before = plane.cpu();
     let start = Instant::now();
-    profile::profiled(profiler, &format!("{n}-b2-floor-upgrade"), async {
-        apply("v2");
-        plane.wait_available(&ns, n).await;
-    })
+    profile::profiled(
+        profiler,
+        &format!("{n}-b2-floor-upgrade{}", at.suffix()),
+        async {
+            apply("v2");
+            plane.wait_available(&ns, n).await;
+        },
+    )
     .await;
     let upgrade_wait = start.elapsed();
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
+    let refused_total = plane.refused_pods(&ns).await;
     eprintln!("    cleaning up {ns} ...");
     plane.delete_namespace(&ns).await;
     Floor {
@@ -597,6 +848,10 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, n: usize) -> Floor
         plane_cpu,
         upgrade_wait,
         upgrade_plane_cpu,
+        refused_pods: (
+            refused_before_upgrade,
+            refused_total - refused_before_upgrade,
+        ),
     }
 }
 
@@ -640,10 +895,11 @@ fn print_requests(title: &str, requests: &BTreeMap<String, u64>, n: usize) {
 }
 
 /// What a cost is measured against: a kubectl floor's time and control plane CPU, and its name.
-struct Basis<'a> {
+struct Basis {
     time: Duration,
     plane_cpu: f64,
-    name: &'a str,
+    refused_pods: u64,
+    name: &'static str,
 }
 
 fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
@@ -666,6 +922,10 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         secs(cost.applied),
         cost.last_started,
         cost.last_healthy
+    );
+    println!(
+        "   Pod creations refused (FailedCreate Events): {}; the {}'s: {}",
+        cost.refused_pods, basis.name, basis.refused_pods
     );
     println!(
         "   reconcile passes {} ({} per BD); agent-counted API requests {} ({} per app); registry requests {} ({} per app)",
@@ -699,7 +959,7 @@ async fn main() {
     let sizes: Vec<usize> = std::env::var("PALLET_BENCH_SCALE_SIZES")
         .unwrap_or_else(|_| "100,500,1000,2000".into())
         .split(',')
-        .filter_map(|s| s.trim().parse().ok())
+        .map(|size| parse_setting("PALLET_BENCH_SCALE_SIZES", size))
         .collect();
     let largest = sizes.iter().copied().max().unwrap_or(100);
     let steady_n = env_or(
@@ -709,6 +969,11 @@ async fn main() {
     let steady_seconds: u64 = env_or("PALLET_BENCH_SCALE_STEADY_SECONDS", 300);
     // 0: no sharded run.
     let shard_n: usize = env_or("PALLET_BENCH_SCALE_SHARD_N", steady_n);
+    let rounds: usize = env_or("PALLET_BENCH_SCALE_ROUNDS", 1);
+    assert!(
+        rounds >= 1,
+        "PALLET_BENCH_SCALE_ROUNDS=0: at least one round"
+    );
 
     eprintln!("starting a private control plane ...");
     let profiler = profile::Profiler::from_env();
@@ -760,73 +1025,33 @@ async fn main() {
         eprintln!("[N={n}] pushing {n} artifacts x 2 versions ...");
         let v1 = push_all(fx, &registry, work.path(), &run, n, "v1").await;
         let v2 = push_all(fx, &registry, work.path(), &run, n, "v2").await;
-
-        eprintln!("[N={n}] a/b. kubectl apply --server-side, then wait for Available ...");
-        let floor = kubectl_floor(&plane, work.path(), &run, n).await;
-
-        eprintln!("[N={n}] c. pallet install ...");
-        let ns = format!("{run}-p{n}");
-        plane.fake_kubelet_namespace(&ns);
-        let selector = format!("{TEST_LABEL}={run},{SIZE_LABEL}={n}");
-        let agent = Agent::start(
-            &plane.agent_user,
-            work.path(),
-            &format!("agent-{n}"),
-            &format!("{TEST_LABEL}={run}"),
-            &registry.host,
-        )
-        .await;
-        let labels = format!("{TEST_LABEL}: {run}, {SIZE_LABEL}: \"{n}\"");
-        let name_and_labels = |i: usize| (format!("n{n}-app-{i:04}"), labels.clone());
-        let install_file = write_bds(
-            work.path(),
-            &format!("bds-{n}-v1.yaml"),
-            &ns,
-            &v1,
-            name_and_labels,
-        );
-        let registry_filter = flux::RegistryFilter::new(&registry, &run, n);
-        let phase = format!("{n}-c-install");
-        let install = measure_agent(
-            &plane,
-            &agent,
-            (fx, &registry_filter),
-            &selector,
-            (&phase, n),
-            &install_file,
-        )
-        .await;
-
-        let steady = if n == steady_n {
-            eprintln!("[N={n}] d. steady state for {steady_seconds} s ...");
-            Some(steady_state(&plane, &agent, fx, &registry, &run, steady_seconds).await)
-        } else {
-            None
-        };
-
-        eprintln!("[N={n}] e. pallet upgrade of all {n} ...");
-        let upgrade_file = write_bds(
-            work.path(),
-            &format!("bds-{n}-v2.yaml"),
-            &ns,
-            &v2,
-            name_and_labels,
-        );
-        let phase = format!("{n}-e-upgrade");
-        let upgrade = measure_agent(
-            &plane,
-            &agent,
-            (fx, &registry_filter),
-            &selector,
-            (&phase, n),
-            &upgrade_file,
-        )
-        .await;
-
-        eprintln!("[N={n}] cleaning up ...");
-        plane.delete_bundle_deployments(&selector).await;
-        drop(agent);
-        plane.delete_namespace(&ns).await;
+        let images = Images { v1: &v1, v2: &v2 };
+        let mut measured = Vec::new();
+        let mut steady = None;
+        for round in 0..rounds {
+            let at = RoundOf { n, round, rounds };
+            eprintln!(
+                "[N={n}{}] a/b. kubectl apply --server-side, then wait for Available ...",
+                at.tag()
+            );
+            let floor = kubectl_floor(&plane, work.path(), &run, at).await;
+            // The steady state once per size: it measures what a settled agent does, not a race.
+            let steady_for = (round == 0 && n == steady_n).then_some(steady_seconds);
+            let (pallet, settled) = pallet_round(
+                &plane,
+                fx,
+                (&registry, images),
+                work.path(),
+                &run,
+                at,
+                steady_for,
+            )
+            .await;
+            if settled.is_some() {
+                steady = settled;
+            }
+            measured.push(Round { floor, pallet });
+        }
         let sharded = if n == shard_n {
             eprintln!("[N={n}] f. two agents splitting the {n} apps by {SHARD_LABEL} ...");
             Some(
@@ -854,44 +1079,64 @@ async fn main() {
             }
             None => None,
         };
-        print_size(n, &floor, &install, &upgrade, &steady, &sharded, &peer);
-        report.push((n, floor, install, upgrade, peer));
+        let first = &measured[0];
+        print_size(n, first, &steady, &sharded, &peer);
+        if rounds > 1 {
+            print_rounds(n, &measured);
+        }
+        report.push((n, measured, peer));
     }
     let _ = std::fs::remove_dir_all(fx.files_root().join(&run));
 
     println!();
-    println!("summary (b: kubectl apply, then every Deployment Available; b2: the same for the next version; pal/b: pallet's install over b; upg/b2: pallet's upgrade over b2; requests per app from the audit log)");
     println!(
-        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
+        "summary (b: kubectl apply, then every Deployment Available; b2: the same for the next version; pal/b: pallet's install over b; upg/b2: pallet's upgrade over b2; \
+         cpu: the control plane's CPU over the floor's; requests per app from the audit log{})",
+        if rounds > 1 {
+            format!("; the median of each column over {rounds} rounds, a ratio being the median of the rounds' own ratios")
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12} {:>12}",
         "apps",
         "kubectl a",
         "a + wait b",
         "pallet",
         "pal/b",
+        "cpu",
         "b2",
         "upgrade",
         "upg/b2",
+        "cpu",
         "req/app pal",
         "req/app kctl"
     );
-    for (n, floor, install, upgrade, _) in &report {
+    for (n, measured, _) in &report {
+        let of = |figure: fn(&Round) -> f64| common::median(measured.iter().map(figure).collect());
         println!(
-            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>10} {:>10} {:>8} {:>12} {:>12}",
+            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12} {:>12}",
             n,
-            secs(floor.apply),
-            secs(floor.apply_wait),
-            secs(install.time),
-            ratio(install.time, floor.apply_wait),
-            secs(floor.upgrade_wait),
-            secs(upgrade.time),
-            ratio(upgrade.time, floor.upgrade_wait),
-            per_app(audit::total(&install.requests) as f64, *n),
-            per_app(floor.requests as f64, *n),
+            format!("{:.2} s", of(|r| r.floor.apply.as_secs_f64())),
+            format!("{:.2} s", of(|r| r.floor.apply_wait.as_secs_f64())),
+            format!("{:.2} s", of(|r| r.pallet.install.time.as_secs_f64())),
+            format!("{:.2}x", of(Round::install_ratio)),
+            format!("{:.2}x", of(Round::install_cpu_ratio)),
+            format!("{:.2} s", of(|r| r.floor.upgrade_wait.as_secs_f64())),
+            format!("{:.2} s", of(|r| r.pallet.upgrade.time.as_secs_f64())),
+            format!("{:.2}x", of(Round::upgrade_ratio)),
+            format!("{:.2}x", of(Round::upgrade_cpu_ratio)),
+            per_app(of(|r| audit::total(&r.pallet.install.requests) as f64), *n),
+            per_app(of(|r| r.floor.requests as f64), *n),
         );
     }
     let peers: Vec<_> = report
         .iter()
-        .filter_map(|(n, floor, install, upgrade, peer)| {
+        .filter_map(|(n, measured, peer)| {
+            // The peer ran once, after the rounds: it is set beside the first round.
+            let Round { floor, pallet } = &measured[0];
+            let (install, upgrade) = (&pallet.install, &pallet.upgrade);
             let pallet = flux::PalletFigures {
                 install: install.time,
                 upgrade: upgrade.time,
@@ -1091,12 +1336,11 @@ async fn steady_state(
     }
 }
 
-/// Prints the figures of one size (as soon as it is done, so a run that fails later keeps them).
+/// Prints the figures of one size's first round, its steady state, shards and peer (as soon as
+/// the size is done, so a run that fails later keeps them).
 fn print_size(
     n: usize,
-    floor: &Floor,
-    install: &Cost,
-    upgrade: &Cost,
+    Round { floor, pallet }: &Round,
     steady: &Option<Steady>,
     sharded: &Option<Sharded>,
     peer: &Option<flux::FluxRun>,
@@ -1121,12 +1365,8 @@ fn print_size(
     );
     print_cost(
         &format!("c. pallet: {n} BDs created at once -> all Ready"),
-        install,
-        &Basis {
-            time: floor.apply_wait,
-            plane_cpu: floor.plane_cpu,
-            name: "apply-and-wait floor b",
-        },
+        &pallet.install,
+        &floor.install_basis(),
         n,
     );
     if let Some(s) = steady {
@@ -1134,12 +1374,8 @@ fn print_size(
     }
     print_cost(
         &format!("e. pallet: upgrade of all {n} (new digest) -> all Ready"),
-        upgrade,
-        &Basis {
-            time: floor.upgrade_wait,
-            plane_cpu: floor.upgrade_plane_cpu,
-            name: "upgrade floor b2",
-        },
+        &pallet.upgrade,
+        &floor.upgrade_basis(),
         n,
     );
     if let Some(s) = sharded {

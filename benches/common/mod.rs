@@ -6,13 +6,17 @@
 
 #![allow(dead_code)] // each bench uses a different part
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use kube::api::{Api, ListParams};
+use kube::runtime::{watcher, WatchStreamExt};
 use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
+use serde::de::DeserializeOwned;
 
 /// The kubectl built by `tools/controlplane.sh` (same release as the control plane).
 pub fn kubectl_path() -> PathBuf {
@@ -51,7 +55,7 @@ pub fn is_ready(bd: &BundleDeployment) -> bool {
         })
 }
 
-/// Polls until `expected` BundleDeployments matching `selector` are Ready; panics after
+/// Waits until `expected` BundleDeployments matching `selector` are Ready; panics after
 /// `deadline` naming a few that are not.
 pub async fn wait_all_ready(
     api: &Api<BundleDeployment>,
@@ -59,25 +63,77 @@ pub async fn wait_all_ready(
     expected: usize,
     deadline: Duration,
 ) {
-    let params = ListParams::default().labels(selector);
-    let start = Instant::now();
+    watch_until(
+        api.clone(),
+        watcher::Config::default().labels(selector),
+        expected,
+        deadline,
+        is_ready,
+        |bd| format!("{:?}", bd.status.as_ref().map(|s| &s.conditions)),
+    )
+    .await;
+}
+
+/// Watches `api` (the objects `config` selects) until `done` holds for at least `expected` of
+/// them; panics after `deadline` with `describe` of a few that are not done. A watch rather than
+/// polling: the benchmarks measure the control plane's CPU, and a LIST of every object a few
+/// times a second would add load of the wait's own (more for the bigger object) to the figure.
+/// The end is seen on the event that completes it, not at the next poll.
+pub async fn watch_until<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    expected: usize,
+    deadline: Duration,
+    done: impl Fn(&K) -> bool,
+    describe: impl Fn(&K) -> String,
+) where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    // Per object: None when done, else how it stands.
+    let mut objects: HashMap<(Option<String>, String), Option<String>> = HashMap::new();
+    let events = watcher(api, config).default_backoff();
+    let mut events = std::pin::pin!(events);
+    let end = tokio::time::Instant::now() + deadline;
+    // Named at the deadline: a watch refused all along (RBAC, a wrong selector) is the reason.
+    let mut last_error = None;
     loop {
-        let list = api.list(&params).await.expect("listing BundleDeployments");
-        let ready = list.items.iter().filter(|bd| is_ready(bd)).count();
-        if ready >= expected {
+        let done_count = objects.values().filter(|o| o.is_none()).count();
+        if done_count >= expected {
             return;
         }
-        if start.elapsed() > deadline {
-            let not_ready: Vec<String> = list
-                .items
-                .iter()
-                .filter(|bd| !is_ready(bd))
-                .take(3)
-                .map(|bd| format!("{:?}", bd.status.as_ref().map(|s| &s.conditions)))
-                .collect();
-            panic!("{ready}/{expected} Ready after {deadline:?} ({selector}); some not Ready: {not_ready:#?}");
+        let event = match tokio::time::timeout_at(end, events.next()).await {
+            Ok(Some(Ok(event))) => event,
+            // The watcher lists again after an error (with backoff); the wait goes on.
+            Ok(Some(Err(error))) => {
+                last_error = Some(error.to_string());
+                continue;
+            }
+            Ok(None) => panic!("the watch ended"),
+            Err(_) => {
+                let some: Vec<&String> = objects.values().flatten().take(3).collect();
+                panic!(
+                    "{done_count}/{expected} done after {deadline:?}; some not: {some:#?}; last watch error: {last_error:?}"
+                );
+            }
+        };
+        let key = |k: &K| {
+            (
+                k.meta().namespace.clone(),
+                k.meta().name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            // A new list follows: what is not in it is gone.
+            watcher::Event::Init => objects.clear(),
+            watcher::Event::InitDone => {}
+            watcher::Event::Apply(k) | watcher::Event::InitApply(k) => {
+                let state = (!done(&k)).then(|| describe(&k));
+                objects.insert(key(&k), state);
+            }
+            watcher::Event::Delete(k) => {
+                objects.remove(&key(&k));
+            }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -164,6 +220,17 @@ pub fn secs(d: Duration) -> String {
 /// `a / b` as `1.23x`.
 pub fn ratio(a: Duration, b: Duration) -> String {
     format!("{:.2}x", a.as_secs_f64() / b.as_secs_f64())
+}
+
+/// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// Lines in a file (the change log: one line per write); 0 when missing.

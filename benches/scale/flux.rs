@@ -25,8 +25,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::runtime::watcher;
 
-use crate::common::audit;
+use crate::common::{self, audit};
 use crate::common::{cpu_seconds, proc_mib, ratio, secs};
 use crate::support::{Fixtures, Server};
 use crate::{cluster, free_port, per_app, print_requests, Basis, Floor, Plane, DEADLINE};
@@ -442,37 +443,18 @@ async fn measure(
     let from = audit::now();
     let start = Instant::now();
     change();
-    loop {
-        let list = api
-            .list(&ListParams::default())
-            .await
-            .expect("listing Kustomizations");
-        let ready = list
-            .items
-            .iter()
-            .filter(|k| {
-                let name = k.metadata.name.as_deref().unwrap_or("");
-                expected.get(name).is_some_and(|d| is_ready(k, d))
-            })
-            .count();
-        if ready >= expected.len() {
-            break;
-        }
-        if start.elapsed() > deadline {
-            let not_ready: Vec<String> = list
-                .items
-                .iter()
-                .take(3)
-                .map(|k| format!("{}", k.data["status"]["conditions"]))
-                .collect();
-            panic!(
-                "{ready}/{} Kustomizations Ready after {deadline:?}; some: {not_ready:#?}",
-                expected.len()
-            );
-        }
-        // The same cadence as the BundleDeployments' wait (common::wait_all_ready).
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::watch_until(
+        api.clone(),
+        watcher::Config::default(),
+        expected.len(),
+        deadline,
+        |k| {
+            let name = k.metadata.name.as_deref().unwrap_or("");
+            expected.get(name).is_some_and(|d| is_ready(k, d))
+        },
+        |k| format!("{}", k.data["status"]["conditions"]),
+    )
+    .await;
     let time = start.elapsed();
     let to = audit::now();
     let plane_cpu = plane.cpu() - plane_before;
@@ -556,21 +538,13 @@ impl FluxRun {
         print_cost(
             &format!("g. Flux: {n} OCIRepositories + Kustomizations -> all Ready"),
             &self.install,
-            &Basis {
-                time: floor.apply_wait,
-                plane_cpu: floor.plane_cpu,
-                name: "apply-and-wait floor b",
-            },
+            &floor.install_basis(),
             n,
         );
         print_cost(
             &format!("h. Flux: upgrade of all {n} (new digest) -> all Ready"),
             &self.upgrade,
-            &Basis {
-                time: floor.upgrade_wait,
-                plane_cpu: floor.upgrade_plane_cpu,
-                name: "upgrade floor b2",
-            },
+            &floor.upgrade_basis(),
             n,
         );
     }
