@@ -123,12 +123,12 @@ async fn creates_in_stages_then_writes_nothing_when_unchanged() {
     cleanup_namespace(&client, &ns).await;
 }
 
-/// Render order lists the webhook configuration and the Deployment first; the apply writes the
-/// ServiceAccount and ConfigMap the Pods use before the Deployment, and the webhook configuration
-/// after it (each stage finished before the next starts, so the resource versions, which etcd
-/// hands out in write order, say the same).
+/// Render order lists the webhook configuration, the autoscaler and the Deployment first; the
+/// apply writes the ServiceAccount and ConfigMap the Pods use before the Deployment, the
+/// autoscaler after it, and the webhook configuration last (each stage finished before the next
+/// starts, so the resource versions, which etcd hands out in write order, say the same).
 #[tokio::test]
-async fn workloads_come_after_what_their_pods_use_and_webhooks_last() {
+async fn workloads_come_after_what_their_pods_use_then_autoscalers_and_webhooks_last() {
     let client = cluster::client().await;
     let ns = cluster::unique_name("apply-order");
     create_namespace(&client, &ns).await;
@@ -143,6 +143,11 @@ async fn workloads_come_after_what_their_pods_use_and_webhooks_last() {
                 "clientConfig": {"service": {"namespace": ns, "name": "checker", "port": 443}},
                 "rules": [{"apiGroups": ["example.invalid"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["things"]}]
             }]
+        })),
+        object(json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "app"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "app"},
+                "minReplicas": 1, "maxReplicas": 2}
         })),
         object(json!({
             "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app"},
@@ -165,6 +170,7 @@ async fn workloads_come_after_what_their_pods_use_and_webhooks_last() {
             "ServiceAccount",
             "ConfigMap",
             "Deployment",
+            "HorizontalPodAutoscaler",
             "ValidatingWebhookConfiguration"
         ]
     );
@@ -178,11 +184,13 @@ async fn workloads_come_after_what_their_pods_use_and_webhooks_last() {
     let used = version("ServiceAccount").max(version("ConfigMap"));
     assert!(
         used < version("Deployment")
-            && version("Deployment") < version("ValidatingWebhookConfiguration"),
-        "written out of order: ServiceAccount {}, ConfigMap {}, Deployment {}, webhook {}",
+            && version("Deployment") < version("HorizontalPodAutoscaler")
+            && version("HorizontalPodAutoscaler") < version("ValidatingWebhookConfiguration"),
+        "written out of order: ServiceAccount {}, ConfigMap {}, Deployment {}, autoscaler {}, webhook {}",
         version("ServiceAccount"),
         version("ConfigMap"),
         version("Deployment"),
+        version("HorizontalPodAutoscaler"),
         version("ValidatingWebhookConfiguration")
     );
 

@@ -20,9 +20,11 @@ pub const REVISION_ANNOTATION: &str = "pallet.dev/revision";
 /// resources need their CRD established, namespaced objects need their Namespace, and RoleBindings
 /// to ClusterRoles need the ClusterRole (RBAC escalation checks look it up). Workloads come after
 /// the objects their Pods use: a Pod whose ServiceAccount does not exist yet is refused, and its
-/// controller retries with backoff, writing a `FailedCreate` Event each time. This follows
-/// Helm's install order, which puts APIServices after the workloads, and webhook configurations,
-/// kinds it does not list, after everything it lists.
+/// controller retries with backoff, writing a `FailedCreate` Event each time. Autoscalers come
+/// after the workloads they scale: an autoscaler whose target does not exist yet reports
+/// `FailedGetScale` until its next sync. This follows Helm's install order, which puts
+/// HorizontalPodAutoscalers after Deployments and APIServices after the workloads, and webhook
+/// configurations, kinds it does not list, after everything it lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Stage {
     /// CustomResourceDefinitions; the apply waits for them to be Established.
@@ -37,6 +39,8 @@ pub enum Stage {
     /// Kinds that create Pods (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod,
     /// ReplicationController).
     Workloads,
+    /// What scales a workload: HorizontalPodAutoscalers and VerticalPodAutoscalers.
+    Autoscalers,
     /// What sends API requests to a server the bundle may run: validating and mutating webhook
     /// configurations and APIServices. Last, so that a webhook does not judge the bundle's own
     /// objects, and an aggregated API is not announced, before that server exists.
@@ -45,12 +49,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage in apply order.
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Crds,
         Stage::Namespaces,
         Stage::ClusterRbac,
         Stage::Rest,
         Stage::Workloads,
+        Stage::Autoscalers,
         Stage::ServerRegistrations,
     ];
 
@@ -65,6 +70,8 @@ impl Stage {
             ("", "Pod" | "ReplicationController")
             | ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
             | ("batch", "Job" | "CronJob") => Stage::Workloads,
+            ("autoscaling", "HorizontalPodAutoscaler")
+            | ("autoscaling.k8s.io", "VerticalPodAutoscaler") => Stage::Autoscalers,
             (
                 "admissionregistration.k8s.io",
                 "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
@@ -272,7 +279,8 @@ pub fn ownership(
 }
 
 /// The objects `previous` had and `current` does not, in deletion order: the reverse of the
-/// apply stages (so webhook configurations and APIServices go first, then workloads, and CRDs
+/// apply stages (so webhook configurations and APIServices go first, then autoscalers, then
+/// workloads, and CRDs
 /// and Namespaces last, after everything that lives in or of them) and reverse key order
 /// within a stage, for a stable order.
 pub fn prune_set(previous: &[ObjectKey], current: &[ObjectKey]) -> Vec<ObjectKey> {
@@ -338,10 +346,14 @@ mod tests {
     }
 
     #[test]
-    fn stages_run_crds_namespaces_cluster_rbac_the_rest_workloads_then_server_registrations() {
+    fn stages_run_crds_namespaces_cluster_rbac_the_rest_workloads_autoscalers_then_server_registrations(
+    ) {
         let objects = vec![
             object(
                 json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "w"}}),
+            ),
+            object(
+                json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"}}),
             ),
             object(
                 json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}),
@@ -381,6 +393,7 @@ mod tests {
                 (Stage::ClusterRbac, vec!["r"]),
                 (Stage::Rest, vec!["c", "rb", "sa", "x"]),
                 (Stage::Workloads, vec!["d", "j"]),
+                (Stage::Autoscalers, vec!["h"]),
                 (Stage::ServerRegistrations, vec!["w", "v1.x.example.com"]),
             ]
         );
@@ -542,6 +555,12 @@ mod tests {
             key("rbac.authorization.k8s.io", "ClusterRole", None, "role"),
             key("apps", "Deployment", Some("ns"), "app"),
             key(
+                "autoscaling",
+                "HorizontalPodAutoscaler",
+                Some("ns"),
+                "scaler",
+            ),
+            key(
                 "admissionregistration.k8s.io",
                 "MutatingWebhookConfiguration",
                 None,
@@ -553,11 +572,19 @@ mod tests {
             .into_iter()
             .map(|k| k.name)
             .collect();
-        // Webhooks first (they would judge the deletions), then workloads (their Pods stop
-        // before what they use goes), then the rest.
+        // Webhooks first (they would judge the deletions), then autoscalers (before what they
+        // scale), then workloads (their Pods stop before what they use goes), then the rest.
         assert_eq!(
             names,
-            ["hook", "app", "dropped", "role", "ns", "x.example.com"]
+            [
+                "hook",
+                "scaler",
+                "app",
+                "dropped",
+                "role",
+                "ns",
+                "x.example.com"
+            ]
         );
         assert!(prune_set(&current, &current).is_empty());
     }
