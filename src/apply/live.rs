@@ -242,13 +242,26 @@ impl LiveObjects {
         kind.objects.insert(name, copy);
     }
 
-    /// Records that this agent deleted the object: its delete event is an echo too.
+    /// Records that this agent deleted the object: its delete event is an echo too. Unless that
+    /// event has come already (the copy is gone): a mark then would never be cleared, and would
+    /// only cost memory.
     pub fn deleted(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) {
         let name = (namespace.unwrap_or_default().to_string(), name.to_string());
-        self.written
-            .write()
+        let id = kind_id(resource);
+        // `written` before `kinds`, as in `list_done`; held across the check, so a delete event
+        // handled meanwhile clears the mark made here.
+        let mut written = self.written.write().unwrap_or_else(|p| p.into_inner());
+        let seen_gone = self
+            .kinds
+            .read()
             .unwrap_or_else(|p| p.into_inner())
-            .insert((kind_id(resource), name), String::new());
+            .get(&id)
+            .is_some_and(|kind| kind.listed && !kind.objects.contains_key(&name));
+        if seen_gone {
+            written.remove(&(id, name));
+        } else {
+            written.insert((id, name), String::new());
+        }
     }
 
     /// The kind's watch is (re)starting a complete list.
@@ -422,6 +435,19 @@ mod tests {
             "the watch said so"
         );
         assert_eq!(live.removed(&r, &object("b", "9")), Change::News);
+    }
+
+    #[test]
+    fn a_delete_whose_event_came_first_leaves_no_mark() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        live.listed(&r, object("a", "3"));
+        live.list_done(&r);
+        assert_eq!(live.removed(&r, &object("a", "3")), Change::News);
+        live.deleted(&r, Some("ns"), "a");
+        assert!(!live.deleted_unseen(&r, Some("ns"), "a"));
+        assert!(live.written.read().unwrap().is_empty(), "nothing kept");
     }
 
     fn version_found(live: &LiveObjects, name: &str) -> Option<String> {
