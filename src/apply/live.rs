@@ -230,14 +230,14 @@ impl LiveObjects {
             return;
         };
         let seen = kind.objects.get(&name).and_then(Kept::resource_version);
-        let copy = if seen.is_some() && (seen.map(String::as_str) == base || seen == Some(&version))
-        {
-            kept(resource, written.clone())
-        } else {
-            Kept::Unread {
+        let copy = match seen {
+            Some(seen) if Some(seen.as_str()) == base || *seen == version => {
+                kept(resource, written.clone())
+            }
+            _ => Kept::Unread {
                 version: seen.cloned(),
                 owner: owner_of(written),
-            }
+            },
         };
         kind.objects.insert(name, copy);
     }
@@ -439,15 +439,24 @@ mod tests {
 
     #[test]
     fn a_delete_whose_event_came_first_leaves_no_mark() {
-        let live = LiveObjects::default();
+        let live = listed_with(&[("a", "3")]);
         let r = resource();
-        live.list_started(&r);
-        live.listed(&r, object("a", "3"));
-        live.list_done(&r);
         assert_eq!(live.removed(&r, &object("a", "3")), Change::News);
         live.deleted(&r, Some("ns"), "a");
         assert!(!live.deleted_unseen(&r, Some("ns"), "a"));
         assert!(live.written.read().unwrap().is_empty(), "nothing kept");
+    }
+
+    /// Copies whose kind's watch has listed these (name, version) objects.
+    fn listed_with(objects: &[(&str, &str)]) -> LiveObjects {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.list_started(&r);
+        for (name, version) in objects {
+            live.listed(&r, object(name, version));
+        }
+        live.list_done(&r);
+        live
     }
 
     fn version_found(live: &LiveObjects, name: &str) -> Option<String> {
@@ -459,11 +468,8 @@ mod tests {
 
     #[test]
     fn a_write_answered_before_any_event_is_the_copy_until_its_echo() {
-        let live = LiveObjects::default();
+        let live = listed_with(&[("a", "5")]);
         let r = resource();
-        live.list_started(&r);
-        live.listed(&r, object("a", "5"));
-        live.list_done(&r);
         live.wrote(&r, &object("a", "7"), Some("5"));
         assert_eq!(version_found(&live, "a").as_deref(), Some("7"));
         assert_eq!(live.applied(&r, object("a", "7")), Change::Quiet);
@@ -476,11 +482,8 @@ mod tests {
 
     #[test]
     fn a_change_seen_before_the_write_is_answered_is_not_undone_by_the_answer() {
-        let live = LiveObjects::default();
+        let live = listed_with(&[("a", "5")]);
         let r = resource();
-        live.list_started(&r);
-        live.listed(&r, object("a", "5"));
-        live.list_done(&r);
         // The agent writes a@5 -> 7; a controller changes it to 8; both events arrive before
         // the write's answer.
         assert_eq!(live.applied(&r, object("a", "7")), Change::News);
@@ -507,12 +510,8 @@ mod tests {
 
     #[test]
     fn a_relist_reports_what_changed_meanwhile() {
-        let live = LiveObjects::default();
+        let live = listed_with(&[("a", "1"), ("b", "1")]);
         let r = resource();
-        live.list_started(&r);
-        live.listed(&r, object("a", "1"));
-        live.listed(&r, object("b", "1"));
-        live.list_done(&r);
         live.list_started(&r);
         live.listed(&r, object("a", "1"));
         live.listed(&r, object("c", "2"));
