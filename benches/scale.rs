@@ -33,6 +33,12 @@
 //!   artifacts with one OCIRepository + Kustomization per app, with the same figures as c and e
 //!   (see `scale/flux.rs`), and a side-by-side summary.
 //!
+//! Each of b, b2, c and e also prints its timeline (`scale/timeline.rs`): the machine's cores busy
+//! and the CPU of each process (control plane, agent, registry, the fixtures' counting proxy,
+//! kubectl) over the phase, and tenth by tenth how far the objects had come; and c and e the CPU
+//! on the cluster's side (control plane + agent), since the registry and the user's kubectl
+//! share this machine's cores but not a real cluster's.
+//!
 //! `PALLET_BENCH_SCALE_ROUNDS=R` (default 1) measures a, b, b2, c and e R times per size, in
 //! turn (floors, pallet, floors, pallet, ...; each pallet round with a fresh agent and fresh
 //! namespaces), prints every round and the medians, and the summary shows medians: one floor
@@ -67,6 +73,12 @@ mod flux;
 #[path = "scale/profile.rs"]
 mod profile;
 
+#[path = "scale/timeline.rs"]
+mod timeline;
+
+#[path = "scale/plane.rs"]
+mod plane;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -75,11 +87,9 @@ use std::time::{Duration, Instant};
 use common::audit::{self, AuditLog};
 use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Namespace};
-use kube::api::{Api, ListParams};
-use kube::runtime::watcher;
+use kube::api::Api;
 use pallet::api::BundleDeployment;
+use plane::Plane;
 use private_control_plane::PrivateControlPlane;
 use support::{Fixtures, Server};
 
@@ -213,147 +223,6 @@ async fn push_all(
         .await
 }
 
-/// The control plane under test: a private one, its admin, and its audited users.
-struct Plane {
-    plane: PrivateControlPlane,
-    client: kube::Client,
-    kubectl_user: PathBuf,
-    agent_user: PathBuf,
-    audit: AuditLog,
-    /// The control plane's profiler (`PALLET_BENCH_SCALE_PROFILE`).
-    profiler: Option<profile::Profiler>,
-}
-
-impl Plane {
-    /// Deletes the BundleDeployments matching `selector` and waits until they are gone (their
-    /// agents must still run: the finalizer is theirs to remove).
-    async fn delete_bundle_deployments(&self, selector: &str) {
-        let bds: Api<BundleDeployment> = Api::all(self.client.clone());
-        self.admin(&[
-            "delete",
-            "bundledeployments",
-            "-l",
-            selector,
-            "--wait=false",
-        ]);
-        common::wait_gone(&bds, selector, DEADLINE).await;
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.plane
-            .kubeconfig()
-            .parent()
-            .expect("kubeconfig in the state dir")
-            .to_path_buf()
-    }
-
-    /// A kubeconfig for audited user `name` (cluster-admin), written under `work`.
-    fn user(&self, work: &Path, name: &str) -> PathBuf {
-        let out = work.join(format!("{name}.kubeconfig"));
-        self.plane
-            .script_args(&["user", name, out.to_str().expect("utf-8 path")]);
-        out
-    }
-
-    fn pid(&self) -> u32 {
-        std::fs::read_to_string(self.dir().join("pid"))
-            .ok()
-            .and_then(|p| p.trim().parse().ok())
-            .expect("the control plane's pid file")
-    }
-
-    fn cpu(&self) -> f64 {
-        cpu_seconds(self.pid())
-    }
-
-    /// Applies `file` as its user would, in one invocation: `kubectl apply --server-side`, the
-    /// floor's method. (Client-side apply, used before session 7, sent a GET before each object
-    /// and stored a copy of it in an annotation that every later write and watch event carried.)
-    /// kubectl sends one request at a time, each waiting behind the agent's, so at 1,000 apps
-    /// this takes nearly the whole install: the agent follows the objects as they appear.
-    fn apply_file(&self, file: &Path) {
-        self.admin(&[
-            "apply",
-            "--server-side",
-            "--field-manager=bench-user",
-            "-f",
-            file.to_str().expect("utf-8 path"),
-        ]);
-    }
-
-    fn admin(&self, args: &[&str]) -> String {
-        common::kubectl_with(&self.plane.kubeconfig(), args)
-    }
-
-    fn as_kubectl_user(&self, args: &[&str]) -> String {
-        common::kubectl_with(&self.kubectl_user, args)
-    }
-
-    fn fake_kubelet_namespace(&self, name: &str) {
-        self.admin(&["create", "namespace", name]);
-        self.admin(&["label", "namespace", name, "pallet.dev/fake-kubelet=on"]);
-    }
-
-    async fn delete_namespace(&self, name: &str) {
-        self.admin(&["delete", "namespace", name, "--wait=false"]);
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        cluster::poll_until(&format!("namespace {name} gone"), DEADLINE, || async {
-            match api.get_opt(name).await {
-                Ok(None) => Ok(()),
-                Ok(Some(ns)) => Err(format!("{:?}", ns.status.and_then(|s| s.phase))),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await;
-    }
-
-    /// Pod creations refused in `namespace` so far: the `FailedCreate` Events of its ReplicaSets,
-    /// with their repeat counts (for example a Pod created before its ServiceAccount existed).
-    async fn refused_pods(&self, namespace: &str) -> u64 {
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let events = api
-            .list(&ListParams::default().fields("reason=FailedCreate"))
-            .await
-            .expect("listing Events");
-        events
-            .items
-            .iter()
-            .map(|e| e.count.map_or(1, |c| c.max(1) as u64))
-            .sum()
-    }
-
-    /// Waits until every Deployment in `namespace` (`expected` of them) is Available for its
-    /// current generation with every replica updated.
-    async fn wait_available(&self, namespace: &str, expected: usize) {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
-        common::watch_until(
-            api,
-            watcher::Config::default(),
-            expected,
-            DEADLINE,
-            is_available,
-            |d| format!("{:?}", d.status),
-        )
-        .await;
-    }
-}
-
-fn is_available(d: &Deployment) -> bool {
-    let Some(status) = &d.status else {
-        return false;
-    };
-    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-    status.observed_generation == d.metadata.generation
-        && status.updated_replicas.unwrap_or(0) == want
-        && status.available_replicas.unwrap_or(0) == want
-        && status.replicas.unwrap_or(0) == want
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Available" && c.status == "True")
-}
-
 /// A `pallet agent` with its metrics address.
 struct Agent {
     proc: AgentProc,
@@ -462,27 +331,62 @@ struct Cost {
     last_healthy: f64,
     /// Pod creations refused in the phase ([`Plane::refused_pods`]).
     refused_pods: u64,
+    /// The machine and the BundleDeployments' progress over the phase.
+    timeline: timeline::Timeline,
 }
 
 /// The latest `appliedAt` and `healthyAt` of the active revisions of `bds`, in seconds since the
 /// epoch.
 fn revision_times(bds: &[BundleDeployment]) -> (f64, f64) {
-    let seconds = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
-        t.as_ref().map_or(0.0, |t| t.0.as_second() as f64)
+    let latest = |times: Vec<f64>| times.into_iter().fold(0.0f64, f64::max);
+    let (applied, healthy) = active_revision_times(bds);
+    (latest(applied), latest(healthy))
+}
+
+/// When each BundleDeployment's active revision started applying, and when it became healthy
+/// (seconds since the epoch; whole seconds), for those that have the time.
+fn active_revision_times(bds: &[BundleDeployment]) -> (Vec<f64>, Vec<f64>) {
+    let revisions = || {
+        bds.iter().filter_map(|bd| {
+            let status = bd.status.as_ref()?;
+            status
+                .revisions
+                .iter()
+                .find(|r| Some(r.number) == status.active_revision)
+        })
     };
-    let mut last = (0.0f64, 0.0f64);
-    for bd in bds {
-        let Some(status) = &bd.status else { continue };
-        if let Some(r) = status
-            .revisions
-            .iter()
-            .find(|r| Some(r.number) == status.active_revision)
-        {
-            last.0 = last.0.max(seconds(&r.applied_at));
-            last.1 = last.1.max(seconds(&r.healthy_at));
-        }
-    }
-    last
+    (
+        revisions()
+            .filter_map(|r| r.applied_at.as_ref().map(epoch_seconds))
+            .collect(),
+        revisions()
+            .filter_map(|r| r.healthy_at.as_ref().map(epoch_seconds))
+            .collect(),
+    )
+}
+
+fn epoch_seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
+    t.0.as_second() as f64
+}
+
+/// A pallet phase's timeline with its BundleDeployments' steps: created (those the phase
+/// created, at or after `from`), their active revision applied, and healthy.
+fn bd_steps(
+    timeline: timeline::Timeline,
+    bds: &[BundleDeployment],
+    from: f64,
+) -> timeline::Timeline {
+    let created: Vec<f64> = bds
+        .iter()
+        .filter_map(|bd| bd.metadata.creation_timestamp.as_ref().map(epoch_seconds))
+        .filter(|t| *t >= from.floor())
+        .collect();
+    let (applied, healthy) = active_revision_times(bds);
+    let timeline = match created.is_empty() {
+        true => timeline,
+        false => timeline.with("created", created),
+    };
+    timeline.with("applied", applied).with("healthy", healthy)
 }
 
 impl Cost {
@@ -527,6 +431,7 @@ async fn measure_agent(
     let registry_before = registry.1.count(registry.0).await;
     let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
     let from = audit::now();
+    let sampler = timeline::Sampler::start(plane.pid(), Some(agent.pid()));
     let start = Instant::now();
     let applied = profile::profiled(plane.profiler.as_ref(), phase, async {
         plane.apply_file(file);
@@ -536,6 +441,7 @@ async fn measure_agent(
     })
     .await;
     let time = start.elapsed();
+    let sampled = sampler.stop();
     let to = audit::now();
     let listed = bds
         .list(&kube::api::ListParams::default().labels(selector))
@@ -543,6 +449,7 @@ async fn measure_agent(
         .map(|l| l.items)
         .unwrap_or_default();
     let (started, healthy) = revision_times(&listed);
+    let timeline = bd_steps(sampled, &listed, from);
     let (plane_cpu, agent_cpu) = (
         plane.cpu() - cpu_before,
         cpu_seconds(agent.pid()) - agent_cpu_before,
@@ -560,6 +467,7 @@ async fn measure_agent(
         last_started: started - from,
         last_healthy: healthy - from,
         refused_pods: 0,
+        timeline,
     }
 }
 
@@ -707,25 +615,27 @@ async fn pallet_round(
 /// Every round of one size, one line each, and the medians: how far a single run can be trusted.
 fn print_rounds(n: usize, measured: &[Round]) {
     println!(
-        "rounds at {n} apps (each: the floors b and b2, then pallet's install and upgrade with a fresh agent, in fresh namespaces):"
+        "rounds at {n} apps (each: the floors b and b2, then pallet's install and upgrade with a fresh agent, in fresh namespaces; busy: the machine's cores busy on average):"
     );
     println!(
-        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>9} {:>9} {:>7} {:>14} {:>7}",
+        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12}",
         "round",
         "floor b",
         "pallet",
         "pal/b",
         "cpu b / pal",
         "cpu",
+        "busy b / pal",
         "b2",
         "upgrade",
         "upg/b2",
         "cpu b2 / upg",
-        "cpu"
+        "cpu",
+        "busy b2 / upg"
     );
     let line = |label: &str, f: &dyn Fn(fn(&Round) -> f64) -> f64| {
         println!(
-            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>9} {:>9} {:>7} {:>14} {:>7}",
+            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12}",
             label,
             format!("{:.1} s", f(|r| r.floor.apply_wait.as_secs_f64())),
             format!("{:.1} s", f(|r| r.pallet.install.time.as_secs_f64())),
@@ -736,6 +646,11 @@ fn print_rounds(n: usize, measured: &[Round]) {
                 f(|r| r.pallet.install.plane_cpu)
             ),
             format!("{:.2}x", f(Round::install_cpu_ratio)),
+            format!(
+                "{:.2} / {:.2}",
+                f(|r| r.floor.timelines.0.machine().0),
+                f(|r| r.pallet.install.timeline.machine().0)
+            ),
             format!("{:.1} s", f(|r| r.floor.upgrade_wait.as_secs_f64())),
             format!("{:.1} s", f(|r| r.pallet.upgrade.time.as_secs_f64())),
             format!("{:.2}x", f(Round::upgrade_ratio)),
@@ -745,6 +660,11 @@ fn print_rounds(n: usize, measured: &[Round]) {
                 f(|r| r.pallet.upgrade.plane_cpu)
             ),
             format!("{:.2}x", f(Round::upgrade_cpu_ratio)),
+            format!(
+                "{:.2} / {:.2}",
+                f(|r| r.floor.timelines.1.machine().0),
+                f(|r| r.pallet.upgrade.timeline.machine().0)
+            ),
         );
     };
     for (i, round) in measured.iter().enumerate() {
@@ -767,6 +687,8 @@ struct Floor {
     upgrade_plane_cpu: f64,
     /// Pod creations refused during b and during b2 ([`Plane::refused_pods`]).
     refused_pods: (u64, u64),
+    /// The machine and the Deployments' progress during b and during b2.
+    timelines: (timeline::Timeline, timeline::Timeline),
 }
 
 impl Floor {
@@ -813,6 +735,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     let profiler = plane.profiler.as_ref();
     let cpu_before = plane.cpu();
     let from = audit::now();
+    let sampler = timeline::Sampler::start(plane.pid(), None);
     let start = Instant::now();
     let apply_only = profile::profiled(profiler, &format!("{n}-b-floor{}", at.suffix()), async {
         apply("v1");
@@ -822,10 +745,13 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     })
     .await;
     let apply_wait = start.elapsed();
+    let install_timeline = plane.deployment_steps(sampler.stop(), &ns, from).await;
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
     let refused_before_upgrade = plane.refused_pods(&ns).await;
     let cpu_before = plane.cpu();
+    let upgrade_from = audit::now();
+    let sampler = timeline::Sampler::start(plane.pid(), None);
     let start = Instant::now();
     profile::profiled(
         profiler,
@@ -837,6 +763,9 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     )
     .await;
     let upgrade_wait = start.elapsed();
+    let upgrade_timeline = plane
+        .deployment_steps(sampler.stop(), &ns, upgrade_from)
+        .await;
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
     let refused_total = plane.refused_pods(&ns).await;
     eprintln!("    cleaning up {ns} ...");
@@ -852,6 +781,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
             refused_before_upgrade,
             refused_total - refused_before_upgrade,
         ),
+        timelines: (install_timeline, upgrade_timeline),
     }
 }
 
@@ -917,6 +847,14 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         cost.agent_cpu,
         cost.peak_mib
     );
+    // The registry and the user's kubectl run on this machine too, but on other machines in a
+    // real cluster: this is what the cluster's own cores carry.
+    println!(
+        "   on the cluster's side (control plane + agent): {:.1} CPU s, {:.2}x the {}'s control plane",
+        cost.plane_cpu + cost.agent_cpu,
+        (cost.plane_cpu + cost.agent_cpu) / basis.plane_cpu.max(0.001),
+        basis.name
+    );
     println!(
         "   the BDs were applied (one kubectl apply --server-side) in {}; the last revision started applying at {:.0} s, the last became healthy at {:.0} s (whole seconds)",
         secs(cost.applied),
@@ -948,6 +886,7 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         "   time in phases, summed over passes (seconds/times): {}",
         phases.join(", ")
     );
+    cost.timeline.print();
     print_requests("agent API requests (audit log)", &cost.requests, n);
 }
 
@@ -1358,11 +1297,13 @@ fn print_size(
         floor.requests,
         floor.plane_cpu
     );
+    floor.timelines.0.print();
     println!(
         "b2. the next version applied, then every Deployment Available {:>7}   (control plane CPU {:.1} s)",
         secs(floor.upgrade_wait),
         floor.upgrade_plane_cpu
     );
+    floor.timelines.1.print();
     print_cost(
         &format!("c. pallet: {n} BDs created at once -> all Ready"),
         &pallet.install,

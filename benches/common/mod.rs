@@ -200,7 +200,8 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     ticks / clock_ticks()
 }
 
-fn clock_ticks() -> f64 {
+/// The kernel's clock ticks per second (`getconf CLK_TCK`), for /proc's CPU times.
+pub fn clock_ticks() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TICKS.get_or_init(|| {
         Command::new("getconf")
