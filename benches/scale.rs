@@ -369,24 +369,21 @@ fn epoch_seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f6
     t.0.as_second() as f64
 }
 
-/// A pallet phase's timeline with its BundleDeployments' steps: created (those the phase
-/// created, at or after `from`), their active revision applied, and healthy.
+/// A pallet phase's timeline with its BundleDeployments' steps: created (when the phase
+/// `creates` them), their active revision applied, and healthy.
 fn bd_steps(
     timeline: timeline::Timeline,
     bds: &[BundleDeployment],
-    from: f64,
+    creates: bool,
 ) -> timeline::Timeline {
-    let created: Vec<f64> = bds
+    let created = bds
         .iter()
-        .filter_map(|bd| bd.metadata.creation_timestamp.as_ref().map(epoch_seconds))
-        .filter(|t| *t >= from.floor())
-        .collect();
+        .filter_map(|bd| bd.metadata.creation_timestamp.as_ref().map(epoch_seconds));
     let (applied, healthy) = active_revision_times(bds);
-    let timeline = match created.is_empty() {
-        true => timeline,
-        false => timeline.with("created", created),
-    };
-    timeline.with("applied", applied).with("healthy", healthy)
+    timeline
+        .created(creates, created.collect())
+        .with("applied", applied)
+        .with("healthy", healthy)
 }
 
 impl Cost {
@@ -416,15 +413,15 @@ fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTree
         .collect()
 }
 
-/// Applies `file` (creating or updating the BDs), waits until all `n` of `selector` are Ready,
-/// and measures what it cost.
+/// Applies `file` (creating the BDs when `creates`, else updating them), waits until all `n` of
+/// `selector` are Ready, and measures what it cost.
 async fn measure_agent(
     plane: &Plane,
     agent: &Agent,
     registry: (&Fixtures, &flux::RegistryFilter),
     selector: &str,
     (phase, n): (&str, usize),
-    file: &Path,
+    (file, creates): (&Path, bool),
 ) -> Cost {
     let bds: Api<BundleDeployment> = Api::all(plane.client.clone());
     let metrics_before = agent.metrics().await;
@@ -449,7 +446,7 @@ async fn measure_agent(
         .map(|l| l.items)
         .unwrap_or_default();
     let (started, healthy) = revision_times(&listed);
-    let timeline = bd_steps(sampled, &listed, from);
+    let timeline = bd_steps(sampled, &listed, creates);
     let (plane_cpu, agent_cpu) = (
         plane.cpu() - cpu_before,
         cpu_seconds(agent.pid()) - agent_cpu_before,
@@ -576,7 +573,7 @@ async fn pallet_round(
         (fx, &registry_filter),
         &selector,
         (&format!("{n}-c-install{suffix}"), n),
-        &install_file,
+        (&install_file, true),
     )
     .await;
     install.refused_pods = plane.refused_pods(&ns).await;
@@ -601,7 +598,7 @@ async fn pallet_round(
         (fx, &registry_filter),
         &selector,
         (&format!("{n}-e-upgrade{suffix}"), n),
-        &upgrade_file,
+        (&upgrade_file, false),
     )
     .await;
     upgrade.refused_pods = plane.refused_pods(&ns).await - install.refused_pods;
@@ -745,12 +742,11 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     })
     .await;
     let apply_wait = start.elapsed();
-    let install_timeline = plane.deployment_steps(sampler.stop(), &ns, from).await;
+    let install_timeline = plane.deployment_steps(sampler.stop(), &ns, true).await;
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
     let refused_before_upgrade = plane.refused_pods(&ns).await;
     let cpu_before = plane.cpu();
-    let upgrade_from = audit::now();
     let sampler = timeline::Sampler::start(plane.pid(), None);
     let start = Instant::now();
     profile::profiled(
@@ -763,9 +759,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     )
     .await;
     let upgrade_wait = start.elapsed();
-    let upgrade_timeline = plane
-        .deployment_steps(sampler.stop(), &ns, upgrade_from)
-        .await;
+    let upgrade_timeline = plane.deployment_steps(sampler.stop(), &ns, false).await;
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
     let refused_total = plane.refused_pods(&ns).await;
     eprintln!("    cleaning up {ns} ...");

@@ -123,14 +123,14 @@ impl Plane {
             .sum()
     }
 
-    /// A floor phase's timeline with the steps of the Deployments in `namespace`: created (those
-    /// the phase created, at or after `from`) and rolled out (the `Progressing` condition's
+    /// A floor phase's timeline with the steps of the Deployments in `namespace`: created (when
+    /// the phase `creates` them) and rolled out (the `Progressing` condition's
     /// `NewReplicaSetAvailable`, updated when the latest ReplicaSet became available).
     pub async fn deployment_steps(
         &self,
         timeline: timeline::Timeline,
         namespace: &str,
-        from: f64,
+        creates: bool,
     ) -> timeline::Timeline {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
         let deployments = api
@@ -138,11 +138,9 @@ impl Plane {
             .await
             .expect("listing Deployments")
             .items;
-        let created: Vec<f64> = deployments
+        let created = deployments
             .iter()
-            .filter_map(|d| d.metadata.creation_timestamp.as_ref().map(epoch_seconds))
-            .filter(|t| *t >= from.floor())
-            .collect();
+            .filter_map(|d| d.metadata.creation_timestamp.as_ref().map(epoch_seconds));
         let rolled_out: Vec<f64> = deployments
             .iter()
             .filter_map(|d| {
@@ -160,11 +158,9 @@ impl Plane {
                     .map(epoch_seconds)
             })
             .collect();
-        let timeline = match created.is_empty() {
-            true => timeline,
-            false => timeline.with("created", created),
-        };
-        timeline.with("rolled out", rolled_out)
+        timeline
+            .created(creates, created.collect())
+            .with("rolled out", rolled_out)
     }
 
     /// Waits until every Deployment in `namespace` (`expected` of them) is Available for its

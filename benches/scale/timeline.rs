@@ -205,6 +205,15 @@ impl Timeline {
         self
     }
 
+    /// Adds the step "created" when the phase `creates` its objects (an upgrade's were created
+    /// before it: their times would only say so).
+    pub fn created(self, creates: bool, times: Vec<f64>) -> Timeline {
+        match creates {
+            true => self.with("created", times),
+            false => self,
+        }
+    }
+
     /// The machine's cores busy on average over the phase, and the idle and stolen shares of
     /// its CPU time.
     pub fn machine(&self) -> (f64, f64, f64) {
