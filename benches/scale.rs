@@ -365,6 +365,7 @@ fn active_revision_times(bds: &[BundleDeployment]) -> (Vec<f64>, Vec<f64>) {
     )
 }
 
+/// An API timestamp (whole seconds) in seconds since the epoch.
 fn epoch_seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
     t.0.as_second() as f64
 }

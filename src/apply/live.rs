@@ -284,6 +284,14 @@ impl LiveObjects {
     /// last one; on the first list, those this agent wrote that have changed since (a
     /// Deployment that became available while its kind's first list was on its way). Other
     /// objects on a first list are no news: every BundleDeployment is reconciled at start.
+    ///
+    /// A list is a snapshot taken when the API server answered it, and the agent may have
+    /// written since: an object it created would be missing from the list (a prune would take
+    /// it for gone and leave it behind), one it updated would be listed as it was before (a pass
+    /// would undo its own write as drift). So an object whose list entry does not show this
+    /// agent's last write to it (listed at another version, missing though written, listed
+    /// though deleted) is kept as unread, and read from the API server until its next watch
+    /// event, as [`LiveObjects::wrote`] does when it cannot order a write and an event.
     pub fn list_done(&self, resource: &ApiResource) -> Vec<String> {
         let id = kind_id(resource);
         let written = self.written.read().unwrap_or_else(|p| p.into_inner());
@@ -316,7 +324,24 @@ impl LiveObjects {
                     .filter_map(|(_, object)| object.owner()),
             );
         }
-        kind.objects = fresh;
+        let mut objects = fresh;
+        for ((_, name), version) in written.iter().filter(|((kind_id, _), _)| *kind_id == id) {
+            let listed = objects.get(name);
+            let shows_the_write = match listed {
+                Some(object) => object.resource_version() == Some(version),
+                None => version.is_empty(), // deleted by this agent, or never written
+            };
+            if !shows_the_write {
+                let unread = Kept::Unread {
+                    version: listed.and_then(Kept::resource_version).cloned(),
+                    owner: listed
+                        .or_else(|| kind.objects.get(name))
+                        .and_then(Kept::owner),
+                };
+                objects.insert(name.clone(), unread);
+            }
+        }
+        kind.objects = objects;
         kind.listed = true;
         changed.sort();
         changed.dedup();
@@ -506,6 +531,69 @@ mod tests {
         assert!(matches!(live.lookup(&r, Some("ns"), "c"), Lookup::Unknown));
         assert_eq!(live.applied(&r, object("c", "13")), Change::Quiet);
         assert_eq!(version_found(&live, "c").as_deref(), Some("13"));
+    }
+
+    #[test]
+    fn a_list_older_than_the_agents_writes_does_not_replace_them() {
+        // The ConfigMap watch re-lists; the API server answers from a snapshot taken before the
+        // agent updated "app" and created "new". Seen in CI: the rollback that followed found no
+        // copy of "new", took it for gone and did not prune it.
+        let live = listed_with(&[("app", "1"), ("same", "2")]);
+        let r = resource();
+        live.wrote(&r, &object("same", "2"), Some("2"));
+        live.list_started(&r);
+        live.listed(&r, object("app", "1"));
+        live.listed(&r, object("same", "2"));
+        live.wrote(&r, &object("app", "3"), Some("1"));
+        live.wrote(&r, &object("new", "4"), None);
+        live.list_done(&r);
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "new"),
+            Lookup::Unknown
+        ));
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "app"),
+            Lookup::Unknown
+        ));
+        // The list shows the agent's write to "same": its copy is trusted.
+        assert_eq!(version_found(&live, "same").as_deref(), Some("2"));
+        // The watch goes on from the snapshot: the writes' events follow, as echoes.
+        assert_eq!(live.applied(&r, object("app", "3")), Change::Quiet);
+        assert_eq!(live.applied(&r, object("new", "4")), Change::Quiet);
+        assert_eq!(version_found(&live, "app").as_deref(), Some("3"));
+        assert_eq!(version_found(&live, "new").as_deref(), Some("4"));
+    }
+
+    #[test]
+    fn a_first_list_older_than_a_create_does_not_call_it_absent() {
+        let live = LiveObjects::default();
+        let r = resource();
+        // Written before the kind's watch had even started listing.
+        live.wrote(&r, &object("new", "4"), None);
+        live.list_started(&r);
+        live.list_done(&r);
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "new"),
+            Lookup::Unknown
+        ));
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "other"),
+            Lookup::Absent
+        ));
+    }
+
+    #[test]
+    fn a_list_that_still_has_what_the_agent_deleted_is_not_trusted() {
+        let live = listed_with(&[("gone", "1")]);
+        let r = resource();
+        live.list_started(&r);
+        live.listed(&r, object("gone", "1"));
+        live.deleted(&r, Some("ns"), "gone");
+        live.list_done(&r);
+        assert!(matches!(
+            live.lookup(&r, Some("ns"), "gone"),
+            Lookup::Unknown
+        ));
     }
 
     #[test]
