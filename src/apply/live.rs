@@ -329,7 +329,7 @@ impl LiveObjects {
             let listed = objects.get(name);
             let shows_the_write = match listed {
                 Some(object) => object.resource_version() == Some(version),
-                None => version.is_empty(), // deleted by this agent, or never written
+                None => version.is_empty(), // this agent deleted it: the list agrees
             };
             if !shows_the_write {
                 let unread = Kept::Unread {
@@ -535,9 +535,9 @@ mod tests {
 
     #[test]
     fn a_list_older_than_the_agents_writes_does_not_replace_them() {
-        // The ConfigMap watch re-lists; the API server answers from a snapshot taken before the
-        // agent updated "app" and created "new". Seen in CI: the rollback that followed found no
-        // copy of "new", took it for gone and did not prune it.
+        // The kind's watch lists (again); the API server answers from a snapshot taken before
+        // the agent updated "app" and created "new". Seen in CI on a first list: the rollback
+        // that followed found no copy of "new", took it for gone and did not prune it.
         let live = listed_with(&[("app", "1"), ("same", "2")]);
         let r = resource();
         live.wrote(&r, &object("same", "2"), Some("2"));
