@@ -226,9 +226,9 @@ impl LiveObjects {
             .unwrap_or_else(|p| p.into_inner())
             .insert((id.clone(), name.clone()), version.clone());
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
-        let Some(kind) = kinds.get_mut(&id) else {
-            return;
-        };
+        // Kept even before the kind's watch has started (it is asked for after a kind's first
+        // apply): its first list then knows whose object a write was (see `list_done`).
+        let kind = kinds.entry(id).or_default();
         let seen = kind.objects.get(&name).and_then(Kept::resource_version);
         let copy = match seen {
             Some(seen) if Some(seen.as_str()) == base || *seen == version => {
@@ -280,10 +280,11 @@ impl LiveObjects {
     }
 
     /// The complete list is in: it replaces what was kept. Returns the owners of the objects
-    /// that changed meanwhile, which need a look: on a re-list, those new, changed or gone since the
-    /// last one; on the first list, those this agent wrote that have changed since (a
-    /// Deployment that became available while its kind's first list was on its way). Other
-    /// objects on a first list are no news: every BundleDeployment is reconciled at start.
+    /// that changed meanwhile, which need a look: on a re-list, those new, changed or gone since
+    /// the last one; on any list, those whose entry does not show this agent's last write (a
+    /// Deployment that became available while its kind's first list was on its way, an object
+    /// deleted by someone else before the list). Other objects on a first list are no news:
+    /// every BundleDeployment is reconciled at start.
     ///
     /// A list is a snapshot taken when the API server answered it, and the agent may have
     /// written since: an object it created would be missing from the list (a prune would take
@@ -297,10 +298,10 @@ impl LiveObjects {
         let written = self.written.read().unwrap_or_else(|p| p.into_inner());
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
         let kind = kinds.entry(id.clone()).or_default();
-        let fresh = kind.relisting.take().unwrap_or_default();
+        let mut objects = kind.relisting.take().unwrap_or_default();
         let mut changed = Vec::new();
         if kind.listed {
-            for (name, object) in &fresh {
+            for (name, object) in &objects {
                 let before = kind.objects.get(name);
                 if before.map(Kept::resource_version) != Some(object.resource_version()) {
                     changed.extend(object.owner());
@@ -309,22 +310,10 @@ impl LiveObjects {
             changed.extend(
                 kind.objects
                     .iter()
-                    .filter(|(name, _)| !fresh.contains_key(*name))
-                    .filter_map(|(_, object)| object.owner()),
-            );
-        } else {
-            changed.extend(
-                fresh
-                    .iter()
-                    .filter(|(name, object)| {
-                        written
-                            .get(&(id.clone(), (*name).clone()))
-                            .is_some_and(|v| Some(v) != object.resource_version())
-                    })
+                    .filter(|(name, _)| !objects.contains_key(*name))
                     .filter_map(|(_, object)| object.owner()),
             );
         }
-        let mut objects = fresh;
         for ((_, name), version) in written.iter().filter(|((kind_id, _), _)| *kind_id == id) {
             let listed = objects.get(name);
             let shows_the_write = match listed {
@@ -332,13 +321,13 @@ impl LiveObjects {
                 None => version.is_empty(), // this agent deleted it: the list agrees
             };
             if !shows_the_write {
-                let unread = Kept::Unread {
-                    version: listed.and_then(Kept::resource_version).cloned(),
-                    owner: listed
-                        .or_else(|| kind.objects.get(name))
-                        .and_then(Kept::owner),
-                };
-                objects.insert(name.clone(), unread);
+                // The owner from the list, or from the copy the agent's write left.
+                let owner = listed
+                    .or_else(|| kind.objects.get(name))
+                    .and_then(Kept::owner);
+                changed.extend(owner.clone());
+                let version = listed.and_then(Kept::resource_version).cloned();
+                objects.insert(name.clone(), Kept::Unread { version, owner });
             }
         }
         kind.objects = objects;
@@ -571,7 +560,10 @@ mod tests {
         // Written before the kind's watch had even started listing.
         live.wrote(&r, &object("new", "4"), None);
         live.list_started(&r);
-        live.list_done(&r);
+        // Missing from the list: listed before the create, or deleted by someone since (seen
+        // in CI: a test deleted the object while the first list was on its way, and no pass
+        // came to re-create it). Either way its bundle needs a look.
+        assert_eq!(live.list_done(&r), ["bd-new"]);
         assert!(matches!(
             live.lookup(&r, Some("ns"), "new"),
             Lookup::Unknown
