@@ -90,6 +90,9 @@ def main():
     args = parser.parse_args()
 
     kubeconfig = os.path.join(args.state_dir, "controlplane", "kubeconfig")
+    if not os.path.isfile(kubeconfig):
+        parser.error(f"no control plane in {args.state_dir}: {kubeconfig} is missing "
+                     f"(start one with PALLET_STATE_DIR={args.state_dir} tools/controlplane.sh start)")
     text = open(kubeconfig).read()
     field = lambda name: re.search(rf"{name}: (\S+)", text).group(1)
     server = field("server")

@@ -328,8 +328,8 @@ struct Target {
 impl Applier {
     /// Applies `objects` stage by stage ([`Stage`]: CRDs, wait for Established, Namespaces,
     /// cluster RBAC, the rest, workloads, autoscalers, webhook configurations and APIServices);
-    /// stops at the
-    /// first stage with an error, so later stages never run against a half-applied earlier one.
+    /// stops at the first stage with an error, so later stages never run against a half-applied
+    /// earlier one.
     pub async fn apply(&self, objects: &[Object]) -> Result<Vec<Applied>, ApplyError> {
         let mut results = Vec::with_capacity(objects.len());
         for (stage, members) in plan::by_stage(objects) {
