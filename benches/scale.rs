@@ -1,7 +1,9 @@
 //! Scale benchmark (figures, not a test; issue 17). Many small apps created at once, pallet
-//! against kubectl on the same objects, in one run, on a control plane of its own (started from
+//! against kubectl on the same objects, in one run, on control planes of its own (started from
 //! `tools/controlplane.sh` on another port and state directory, so the API server's CPU and
-//! audit log hold this benchmark's load only, and the shared control plane is left alone).
+//! audit log hold this benchmark's load only, and the shared control plane is left alone). Each
+//! group of phases below (the floors a, b, b2; m and m2; pallet's c, d, e; f; g and h) starts on
+//! a fresh control plane: one that has carried earlier phases costs more for the same work.
 //!
 //! The app (Flux's benchmark shape, with a Deployment that becomes Ready): a ServiceAccount, a
 //! ConfigMap, a headless Service (the control plane's Service range holds 254 addresses) and a
@@ -16,6 +18,9 @@
 //! - b. the same, then waiting until every Deployment is Available;
 //! - b2. the objects' next version applied the same way, then waiting again (the floor of an
 //!   upgrade, whose rollouts replace every Pod);
+//! - m, m2. (`scale/least.rs`) the least any agent of this shape adds to b and b2: the user's
+//!   BundleDeployments, two registry requests per app, its objects applied, one status each,
+//!   done by this process as cheaply as it can; the lowest ratios any such agent can reach;
 //! - c. pallet: N BundleDeployments created at once (one `kubectl apply --server-side`), time
 //!   until all are Ready; the agent's API requests from the audit log, the control plane's CPU
 //!   (one process: etcd, API server, controllers, fake kubelet), the agent's CPU and peak RSS,
@@ -79,18 +84,20 @@ mod timeline;
 #[path = "scale/plane.rs"]
 mod plane;
 
+#[path = "scale/least.rs"]
+mod least;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::audit::{self, AuditLog};
+use common::audit;
 use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
 use futures::StreamExt;
 use kube::api::Api;
 use pallet::api::BundleDeployment;
 use plane::Plane;
-use private_control_plane::PrivateControlPlane;
 use support::{Fixtures, Server};
 
 const TEST_LABEL: &str = "pallet.dev/test";
@@ -99,6 +106,11 @@ const SIZE_LABEL: &str = "bench.pallet.dev/size";
 const SHARD_LABEL: &str = "sharding.fluxcd.io/key";
 /// The shards of the sharded run, one agent each.
 const SHARDS: [&str; 2] = ["shard-a", "shard-b"];
+
+/// The audited user of the agent of `shard`.
+fn shard_user(shard: &str) -> String {
+    format!("{AGENT_USER}-{shard}")
+}
 /// Generous: the machine is shared; a deadline only stops a run that will never finish.
 const DEADLINE: Duration = Duration::from_secs(1200);
 /// The users the audit log tells apart (tools/controlplane.sh user).
@@ -513,12 +525,22 @@ struct PalletRound {
 /// that a slow or fast stretch of the shared machine lands on both sides of a ratio.
 struct Round {
     floor: Floor,
+    /// The least any agent adds to the floors (`scale/least.rs`).
+    least: least::Least,
     pallet: PalletRound,
 }
 
 impl Round {
     fn install_ratio(&self) -> f64 {
         self.pallet.install.time.as_secs_f64() / self.floor.apply_wait.as_secs_f64()
+    }
+
+    fn least_install_ratio(&self) -> f64 {
+        self.least.install.time.as_secs_f64() / self.floor.apply_wait.as_secs_f64()
+    }
+
+    fn least_upgrade_ratio(&self) -> f64 {
+        self.least.upgrade.time.as_secs_f64() / self.floor.upgrade_wait.as_secs_f64()
     }
 
     fn install_cpu_ratio(&self) -> f64 {
@@ -535,7 +557,7 @@ impl Round {
 }
 
 /// Pallet's part of a round: a fresh agent (its own empty cache) installs every app (c), holds
-/// still for `steady_seconds` when asked (d), upgrades every app (e), then everything is deleted.
+/// still for `steady_seconds` when asked (d), and upgrades every app (e).
 async fn pallet_round(
     plane: &Plane,
     fx: &Fixtures,
@@ -603,10 +625,8 @@ async fn pallet_round(
     )
     .await;
     upgrade.refused_pods = plane.refused_pods(&ns).await - install.refused_pods;
-    eprintln!("[N={n}{tag}] cleaning up ...");
-    plane.delete_bundle_deployments(&selector).await;
+    // No clean-up: the control plane goes with the round (`Plane::start`).
     drop(agent);
-    plane.delete_namespace(&ns).await;
     (PalletRound { install, upgrade }, steady)
 }
 
@@ -763,8 +783,6 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     let upgrade_timeline = plane.deployment_steps(sampler.stop(), &ns, false).await;
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
     let refused_total = plane.refused_pods(&ns).await;
-    eprintln!("    cleaning up {ns} ...");
-    plane.delete_namespace(&ns).await;
     Floor {
         apply: apply_only,
         apply_wait,
@@ -909,33 +927,17 @@ async fn main() {
         "PALLET_BENCH_SCALE_ROUNDS=0: at least one round"
     );
 
-    eprintln!("starting a private control plane ...");
-    let profiler = profile::Profiler::from_env();
-    let plane = PrivateControlPlane::start_with_env(
-        profiler.as_ref().map(|p| p.plane_env()).unwrap_or_default(),
-    );
-    let client = plane.client().await;
-    cluster::install_crd(&client).await;
     let work = tempfile::tempdir().expect("temp dir");
-    let dir = plane.kubeconfig().parent().unwrap().to_path_buf();
-    let mut plane = Plane {
-        kubectl_user: PathBuf::new(),
-        agent_user: PathBuf::new(),
-        audit: AuditLog::new(&dir),
-        client,
-        plane,
-        profiler,
-    };
-    plane.kubectl_user = plane.user(work.path(), KUBECTL_USER);
-    plane.agent_user = plane.user(work.path(), AGENT_USER);
-    // Now, with the binary that started this control plane: tools/controlplane.sh may rebuild
-    // it from another checkout's sources during a long run.
     let shard_users: Vec<PathBuf> = SHARDS
         .iter()
-        .map(|shard| plane.user(work.path(), &format!("{AGENT_USER}-{shard}")))
+        .map(|shard| Plane::user_path(work.path(), &shard_user(shard)))
         .collect();
-    let peer_flux = flux::enabled().then(|| flux::Flux::setup(&plane, work.path()));
-    plane.admin(&["create", "namespace", "pallet-system"]);
+    let peer_flux = flux::enabled().then(|| flux::Flux::build(work.path()));
+    // Each group of phases on a control plane of its own (see `Plane::start`).
+    let fresh_plane = || async {
+        eprintln!("    starting a fresh private control plane ...");
+        Plane::start(work.path()).await
+    };
     let run = cluster::unique_name("scale");
     let mut report = Vec::new();
     // ---- report: the setting first, each size when done, then the summary ----
@@ -968,11 +970,24 @@ async fn main() {
                 "[N={n}{}] a/b. kubectl apply --server-side, then wait for Available ...",
                 at.tag()
             );
-            let floor = kubectl_floor(&plane, work.path(), &run, at).await;
+            let floor = kubectl_floor(&fresh_plane().await, work.path(), &run, at).await;
+            eprintln!(
+                "[N={n}{}] m/m2. the least an agent adds: BDs, pulls, one status each ...",
+                at.tag()
+            );
+            let least = least::least_floors(
+                &fresh_plane().await,
+                fx,
+                (&registry, images),
+                work.path(),
+                &run,
+                at,
+            )
+            .await;
             // The steady state once per size: it measures what a settled agent does, not a race.
             let steady_for = (round == 0 && n == steady_n).then_some(steady_seconds);
             let (pallet, settled) = pallet_round(
-                &plane,
+                &fresh_plane().await,
                 fx,
                 (&registry, images),
                 work.path(),
@@ -984,13 +999,17 @@ async fn main() {
             if settled.is_some() {
                 steady = settled;
             }
-            measured.push(Round { floor, pallet });
+            measured.push(Round {
+                floor,
+                least,
+                pallet,
+            });
         }
         let sharded = if n == shard_n {
             eprintln!("[N={n}] f. two agents splitting the {n} apps by {SHARD_LABEL} ...");
             Some(
                 sharded(
-                    &plane,
+                    &fresh_plane().await,
                     &shard_users,
                     work.path(),
                     &run,
@@ -1006,6 +1025,8 @@ async fn main() {
         let peer = match &peer_flux {
             Some(f) => {
                 eprintln!("[N={n}] g/h. Flux: install and upgrade of {n} apps ...");
+                let plane = fresh_plane().await;
+                f.install(&plane, work.path());
                 Some(
                     f.run(&plane, fx, &registry, work.path(), &run, n, &v1, &v2)
                         .await,
@@ -1025,7 +1046,7 @@ async fn main() {
     println!();
     println!(
         "summary (b: kubectl apply, then every Deployment Available; b2: the same for the next version; pal/b: pallet's install over b; upg/b2: pallet's upgrade over b2; \
-         cpu: the control plane's CPU over the floor's; requests per app from the audit log{})",
+         cpu: the control plane's CPU over the floor's; m/b, m2/b2: the least any agent adds (BDs, pulls, one status each) over the floor, the lowest ratio an agent can reach; requests per app from the audit log{})",
         if rounds > 1 {
             format!("; the median of each column over {rounds} rounds, a ratio being the median of the rounds' own ratios")
         } else {
@@ -1033,34 +1054,38 @@ async fn main() {
         }
     );
     println!(
-        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12} {:>12}",
+        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>12}",
         "apps",
         "kubectl a",
         "a + wait b",
         "pallet",
         "pal/b",
         "cpu",
+        "m/b",
         "b2",
         "upgrade",
         "upg/b2",
         "cpu",
+        "m2/b2",
         "req/app pal",
         "req/app kctl"
     );
     for (n, measured, _) in &report {
         let of = |figure: fn(&Round) -> f64| common::median(measured.iter().map(figure).collect());
         println!(
-            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>12} {:>12}",
+            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>12}",
             n,
             format!("{:.2} s", of(|r| r.floor.apply.as_secs_f64())),
             format!("{:.2} s", of(|r| r.floor.apply_wait.as_secs_f64())),
             format!("{:.2} s", of(|r| r.pallet.install.time.as_secs_f64())),
             format!("{:.2}x", of(Round::install_ratio)),
             format!("{:.2}x", of(Round::install_cpu_ratio)),
+            format!("{:.2}x", of(Round::least_install_ratio)),
             format!("{:.2} s", of(|r| r.floor.upgrade_wait.as_secs_f64())),
             format!("{:.2} s", of(|r| r.pallet.upgrade.time.as_secs_f64())),
             format!("{:.2}x", of(Round::upgrade_ratio)),
             format!("{:.2}x", of(Round::upgrade_cpu_ratio)),
+            format!("{:.2}x", of(Round::least_upgrade_ratio)),
             per_app(of(|r| audit::total(&r.pallet.install.requests) as f64), *n),
             per_app(of(|r| r.floor.requests as f64), *n),
         );
@@ -1069,7 +1094,7 @@ async fn main() {
         .iter()
         .filter_map(|(n, measured, peer)| {
             // The peer ran once, after the rounds: it is set beside the first round.
-            let Round { floor, pallet } = &measured[0];
+            let Round { floor, pallet, .. } = &measured[0];
             let (install, upgrade) = (&pallet.install, &pallet.upgrade);
             let pallet = flux::PalletFigures {
                 install: install.time,
@@ -1274,7 +1299,11 @@ async fn steady_state(
 /// the size is done, so a run that fails later keeps them).
 fn print_size(
     n: usize,
-    Round { floor, pallet }: &Round,
+    Round {
+        floor,
+        least,
+        pallet,
+    }: &Round,
     steady: &Option<Steady>,
     sharded: &Option<Sharded>,
     peer: &Option<flux::FluxRun>,
@@ -1299,6 +1328,21 @@ fn print_size(
         floor.upgrade_plane_cpu
     );
     floor.timelines.1.print();
+    let machine = |t: &timeline::Timeline, time: Duration| t.machine().0 * time.as_secs_f64();
+    least.install.print(
+        &format!("m. the least an agent adds to b ({n} BDs, pulls, statuses)"),
+        n,
+        floor.apply_wait,
+        floor.plane_cpu,
+        machine(&floor.timelines.0, floor.apply_wait),
+    );
+    least.upgrade.print(
+        &format!("m2. the least an agent adds to b2 ({n} BDs updated)"),
+        n,
+        floor.upgrade_wait,
+        floor.upgrade_plane_cpu,
+        machine(&floor.timelines.1, floor.upgrade_wait),
+    );
     print_cost(
         &format!("c. pallet: {n} BDs created at once -> all Ready"),
         &pallet.install,

@@ -107,10 +107,28 @@ fn flux_sh(command: &str) -> PathBuf {
 }
 
 impl Flux {
-    /// Builds (or reuses) the controllers with tools/flux.sh, applies their CRDs to the control
-    /// plane and makes their audited users.
-    pub fn setup(plane: &Plane, work: &Path) -> Flux {
+    /// Builds (or reuses) the controllers with tools/flux.sh; their users' kubeconfigs are
+    /// written under `work` by [`Flux::install`].
+    pub fn build(work: &Path) -> Flux {
         let bin = flux_sh("build");
+        let users = CONTROLLERS
+            .iter()
+            .map(|c| Plane::user_path(work, c.user))
+            .collect();
+        let versions = CONTROLLERS
+            .iter()
+            .map(|c| format!("{} {}", c.name, pinned_version(c.name)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Flux {
+            bin,
+            users,
+            versions,
+        }
+    }
+
+    /// Applies the controllers' CRDs to `plane` and makes their audited users.
+    pub fn install(&self, plane: &Plane, work: &Path) {
         let crds = flux_sh("crds");
         plane.admin(&[
             "apply",
@@ -125,19 +143,8 @@ impl Flux {
             "-f",
             crds.to_str().expect("utf-8 path"),
         ]);
-        let users = CONTROLLERS
-            .iter()
-            .map(|c| plane.user(work, c.user))
-            .collect();
-        let versions = CONTROLLERS
-            .iter()
-            .map(|c| format!("{} {}", c.name, pinned_version(c.name)))
-            .collect::<Vec<_>>()
-            .join(", ");
-        Flux {
-            bin,
-            users,
-            versions,
+        for c in CONTROLLERS {
+            plane.user(work, c.user);
         }
     }
 

@@ -12,7 +12,10 @@ use pallet::api::BundleDeployment;
 use crate::common::audit::AuditLog;
 use crate::common::{self, cpu_seconds};
 use crate::private_control_plane::PrivateControlPlane;
-use crate::{cluster, epoch_seconds, profile, timeline, DEADLINE};
+use crate::{
+    cluster, epoch_seconds, profile, shard_user, timeline, AGENT_USER, DEADLINE, KUBECTL_USER,
+    SHARDS,
+};
 
 /// The control plane under test: a private one, its admin, and its audited users.
 pub struct Plane {
@@ -26,6 +29,45 @@ pub struct Plane {
 }
 
 impl Plane {
+    /// Starts a private control plane of its own, with the BundleDeployment CRD, the audited
+    /// users (their kubeconfigs under `work`, replacing the previous plane's: one plane runs at a
+    /// time) and the agents' namespace. Each group of phases gets a fresh one: the same phase
+    /// cost the control plane a third more CPU on one that had already carried a few thousand
+    /// apps (BENCHMARKS.md, session 16), so a phase measured later would pay for the earlier.
+    pub async fn start(work: &Path) -> Plane {
+        let profiler = profile::Profiler::from_env();
+        let plane = PrivateControlPlane::start_with_env(
+            profiler.as_ref().map(|p| p.plane_env()).unwrap_or_default(),
+        );
+        let client = plane.client().await;
+        cluster::install_crd(&client).await;
+        let dir = plane
+            .kubeconfig()
+            .parent()
+            .expect("kubeconfig in the state dir")
+            .to_path_buf();
+        let mut plane = Plane {
+            kubectl_user: PathBuf::new(),
+            agent_user: PathBuf::new(),
+            audit: AuditLog::new(&dir),
+            client,
+            plane,
+            profiler,
+        };
+        plane.kubectl_user = plane.user(work, KUBECTL_USER);
+        plane.agent_user = plane.user(work, AGENT_USER);
+        for shard in SHARDS {
+            plane.user(work, &shard_user(shard));
+        }
+        plane.admin(&["create", "namespace", "pallet-system"]);
+        plane
+    }
+
+    /// Where [`Plane::user`] writes user `name`'s kubeconfig.
+    pub fn user_path(work: &Path, name: &str) -> PathBuf {
+        work.join(format!("{name}.kubeconfig"))
+    }
+
     /// Deletes the BundleDeployments matching `selector` and waits until they are gone (their
     /// agents must still run: the finalizer is theirs to remove).
     pub async fn delete_bundle_deployments(&self, selector: &str) {
@@ -50,7 +92,7 @@ impl Plane {
 
     /// A kubeconfig for audited user `name` (cluster-admin), written under `work`.
     pub fn user(&self, work: &Path, name: &str) -> PathBuf {
-        let out = work.join(format!("{name}.kubeconfig"));
+        let out = Plane::user_path(work, name);
         self.plane
             .script_args(&["user", name, out.to_str().expect("utf-8 path")]);
         out

@@ -1,0 +1,320 @@
+//! Floors m and m2: the least any agent of this shape must add to the floors b and b2.
+//!
+//! An agent that installs each app from its own OCI artifact through its own BundleDeployment
+//! cannot do less than: the user creates (or updates) the N BundleDeployments; the agent pulls
+//! each artifact (the manifest by digest and its one layer: two registry requests), applies its
+//! 4 objects, and writes one status per BundleDeployment saying it is Ready. Here this
+//! benchmark's own process does exactly that and nothing more, as cheaply as it can: while the
+//! user's `kubectl apply` of the BundleDeployments runs, it pulls each app and applies its
+//! objects by server-side apply (eight apps at a time, as the agent), then writes the statuses
+//! while the Deployments become Available. No watch, no finalizer, no snapshot, no Event, no
+//! rendering, no health check.
+//!
+//! So m's work is the least such an agent can add to b's, and m2's the least it can add to
+//! b2's: the machine's CPU of m over b's is a floor for any agent's, and where the two cores
+//! are busy throughout (as at 1,000 apps), time follows CPU. On a machine with idle cores
+//! (100 apps) the order of the work matters too, and an agent that overlaps more can beat m's
+//! time, not its CPU.
+//!
+//! The BundleDeployments carry [`LEAST_LABEL`] and not the label the benchmark's agents select,
+//! so no agent would act on them even on a shared control plane.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use pallet::api::BundleDeployment;
+use serde_json::{json, Value};
+
+use crate::flux::RegistryFilter;
+use crate::plane::Plane;
+use crate::support::{Fixtures, Server};
+use crate::{app_yaml, common, timeline, write_bds, Images, RoundOf};
+
+/// Labels the BundleDeployments of floors m and m2 (value: the run), which no agent selects.
+const LEAST_LABEL: &str = "bench.pallet.dev/least";
+/// Registry pulls and status writes in flight at once: the agent's default apply parallelism.
+const IN_FLIGHT: usize = 8;
+
+/// What one of the floors m and m2 took.
+pub struct LeastPhase {
+    pub time: Duration,
+    pub plane_cpu: f64,
+    /// This benchmark's process (the stand-in agent, and the wait's watch).
+    pub stand_in_cpu: f64,
+    /// Registry requests for this size's artifacts.
+    pub registry: usize,
+    pub timeline: timeline::Timeline,
+}
+
+impl LeastPhase {
+    /// The machine's CPU over the phase (cores busy on average times the phase's length).
+    pub fn machine_cpu(&self) -> f64 {
+        self.timeline.machine().0 * self.time.as_secs_f64()
+    }
+
+    /// Prints the phase as `label`, with its ratios to the kubectl floor (`floor_time`,
+    /// `floor_plane_cpu`, `floor_machine_cpu`).
+    pub fn print(
+        &self,
+        label: &str,
+        n: usize,
+        floor_time: Duration,
+        floor_plane_cpu: f64,
+        floor_machine_cpu: f64,
+    ) {
+        println!(
+            "{label:<58} {:>10} {:>10}",
+            common::secs(self.time),
+            common::ratio(self.time, floor_time)
+        );
+        println!(
+            "   control plane CPU {:.1} s ({:.2}x the floor's); the stand-in agent (this benchmark's process) {:.1} CPU s; machine CPU {:.1} s ({:.2}x the floor's); registry requests {} ({:.1} per app)",
+            self.plane_cpu,
+            self.plane_cpu / floor_plane_cpu.max(0.001),
+            self.stand_in_cpu,
+            self.machine_cpu(),
+            self.machine_cpu() / floor_machine_cpu.max(0.001),
+            self.registry,
+            self.registry as f64 / n as f64
+        );
+        self.timeline.print();
+    }
+}
+
+/// Floors m (install) and m2 (upgrade) of one size.
+pub struct Least {
+    pub install: LeastPhase,
+    pub upgrade: LeastPhase,
+}
+
+/// Measures m then m2 in a namespace of their own.
+pub async fn least_floors(
+    plane: &Plane,
+    fx: &Fixtures,
+    (registry, images): (&Server, Images<'_>),
+    work: &Path,
+    run: &str,
+    at: RoundOf,
+) -> Least {
+    let (n, suffix) = (at.n, at.suffix());
+    let ns = format!("{run}-m{n}{suffix}");
+    plane.fake_kubelet_namespace(&ns);
+    let labels = format!("{LEAST_LABEL}: {run}");
+    let bd_file = |version: &str, images: &[String]| {
+        write_bds(
+            work,
+            &format!("least-{n}-{version}.yaml"),
+            &ns,
+            images,
+            |i| (format!("m{n}-app-{i:04}{suffix}"), labels.clone()),
+        )
+    };
+    let filter = RegistryFilter::new(registry, run, n);
+    let phase = |version: &'static str, images: &[String]| {
+        let bds = bd_file(version, images);
+        let names: Vec<String> = (0..n).map(|i| format!("m{n}-app-{i:04}{suffix}")).collect();
+        let refs = images.to_vec();
+        let (ns, filter) = (ns.clone(), &filter);
+        async move {
+            let registry_before = filter.count(fx).await;
+            let cpu_before = (plane.cpu(), common::cpu_seconds(std::process::id()));
+            let sampler = timeline::Sampler::start(plane.pid(), Some(std::process::id()));
+            let start = Instant::now();
+            stand_in(plane, &ns, &bds, &refs, &names, version).await;
+            let time = start.elapsed();
+            let timeline = plane
+                .deployment_steps(sampler.stop(), &ns, version == "v1")
+                .await;
+            LeastPhase {
+                time,
+                plane_cpu: plane.cpu() - cpu_before.0,
+                stand_in_cpu: common::cpu_seconds(std::process::id()) - cpu_before.1,
+                registry: filter.count(fx).await - registry_before,
+                timeline,
+            }
+        }
+    };
+    let install = phase("v1", images.v1).await;
+    let upgrade = phase("v2", images.v2).await;
+    Least { install, upgrade }
+}
+
+/// The user's apply of `bds` (the BundleDeployments) while each app's artifact of `refs` is
+/// pulled and its objects applied; then one status write per BundleDeployment of `names`
+/// while the Deployments of `ns` become Available.
+async fn stand_in(
+    plane: &Plane,
+    ns: &str,
+    bds: &Path,
+    refs: &[String],
+    names: &[String],
+    version: &str,
+) {
+    let user = plane.kubectl_user.clone();
+    let bds = bds.to_path_buf();
+    let create = tokio::task::spawn_blocking(move || {
+        common::kubectl_with(
+            &user,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=bench-user",
+                "-f",
+                bds.to_str().expect("utf-8 path"),
+            ],
+        )
+    });
+    let http = reqwest::Client::new();
+    futures::stream::iter(refs.iter().enumerate())
+        .for_each_concurrent(IN_FLIGHT, |(i, image)| {
+            let http = &http;
+            async move {
+                pull(http, image).await;
+                apply_app(&plane.client, ns, &app_yaml(i, version)).await;
+            }
+        })
+        .await;
+    create.await.expect("the user's kubectl apply");
+    let api: Api<BundleDeployment> = Api::all(plane.client.clone());
+    let revision = if version == "v1" { 1 } else { 2 };
+    let statuses = futures::stream::iter(names.iter().zip(refs)).for_each_concurrent(
+        IN_FLIGHT,
+        |(name, image)| {
+            let api = api.clone();
+            let body = json!({ "status": ready_status(ns, name, image, revision) });
+            async move {
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                    .expect("writing a BundleDeployment's status");
+            }
+        },
+    );
+    tokio::join!(statuses, plane.wait_available(ns, names.len()));
+}
+
+/// Applies the objects of `yaml` in `ns` one after the other, by server-side apply, as the
+/// agent applies a bundle's objects.
+async fn apply_app(client: &kube::Client, ns: &str, yaml: &str) {
+    let objects: Vec<DynamicObject> = serde_saphyr::from_multiple(yaml).expect("the app's objects");
+    for object in objects {
+        let types = object.types.clone().expect("apiVersion and kind");
+        let gvk = GroupVersionKind::try_from(&types).expect("a group, version and kind");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
+        let name = object.metadata.name.clone().expect("a name");
+        api.patch(
+            &name,
+            &PatchParams::apply("bench-stand-in"),
+            &Patch::Apply(&object),
+        )
+        .await
+        .expect("applying an app's object");
+    }
+}
+
+/// Pulls `image` (`host/repo@digest`) as the agent does: its manifest, then its one layer.
+async fn pull(http: &reqwest::Client, image: &str) {
+    let (host, rest) = image.split_once('/').expect("host/repo@digest");
+    let (repo, digest) = rest.split_once('@').expect("repo@digest");
+    let get = |path: String, accept: &'static str| {
+        let request = http
+            .get(format!("http://{host}/v2/{repo}/{path}"))
+            .header("Accept", accept);
+        async move {
+            let response = request.send().await.expect("a registry request");
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
+            response.bytes().await.expect("a registry response")
+        }
+    };
+    let manifest = get(
+        format!("manifests/{digest}"),
+        "application/vnd.oci.image.manifest.v1+json",
+    )
+    .await;
+    let manifest: Value = serde_json::from_slice(&manifest).expect("an OCI manifest");
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .expect("a layer")
+        .to_string();
+    get(format!("blobs/{layer}"), "*/*").await;
+}
+
+/// The status pallet writes when revision `revision` of the benchmark's app is healthy (the
+/// shape of `tools/write_costs.py`'s full status: eight conditions, the inventory, one
+/// revision).
+fn ready_status(ns: &str, name: &str, image: &str, revision: i64) -> Value {
+    // The size of a timestamp is what counts here, not its value.
+    let now = "2026-11-25T10:00:00Z";
+    let conditions: Vec<Value> = [
+        (
+            "RolledBack",
+            "False",
+            "UpToDate",
+            "revision is what the spec and the sources render",
+        ),
+        ("Stalled", "False", "Idle", "not stalled"),
+        ("Reconciling", "False", "Idle", "nothing in progress"),
+        (
+            "Ready",
+            "True",
+            "Healthy",
+            "revision healthy: 4 objects installed",
+        ),
+        (
+            "Unpacked",
+            "True",
+            "Unpacked",
+            "all sources fetched and resolved",
+        ),
+        (
+            "Installed",
+            "True",
+            "Installed",
+            "revision: 4 objects applied",
+        ),
+        (
+            "Healthy",
+            "True",
+            "Healthy",
+            "revision: all 4 objects healthy",
+        ),
+        ("Paused", "False", "Active", "reconciling normally"),
+    ]
+    .iter()
+    .map(|(kind, status, reason, message)| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastTransitionTime": now, "observedGeneration": revision})
+    })
+    .collect();
+    let app = name.trim_start_matches(|c| c != 'a');
+    let objects: Vec<Value> = ["ServiceAccount", "ConfigMap", "Service", "Deployment"]
+        .iter()
+        .map(|kind| {
+            let mut object = json!({"kind": kind, "version": "v1", "namespace": ns, "name": app});
+            if *kind == "Deployment" {
+                object["group"] = json!("apps");
+            }
+            object
+        })
+        .collect();
+    json!({
+        "observedGeneration": revision,
+        "activeRevision": revision,
+        "lastHealthyRevision": revision,
+        "agent": "bench-stand-in",
+        "conditions": conditions,
+        "inventory": {"count": 4, "objects": objects},
+        "revisions": [{
+            "number": revision, "generation": revision, "phase": "Healthy", "objects": 4,
+            "digest": format!("sha256:{}", "4".repeat(64)), "specDigest": format!("sha256:{}", "5".repeat(64)),
+            "appliedAt": now, "healthyAt": now,
+            "sources": [{"kind": "image", "ref": image, "resolved": image.rsplit_once('@').map_or("", |(_, d)| d)}],
+        }],
+    })
+}
