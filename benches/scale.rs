@@ -633,27 +633,29 @@ async fn pallet_round(
 /// Every round of one size, one line each, and the medians: how far a single run can be trusted.
 fn print_rounds(n: usize, measured: &[Round]) {
     println!(
-        "rounds at {n} apps (each: the floors b and b2, then pallet's install and upgrade with a fresh agent, in fresh namespaces; busy: the machine's cores busy on average):"
+        "rounds at {n} apps (each: the floors b and b2, the least m and m2, then pallet's install and upgrade with a fresh agent, each group on a fresh control plane; busy: the machine's cores busy on average):"
     );
     println!(
-        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12}",
+        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12}",
         "round",
         "floor b",
         "pallet",
         "pal/b",
         "cpu b / pal",
         "cpu",
+        "m/b",
         "busy b / pal",
         "b2",
         "upgrade",
         "upg/b2",
         "cpu b2 / upg",
         "cpu",
+        "m2/b2",
         "busy b2 / upg"
     );
     let line = |label: &str, f: &dyn Fn(fn(&Round) -> f64) -> f64| {
         println!(
-            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>12}",
+            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12}",
             label,
             format!("{:.1} s", f(|r| r.floor.apply_wait.as_secs_f64())),
             format!("{:.1} s", f(|r| r.pallet.install.time.as_secs_f64())),
@@ -664,6 +666,7 @@ fn print_rounds(n: usize, measured: &[Round]) {
                 f(|r| r.pallet.install.plane_cpu)
             ),
             format!("{:.2}x", f(Round::install_cpu_ratio)),
+            format!("{:.2}x", f(Round::least_install_ratio)),
             format!(
                 "{:.2} / {:.2}",
                 f(|r| r.floor.timelines.0.machine().0),
@@ -678,6 +681,7 @@ fn print_rounds(n: usize, measured: &[Round]) {
                 f(|r| r.pallet.upgrade.plane_cpu)
             ),
             format!("{:.2}x", f(Round::upgrade_cpu_ratio)),
+            format!("{:.2}x", f(Round::least_upgrade_ratio)),
             format!(
                 "{:.2} / {:.2}",
                 f(|r| r.floor.timelines.1.machine().0),

@@ -31,9 +31,10 @@ pub struct Plane {
 impl Plane {
     /// Starts a private control plane of its own, with the BundleDeployment CRD, the audited
     /// users (their kubeconfigs under `work`, replacing the previous plane's: one plane runs at a
-    /// time) and the agents' namespace. Each group of phases gets a fresh one: the same phase
-    /// cost the control plane a third more CPU on one that had already carried a few thousand
-    /// apps (BENCHMARKS.md, session 16), so a phase measured later would pay for the earlier.
+    /// time) and the agents' namespace. Each group of phases gets a fresh one, so that no phase
+    /// inherits what an earlier one left (BENCHMARKS.md, session 16: the same floor run four
+    /// times on one control plane cost it 82 to 111 CPU s; on fresh ones it still rose from
+    /// round to round, so part of that drift is the machine's).
     pub async fn start(work: &Path) -> Plane {
         let profiler = profile::Profiler::from_env();
         let plane = PrivateControlPlane::start_with_env(
