@@ -34,7 +34,8 @@ use crate::{app_yaml, common, timeline, write_bds, Images, RoundOf};
 
 /// Labels the BundleDeployments of floors m and m2 (value: the run), which no agent selects.
 const LEAST_LABEL: &str = "bench.pallet.dev/least";
-/// Registry pulls and status writes in flight at once: the agent's default apply parallelism.
+/// Apps (pull, then apply) and status writes in flight at once: the agent's default apply
+/// parallelism.
 const IN_FLIGHT: usize = 8;
 
 /// What one of the floors m and m2 took.
@@ -102,19 +103,20 @@ pub async fn least_floors(
     let ns = format!("{run}-m{n}{suffix}");
     plane.fake_kubelet_namespace(&ns);
     let labels = format!("{LEAST_LABEL}: {run}");
+    let name = |i: usize| format!("m{n}-app-{i:04}{suffix}");
     let bd_file = |version: &str, images: &[String]| {
         write_bds(
             work,
             &format!("least-{n}-{version}.yaml"),
             &ns,
             images,
-            |i| (format!("m{n}-app-{i:04}{suffix}"), labels.clone()),
+            |i| (name(i), labels.clone()),
         )
     };
     let filter = RegistryFilter::new(registry, run, n);
     let phase = |version: &'static str, images: &[String]| {
         let bds = bd_file(version, images);
-        let names: Vec<String> = (0..n).map(|i| format!("m{n}-app-{i:04}{suffix}")).collect();
+        let names: Vec<String> = (0..n).map(name).collect();
         let refs = images.to_vec();
         let (ns, filter) = (ns.clone(), &filter);
         async move {
@@ -152,11 +154,13 @@ async fn stand_in(
     names: &[String],
     version: &str,
 ) {
-    let user = plane.kubectl_user.clone();
+    // As in c: the user's apply as the (unaudited) admin, the agent's requests as the audited
+    // agent user, so the API server's audit log costs the same on both sides.
+    let admin = plane.plane.kubeconfig();
     let bds = bds.to_path_buf();
     let create = tokio::task::spawn_blocking(move || {
         common::kubectl_with(
-            &user,
+            &admin,
             &[
                 "apply",
                 "--server-side",
@@ -166,18 +170,19 @@ async fn stand_in(
             ],
         )
     });
+    let client = user_client(&plane.agent_user).await;
     let http = reqwest::Client::new();
     futures::stream::iter(refs.iter().enumerate())
         .for_each_concurrent(IN_FLIGHT, |(i, image)| {
-            let http = &http;
+            let (http, client) = (&http, &client);
             async move {
                 pull(http, image).await;
-                apply_app(&plane.client, ns, &app_yaml(i, version)).await;
+                apply_app(client, ns, &app_yaml(i, version)).await;
             }
         })
         .await;
     create.await.expect("the user's kubectl apply");
-    let api: Api<BundleDeployment> = Api::all(plane.client.clone());
+    let api: Api<BundleDeployment> = Api::all(client.clone());
     let revision = if version == "v1" { 1 } else { 2 };
     let statuses = futures::stream::iter(names.iter().zip(refs)).for_each_concurrent(
         IN_FLIGHT,
@@ -192,6 +197,15 @@ async fn stand_in(
         },
     );
     tokio::join!(statuses, plane.wait_available(ns, names.len()));
+}
+
+/// A client authenticating with the kubeconfig at `path`.
+async fn user_client(path: &Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("a user's kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("a user's client configuration");
+    kube::Client::try_from(config).expect("a user's client")
 }
 
 /// Applies the objects of `yaml` in `ns` one after the other, by server-side apply, as the
