@@ -170,7 +170,7 @@ async fn stand_in(
             ],
         )
     });
-    let client = user_client(&plane.agent_user).await;
+    let client = crate::private_control_plane::client_from(&plane.agent_user).await;
     let http = reqwest::Client::new();
     futures::stream::iter(refs.iter().enumerate())
         .for_each_concurrent(IN_FLIGHT, |(i, image)| {
@@ -197,15 +197,6 @@ async fn stand_in(
         },
     );
     tokio::join!(statuses, plane.wait_available(ns, names.len()));
-}
-
-/// A client authenticating with the kubeconfig at `path`.
-async fn user_client(path: &Path) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).expect("a user's kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .expect("a user's client configuration");
-    kube::Client::try_from(config).expect("a user's client")
 }
 
 /// Applies the objects of `yaml` in `ns` one after the other, by server-side apply, as the

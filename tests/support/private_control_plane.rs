@@ -72,12 +72,18 @@ impl PrivateControlPlane {
 
     /// An admin client.
     pub async fn client(&self) -> Client {
-        let kubeconfig = Kubeconfig::read_from(self.kubeconfig()).unwrap();
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        Client::try_from(config).unwrap()
+        client_from(&self.kubeconfig()).await
     }
+}
+
+/// A client authenticating with the kubeconfig at `path` (an admin's, or one of
+/// `tools/controlplane.sh user`).
+pub async fn client_from(path: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
 }
 
 impl Drop for PrivateControlPlane {
