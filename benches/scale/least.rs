@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use crate::flux::RegistryFilter;
 use crate::plane::Plane;
 use crate::support::{Fixtures, Server};
-use crate::{app_yaml, common, timeline, write_bds, Images, RoundOf};
+use crate::{app_yaml, common, profile, timeline, write_bds, Images, RoundOf};
 
 /// Labels the BundleDeployments of floors m and m2 (value: the run), which no agent selects.
 const LEAST_LABEL: &str = "bench.pallet.dev/least";
@@ -119,15 +119,23 @@ pub async fn least_floors(
         let names: Vec<String> = (0..n).map(name).collect();
         let refs = images.to_vec();
         let (ns, filter) = (ns.clone(), &filter);
+        let profile = format!(
+            "{n}-{}-least{suffix}",
+            if version == "v1" { "m" } else { "m2" }
+        );
         async move {
             let registry_before = filter.count(fx).await;
             let cpu_before = (plane.cpu(), common::cpu_seconds(std::process::id()));
+            let controllers = plane.controller_work().await;
             let sampler = timeline::Sampler::start(plane.pid(), Some(std::process::id()));
             let start = Instant::now();
-            stand_in(plane, &ns, &bds, &refs, &names, version).await;
+            profile::profiled(plane.profiler.as_ref(), &profile, async {
+                stand_in(plane, &ns, &bds, &refs, &names, version).await
+            })
+            .await;
             let time = start.elapsed();
             let timeline = plane
-                .deployment_steps(sampler.stop(), &ns, version == "v1")
+                .deployment_steps(sampler.stop(), &controllers, &ns, version == "v1")
                 .await;
             LeastPhase {
                 time,

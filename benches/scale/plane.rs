@@ -125,6 +125,19 @@ impl Plane {
         ]);
     }
 
+    /// What the control plane's controllers have done so far (see [`timeline::ControllerWork`]).
+    pub async fn controller_work(&self) -> timeline::ControllerWork {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("a GET of /metrics");
+        let metrics = self
+            .client
+            .request_text(request)
+            .await
+            .expect("the control plane's metrics");
+        timeline::ControllerWork::parse(&metrics)
+    }
+
     pub fn admin(&self, args: &[&str]) -> String {
         common::kubectl_with(&self.plane.kubeconfig(), args)
     }
@@ -168,13 +181,16 @@ impl Plane {
 
     /// A floor phase's timeline with the steps of the Deployments in `namespace`: created (when
     /// the phase `creates` them) and rolled out (the `Progressing` condition's
-    /// `NewReplicaSetAvailable`, updated when the latest ReplicaSet became available).
+    /// `NewReplicaSetAvailable`, updated when the latest ReplicaSet became available), and the
+    /// controllers' work since `controllers_before`.
     pub async fn deployment_steps(
         &self,
         timeline: timeline::Timeline,
+        controllers_before: &timeline::ControllerWork,
         namespace: &str,
         creates: bool,
     ) -> timeline::Timeline {
+        let controllers = self.controller_work().await.since(controllers_before);
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
         let deployments = api
             .list(&ListParams::default())
@@ -204,6 +220,7 @@ impl Plane {
         timeline
             .created(creates, created.collect())
             .with("rolled out", rolled_out)
+            .with_controllers(controllers)
     }
 
     /// Waits until every Deployment in `namespace` (`expected` of them) is Available for its

@@ -9,7 +9,7 @@
 //! cores idle while bundles are not yet Ready is time that does not follow CPU, which is what
 //! this shows.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -183,6 +183,7 @@ impl Sampler {
             started: self.started,
             progress: Vec::new(),
             processes: used,
+            controllers: ControllerWork::default(),
         }
     }
 }
@@ -195,6 +196,61 @@ pub struct Timeline {
     progress: Vec<(&'static str, Vec<f64>)>,
     /// CPU seconds each process used in the phase, the most first.
     processes: Vec<(String, f64)>,
+    /// What the control plane's controllers did in the phase.
+    controllers: ControllerWork,
+}
+
+/// The work of the control plane's controllers, per work queue: items processed and seconds
+/// spent on them (`workqueue_work_duration_seconds`, served with the API server's metrics as
+/// all run in one process). The controllers' CPU follows their syncs, so this says whether an
+/// agent made them sync more than the floor did for the same objects.
+#[derive(Clone, Default)]
+pub struct ControllerWork(BTreeMap<String, (f64, f64)>);
+
+impl ControllerWork {
+    /// Reads the work queues' counts and sums from a Prometheus text exposition.
+    pub fn parse(metrics: &str) -> ControllerWork {
+        let mut work: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for line in metrics.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let (slot, rest) = if let Some(rest) =
+                series.strip_prefix("workqueue_work_duration_seconds_count")
+            {
+                (0, rest)
+            } else if let Some(rest) = series.strip_prefix("workqueue_work_duration_seconds_sum") {
+                (1, rest)
+            } else {
+                continue;
+            };
+            let Some(name) = rest
+                .strip_prefix("{name=\"")
+                .and_then(|r| r.split_once('"'))
+                .map(|(name, _)| name.to_string())
+            else {
+                continue;
+            };
+            let entry = work.entry(name).or_default();
+            match slot {
+                0 => entry.0 = value,
+                _ => entry.1 = value,
+            }
+        }
+        ControllerWork(work)
+    }
+
+    /// The work done since `before`.
+    pub fn since(&self, before: &ControllerWork) -> ControllerWork {
+        let work = self.0.iter().map(|(name, (count, seconds))| {
+            let (c0, s0) = before.0.get(name).copied().unwrap_or_default();
+            (name.clone(), (count - c0, seconds - s0))
+        });
+        ControllerWork(work.filter(|(_, (count, _))| *count > 0.0).collect())
+    }
 }
 
 impl Timeline {
@@ -202,6 +258,12 @@ impl Timeline {
     /// writes them: whole seconds, so a count may run up to a second early).
     pub fn with(mut self, step: &'static str, times: Vec<f64>) -> Timeline {
         self.progress.push((step, times));
+        self
+    }
+
+    /// Adds what the control plane's controllers did in the phase.
+    pub fn with_controllers(mut self, work: ControllerWork) -> Timeline {
+        self.controllers = work;
         self
     }
 
@@ -262,6 +324,19 @@ impl Timeline {
             top.join(", "),
             busy * seconds - attributed
         );
+        let mut busiest: Vec<_> = self.controllers.0.iter().collect();
+        busiest.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let busiest: Vec<String> = busiest
+            .iter()
+            .take(6)
+            .map(|(name, (count, seconds))| format!("{name} {count:.0} ({seconds:.1} s)"))
+            .collect();
+        if !busiest.is_empty() {
+            println!(
+                "   controllers (items synced, seconds spent on them; the busiest): {}",
+                busiest.join(", ")
+            );
+        }
         println!(
             "   by tenth of the phase (cores busy; objects that had reached each step, timestamps in whole seconds):"
         );
