@@ -188,6 +188,9 @@ pub struct Context {
     /// Intents kept out of status, and what a restart must check for (see
     /// [`super::unwritten_intent`]).
     pub unwritten_intents: super::unwritten_intent::UnwrittenIntents,
+    /// How long recent revisions took to become healthy: the settle window before a progress
+    /// write (see [`super::settle`]).
+    pub settle: super::settle::SettleWindow,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
@@ -297,6 +300,7 @@ impl Context {
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
             unwritten_intents: Default::default(),
+            settle: Default::default(),
             writers: Mutex::new(HashMap::new()),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),

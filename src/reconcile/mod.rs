@@ -31,6 +31,7 @@ pub mod render;
 pub mod render_memo;
 pub mod rollout;
 pub mod scope;
+pub mod settle;
 pub mod status;
 pub mod unwritten_intent;
 pub mod values;
@@ -337,7 +338,9 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             if !sources_failing {
                 ctx.reset_backoff(&name);
             }
-            if let Some(left) = status::settling(writer.recorded(), &work, &outcome, &now()) {
+            let window = ctx.settle.current();
+            if let Some(left) = status::settling(writer.recorded(), &work, &outcome, &now(), window)
+            {
                 // Applied moments ago, not healthy yet: look again when it has had time to
                 // settle (its objects' watch events come sooner) before writing that it
                 // progresses. The intent recorded before the apply stays the record meanwhile
@@ -345,9 +348,13 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 keep_unwritten(ctx, bd, &writer);
                 return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
             }
+            let before = rollout::active_revision(writer.recorded()).cloned();
             let written = writer.write(&mut work, &outcome).await;
             keep_unwritten(ctx, bd, &writer);
             written?;
+            if let Some(took) = settle::became_healthy(before.as_ref(), &work) {
+                ctx.settle.record(took);
+            }
             if !writer.written.revisions.is_empty() {
                 ctx.unwritten_intents.installed(bd);
             }

@@ -191,20 +191,17 @@ pub fn progress_detail_only(
     after == *before
 }
 
-/// How long a revision just applied may stay recorded as Applying while its objects settle,
-/// before the agent writes that it is progressing (see [`settling`]).
-pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// When this pass applied the active revision moments ago (the last write says Applying) and
 /// its objects are not healthy yet, but nothing failed: how long to wait before writing that it
-/// progresses. Most objects settle within a second or two (a Deployment whose Pods start at
-/// once), and then the status goes from Applying to Healthy in one write instead of two. None:
-/// write now (a request handled by this pass is always recorded at once). Pure.
+/// progresses, the revision having had `window` to settle (see [`super::settle`]). Most objects
+/// settle within it, and then the status goes from Applying to Healthy in one write instead of
+/// two. None: write now (a request handled by this pass is always recorded at once). Pure.
 pub fn settling(
     written: &BundleDeploymentStatus,
     work: &BundleDeploymentStatus,
     outcome: &Outcome,
     now: &Time,
+    window: std::time::Duration,
 ) -> Option<std::time::Duration> {
     let Outcome::Installed { health, .. } = outcome else {
         return None;
@@ -232,7 +229,7 @@ pub fn settling(
     }
     let since = now.0.duration_since(after.applied_at.as_ref()?.0);
     let since = std::time::Duration::try_from(since).ok()?;
-    SETTLE.checked_sub(since).filter(|left| !left.is_zero())
+    window.checked_sub(since).filter(|left| !left.is_zero())
 }
 
 /// The status after `outcome`, starting from `current`, for `generation` at `now`.
@@ -572,6 +569,7 @@ fn waiting_message(reason: &str) -> &'static str {
 mod tests {
     use super::*;
     use crate::reconcile::rollout;
+    use crate::reconcile::settle::SETTLE_MIN;
 
     fn time(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -695,24 +693,46 @@ mod tests {
         let written = applying_since(100);
         let mut work = written.clone();
         rollout::mark_applied(&mut work);
-        let left = settling(&written, &work, &progressing(), &time(101)).unwrap();
+        let left = settling(&written, &work, &progressing(), &time(101), SETTLE_MIN).unwrap();
         assert_eq!(left, std::time::Duration::from_secs(1));
         assert_eq!(
-            settling(&written, &work, &progressing(), &time(102)),
+            settling(&written, &work, &progressing(), &time(102), SETTLE_MIN),
             None,
             "settled long enough"
         );
         assert_eq!(
-            settling(&written, &work, &installed(), &time(101)),
+            settling(&written, &work, &installed(), &time(101), SETTLE_MIN),
             None,
             "healthy: written"
         );
         // Progressing already written: nothing to hold back.
-        assert_eq!(settling(&work, &work, &progressing(), &time(101)), None);
+        assert_eq!(
+            settling(&work, &work, &progressing(), &time(101), SETTLE_MIN),
+            None
+        );
         // A request handled by this pass is recorded at once.
         let mut asked = work.clone();
         asked.last_handled_reconcile = Some("now".into());
-        assert_eq!(settling(&written, &asked, &progressing(), &time(101)), None);
+        assert_eq!(
+            settling(&written, &asked, &progressing(), &time(101), SETTLE_MIN),
+            None
+        );
+    }
+
+    #[test]
+    fn a_wider_window_holds_progress_back_longer() {
+        let written = applying_since(100);
+        let mut work = written.clone();
+        rollout::mark_applied(&mut work);
+        let window = std::time::Duration::from_secs(6);
+        assert_eq!(
+            settling(&written, &work, &progressing(), &time(103), window),
+            Some(std::time::Duration::from_secs(3))
+        );
+        assert_eq!(
+            settling(&written, &work, &progressing(), &time(106), window),
+            None
+        );
     }
 
     #[test]
