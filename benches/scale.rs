@@ -333,6 +333,8 @@ struct Cost {
     requests: BTreeMap<String, u64>,
     plane_cpu: f64,
     agent_cpu: f64,
+    /// The agent's context switches in the phase: (voluntary, involuntary).
+    agent_switches: (u64, u64),
     peak_mib: f64,
     /// Differences of the agent's metrics over the phase.
     metrics: BTreeMap<String, f64>,
@@ -442,6 +444,7 @@ async fn measure_agent(
     let metrics_before = agent.metrics().await;
     let registry_before = registry.1.count(registry.0).await;
     let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
+    let switches_before = common::context_switches(agent.pid());
     let from = audit::now();
     let controllers_before = plane.controller_work().await;
     let sampler = timeline::Sampler::start(plane.pid(), Some(agent.pid()));
@@ -468,6 +471,11 @@ async fn measure_agent(
         plane.cpu() - cpu_before,
         cpu_seconds(agent.pid()) - agent_cpu_before,
     );
+    let switches = common::context_switches(agent.pid());
+    let agent_switches = (
+        switches.0.saturating_sub(switches_before.0),
+        switches.1.saturating_sub(switches_before.1),
+    );
     let metrics = delta(&metrics_before, &agent.metrics().await);
     Cost {
         time,
@@ -475,6 +483,7 @@ async fn measure_agent(
         requests: plane.audit.requests(AGENT_USER, from, to),
         plane_cpu,
         agent_cpu,
+        agent_switches,
         peak_mib: proc_mib(agent.pid(), "VmHWM:"),
         metrics,
         registry: registry.1.count(registry.0).await - registry_before,
@@ -866,13 +875,15 @@ fn print_cost(label: &str, cost: &Cost, basis: &Basis, n: usize) {
         ratio(cost.time, basis.time)
     );
     println!(
-        "   control plane CPU {:.1} s ({:.2}x the {}'s {:.1} s); agent CPU {:.1} s; agent peak RSS {:.0} MiB",
+        "   control plane CPU {:.1} s ({:.2}x the {}'s {:.1} s); agent CPU {:.1} s; agent peak RSS {:.0} MiB; agent context switches {} voluntary, {} involuntary",
         cost.plane_cpu,
         cost.plane_cpu / basis.plane_cpu.max(0.001),
         basis.name,
         basis.plane_cpu,
         cost.agent_cpu,
-        cost.peak_mib
+        cost.peak_mib,
+        cost.agent_switches.0,
+        cost.agent_switches.1
     );
     // The registry and the user's kubectl run on this machine too, but on other machines in a
     // real cluster: this is what the cluster's own cores carry.

@@ -183,6 +183,32 @@ pub fn proc_kib(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// User + system CPU seconds used so far by process `pid` (its threads included).
+/// Context switches of process `pid` so far, summed over its threads still running:
+/// (voluntary, involuntary). A thread that exited takes its count with it.
+pub fn context_switches(pid: u32) -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return (0, 0);
+    };
+    let mut total = (0, 0);
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            let count = |prefix: &str| {
+                line.strip_prefix(prefix)
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            };
+            if let Some(n) = count("voluntary_ctxt_switches:") {
+                total.0 += n;
+            } else if let Some(n) = count("nonvoluntary_ctxt_switches:") {
+                total.1 += n;
+            }
+        }
+    }
+    total
+}
+
 pub fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
