@@ -317,11 +317,7 @@ impl Agent {
             .text()
             .await
             .expect("reading /metrics");
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
-            .collect()
+        common::metric_samples(&text)
     }
 }
 

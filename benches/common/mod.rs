@@ -182,7 +182,15 @@ pub fn proc_kib(pid: u32, field: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// User + system CPU seconds used so far by process `pid` (its threads included).
+/// Every sample of a Prometheus text exposition, by `name{labels}`.
+pub fn metric_samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
 /// Context switches of process `pid` so far, summed over its threads still running:
 /// (voluntary, involuntary). A thread that exited takes its count with it.
 pub fn context_switches(pid: u32) -> (u64, u64) {
@@ -209,6 +217,7 @@ pub fn context_switches(pid: u32) -> (u64, u64) {
     total
 }
 
+/// User + system CPU seconds used so far by process `pid` (its threads included).
 pub fn cpu_seconds(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;

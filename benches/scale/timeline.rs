@@ -211,33 +211,22 @@ impl ControllerWork {
     /// Reads the work queues' counts and sums from a Prometheus text exposition.
     pub fn parse(metrics: &str) -> ControllerWork {
         let mut work: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-        for line in metrics.lines() {
-            let Some((series, value)) = line.rsplit_once(' ') else {
+        for (series, value) in crate::common::metric_samples(metrics) {
+            let Some((metric, labels)) = series.split_once("{name=\"") else {
                 continue;
             };
-            let Ok(value) = value.parse::<f64>() else {
+            let Some((name, _)) = labels.split_once('"') else {
                 continue;
             };
-            let (slot, rest) = if let Some(rest) =
-                series.strip_prefix("workqueue_work_duration_seconds_count")
-            {
-                (0, rest)
-            } else if let Some(rest) = series.strip_prefix("workqueue_work_duration_seconds_sum") {
-                (1, rest)
-            } else {
-                continue;
+            let entry = match metric {
+                "workqueue_work_duration_seconds_count" | "workqueue_work_duration_seconds_sum" => {
+                    work.entry(name.to_string()).or_default()
+                }
+                _ => continue,
             };
-            let Some(name) = rest
-                .strip_prefix("{name=\"")
-                .and_then(|r| r.split_once('"'))
-                .map(|(name, _)| name.to_string())
-            else {
-                continue;
-            };
-            let entry = work.entry(name).or_default();
-            match slot {
-                0 => entry.0 = value,
-                _ => entry.1 = value,
+            match metric.ends_with("_count") {
+                true => entry.0 = value,
+                false => entry.1 = value,
             }
         }
         ControllerWork(work)

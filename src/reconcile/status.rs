@@ -688,11 +688,17 @@ mod tests {
         status
     }
 
-    #[test]
-    fn a_revision_just_applied_settles_before_progress_is_written() {
-        let written = applying_since(100);
+    /// The status last written (revision 1 Applying since `at`) and the pass's work (applied).
+    fn just_applied(at: i64) -> (BundleDeploymentStatus, BundleDeploymentStatus) {
+        let written = applying_since(at);
         let mut work = written.clone();
         rollout::mark_applied(&mut work);
+        (written, work)
+    }
+
+    #[test]
+    fn a_revision_just_applied_settles_before_progress_is_written() {
+        let (written, work) = just_applied(100);
         let left = settling(&written, &work, &progressing(), &time(101), SETTLE_MIN).unwrap();
         assert_eq!(left, std::time::Duration::from_secs(1));
         assert_eq!(
@@ -721,9 +727,7 @@ mod tests {
 
     #[test]
     fn a_wider_window_holds_progress_back_longer() {
-        let written = applying_since(100);
-        let mut work = written.clone();
-        rollout::mark_applied(&mut work);
+        let (written, work) = just_applied(100);
         let window = std::time::Duration::from_secs(6);
         assert_eq!(
             settling(&written, &work, &progressing(), &time(103), window),
