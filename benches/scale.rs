@@ -40,9 +40,10 @@
 //!
 //! Each of b, b2, m, m2, c and e also prints its timeline (`scale/timeline.rs`): the machine's
 //! cores busy and the CPU of each process (control plane, agent, registry, the fixtures'
-//! counting proxy, kubectl) over the phase, tenth by tenth how far the objects had come, and how
-//! many items the control plane's controllers synced (from its work queues' metrics: an agent
-//! that made them sync more would show there); and c and e the CPU on the cluster's side
+//! counting proxy, kubectl) over the phase, tenth by tenth how far the objects had come, and what
+//! the control plane did, from its own metrics (items its controllers synced: an agent that made
+//! them sync more would show there; its Go runtime's allocation, garbage collection, run queue
+//! and mutex waits; watch events sent per resource); and c and e the CPU on the cluster's side
 //! (control plane + agent), since the registry and the user's kubectl share this machine's cores
 //! but not a real cluster's.
 //!
@@ -53,8 +54,8 @@
 //! and a ratio inherits that. The steady state runs in the first round; shards and peer once,
 //! after the last.
 //!
-//! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile of the control plane for each of the
-//! phases b, b2, m, m2, c and e (see `scale/profile.rs`).
+//! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile and allocation profiles of the control
+//! plane for each of the phases b, b2, m, m2, c and e (see `scale/profile.rs`).
 //!
 //! `PALLET_BENCH_AGENT_WRAP` runs each agent under a command prefix, for profiling (for example
 //! `heaptrack -o /tmp/agent`); the time and RSS figures of such a run are not the agent's.
@@ -442,7 +443,7 @@ async fn measure_agent(
     let (cpu_before, agent_cpu_before) = (plane.cpu(), cpu_seconds(agent.pid()));
     let switches_before = common::context_switches(agent.pid());
     let from = audit::now();
-    let controllers_before = plane.controller_work().await;
+    let plane_before = plane.plane_work().await;
     let sampler = timeline::Sampler::start(plane.pid(), Some(agent.pid()));
     let start = Instant::now();
     let applied = profile::profiled(plane.profiler.as_ref(), phase, async {
@@ -462,7 +463,7 @@ async fn measure_agent(
         .unwrap_or_default();
     let (started, healthy) = revision_times(&listed);
     let timeline = bd_steps(sampled, &listed, creates)
-        .with_controllers(plane.controller_work().await.since(&controllers_before));
+        .with_plane_work(plane.plane_work().await.since(&plane_before));
     let (plane_cpu, agent_cpu) = (
         plane.cpu() - cpu_before,
         cpu_seconds(agent.pid()) - agent_cpu_before,
@@ -766,7 +767,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     let profiler = plane.profiler.as_ref();
     let cpu_before = plane.cpu();
     let from = audit::now();
-    let controllers = plane.controller_work().await;
+    let plane_before = plane.plane_work().await;
     let sampler = timeline::Sampler::start(plane.pid(), None);
     let start = Instant::now();
     let apply_only = profile::profiled(profiler, &format!("{n}-b-floor{}", at.suffix()), async {
@@ -778,13 +779,13 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     .await;
     let apply_wait = start.elapsed();
     let install_timeline = plane
-        .deployment_steps(sampler.stop(), &controllers, &ns, true)
+        .deployment_steps(sampler.stop(), &plane_before, &ns, true)
         .await;
     let plane_cpu = plane.cpu() - cpu_before;
     let requests = audit::total(&plane.audit.requests(KUBECTL_USER, from, audit::now()));
     let refused_before_upgrade = plane.refused_pods(&ns).await;
     let cpu_before = plane.cpu();
-    let controllers = plane.controller_work().await;
+    let plane_before = plane.plane_work().await;
     let sampler = timeline::Sampler::start(plane.pid(), None);
     let start = Instant::now();
     profile::profiled(
@@ -798,7 +799,7 @@ async fn kubectl_floor(plane: &Plane, work: &Path, run: &str, at: RoundOf) -> Fl
     .await;
     let upgrade_wait = start.elapsed();
     let upgrade_timeline = plane
-        .deployment_steps(sampler.stop(), &controllers, &ns, false)
+        .deployment_steps(sampler.stop(), &plane_before, &ns, false)
         .await;
     let upgrade_plane_cpu = plane.cpu() - cpu_before;
     let refused_total = plane.refused_pods(&ns).await;

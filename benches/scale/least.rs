@@ -126,7 +126,7 @@ pub async fn least_floors(
         async move {
             let registry_before = filter.count(fx).await;
             let cpu_before = (plane.cpu(), common::cpu_seconds(std::process::id()));
-            let controllers = plane.controller_work().await;
+            let plane_before = plane.plane_work().await;
             let sampler = timeline::Sampler::start(plane.pid(), Some(std::process::id()));
             let start = Instant::now();
             profile::profiled(plane.profiler.as_ref(), &profile, async {
@@ -135,7 +135,7 @@ pub async fn least_floors(
             .await;
             let time = start.elapsed();
             let timeline = plane
-                .deployment_steps(sampler.stop(), &controllers, &ns, version == "v1")
+                .deployment_steps(sampler.stop(), &plane_before, &ns, version == "v1")
                 .await;
             LeastPhase {
                 time,

@@ -125,8 +125,8 @@ impl Plane {
         ]);
     }
 
-    /// What the control plane's controllers have done so far (see [`timeline::ControllerWork`]).
-    pub async fn controller_work(&self) -> timeline::ControllerWork {
+    /// What the control plane has done so far (see [`timeline::PlaneWork`]).
+    pub async fn plane_work(&self) -> timeline::PlaneWork {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .expect("a GET of /metrics");
@@ -135,7 +135,7 @@ impl Plane {
             .request_text(request)
             .await
             .expect("the control plane's metrics");
-        timeline::ControllerWork::parse(&metrics)
+        timeline::PlaneWork::parse(&metrics)
     }
 
     pub fn admin(&self, args: &[&str]) -> String {
@@ -182,15 +182,15 @@ impl Plane {
     /// A floor phase's timeline with the steps of the Deployments in `namespace`: created (when
     /// the phase `creates` them) and rolled out (the `Progressing` condition's
     /// `NewReplicaSetAvailable`, updated when the latest ReplicaSet became available), and the
-    /// controllers' work since `controllers_before`.
+    /// control plane's work since `plane_before`.
     pub async fn deployment_steps(
         &self,
         timeline: timeline::Timeline,
-        controllers_before: &timeline::ControllerWork,
+        plane_before: &timeline::PlaneWork,
         namespace: &str,
         creates: bool,
     ) -> timeline::Timeline {
-        let controllers = self.controller_work().await.since(controllers_before);
+        let work = self.plane_work().await.since(plane_before);
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), namespace);
         let deployments = api
             .list(&ListParams::default())
@@ -220,7 +220,7 @@ impl Plane {
         timeline
             .created(creates, created.collect())
             .with("rolled out", rolled_out)
-            .with_controllers(controllers)
+            .with_plane_work(work)
     }
 
     /// Waits until every Deployment in `namespace` (`expected` of them) is Available for its

@@ -1,7 +1,10 @@
 //! CPU profiles of the control plane per phase (`PALLET_BENCH_SCALE_PROFILE=DIR`): the private
 //! control plane serves a profiler (tools/controlplane/profile.go), and each measured phase is
 //! wrapped in a start and a stop, its profile saved as `DIR/<phase>.pprof` for
-//! `go tool pprof -top DIR/<phase>.pprof`. Profiling costs the control plane a little CPU, so a
+//! `go tool pprof -top DIR/<phase>.pprof`. The allocation profiles at its start and end go to
+//! `DIR/<phase>.allocs-start.pprof` and `DIR/<phase>.allocs.pprof`: `go tool pprof
+//! -sample_index=alloc_space -diff_base DIR/<phase>.allocs-start.pprof DIR/<phase>.allocs.pprof`
+//! says what the phase allocated, and where. Profiling costs the control plane a little CPU, so a
 //! profiled run's figures are for comparing phases with each other, not with other runs.
 
 use std::path::PathBuf;
@@ -26,9 +29,9 @@ impl Profiler {
         vec![("PALLET_CONTROLPLANE_PROFILE".into(), self.url.clone())]
     }
 
-    async fn post(&self, path: &str) -> Vec<u8> {
+    async fn call(&self, method: reqwest::Method, path: &str) -> Vec<u8> {
         let response = reqwest::Client::new()
-            .post(format!("http://{}{path}", self.url))
+            .request(method, format!("http://{}{path}", self.url))
             .send()
             .await
             .and_then(|r| r.error_for_status())
@@ -36,17 +39,32 @@ impl Profiler {
         response.bytes().await.expect("profile body").to_vec()
     }
 
-    /// Starts profiling.
-    pub async fn start(&self) {
-        self.post("/cpu/start").await;
+    /// Saves `data` as `file` in the profile directory; returns its path.
+    fn save(&self, file: &str, data: Vec<u8>) -> PathBuf {
+        let path = self.dir.join(file);
+        std::fs::write(&path, data).expect("writing a profile");
+        path
     }
 
-    /// Stops profiling and saves the profile as `<phase>.pprof`.
+    /// Saves the allocation profile so far as `<phase>.allocs-start.pprof` and starts profiling
+    /// the CPU.
+    pub async fn start(&self, phase: &str) {
+        let allocs = self.call(reqwest::Method::GET, "/allocs").await;
+        self.save(&format!("{phase}.allocs-start.pprof"), allocs);
+        self.call(reqwest::Method::POST, "/cpu/start").await;
+    }
+
+    /// Stops profiling and saves the CPU profile as `<phase>.pprof`, the allocation profile so
+    /// far as `<phase>.allocs.pprof`.
     pub async fn stop(&self, phase: &str) {
-        let data = self.post("/cpu/stop").await;
-        let path = self.dir.join(format!("{phase}.pprof"));
-        std::fs::write(&path, data).expect("writing the profile");
-        eprintln!("    control plane profile: {}", path.display());
+        let cpu = self.call(reqwest::Method::POST, "/cpu/stop").await;
+        let path = self.save(&format!("{phase}.pprof"), cpu);
+        let allocs = self.call(reqwest::Method::GET, "/allocs").await;
+        self.save(&format!("{phase}.allocs.pprof"), allocs);
+        eprintln!(
+            "    control plane profile: {} (and allocations)",
+            path.display()
+        );
     }
 }
 
@@ -59,7 +77,7 @@ pub async fn profiled<T>(
     let Some(profiler) = profiler else {
         return phase.await;
     };
-    profiler.start().await;
+    profiler.start(name).await;
     let out = phase.await;
     profiler.stop(name).await;
     out

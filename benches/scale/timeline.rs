@@ -183,7 +183,7 @@ impl Sampler {
             started: self.started,
             progress: Vec::new(),
             processes: used,
-            controllers: ControllerWork::default(),
+            plane: PlaneWork::default(),
         }
     }
 }
@@ -196,49 +196,169 @@ pub struct Timeline {
     progress: Vec<(&'static str, Vec<f64>)>,
     /// CPU seconds each process used in the phase, the most first.
     processes: Vec<(String, f64)>,
-    /// What the control plane's controllers did in the phase.
-    controllers: ControllerWork,
+    /// What the control plane did in the phase.
+    plane: PlaneWork,
 }
 
-/// The work of the control plane's controllers, per work queue: items processed and seconds
-/// spent on them (`workqueue_work_duration_seconds`, served with the API server's metrics as
-/// all run in one process). The controllers' CPU follows their syncs, so this says whether an
-/// agent made them sync more than the floor did for the same objects.
+/// What the control plane did in a phase, from its own metrics (the API server, the
+/// controllers and the fake kubelet run in one process, so one `/metrics` covers them all):
+///
+/// - per controller work queue, items processed and seconds spent on them
+///   (`workqueue_work_duration_seconds`). The controllers' CPU follows their syncs, so this says
+///   whether an agent made them sync more than the floor did for the same objects;
+/// - the Go runtime's counters: bytes allocated, garbage collection CPU (and its share taken from
+///   goroutines as mark assists), time runnable goroutines waited for a core, time spent waiting
+///   on contended mutexes. Session 17 found each controller sync and each request costing more
+///   beside pallet than beside the least-work stand-in for the same work; these tell a busier
+///   heap from a longer run queue from lock contention;
+/// - watch events sent, per resource: what each write costs in fan-out to every watcher.
 #[derive(Clone, Default)]
-pub struct ControllerWork(BTreeMap<String, (f64, f64)>);
+pub struct PlaneWork {
+    queues: BTreeMap<String, (f64, f64)>,
+    /// Counters ([`RUNTIME_COUNTERS`]) and the live heap, by metric name.
+    runtime: BTreeMap<&'static str, f64>,
+    /// Watch events sent per resource: (events, bytes).
+    watch_events: BTreeMap<String, (f64, f64)>,
+}
 
-impl ControllerWork {
-    /// Reads the work queues' counts and sums from a Prometheus text exposition.
-    pub fn parse(metrics: &str) -> ControllerWork {
-        let mut work: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+/// The Go runtime's counters a phase is charged with (differences over the phase).
+const RUNTIME_COUNTERS: [&str; 7] = [
+    "go_gc_heap_allocs_bytes_total",
+    "go_cpu_classes_gc_total_cpu_seconds_total",
+    "go_cpu_classes_gc_mark_assist_cpu_seconds_total",
+    "go_gc_cycles_total_gc_cycles_total",
+    "go_sched_latencies_seconds_sum",
+    "go_sched_latencies_seconds_count",
+    "go_sync_mutex_wait_total_seconds_total",
+];
+/// The live heap after the last garbage collection (a gauge: the phase's end value is kept).
+const LIVE_HEAP: &str = "go_gc_heap_live_bytes";
+
+/// The value of label `name` in a series' labels after its `{` (`group="",resource="pods"}`),
+/// matched whole (`resource` is not `subresource`).
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("{name}=\"");
+    let rest = match labels.strip_prefix(&key) {
+        Some(rest) => rest,
+        None => labels.split_once(&format!(",{key}"))?.1,
+    };
+    rest.split_once('"').map(|(value, _)| value)
+}
+
+impl PlaneWork {
+    /// Reads the work queues, the runtime's counters and the watch events from a Prometheus
+    /// text exposition.
+    pub fn parse(metrics: &str) -> PlaneWork {
+        let mut work = PlaneWork::default();
         for (series, value) in crate::common::metric_samples(metrics) {
-            let Some((metric, labels)) = series.split_once("{name=\"") else {
-                continue;
-            };
-            let Some((name, _)) = labels.split_once('"') else {
-                continue;
-            };
-            let entry = match metric {
+            let (metric, labels) = series.split_once('{').unwrap_or((&series, ""));
+            match metric {
                 "workqueue_work_duration_seconds_count" | "workqueue_work_duration_seconds_sum" => {
-                    work.entry(name.to_string()).or_default()
+                    let Some(name) = label(labels, "name") else {
+                        continue;
+                    };
+                    let entry = work.queues.entry(name.to_string()).or_default();
+                    match metric.ends_with("_count") {
+                        true => entry.0 = value,
+                        false => entry.1 = value,
+                    }
                 }
-                _ => continue,
-            };
-            match metric.ends_with("_count") {
-                true => entry.0 = value,
-                false => entry.1 = value,
+                "apiserver_watch_events_total" | "apiserver_watch_events_sizes_sum" => {
+                    let Some(resource) = label(labels, "resource") else {
+                        continue;
+                    };
+                    let entry = work.watch_events.entry(resource.to_string()).or_default();
+                    match metric.ends_with("_total") {
+                        true => entry.0 += value,
+                        false => entry.1 += value,
+                    }
+                }
+                _ => {
+                    if let Some(name) = RUNTIME_COUNTERS
+                        .iter()
+                        .chain([&LIVE_HEAP])
+                        .find(|name| **name == metric)
+                    {
+                        work.runtime.insert(name, value);
+                    }
+                }
             }
         }
-        ControllerWork(work)
+        work
     }
 
-    /// The work done since `before`.
-    pub fn since(&self, before: &ControllerWork) -> ControllerWork {
-        let work = self.0.iter().map(|(name, (count, seconds))| {
-            let (c0, s0) = before.0.get(name).copied().unwrap_or_default();
-            (name.clone(), (count - c0, seconds - s0))
-        });
-        ControllerWork(work.filter(|(_, (count, _))| *count > 0.0).collect())
+    /// The work done since `before` (the live heap: as it is now).
+    pub fn since(&self, before: &PlaneWork) -> PlaneWork {
+        let minus = |map: &BTreeMap<String, (f64, f64)>, base: &BTreeMap<String, (f64, f64)>| {
+            map.iter()
+                .map(|(name, (a, b))| {
+                    let (a0, b0) = base.get(name).copied().unwrap_or_default();
+                    (name.clone(), (a - a0, b - b0))
+                })
+                .filter(|(_, (count, _))| *count > 0.0)
+                .collect()
+        };
+        let runtime = self
+            .runtime
+            .iter()
+            .map(|(name, value)| match *name == LIVE_HEAP {
+                true => (*name, *value),
+                false => (*name, value - before.runtime.get(name).unwrap_or(&0.0)),
+            })
+            .collect();
+        PlaneWork {
+            queues: minus(&self.queues, &before.queues),
+            runtime,
+            watch_events: minus(&self.watch_events, &before.watch_events),
+        }
+    }
+
+    /// Prints the busiest work queues, the runtime's figures and the watch events sent, each
+    /// on a line indented by three spaces.
+    fn print(&self) {
+        let mut busiest: Vec<_> = self.queues.iter().collect();
+        busiest.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let busiest: Vec<String> = busiest
+            .iter()
+            .take(6)
+            .map(|(name, (count, seconds))| format!("{name} {count:.0} ({seconds:.1} s)"))
+            .collect();
+        if !busiest.is_empty() {
+            println!(
+                "   controllers (items synced, seconds spent on them; the busiest): {}",
+                busiest.join(", ")
+            );
+        }
+        let get = |name: &str| self.runtime.get(name).copied().unwrap_or_default();
+        if get(RUNTIME_COUNTERS[0]) > 0.0 {
+            let waits = get("go_sched_latencies_seconds_count").max(1.0);
+            println!(
+                "   control plane runtime: allocated {:.2} GiB; GC {:.1} CPU s (mark assists {:.1}) in {:.0} cycles, live heap {:.0} MiB at the end; runnable goroutines waited {:.2} ms on average for a core ({:.0} waits); contended mutexes {:.1} s",
+                get("go_gc_heap_allocs_bytes_total") / f64::from(1 << 30),
+                get("go_cpu_classes_gc_total_cpu_seconds_total"),
+                get("go_cpu_classes_gc_mark_assist_cpu_seconds_total"),
+                get("go_gc_cycles_total_gc_cycles_total"),
+                get(LIVE_HEAP) / f64::from(1 << 20),
+                get("go_sched_latencies_seconds_sum") / waits * 1000.0,
+                waits,
+                get("go_sync_mutex_wait_total_seconds_total"),
+            );
+        }
+        let mut watched: Vec<_> = self.watch_events.iter().collect();
+        watched.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let watched: Vec<String> = watched
+            .iter()
+            .take(8)
+            .map(|(resource, (events, bytes))| {
+                format!("{resource} {events:.0} ({:.1} MB)", bytes / 1e6)
+            })
+            .collect();
+        if !watched.is_empty() {
+            println!(
+                "   watch events sent (events, bytes; the largest): {}",
+                watched.join(", ")
+            );
+        }
     }
 }
 
@@ -250,9 +370,9 @@ impl Timeline {
         self
     }
 
-    /// Adds what the control plane's controllers did in the phase.
-    pub fn with_controllers(mut self, work: ControllerWork) -> Timeline {
-        self.controllers = work;
+    /// Adds what the control plane did in the phase.
+    pub fn with_plane_work(mut self, work: PlaneWork) -> Timeline {
+        self.plane = work;
         self
     }
 
@@ -313,19 +433,7 @@ impl Timeline {
             top.join(", "),
             busy * seconds - attributed
         );
-        let mut busiest: Vec<_> = self.controllers.0.iter().collect();
-        busiest.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-        let busiest: Vec<String> = busiest
-            .iter()
-            .take(6)
-            .map(|(name, (count, seconds))| format!("{name} {count:.0} ({seconds:.1} s)"))
-            .collect();
-        if !busiest.is_empty() {
-            println!(
-                "   controllers (items synced, seconds spent on them; the busiest): {}",
-                busiest.join(", ")
-            );
-        }
+        self.plane.print();
         println!(
             "   by tenth of the phase (cores busy; objects that had reached each step, timestamps in whole seconds):"
         );

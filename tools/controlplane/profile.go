@@ -14,7 +14,10 @@ import (
 // kubelet) over a window its caller chooses: POST /cpu/start begins one, POST /cpu/stop ends it
 // and answers with the pprof data (read with `go tool pprof`). The scale benchmark wraps each
 // phase in start/stop, which the stock /debug/pprof/profile?seconds=N cannot do for a phase of
-// unknown length. Only on loopback and only when PALLET_CONTROLPLANE_PROFILE names an address.
+// unknown length. GET /allocs answers with the allocation profile so far (cumulative since the
+// process started, sampled by the runtime): two of them bracketing a phase, read with
+// `go tool pprof -sample_index=alloc_space -diff_base`, say what the phase allocated and where.
+// Only on loopback and only when PALLET_CONTROLPLANE_PROFILE names an address.
 func serveProfiler(addr string) error {
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -29,7 +32,7 @@ func serveProfiler(addr string) error {
 	return nil
 }
 
-// profilerHandler serves /cpu/start and /cpu/stop; one profile at a time.
+// profilerHandler serves /cpu/start and /cpu/stop (one CPU profile at a time) and /allocs.
 func profilerHandler() http.Handler {
 	var (
 		mu  sync.Mutex
@@ -61,6 +64,12 @@ func profilerHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(buf.Bytes())
 		buf = nil
+	})
+	mux.HandleFunc("GET /allocs", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := pprof.Lookup("allocs").WriteTo(w, 0); err != nil {
+			klog.ErrorS(err, "writing the allocation profile")
+		}
 	})
 	return mux
 }

@@ -41,3 +41,14 @@ func TestProfilerStartStop(t *testing.T) {
 		t.Fatalf("stop again: %d, want 200", code)
 	}
 }
+
+func TestProfilerAllocs(t *testing.T) {
+	rec := httptest.NewRecorder()
+	profilerHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/allocs", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("allocs: %d, want 200", rec.Code)
+	}
+	if body := rec.Body.Bytes(); !bytes.HasPrefix(body, []byte{0x1f, 0x8b}) {
+		t.Fatalf("allocs answered %d bytes that are not a gzip'd profile", len(body))
+	}
+}
