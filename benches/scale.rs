@@ -564,6 +564,19 @@ impl Round {
     fn upgrade_cpu_ratio(&self) -> f64 {
         self.pallet.upgrade.plane_cpu / self.floor.upgrade_plane_cpu.max(0.001)
     }
+
+    /// The control plane's allocation during pallet's install over the least-work agent's:
+    /// what pallet costs the control plane beyond what any agent must, in a unit that does not
+    /// drift with the machine.
+    fn install_alloc_over_least(&self) -> f64 {
+        self.pallet.install.timeline.plane_allocated()
+            / self.least.install.timeline.plane_allocated().max(1.0)
+    }
+
+    fn upgrade_alloc_over_least(&self) -> f64 {
+        self.pallet.upgrade.timeline.plane_allocated()
+            / self.least.upgrade.timeline.plane_allocated().max(1.0)
+    }
 }
 
 /// Pallet's part of a round: a fresh agent (its own empty cache) installs every app (c), holds
@@ -643,10 +656,10 @@ async fn pallet_round(
 /// Every round of one size, one line each, and the medians: how far a single run can be trusted.
 fn print_rounds(n: usize, measured: &[Round]) {
     println!(
-        "rounds at {n} apps (each: the floors b and b2, the least m and m2, then pallet's install and upgrade with a fresh agent, each group on a fresh control plane; busy: the machine's cores busy on average):"
+        "rounds at {n} apps (each: the floors b and b2, the least m and m2, then pallet's install and upgrade with a fresh agent, each group on a fresh control plane; alloc/m, alloc/m2: bytes the control plane allocated during pallet's phase over during the least agent's, a measure of work that does not drift with the machine; busy: the machine's cores busy on average):"
     );
     println!(
-        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12}",
+        "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>8} {:>12}",
         "round",
         "floor b",
         "pallet",
@@ -654,6 +667,7 @@ fn print_rounds(n: usize, measured: &[Round]) {
         "cpu b / pal",
         "cpu",
         "m/b",
+        "alloc/m",
         "busy b / pal",
         "b2",
         "upgrade",
@@ -661,11 +675,12 @@ fn print_rounds(n: usize, measured: &[Round]) {
         "cpu b2 / upg",
         "cpu",
         "m2/b2",
+        "alloc/m2",
         "busy b2 / upg"
     );
     let line = |label: &str, f: &dyn Fn(fn(&Round) -> f64) -> f64| {
         println!(
-            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>12}",
+            "{:>7} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>7} {:>12} {:>9} {:>9} {:>7} {:>14} {:>7} {:>7} {:>8} {:>12}",
             label,
             format!("{:.1} s", f(|r| r.floor.apply_wait.as_secs_f64())),
             format!("{:.1} s", f(|r| r.pallet.install.time.as_secs_f64())),
@@ -677,6 +692,7 @@ fn print_rounds(n: usize, measured: &[Round]) {
             ),
             format!("{:.2}x", f(Round::install_cpu_ratio)),
             format!("{:.2}x", f(Round::least_install_ratio)),
+            format!("{:.2}x", f(Round::install_alloc_over_least)),
             format!(
                 "{:.2} / {:.2}",
                 f(|r| r.floor.timelines.0.machine().0),
@@ -692,6 +708,7 @@ fn print_rounds(n: usize, measured: &[Round]) {
             ),
             format!("{:.2}x", f(Round::upgrade_cpu_ratio)),
             format!("{:.2}x", f(Round::least_upgrade_ratio)),
+            format!("{:.2}x", f(Round::upgrade_alloc_over_least)),
             format!(
                 "{:.2} / {:.2}",
                 f(|r| r.floor.timelines.1.machine().0),
@@ -1068,7 +1085,8 @@ async fn main() {
     println!();
     println!(
         "summary (b: kubectl apply, then every Deployment Available; b2: the same for the next version; pal/b: pallet's install over b; upg/b2: pallet's upgrade over b2; \
-         cpu: the control plane's CPU over the floor's; m/b, m2/b2: the least any agent adds (BDs, pulls, one status each) over the floor, the lowest ratio an agent can reach; requests per app from the audit log{})",
+         cpu: the control plane's CPU over the floor's; m/b, m2/b2: the least any agent adds (BDs, pulls, one status each) over the floor, the lowest ratio an agent can reach; \
+         alloc/m, alloc/m2: bytes the control plane allocated during pallet's phase over during the least agent's, a measure of work that does not drift with the machine as CPU seconds do; requests per app from the audit log{})",
         if rounds > 1 {
             format!("; the median of each column over {rounds} rounds, a ratio being the median of the rounds' own ratios")
         } else {
@@ -1076,7 +1094,7 @@ async fn main() {
         }
     );
     println!(
-        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>12}",
+        "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9} {:>12} {:>12}",
         "apps",
         "kubectl a",
         "a + wait b",
@@ -1084,18 +1102,20 @@ async fn main() {
         "pal/b",
         "cpu",
         "m/b",
+        "alloc/m",
         "b2",
         "upgrade",
         "upg/b2",
         "cpu",
         "m2/b2",
+        "alloc/m2",
         "req/app pal",
         "req/app kctl"
     );
     for (n, measured, _) in &report {
         let of = |figure: fn(&Round) -> f64| common::median(measured.iter().map(figure).collect());
         println!(
-            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>12} {:>12}",
+            "{:>6} {:>10} {:>11} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8} {:>8} {:>8} {:>9} {:>12} {:>12}",
             n,
             format!("{:.2} s", of(|r| r.floor.apply.as_secs_f64())),
             format!("{:.2} s", of(|r| r.floor.apply_wait.as_secs_f64())),
@@ -1103,11 +1123,13 @@ async fn main() {
             format!("{:.2}x", of(Round::install_ratio)),
             format!("{:.2}x", of(Round::install_cpu_ratio)),
             format!("{:.2}x", of(Round::least_install_ratio)),
+            format!("{:.2}x", of(Round::install_alloc_over_least)),
             format!("{:.2} s", of(|r| r.floor.upgrade_wait.as_secs_f64())),
             format!("{:.2} s", of(|r| r.pallet.upgrade.time.as_secs_f64())),
             format!("{:.2}x", of(Round::upgrade_ratio)),
             format!("{:.2}x", of(Round::upgrade_cpu_ratio)),
             format!("{:.2}x", of(Round::least_upgrade_ratio)),
+            format!("{:.2}x", of(Round::upgrade_alloc_over_least)),
             per_app(of(|r| audit::total(&r.pallet.install.requests) as f64), *n),
             per_app(of(|r| r.floor.requests as f64), *n),
         );
