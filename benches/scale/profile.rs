@@ -3,7 +3,7 @@
 //! wrapped in a start and a stop, its profile saved as `DIR/<phase>.pprof` for
 //! `go tool pprof -top DIR/<phase>.pprof`. The allocation profiles at its start and end go to
 //! `DIR/<phase>.allocs-start.pprof` and `DIR/<phase>.allocs.pprof`: `go tool pprof
-//! -sample_index=alloc_space -diff_base DIR/<phase>.allocs-start.pprof DIR/<phase>.allocs.pprof`
+//! -sample_index=alloc_space -base DIR/<phase>.allocs-start.pprof DIR/<phase>.allocs.pprof`
 //! says what the phase allocated, and where. Profiling costs the control plane a little CPU, so a
 //! profiled run's figures are for comparing phases with each other, not with other runs.
 

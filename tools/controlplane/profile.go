@@ -16,7 +16,7 @@ import (
 // phase in start/stop, which the stock /debug/pprof/profile?seconds=N cannot do for a phase of
 // unknown length. GET /allocs answers with the allocation profile so far (cumulative since the
 // process started, sampled by the runtime): two of them bracketing a phase, read with
-// `go tool pprof -sample_index=alloc_space -diff_base`, say what the phase allocated and where.
+// `go tool pprof -sample_index=alloc_space -base`, say what the phase allocated and where.
 // Only on loopback and only when PALLET_CONTROLPLANE_PROFILE names an address.
 func serveProfiler(addr string) error {
 	listener, err := net.Listen("tcp", addr)
