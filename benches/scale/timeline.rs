@@ -214,6 +214,7 @@ pub struct Timeline {
 /// - watch events sent, per resource: what each write costs in fan-out to every watcher.
 #[derive(Clone, Default)]
 pub struct PlaneWork {
+    /// Per work queue: (items processed, seconds spent on them).
     queues: BTreeMap<String, (f64, f64)>,
     /// Counters ([`RUNTIME_COUNTERS`]) and the live heap, by metric name.
     runtime: BTreeMap<&'static str, f64>,
