@@ -222,9 +222,11 @@ pub struct PlaneWork {
     watch_events: BTreeMap<String, (f64, f64)>,
 }
 
+/// Bytes the control plane allocated (a counter; see [`Timeline::plane_allocated`]).
+const ALLOCATED: &str = "go_gc_heap_allocs_bytes_total";
 /// The Go runtime's counters a phase is charged with (differences over the phase).
 const RUNTIME_COUNTERS: [&str; 7] = [
-    "go_gc_heap_allocs_bytes_total",
+    ALLOCATED,
     "go_cpu_classes_gc_total_cpu_seconds_total",
     "go_cpu_classes_gc_mark_assist_cpu_seconds_total",
     "go_gc_cycles_total_gc_cycles_total",
@@ -331,11 +333,11 @@ impl PlaneWork {
             );
         }
         let get = |name: &str| self.runtime.get(name).copied().unwrap_or_default();
-        if get(RUNTIME_COUNTERS[0]) > 0.0 {
+        if get(ALLOCATED) > 0.0 {
             let waits = get("go_sched_latencies_seconds_count").max(1.0);
             println!(
                 "   control plane runtime: allocated {:.2} GiB; GC {:.1} CPU s (mark assists {:.1}) in {:.0} cycles, live heap {:.0} MiB at the end; runnable goroutines waited {:.2} ms on average for a core ({:.0} waits); contended mutexes {:.1} s",
-                get("go_gc_heap_allocs_bytes_total") / f64::from(1 << 30),
+                get(ALLOCATED) / f64::from(1 << 30),
                 get("go_cpu_classes_gc_total_cpu_seconds_total"),
                 get("go_cpu_classes_gc_mark_assist_cpu_seconds_total"),
                 get("go_gc_cycles_total_gc_cycles_total"),
@@ -377,7 +379,7 @@ impl Timeline {
     pub fn plane_allocated(&self) -> f64 {
         self.plane
             .runtime
-            .get(RUNTIME_COUNTERS[0])
+            .get(ALLOCATED)
             .copied()
             .unwrap_or_default()
     }
