@@ -175,6 +175,9 @@ pub enum RenderError {
     Empty(&'static str),
     #[error("the {0} format is not implemented in this entry point")]
     NotImplemented(&'static str),
+    /// A kustomization kustomize would refuse, naming the kustomization file and field.
+    #[error("{0}")]
+    Kustomize(crate::kustomize::KustomizeError),
     /// An object larger than the API server stores: refused before anything is stored or applied.
     #[error(
         "object {object} is {bytes} bytes as JSON, over the {limit}-byte limit of an object the \
@@ -211,6 +214,7 @@ impl RenderError {
             Self::Empty(_) => "EmptyBundle",
             Self::NotImplemented(_) => "NotImplemented",
             Self::TooLarge { .. } => "ObjectTooLarge",
+            Self::Kustomize(error) => error.kind.category(),
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod canonical;
 pub mod error;
 mod gojson;
 pub mod helm;
+pub mod kustomize;
 pub mod object;
 pub mod plain;
 pub mod registry_v1;
@@ -29,6 +30,8 @@ pub enum Format {
     Helm,
     /// An OLM registry+v1 bundle.
     RegistryV1,
+    /// A kustomization, built as `kustomize build` v5.5.0 builds it.
+    Kustomize,
 }
 
 impl Format {
@@ -38,6 +41,7 @@ impl Format {
             Self::Plain => "plain",
             Self::Helm => "helm",
             Self::RegistryV1 => "registry-v1",
+            Self::Kustomize => "kustomize",
         }
     }
 }
@@ -114,6 +118,16 @@ pub struct RenderConfig {
     pub helm: HelmOptions,
     /// registry-v1 options (`config.registryV1`).
     pub registry_v1: RegistryV1Options,
+    /// kustomize options (`config.kustomize`).
+    pub kustomize: KustomizeOptions,
+}
+
+/// Options of the kustomize format.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KustomizeOptions {
+    /// The kustomization root inside the tree, relative to it (`overlays/prod`); `""` is the
+    /// tree's root.
+    pub path: String,
 }
 
 /// registry-v1 options beyond the watch namespace.
@@ -203,5 +217,6 @@ pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rend
         Format::Plain => plain::render_plain(tree, config),
         Format::RegistryV1 => registry_v1::render_registry_v1(tree, config),
         Format::Helm => helm::render_bundle(tree, config),
+        Format::Kustomize => kustomize::render_kustomize(tree, config),
     }
 }

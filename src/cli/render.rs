@@ -168,6 +168,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     ..HelmOptions::default()
                 },
                 registry_v1: crate::reconcile::render::registry_v1_options(&registry_v1),
+                kustomize: Default::default(),
             };
             let format = match format {
                 FormatArg::Plain => Format::Plain,

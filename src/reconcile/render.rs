@@ -24,6 +24,7 @@ pub fn render_config(
     RenderConfig {
         install_namespace: spec.install_namespace.clone().unwrap_or_default(),
         registry_v1: registry_v1_options(&registry_v1),
+        kustomize: Default::default(),
         watch_namespace: registry_v1.watch_namespace,
         helm: HelmOptions {
             release_name: helm
