@@ -4,6 +4,7 @@
 pub mod error;
 pub mod json_patch;
 pub mod openapi;
+pub mod replacements;
 pub mod resource;
 pub mod selector;
 pub mod strategic_merge;
@@ -12,7 +13,17 @@ pub use error::{KustomizeError, KustomizeErrorKind};
 
 use std::path::Path;
 
-use crate::{RenderConfig, RenderError, Rendered};
+use crate::{Object, RenderConfig, RenderError, Rendered};
+
+/// Builds the kustomization in the directory `root` (relative to `tree`, `""` for the tree
+/// itself) as `kustomize build` does, reading files only from inside `tree`.
+pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
+    let _ = (tree, root);
+    Err(KustomizeError::new(
+        KustomizeErrorKind::Unsupported,
+        "the kustomize engine is not built yet",
+    ))
+}
 
 /// Renders the kustomization at `config.kustomize.path` inside `tree`.
 pub fn render_kustomize(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
