@@ -21,7 +21,10 @@ use crate::api::{BundleDeployment, CollisionProtection, ObjectReference, Source,
 use crate::apply::plan::{self, Ownership, OWNER_LABEL, REVISION_ANNOTATION};
 use crate::apply::{KindResolver, FIELD_MANAGER};
 use crate::reconcile::fetch::{source_secrets, SecretPolicy};
+use crate::reconcile::functions::FunctionCaller;
+use crate::reconcile::processors::ProcessorInputs;
 use crate::source::{assemble, Fetched, Fetcher, SourceError, SourceSecrets};
+use pallet_formats::processors::{ProcessorTrace, Substitution};
 
 /// At most this many changed field paths are listed per object.
 pub const PATHS_LIMIT: usize = 20;
@@ -221,27 +224,74 @@ pub async fn fetch_sources(
 
 /// Assembles `fetched` into a fresh scratch tree of `fetcher`'s cache and renders it as `bd`
 /// asks, with the user `values` (`valuesFrom` and `values` merged, see [`read_values`]; `None`:
-/// the inline `values` alone); the tree is removed afterwards.
-pub fn assemble_and_render(
+/// the inline `values` alone), then runs its `processors` (see [`read_processors`] and
+/// [`offline_processors`]); the tree is removed afterwards. Returns the objects and what each
+/// processor did.
+pub async fn assemble_and_render(
     fetcher: &Fetcher,
     bd: &BundleDeployment,
     fetched: &[Fetched],
     capabilities: Option<pallet_formats::HelmCapabilities>,
     values: Option<Value>,
-) -> Result<Rendered, PreviewError> {
+    processors: &ProcessorInputs,
+    caller: &FunctionCaller<'_>,
+) -> Result<(Rendered, Vec<ProcessorTrace>), PreviewError> {
     let tree: PathBuf = fetcher.cache().scratch_dir()?;
-    let result = assemble(fetched, &tree)
-        .map_err(PreviewError::from)
-        .and_then(|()| {
-            Ok(crate::reconcile::render::render(
-                bd,
-                &tree,
-                capabilities,
-                values,
-            )?)
-        });
+    let result = render_tree(&tree, fetched, bd, capabilities, values, processors, caller).await;
     crate::reconcile::fetch::remove_tree(&tree);
     result
+}
+
+async fn render_tree(
+    tree: &Path,
+    fetched: &[Fetched],
+    bd: &BundleDeployment,
+    capabilities: Option<pallet_formats::HelmCapabilities>,
+    values: Option<Value>,
+    processors: &ProcessorInputs,
+    caller: &FunctionCaller<'_>,
+) -> Result<(Rendered, Vec<ProcessorTrace>), PreviewError> {
+    use crate::reconcile::render;
+    assemble(fetched, tree)?;
+    let config = render::render_config(bd, capabilities, values);
+    let rendered = render::render_format(bd, tree, &config)?;
+    let (rendered, traces) =
+        crate::reconcile::processors::run(caller, bd, rendered, &processors.processors, Some(tree))
+            .await?;
+    Ok((render::check(bd, rendered)?, traces))
+}
+
+/// Reads what `bd`'s processors need from the cluster (`substitute.varsFrom`), as the agent
+/// does.
+pub async fn read_processors(
+    client: &Client,
+    policy: &SecretPolicy,
+    bd: &BundleDeployment,
+) -> Result<ProcessorInputs, PreviewError> {
+    crate::reconcile::processors::read(client, policy, bd)
+        .await
+        .1
+        .map_err(|e| PreviewError::Values(Box::new(e)))
+}
+
+/// `bd`'s processors without a cluster: `vars` (from the command line) stand in for every
+/// `substitute.varsFrom` object, under the processor's own `vars`.
+pub fn offline_processors(
+    bd: &BundleDeployment,
+    vars: &std::collections::BTreeMap<String, String>,
+) -> ProcessorInputs {
+    let processors = crate::reconcile::processors::build(&bd.spec.processors, |_, substitute| {
+        let mut merged = vars.clone();
+        merged.extend(substitute.vars.clone());
+        Substitution {
+            vars: merged,
+            strict: substitute.strict,
+        }
+    });
+    ProcessorInputs {
+        processors,
+        resolved: Vec::new(),
+    }
 }
 
 /// Reads and merges `bd`'s `valuesFrom` objects through `client`, under `policy`, as the agent

@@ -496,6 +496,7 @@ async fn trace_falls_back_to_the_revision_store() {
             objects: vec![
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old"}}),
             ],
+            processors: vec![],
         })
         .await
         .unwrap();

@@ -83,6 +83,7 @@ fn record(
                        "data": {"text": text.take(bytes_each)}})
             })
             .collect(),
+        processors: vec![],
     }
 }
 

@@ -175,6 +175,25 @@ pub enum RenderError {
     Empty(&'static str),
     #[error("the {0} format is not implemented in this entry point")]
     NotImplemented(&'static str),
+    /// A processor of `spec.processors` failed on the rendered objects (a bad patch, an
+    /// undefined variable in strict mode, a function's error result).
+    #[error("processor {processor}: {message}")]
+    Processor {
+        /// The processor's name.
+        processor: String,
+        /// The condition reason (`SubstitutionFailed`, `FunctionFailed`, a kustomize reason).
+        reason: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// A function processor could not be reached or gave no complete answer; worth retrying.
+    #[error("processor {processor}: the function could not be called: {message}")]
+    ProcessorUnavailable {
+        /// The processor's name.
+        processor: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A kustomization kustomize would refuse, naming the kustomization file and field.
     #[error("{0}")]
     Kustomize(crate::kustomize::KustomizeError),
@@ -215,6 +234,8 @@ impl RenderError {
             Self::NotImplemented(_) => "NotImplemented",
             Self::TooLarge { .. } => "ObjectTooLarge",
             Self::Kustomize(error) => error.kind.category(),
+            Self::Processor { reason, .. } => reason,
+            Self::ProcessorUnavailable { .. } => "FunctionUnavailable",
         }
     }
 }

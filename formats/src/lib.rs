@@ -8,6 +8,7 @@ pub mod helm;
 pub mod kustomize;
 pub mod object;
 pub mod plain;
+pub mod processors;
 pub mod registry_v1;
 mod registry_v1_config;
 mod registry_v1_webhooks;

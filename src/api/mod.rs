@@ -9,11 +9,15 @@
 pub mod conditions;
 mod health_checks;
 mod notifications;
+mod processors;
 
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
     NotificationTarget, SlackTarget, TargetKind, TransitionType, WebhookTarget,
+};
+pub use processors::{
+    FunctionProcessor, ProcessorSpec, SubstituteProcessor, VarsReference, DEFAULT_FUNCTION_TIMEOUT,
 };
 
 use std::collections::BTreeMap;
@@ -78,6 +82,8 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 )]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
+#[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.kustomize) || self.format == 'kustomize'").message("config.kustomize is only valid with format: kustomize"))]
+#[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.kustomize) || !has(self.config.kustomize.path) || !self.config.kustomize.path.split('/').exists(p, p == '..')").message("config.kustomize.path must stay inside the bundle tree (no '..')"))]
 #[x_kube(validation = Rule::new("!has(self.notifications) || !self.notifications.exists(n, has(n.commitStatus)) || self.sources.exists(s, s.kind == 'git')").message("a commitStatus notification reports on the commit of the bundle's git source, and this BundleDeployment has no git source"))]
 #[serde(rename_all = "camelCase")]
 pub struct BundleDeploymentSpec {
@@ -107,6 +113,13 @@ pub struct BundleDeploymentSpec {
     /// Format-specific settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<FormatConfig>,
+
+    /// Transformations run in order on the format's output (helm hooks included) before
+    /// anything is applied: an inline kustomization, `${var}` substitution, or a KRM function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(p, !has(p.name) || self.exists_one(q, has(q.name) && q.name == p.name))").message("processor names must be unique"))]
+    pub processors: Vec<ProcessorSpec>,
 
     /// How a new revision is rolled out and what happens when it fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -175,6 +188,9 @@ pub enum BundleFormat {
     /// An OLM registry+v1 operator bundle.
     #[serde(rename = "registry-v1")]
     RegistryV1,
+    /// A kustomization, built as `kustomize build` v5.5.0 builds it.
+    #[serde(rename = "kustomize")]
+    Kustomize,
 }
 
 /// Kinds of source.
@@ -409,6 +425,20 @@ pub struct FormatConfig {
         rename = "registryV1"
     )]
     pub registry_v1: Option<RegistryV1Config>,
+    /// Settings for format kustomize.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kustomize: Option<KustomizeConfig>,
+}
+
+/// Settings for kustomizations.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KustomizeConfig {
+    /// The kustomization's directory inside the bundle tree (relative, no `..`), e.g.
+    /// `overlays/prod`. Default: the tree's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^[^/].*$"))]
+    pub path: Option<String>,
 }
 
 /// Settings for Helm charts.

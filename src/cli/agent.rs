@@ -97,6 +97,11 @@ pub struct AgentArgs {
     /// Registries (host:port) spoken to over plain HTTP (repeatable; local test registries only).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
+    /// An executable a `function` processor may run (`function.exec`), by absolute path
+    /// (repeatable). None by default: BundleDeployment authors cannot run programs in the
+    /// agent's container unless its operator lists them here.
+    #[arg(long = "allow-function-exec", value_name = "PATH", value_parser = parse_absolute_path)]
+    pub allow_function_exec: Vec<PathBuf>,
     /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
     /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
     /// test's agent to its own objects.
@@ -218,6 +223,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
+        .with_function_policy(crate::reconcile::functions::FunctionPolicy {
+            allowed_exec: args.allow_function_exec.clone(),
+        })
         .with_webhook_cert_validity(args.webhook_cert_validity)
         .with_workers(match args.concurrency {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),
@@ -374,6 +382,15 @@ fn init_logging(format: LogFormat) {
     match format {
         LogFormat::Plain => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn parse_absolute_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(format!("{text:?} is not an absolute path"))
     }
 }
 

@@ -43,6 +43,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
     let fetcher = super::FetchFlags {
         cache_dir: args.cache_dir.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
+        allow_function_exec: Vec::new(),
     }
     .fetcher()?;
     super::block_on(async move {

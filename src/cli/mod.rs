@@ -163,9 +163,20 @@ pub struct FetchFlags {
     /// Registries (host:port) spoken to over plain HTTP (repeatable).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
+    /// An executable `function` processors may run (absolute path, repeatable), as the agent's
+    /// flag of the same name allows it.
+    #[arg(long = "allow-function-exec", value_name = "PATH")]
+    pub allow_function_exec: Vec<PathBuf>,
 }
 
 impl FetchFlags {
+    /// The executables `function` processors may run.
+    pub fn function_policy(&self) -> crate::reconcile::functions::FunctionPolicy {
+        crate::reconcile::functions::FunctionPolicy {
+            allowed_exec: self.allow_function_exec.clone(),
+        }
+    }
+
     /// A fetcher over the cache these flags name.
     pub fn fetcher(&self) -> anyhow::Result<crate::source::Fetcher> {
         let dir = self

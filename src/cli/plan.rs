@@ -78,13 +78,23 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             _ => None,
         };
         let values = preview::read_values(&client, &policy, &bd).await?;
-        let rendered = preview::assemble_and_render(
+        let processors = preview::read_processors(&client, &policy, &bd).await?;
+        let exec_policy = args.fetch.function_policy();
+        let caller = crate::reconcile::functions::FunctionCaller {
+            client: Some(&client),
+            secret_policy: &policy,
+            exec_policy: &exec_policy,
+        };
+        let (rendered, _) = preview::assemble_and_render(
             &fetcher,
             &bd,
             &fetched,
             capabilities,
             Some(values.values),
-        )?;
+            &processors,
+            &caller,
+        )
+        .await?;
         let mut rendered = rendered;
         // The BuiltIn provider's caBundle, as the agent injects it (read-only).
         crate::reconcile::webhook_certs::inject_existing(

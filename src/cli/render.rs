@@ -31,6 +31,8 @@ pub enum FormatArg {
     /// An OLM registry+v1 bundle.
     #[value(name = "registry-v1")]
     RegistryV1,
+    /// A kustomization (DIR is the directory of its kustomization.yaml).
+    Kustomize,
 }
 
 /// Flags of `pallet render`.
@@ -77,6 +79,11 @@ pub struct RenderArgs {
         value_delimiter = ','
     )]
     pub api_versions: Vec<String>,
+    /// A variable for the BundleDeployment's `substitute` processors (`NAME=VALUE`,
+    /// repeatable), standing in for their `varsFrom` objects (which need a cluster); the
+    /// processor's own `vars` win.
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: RenderOutput,
@@ -132,20 +139,37 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 crate::preview::parse_bundle_deployment(&text, &file.display().to_string())?;
             let values = bd_values(&bd, &read_values_files(&args.values)?)?;
             let fetcher = args.fetch.fetcher()?;
-            super::block_on(async move {
+            let vars = args.vars.iter().cloned().collect();
+            let processors = crate::preview::offline_processors(&bd, &vars);
+            let exec_policy = args.fetch.function_policy();
+            let policy = crate::reconcile::fetch::SecretPolicy {
+                agent_namespace: String::new(),
+                allowed_namespaces: Vec::new(),
+            };
+            let (rendered, traces) = super::block_on(async move {
                 let progress = Progress::stderr();
                 let fetched =
                     crate::preview::fetch_sources(None, &fetcher, &bd, &|e| progress.event(e))
                         .await?;
                 drop(progress);
+                let caller = crate::reconcile::functions::FunctionCaller {
+                    client: None,
+                    secret_policy: &policy,
+                    exec_policy: &exec_policy,
+                };
                 Ok(crate::preview::assemble_and_render(
                     &fetcher,
                     &bd,
                     &fetched,
                     capabilities,
                     values,
-                )?)
-            })?
+                    &processors,
+                    &caller,
+                )
+                .await?)
+            })?;
+            print_traces(&traces);
+            rendered
         }
         (None, Some(format), Some(dir)) => {
             let mut values = serde_json::Map::new();
@@ -174,12 +198,49 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 FormatArg::Plain => Format::Plain,
                 FormatArg::Helm => Format::Helm,
                 FormatArg::RegistryV1 => Format::RegistryV1,
+                FormatArg::Kustomize => Format::Kustomize,
             };
             crate::preview::render_dir(format, dir, &config)?
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
     super::write_stdout(&format_rendered(&rendered, args.output)?)
+}
+
+/// `NAME=VALUE` of `--var`.
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAME=VALUE"))?;
+    if !pallet_formats::processors::substitute::valid_name(name) {
+        return Err(format!(
+            "{name:?} is not a variable name (letters, digits and _, not starting with a digit)"
+        ));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+/// What each processor did, on stderr (stdout holds the objects).
+fn print_traces(traces: &[pallet_formats::processors::ProcessorTrace]) {
+    for trace in traces {
+        let mut parts = Vec::new();
+        for (what, list) in [
+            ("changed", &trace.changed),
+            ("added", &trace.added),
+            ("removed", &trace.removed),
+        ] {
+            if !list.is_empty() {
+                parts.push(format!("{what} {}", list.join(", ")));
+            }
+        }
+        if parts.is_empty() {
+            parts.push("no change".to_string());
+        }
+        eprintln!("processor {}: {}", trace.processor, parts.join("; "));
+        for note in &trace.notes {
+            eprintln!("processor {}: {note}", trace.processor);
+        }
+    }
 }
 
 /// `--config FILE` as `config.registryV1` (the API's defaults when no file is given).

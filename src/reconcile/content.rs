@@ -1,8 +1,8 @@
 //! Phases 1 and 2 (fetch and render, or reuse the last render), and drift observed while paused.
 
 use super::{
-    fetch, hook_plan, is_helm, reference, render, render_memo, rollout, values, webhook_certs,
-    Context, ReconcileError,
+    fetch, hook_plan, is_helm, processors, reference, render, render_memo, rollout, values,
+    webhook_certs, Context, ReconcileError,
 };
 
 use kube::ResourceExt;
@@ -67,12 +67,21 @@ pub(super) async fn fetch_and_render(
     force_poll: bool,
 ) -> Result<RenderedBundle, ReconcileError> {
     let _phase = METRICS.phase("fetch_render");
-    let (observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
+    let (mut observed, values) = values::read_values(&ctx.client, &ctx.secret_policy, bd).await;
+    let processor_inputs = match &values {
+        Ok(_) => {
+            let (seen, inputs) = processors::read(&ctx.client, &ctx.secret_policy, bd).await;
+            observed.extend(seen);
+            Some(inputs)
+        }
+        Err(_) => None,
+    };
     if let Some(watches) = &ctx.values_watches {
         // Before the result is known: a missing required object is watched for its creation.
         watches.set(&bd.name_any(), observed);
     }
-    let values = values?;
+    let mut values = values?;
+    let processor_inputs = processor_inputs.transpose()?.unwrap_or_default();
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => Some(ctx.helm_capabilities().await?),
@@ -93,21 +102,41 @@ pub(super) async fn fetch_and_render(
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
     let allow_empty = bd.spec.rollout().allow_empty();
-    let inputs = render_memo::inputs_digest(format, &config, allow_empty, &fetched);
+    let inputs = render_memo::inputs_digest(
+        format,
+        &config,
+        &processor_inputs.processors,
+        allow_empty,
+        &fetched,
+    );
     let kept = match ctx.renders.get(uid, &inputs) {
         Some(kept) => kept,
         None => {
             let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-            let result = render::render_with(bd, &tree, &config);
+            let result = match render::render_format(bd, &tree, &config) {
+                Ok(rendered) => {
+                    let caller = ctx.function_caller();
+                    let processors = &processor_inputs.processors;
+                    processors::run(&caller, bd, rendered, processors, Some(&tree)).await
+                }
+                Err(error) => Err(error),
+            };
+            let result = result.and_then(|(rendered, traces)| {
+                render::check(bd, rendered).map(|rendered| (rendered, traces))
+            });
             fetch::remove_tree(&tree);
             METRICS.rendered();
             let kept = match result {
-                Ok(rendered) => render_memo::KeptRender::Objects {
+                Ok((rendered, traces)) => render_memo::KeptRender::Objects {
                     digest: rendered.digest(),
                     rendered: std::sync::Arc::new(rendered),
+                    traces: std::sync::Arc::new(traces),
                 },
-                // A local read failure may pass: not kept.
-                Err(error @ pallet_formats::RenderError::Io { .. }) => return Err(error.into()),
+                // A local read failure or a function out of reach may pass: not kept.
+                Err(
+                    error @ (pallet_formats::RenderError::Io { .. }
+                    | pallet_formats::RenderError::ProcessorUnavailable { .. }),
+                ) => return Err(error.into()),
                 Err(error) => render_memo::KeptRender::Refused {
                     category: error.category(),
                     message: error.to_string(),
@@ -118,11 +147,19 @@ pub(super) async fn fetch_and_render(
         }
     };
     match kept {
-        render_memo::KeptRender::Objects { rendered, digest } => Ok(RenderedBundle {
+        render_memo::KeptRender::Objects {
+            rendered,
+            digest,
+            traces,
+        } => Ok(RenderedBundle {
             rendered,
             digest,
             sources,
-            values_from: values.resolved,
+            values_from: {
+                values.resolved.extend(processor_inputs.resolved);
+                values.resolved
+            },
+            traces,
         }),
         render_memo::KeptRender::Refused { category, message } => {
             Err(ReconcileError::RenderRefused { category, message })
@@ -137,4 +174,6 @@ pub(super) struct RenderedBundle {
     pub(super) digest: String,
     pub(super) sources: Vec<ResolvedSource>,
     pub(super) values_from: Vec<ResolvedValues>,
+    /// What each processor did.
+    pub(super) traces: std::sync::Arc<Vec<pallet_formats::processors::ProcessorTrace>>,
 }

@@ -199,6 +199,8 @@ pub struct Context {
     pub notifier: crate::notify::Notifier,
     /// Impersonating clients, by ServiceAccount (namespace, name).
     writers: Mutex<HashMap<(String, String), Client>>,
+    /// Where `function` processors may run (`--allow-function-exec`).
+    pub functions: super::functions::FunctionPolicy,
 }
 
 impl Context {
@@ -264,6 +266,21 @@ impl Context {
         self
     }
 
+    /// What `function` processors are called with.
+    pub fn function_caller(&self) -> super::functions::FunctionCaller<'_> {
+        super::functions::FunctionCaller {
+            client: Some(&self.client),
+            secret_policy: &self.secret_policy,
+            exec_policy: &self.functions,
+        }
+    }
+
+    /// The same context letting `function` processors run what `policy` allows.
+    pub fn with_function_policy(mut self, policy: super::functions::FunctionPolicy) -> Self {
+        self.functions = policy;
+        self
+    }
+
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
         self.values_watches = Some(watches);
@@ -302,6 +319,7 @@ impl Context {
             unwritten_intents: Default::default(),
             settle: Default::default(),
             writers: Mutex::new(HashMap::new()),
+            functions: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.

@@ -22,11 +22,13 @@ use status_writer::*;
 pub mod controller;
 pub mod fetch;
 pub mod fetch_pool;
+pub mod functions;
 pub mod health_checks;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
 pub mod polling;
+pub mod processors;
 pub mod render;
 pub mod render_memo;
 pub mod rollout;
@@ -468,6 +470,7 @@ async fn progress(
         digest,
         sources,
         values_from,
+        traces,
     } = match fetch_and_render(bd, ctx, force_poll).await {
         Ok(done) => done,
         Err(error) if error.phase() == FailedPhase::Fetch => {
@@ -520,6 +523,7 @@ async fn progress(
                     .iter()
                     .map(|o| serde_json::Value::Object(o.body().clone()))
                     .collect(),
+                processors: traces.to_vec(),
             };
             // Stored before any write, so a rollback never needs the sources or this disk.
             if ctx.save_snapshot(&record).await? {

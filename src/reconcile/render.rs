@@ -24,7 +24,13 @@ pub fn render_config(
     RenderConfig {
         install_namespace: spec.install_namespace.clone().unwrap_or_default(),
         registry_v1: registry_v1_options(&registry_v1),
-        kustomize: Default::default(),
+        kustomize: pallet_formats::KustomizeOptions {
+            path: config
+                .kustomize
+                .as_ref()
+                .and_then(|k| k.path.clone())
+                .unwrap_or_default(),
+        },
         watch_namespace: registry_v1.watch_namespace,
         helm: HelmOptions {
             release_name: helm
@@ -71,6 +77,7 @@ pub fn format(format: BundleFormat) -> Format {
         BundleFormat::Plain => Format::Plain,
         BundleFormat::Helm => Format::Helm,
         BundleFormat::RegistryV1 => Format::RegistryV1,
+        BundleFormat::Kustomize => Format::Kustomize,
     }
 }
 
@@ -92,9 +99,26 @@ pub fn render_with(
     tree: &Path,
     config: &RenderConfig,
 ) -> Result<Rendered, RenderError> {
-    let format = format(bd.spec.format);
-    let rendered = pallet_formats::render(format, tree, config)?;
-    let rendered = refuse_empty(rendered, format, bd.spec.rollout().allow_empty())?;
+    check(bd, render_format(bd, tree, config)?)
+}
+
+/// The format's render alone, before processors and checks.
+pub fn render_format(
+    bd: &BundleDeployment,
+    tree: &Path,
+    config: &RenderConfig,
+) -> Result<Rendered, RenderError> {
+    pallet_formats::render(format(bd.spec.format), tree, config)
+}
+
+/// The checks of a finished render (after processors): not empty unless allowed, no object
+/// over what the API server stores.
+pub fn check(bd: &BundleDeployment, rendered: Rendered) -> Result<Rendered, RenderError> {
+    let rendered = refuse_empty(
+        rendered,
+        format(bd.spec.format),
+        bd.spec.rollout().allow_empty(),
+    )?;
     refuse_oversized(rendered, MAX_OBJECT_BYTES)
 }
 

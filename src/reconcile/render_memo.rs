@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use pallet_formats::processors::{NamedProcessor, ProcessorTrace};
 use pallet_formats::{Format, Object, Origin, RenderConfig, Rendered, RenderedObject, Scope};
 use sha2::{Digest, Sha256};
 
@@ -22,6 +23,8 @@ pub enum KeptRender {
         rendered: Arc<Rendered>,
         /// Its canonical digest.
         digest: String,
+        /// What each processor did.
+        traces: Arc<Vec<ProcessorTrace>>,
     },
     /// Refused (bad content, which the same inputs would refuse again).
     Refused {
@@ -37,14 +40,18 @@ pub enum KeptRender {
 pub fn inputs_digest(
     format: Format,
     config: &RenderConfig,
+    processors: &[NamedProcessor],
     allow_empty: bool,
     sources: &[Fetched],
 ) -> String {
     let mut hasher = Sha256::new();
     hasher.update(format!("{}\nallowEmpty={allow_empty}", format.name()));
     // The configuration's Debug form holds every field (values, capabilities, clock, seed);
-    // its maps are ordered, so equal configurations give equal text.
+    // its maps are ordered, so equal configurations give equal text. The same for processors.
     hasher.update(format!("\n{config:?}\n"));
+    if !processors.is_empty() {
+        hasher.update(format!("{processors:?}\n"));
+    }
     for source in sources {
         hasher.update(format!("{}\t{}\n", source.destination, source.resolved));
     }
@@ -66,6 +73,7 @@ enum Stored {
         install_namespace: String,
         webhook_certificates: Vec<pallet_formats::WebhookCertificate>,
         digest: String,
+        traces: Arc<Vec<ProcessorTrace>>,
     },
     Refused {
         category: &'static str,
@@ -77,7 +85,11 @@ impl Stored {
     /// None when an object does not encode (not expected: it was decoded from text).
     fn pack(render: KeptRender) -> Option<Stored> {
         Some(match render {
-            KeptRender::Objects { rendered, digest } => Stored::Objects {
+            KeptRender::Objects {
+                rendered,
+                digest,
+                traces,
+            } => Stored::Objects {
                 objects: rendered
                     .objects
                     .iter()
@@ -89,6 +101,7 @@ impl Stored {
                 install_namespace: rendered.install_namespace.clone(),
                 webhook_certificates: rendered.webhook_certificates.clone(),
                 digest,
+                traces,
             },
             KeptRender::Refused { category, message } => Stored::Refused { category, message },
         })
@@ -102,6 +115,7 @@ impl Stored {
                 install_namespace,
                 webhook_certificates,
                 digest,
+                traces,
             } => KeptRender::Objects {
                 rendered: Arc::new(Rendered {
                     objects: objects
@@ -119,6 +133,7 @@ impl Stored {
                     webhook_certificates: webhook_certificates.clone(),
                 }),
                 digest: digest.clone(),
+                traces: traces.clone(),
             },
             Stored::Refused { category, message } => KeptRender::Refused {
                 category,
@@ -177,7 +192,7 @@ mod tests {
     fn the_inputs_digest_follows_sources_and_config() {
         let config = RenderConfig::default();
         let digest = |format, config: &RenderConfig, allow, resolved| {
-            inputs_digest(format, config, allow, &[fetched(resolved)])
+            inputs_digest(format, config, &[], allow, &[fetched(resolved)])
         };
         let a = digest(Format::Plain, &config, false, "c1");
         assert_eq!(a, digest(Format::Plain, &config, false, "c1"));
@@ -187,6 +202,14 @@ mod tests {
         let mut other = RenderConfig::default();
         other.helm.values = serde_json::json!({"replicas": 2});
         assert_ne!(a, digest(Format::Plain, &other, false, "c1"));
+        let processors = [NamedProcessor {
+            name: "0-substitute".into(),
+            processor: pallet_formats::processors::Processor::Substitute(Default::default()),
+        }];
+        assert_ne!(
+            a,
+            inputs_digest(Format::Plain, &config, &processors, false, &[fetched("c1")])
+        );
     }
 
     #[test]
@@ -211,14 +234,20 @@ mod tests {
         let kept = KeptRender::Objects {
             rendered: Arc::new(rendered.clone()),
             digest: "sha256:x".into(),
+            traces: Arc::new(vec![ProcessorTrace {
+                processor: "p".into(),
+                ..Default::default()
+            }]),
         };
         memo.put("uid", "in".into(), kept);
         match memo.get("uid", "in") {
             Some(KeptRender::Objects {
                 rendered: back,
                 digest,
+                traces,
             }) => {
                 assert_eq!(*back, rendered);
+                assert_eq!(traces[0].processor, "p");
                 assert_eq!(digest, "sha256:x");
             }
             _ => panic!("not kept"),

@@ -65,13 +65,33 @@ pub async fn read_values(
     let helm = bd.spec.config.as_ref().and_then(|c| c.helm.as_ref());
     let references = helm.map(|h| h.values_from.as_slice()).unwrap_or_default();
     let inline = helm.and_then(|h| h.values.as_ref());
+    let (observed, reads) =
+        read_references(client, policy, bd, references, "config.helm.valuesFrom").await;
+    let reads = match reads {
+        Ok(reads) => reads,
+        Err(error) => return (observed, Err(error)),
+    };
+    let merged = merge(references, &reads, policy, inline)
+        .map_err(|(reason, message)| ReconcileError::Values { reason, message });
+    (observed, merged)
+}
+
+/// Reads the objects `references` name (in order) under the secret-namespace rule; `field`
+/// names the spec field in messages. Also returns what was seen of each, for the watches.
+pub async fn read_references(
+    client: &Client,
+    policy: &SecretPolicy,
+    bd: &BundleDeployment,
+    references: &[ValuesReference],
+    field: &str,
+) -> (Vec<(ObjectId, Seen)>, Result<Vec<Read>, ReconcileError>) {
     let mut observed: Vec<(ObjectId, Seen)> = references
         .iter()
         .map(|r| (object_id(r, policy), Seen::Unknown))
         .collect();
     let mut reads = Vec::with_capacity(references.len());
     for (index, reference) in references.iter().enumerate() {
-        match read_one(client, policy, bd, reference).await {
+        match read_one(client, policy, bd, reference, field).await {
             Ok((read, version)) => {
                 observed[index].1 = match version {
                     Some(version) => Seen::Version(version),
@@ -89,9 +109,7 @@ pub async fn read_values(
             }
         }
     }
-    let merged = merge(references, &reads, policy, inline)
-        .map_err(|(reason, message)| ReconcileError::Values { reason, message });
-    (observed, merged)
+    (observed, Ok(reads))
 }
 
 /// The watch key of a reference.
@@ -109,6 +127,7 @@ async fn read_one(
     policy: &SecretPolicy,
     bd: &BundleDeployment,
     reference: &ValuesReference,
+    field: &str,
 ) -> Result<(Read, Option<String>), ReconcileError> {
     let namespace = namespace_of(reference, policy);
     let origin = origin(reference, namespace);
@@ -129,7 +148,7 @@ async fn read_one(
     {
         return Err(ReconcileError::Values {
             reason: REASON_NOT_ALLOWED,
-            message: format!("config.helm.valuesFrom: {origin} {why}"),
+            message: format!("{field}: {origin} {why}"),
         });
     }
     let kube_error = |source| ReconcileError::Kube {
@@ -175,7 +194,7 @@ fn config_map_data(map: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// How a reference is named in messages: `ConfigMap team-a/app-values`.
-fn origin(reference: &ValuesReference, namespace: &str) -> String {
+pub fn origin(reference: &ValuesReference, namespace: &str) -> String {
     format!("{:?} {namespace}/{}", reference.kind, reference.name)
 }
 

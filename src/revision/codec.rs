@@ -219,6 +219,7 @@ mod tests {
                            "data": {"text": text(filler)}})
                 })
                 .collect(),
+            processors: vec![],
         }
     }
 

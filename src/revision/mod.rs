@@ -103,6 +103,9 @@ pub struct RevisionRecord {
     pub sources: Vec<crate::api::ResolvedSource>,
     /// Rendered object bodies, in render order.
     pub objects: Vec<serde_json::Value>,
+    /// What each of `spec.processors` did to the format's output (for `pallet trace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processors: Vec<pallet_formats::processors::ProcessorTrace>,
 }
 
 /// Longest label value Kubernetes accepts.

@@ -25,6 +25,17 @@ pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
     ))
 }
 
+/// Runs an inline kustomization over `objects` (the `kustomize` processor): its resources are
+/// the objects given; `components` are read from `tree`.
+pub fn transform(
+    objects: Vec<Object>,
+    kustomization: &serde_json::Value,
+    tree: Option<&Path>,
+) -> Result<Vec<Object>, KustomizeError> {
+    let _ = (kustomization, tree);
+    Ok(objects)
+}
+
 /// Renders the kustomization at `config.kustomize.path` inside `tree`.
 pub fn render_kustomize(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
     let _ = (tree, config);
