@@ -7,7 +7,7 @@
 //! (kustomize's replacement identities do not know which kinds are cluster-scoped). Label and
 //! annotation selectors are matched as patches match them.
 //!
-//! A scalar field keeps its type and takes the value's text (see [`scalar`]); a text its type
+//! A scalar field keeps its type and takes the value's text (see `scalar`); a text its type
 //! cannot read is an error here, where kustomize fails later, when it prints the object.
 
 mod field_path;
