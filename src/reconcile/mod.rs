@@ -178,12 +178,15 @@ impl ReconcileError {
             ReconcileError::Source(e) => e.is_transient(),
             ReconcileError::Secret { .. }
             | ReconcileError::Values { .. }
-            | ReconcileError::Render(_)
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
             | ReconcileError::InvalidHealthCheck(_)
             | ReconcileError::OutOfScope(_)
             | ReconcileError::Forbidden(_) => false,
+            // A function processor out of reach may answer later; bad content will not.
+            ReconcileError::Render(e) => {
+                matches!(e, pallet_formats::RenderError::ProcessorUnavailable { .. })
+            }
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
             ReconcileError::Kube { .. }
