@@ -1,0 +1,350 @@
+//! One build: a kustomization's resources, bases and components accumulated depth first,
+//! then its generators, components and transformers in kustomize's order; at the root, the
+//! hash suffixes, name references and vars that need the whole set.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::config::TransformerConfig;
+use super::error::{KustomizeError, KustomizeErrorKind};
+use super::kustomization::{self, Kustomization, Var};
+use super::loader::{display_dir, looks_remote, Entry, Tree};
+use super::openapi::Schema;
+use super::resmap::ResMap;
+use super::resource::Resource;
+use super::{generators, hash, nameref, plugins, transformers, vars};
+use crate::Origin;
+
+/// What a build carries from one kustomization to the next.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Accumulator {
+    /// The resources so far.
+    pub resources: ResMap,
+    /// The field specs in force.
+    pub config: TransformerConfig,
+    /// The vars declared so far, by name.
+    pub vars: BTreeMap<String, Var>,
+}
+
+/// A loaded kustomization, ready to build.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// Its directory, relative to the tree.
+    pub dir: String,
+    /// Its file, relative to the tree.
+    pub file: String,
+    /// Its content.
+    pub kustomization: Kustomization,
+}
+
+/// The state of one build over a tree.
+pub(crate) struct Builder<'t> {
+    /// The tree files are read from.
+    pub tree: &'t Tree,
+    /// The schema in force (a kustomization's `openapi` replaces it from there on).
+    pub schema: Arc<Schema>,
+    /// Directories being built, outermost first, to refuse cycles.
+    chain: Vec<String>,
+}
+
+impl<'t> Builder<'t> {
+    /// A builder over `tree` with kustomize's built-in schema.
+    pub(crate) fn new(tree: &'t Tree) -> Self {
+        Builder {
+            tree,
+            schema: Schema::builtin(),
+            chain: Vec::new(),
+        }
+    }
+
+    /// Loads the kustomization in the tree-relative directory `dir`.
+    pub(crate) fn load(&mut self, dir: &str) -> Result<Target, KustomizeError> {
+        let (file, kustomization) = kustomization::load(self.tree, dir)?;
+        let target = Target {
+            dir: dir.to_owned(),
+            file,
+            kustomization,
+        };
+        self.apply_openapi(&target)?;
+        Ok(target)
+    }
+
+    /// Builds the root kustomization: everything kustomize does before writing its output.
+    pub(crate) fn build_root(&mut self, target: &Target) -> Result<ResMap, KustomizeError> {
+        self.build_with(target, Accumulator::default())
+    }
+
+    /// [`Builder::build_root`] over resources already accumulated.
+    pub(crate) fn build_with(
+        &mut self,
+        target: &Target,
+        mut acc: Accumulator,
+    ) -> Result<ResMap, KustomizeError> {
+        self.chain.push(target.dir.clone());
+        self.accumulate_target(target, &mut acc)?;
+        let in_root = |e: KustomizeError| e.in_file(target.file.clone());
+        hash::add_hash_suffixes(&mut acc.resources, &self.schema).map_err(in_root)?;
+        nameref::fix_back_references(&mut acc.resources, &acc.config, &self.schema)
+            .map_err(in_root)?;
+        vars::resolve(&mut acc, &self.schema).map_err(in_root)?;
+        drop_local_configs(&mut acc.resources);
+        self.chain.pop();
+        Ok(acc.resources)
+    }
+
+    fn apply_openapi(&mut self, target: &Target) -> Result<(), KustomizeError> {
+        let openapi = &target.kustomization.openapi;
+        if openapi.is_empty() {
+            return Ok(());
+        }
+        let document = match openapi.get("path") {
+            Some(path) => Some(
+                self.tree
+                    .read_restricted(&target.dir, path)
+                    .map_err(|e| e.in_file(target.file.clone()).at_field("openapi.path"))?
+                    .1,
+            ),
+            None => None,
+        };
+        self.schema = Schema::from_openapi_field(openapi, document.as_deref())
+            .map_err(|e| e.in_file(target.file.clone()).at_field("openapi"))?;
+        Ok(())
+    }
+
+    /// Accumulates one kustomization into `acc` (empty for a kustomization, the including
+    /// kustomization's for a component).
+    pub(crate) fn accumulate_target(
+        &mut self,
+        target: &Target,
+        acc: &mut Accumulator,
+    ) -> Result<(), KustomizeError> {
+        let k = &target.kustomization;
+        let place = |field: String| {
+            let file = target.file.clone();
+            move |e: KustomizeError| e.in_file(file).at_field(field)
+        };
+        for (i, path) in k.resources.iter().enumerate() {
+            self.accumulate_resource(target, acc, path)
+                .map_err(place(format!("resources[{i}]")))?;
+        }
+        let mut config = TransformerConfig::builtin().clone();
+        for (i, path) in k.configurations.iter().enumerate() {
+            let (_, text) = self
+                .tree
+                .read_text_restricted(&target.dir, path)
+                .map_err(place(format!("configurations[{i}]")))?;
+            let extra = TransformerConfig::from_yaml(&text)
+                .map_err(place(format!("configurations[{i}]")))?;
+            config
+                .merge(&extra)
+                .map_err(place(format!("configurations[{i}]")))?;
+        }
+        merge_config(&mut acc.config, &config).map_err(place("configurations".into()))?;
+        for (i, path) in k.crds.iter().enumerate() {
+            let (_, text) = self
+                .tree
+                .read_text_restricted(&target.dir, path)
+                .map_err(place(format!("crds[{i}]")))?;
+            let crd_config = TransformerConfig::from_crd_definitions(&text)
+                .map_err(place(format!("crds[{i}]")))?;
+            merge_config(&mut acc.config, &crd_config).map_err(place(format!("crds[{i}]")))?;
+        }
+        generators::run_builtin(self, target, acc)?;
+        plugins::run_generators(self, target, acc)?;
+        for (i, path) in k.components.iter().enumerate() {
+            self.accumulate_component(target, acc, path)
+                .map_err(place(format!("components[{i}]")))?;
+        }
+        transformers::run_builtin(self, target, acc)?;
+        plugins::run_transformers(self, target, acc)?;
+        if !k.validators.is_empty() {
+            return Err(KustomizeError::new(
+                KustomizeErrorKind::Unsupported,
+                "validators are plugins, which are not run",
+            )
+            .in_file(target.file.clone())
+            .at_field("validators"));
+        }
+        vars::merge_vars(acc, &k.vars, &self.schema).map_err(place("vars".into()))?;
+        Ok(())
+    }
+
+    fn accumulate_resource(
+        &mut self,
+        target: &Target,
+        acc: &mut Accumulator,
+        path: &str,
+    ) -> Result<(), KustomizeError> {
+        match self.tree.resolve(&target.dir, path)? {
+            Entry::File(_) => {
+                let (relative, text) = self.tree.read_text_restricted(&target.dir, path)?;
+                let resources = read_resources(&relative, &text)?;
+                acc.resources.append_all(resources, &self.schema)
+            }
+            Entry::Dir(dir) => {
+                let sub = self.enter(&dir, path)?;
+                if sub.kustomization.is_component() {
+                    self.chain.pop();
+                    return Err(KustomizeError::invalid(format!(
+                        "expected kind != 'Component' for path '{}'",
+                        display_dir(&dir)
+                    )));
+                }
+                let mut sub_acc = Accumulator::default();
+                let result = self.accumulate_target(&sub, &mut sub_acc);
+                self.chain.pop();
+                result?;
+                merge_accumulator(acc, sub_acc, &self.schema)
+            }
+            Entry::Missing(_) => Err(missing(target, path)),
+        }
+    }
+
+    fn accumulate_component(
+        &mut self,
+        target: &Target,
+        acc: &mut Accumulator,
+        path: &str,
+    ) -> Result<(), KustomizeError> {
+        let dir = match self.tree.resolve(&target.dir, path)? {
+            Entry::Dir(dir) => dir,
+            Entry::File(file) => {
+                return Err(KustomizeError::invalid(format!(
+                    "must build at directory: not a valid directory: '{file}'; a component is a \
+                     directory"
+                )))
+            }
+            Entry::Missing(_) => return Err(missing(target, path)),
+        };
+        let sub = self.enter(&dir, path)?;
+        if !sub.kustomization.is_component() {
+            self.chain.pop();
+            return Err(KustomizeError::invalid(format!(
+                "expected kind 'Component' for path '{}' but got '{}'",
+                display_dir(&dir),
+                sub.kustomization.kind
+            )));
+        }
+        let result = self.accumulate_target(&sub, acc);
+        self.chain.pop();
+        result
+    }
+
+    /// Loads the kustomization of a directory a kustomization names, refusing cycles.
+    fn enter(&mut self, dir: &str, written: &str) -> Result<Target, KustomizeError> {
+        for visited in &self.chain {
+            if super::loader::is_within(dir, visited) {
+                return Err(KustomizeError::new(
+                    KustomizeErrorKind::Cycle,
+                    format!(
+                        "cycle detected: '{written}' ({}) contains the kustomization '{}', which \
+                         includes it",
+                        display_dir(dir),
+                        display_dir(visited)
+                    ),
+                ));
+            }
+        }
+        let target = self.load(dir)?;
+        self.chain.push(dir.to_owned());
+        Ok(target)
+    }
+}
+
+fn missing(target: &Target, path: &str) -> KustomizeError {
+    if looks_remote(path) {
+        return KustomizeError::new(
+            KustomizeErrorKind::RemoteRefused,
+            format!(
+                "'{path}' is remote; nothing is fetched during a render. Bring it in as another \
+                 source of the BundleDeployment (its sources are merged into one tree) and name \
+                 it by its path in {}",
+                target.file
+            ),
+        );
+    }
+    KustomizeError::new(
+        KustomizeErrorKind::MissingFile,
+        format!(
+            "'{path}' is neither a file nor a directory in '{}'",
+            display_dir(&target.dir)
+        ),
+    )
+}
+
+/// Merges a transformer configuration into the accumulated one, skipping the work when one
+/// side is empty or both are the same (every kustomization starts from the built-in one).
+pub(crate) fn merge_config(
+    mine: &mut TransformerConfig,
+    other: &TransformerConfig,
+) -> Result<(), KustomizeError> {
+    if *other == TransformerConfig::default() || mine == other {
+        return Ok(());
+    }
+    if *mine == TransformerConfig::default() {
+        *mine = other.clone();
+        return Ok(());
+    }
+    mine.merge(other)
+}
+
+/// Merges a base's accumulator into the including one: resources appended (ids must not
+/// clash), configurations merged, vars added (a name may be declared once).
+fn merge_accumulator(
+    acc: &mut Accumulator,
+    other: Accumulator,
+    schema: &Schema,
+) -> Result<(), KustomizeError> {
+    acc.resources.append_map(other.resources, schema)?;
+    merge_config(&mut acc.config, &other.config)?;
+    for (name, var) in other.vars {
+        if acc.vars.contains_key(&name) {
+            return Err(KustomizeError::new(
+                KustomizeErrorKind::Conflict,
+                format!("var '{name}' already encountered"),
+            ));
+        }
+        acc.vars.insert(name, var);
+    }
+    Ok(())
+}
+
+/// Reads the objects of a resource file (many documents, `List` kinds flattened).
+pub(crate) fn read_resources(
+    relative: &str,
+    text: &str,
+) -> Result<Vec<(Resource, Origin)>, KustomizeError> {
+    let objects = crate::object::parse_manifests(relative, text)
+        .map_err(|e| KustomizeError::invalid(e.to_string()))?;
+    Ok(objects
+        .into_iter()
+        .map(|object| {
+            let origin = object.origin().clone();
+            (Resource::new(object.into_body()), origin)
+        })
+        .collect())
+}
+
+/// kustomize leaves out resources annotated `config.kubernetes.io/local-config` (unless the
+/// value is `"false"`).
+fn drop_local_configs(resources: &mut ResMap) {
+    const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
+    let mut emptied = false;
+    for resource in &mut resources.resources {
+        let local = resource
+            .body
+            .get("metadata")
+            .and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(LOCAL_CONFIG))
+            .is_some_and(|v| v != &Value::String("false".into()));
+        if local {
+            resource.body.clear();
+            emptied = true;
+        }
+    }
+    if emptied {
+        resources.drop_empties();
+    }
+}
