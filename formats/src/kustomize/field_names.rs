@@ -182,6 +182,8 @@ fn apply(value: &mut Value, level: &Level) {
     match value {
         Value::Array(items) => items.iter_mut().for_each(|item| apply(item, level)),
         Value::Object(map) => {
+            // Go's decoding leaves a field at its zero value for an explicit null.
+            map.retain(|_, v| !v.is_null());
             rename_keys(map, level.fields);
             for (field, next) in level.nested {
                 if let Some(inner) = map.get_mut(*field) {

@@ -86,6 +86,13 @@ pub(crate) fn content_hash(resource: &Resource) -> String {
     encode(&Sha256::digest(text.as_bytes()))
 }
 
+/// The name in the summary: kustomize looks the name up as one field literally called
+/// `metadata/name`, which no object has, so the summary's name is always empty (and a hash
+/// does not depend on prefixes or suffixes).
+fn unread_name() -> Value {
+    Value::String(String::new())
+}
+
 /// A field's value for the summary: scalars as their text, maps as they are, `""` when absent.
 fn field_or_empty(resource: &Resource, path: &[&str]) -> Value {
     let mut value = resource.body.get(path[0]);
