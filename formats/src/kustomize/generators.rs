@@ -60,7 +60,7 @@ pub(crate) fn run_builtin(
                 .map_err(place)?;
         }
     }
-    Ok(())
+    super::helm_charts::run(builder, target, acc)
 }
 
 /// Makes one ConfigMap or Secret from a generator entry, its files read from `dir`.

@@ -57,10 +57,7 @@ pub(crate) fn content_hash(resource: &Resource) -> String {
         "ConfigMap" => {
             let mut summary = Map::new();
             summary.insert("kind".into(), Value::String("ConfigMap".into()));
-            summary.insert(
-                "name".into(),
-                field_or_empty(resource, &["metadata", "name"]),
-            );
+            summary.insert("name".into(), unread_name());
             summary.insert("data".into(), field_or_empty(resource, &["data"]));
             if let Some(binary) = resource.body.get("binaryData").filter(|v| v.is_object()) {
                 summary.insert("binaryData".into(), binary.clone());
@@ -71,10 +68,7 @@ pub(crate) fn content_hash(resource: &Resource) -> String {
             let mut summary = Map::new();
             summary.insert("kind".into(), Value::String("Secret".into()));
             summary.insert("type".into(), field_or_empty(resource, &["type"]));
-            summary.insert(
-                "name".into(),
-                field_or_empty(resource, &["metadata", "name"]),
-            );
+            summary.insert("name".into(), unread_name());
             summary.insert("data".into(), field_or_empty(resource, &["data"]));
             if let Some(string_data) = resource.body.get("stringData").filter(|v| v.is_object()) {
                 summary.insert("stringData".into(), string_data.clone());
