@@ -11,7 +11,7 @@ use super::resource::Gvk;
 
 /// One field spec.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub(crate) struct FieldSpec {
     pub group: String,
     pub version: String,

@@ -48,8 +48,16 @@ pub(crate) fn run_builtin(
             };
             let options =
                 GeneratorOptions::merged(args.options.as_ref(), k.generator_options.as_ref());
-            let resource =
+            let mut resource =
                 generate(builder.tree, &target.dir, kind, args, options.as_ref()).map_err(place)?;
+            let plugin = if kind == GeneratedKind::ConfigMap {
+                "ConfigMapGenerator"
+            } else {
+                "SecretGenerator"
+            };
+            if let Some(by) = builder.configured(target, plugin) {
+                super::origin::set_if_absent(&mut resource, &by.as_origin());
+            }
             let origin = Origin {
                 file: target.file.clone(),
                 document: 0,

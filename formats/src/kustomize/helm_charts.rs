@@ -28,7 +28,11 @@ pub(crate) fn run(
                 .at_field(format!("helmCharts[{i}]"))
         };
         let rendered = inflate(builder.tree, &target.dir, &globals, chart).map_err(place)?;
-        for (resource, origin) in rendered {
+        let by = builder.configured(target, "HelmChartInflationGenerator");
+        for (mut resource, origin) in rendered {
+            if let Some(by) = &by {
+                super::origin::set_if_absent(&mut resource, &by.as_origin());
+            }
             acc.resources
                 .absorb(resource, origin, &builder.schema)
                 .map_err(place)?;

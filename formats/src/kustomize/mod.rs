@@ -14,6 +14,7 @@ mod kustomization;
 mod loader;
 mod nameref;
 pub mod openapi;
+mod origin;
 mod output;
 mod patches;
 mod plugins;
@@ -56,6 +57,9 @@ pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
     };
     let mut builder = target::Builder::new(&tree);
     let root_target = builder.load(&dir)?;
+    if !root_target.kustomization.build_metadata.is_empty() {
+        builder.origin = Some(String::new());
+    }
     let mut resources = builder.build_root(&root_target)?;
     let k = &root_target.kustomization;
     sort::apply(&mut resources, k.sort_options.as_ref())

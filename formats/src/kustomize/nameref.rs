@@ -69,6 +69,12 @@ pub(crate) fn fix_back_references(
         });
     }
     if candidates.is_empty() {
+        // Nothing was renamed, but kustomize still reads every RoleBinding's subjects.
+        for resource in &res.resources {
+            if resource.org_id().gvk.kind == "RoleBinding" {
+                Referrer::of(resource, schema)?;
+            }
+        }
         return Ok(());
     }
     let namespaces = NamespaceIndex::of(res, schema);
@@ -85,7 +91,7 @@ pub(crate) fn fix_back_references(
         if filters.is_empty() {
             continue;
         }
-        let referrer = Referrer::of(resource, schema);
+        let referrer = Referrer::of(resource, schema)?;
         let mut body = Value::Object(std::mem::take(&mut resource.body));
         let mut result = Ok(());
         for (spec, target_gvk) in filters {
@@ -133,7 +139,7 @@ struct Referrer {
 }
 
 impl Referrer {
-    fn of(resource: &Resource, schema: &Schema) -> Self {
+    fn of(resource: &Resource, schema: &Schema) -> Result<Self, KustomizeError> {
         let id = resource.cur_id();
         let role_ref = resource.body.get("roleRef").and_then(|r| {
             let group = r.get("apiGroup")?.as_str()?.to_owned();
@@ -146,15 +152,21 @@ impl Referrer {
                 for subject in subjects {
                     let is_account =
                         subject.get("kind").and_then(Value::as_str) == Some("ServiceAccount");
-                    if let (true, Some(ns)) =
-                        (is_account, subject.get("namespace").and_then(Value::as_str))
-                    {
-                        binding_namespaces.insert(ns.to_owned());
+                    match subject.get("namespace") {
+                        Some(Value::String(ns)) if is_account => {
+                            binding_namespaces.insert(ns.clone());
+                        }
+                        Some(_) if is_account => {
+                            return Err(KustomizeError::invalid(format!(
+                                "Invalid Input: namespace is blank for resource {id}"
+                            )))
+                        }
+                        _ => {}
                     }
                 }
             }
         }
-        Referrer {
+        Ok(Referrer {
             cluster_scoped: id.gvk.is_cluster_scoped(schema),
             effective_namespace: id.effective_namespace(schema),
             prefixes: csv(resource, PREFIXES),
@@ -162,7 +174,7 @@ impl Referrer {
             role_ref,
             binding_namespaces,
             id,
-        }
+        })
     }
 
     /// kustomize's subset of resources this one may refer to.

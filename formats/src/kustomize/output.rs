@@ -96,6 +96,14 @@ fn remove_annotations(resource: &mut Resource, keys: &[&str], always: bool) {
             for key in keys {
                 map.remove(*key);
             }
+            if always {
+                // kustomize writes the map back from its string form.
+                for value in map.values_mut() {
+                    if !value.is_string() {
+                        *value = Value::String(super::transformers::scalar_text(value));
+                    }
+                }
+            }
             if map.is_empty() {
                 metadata.remove("annotations");
             }

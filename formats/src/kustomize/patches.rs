@@ -12,7 +12,7 @@ use super::hash::store_previous_id;
 use super::kustomization::Patch;
 use super::loader::Tree;
 use super::openapi::Schema;
-use super::resmap::{set_metadata_string, ResMap};
+use super::resmap::ResMap;
 use super::resource::{Resource, BUILD_ANNOTATION_DOMAIN};
 use super::selector::Selector;
 use super::{json_patch, strategic_merge};
@@ -127,7 +127,7 @@ impl Loaded {
                         })?;
                         apply_strategic(
                             &mut res.resources[index],
-                            patch,
+                            &Value::Object(patch.body.clone()),
                             self.allow_name_change,
                             self.allow_kind_change,
                             schema,
@@ -159,14 +159,9 @@ impl Loaded {
         patch: &Resource,
         schema: &Schema,
     ) -> Result<(), KustomizeError> {
-        let mut patch = patch.clone();
-        let api_version = resource.api_version().to_owned();
-        patch
-            .body
-            .insert("apiVersion".into(), Value::String(api_version));
-        apply_strategic(
+        apply_to_target(
             resource,
-            &patch,
+            patch,
             self.allow_name_change,
             self.allow_kind_change,
             schema,
@@ -178,39 +173,51 @@ impl Loaded {
 /// allowed to change) and its namespace; an emptied body means deleted.
 pub(crate) fn apply_strategic(
     resource: &mut Resource,
-    patch: &Resource,
+    patch: &Value,
     allow_name_change: bool,
     allow_kind_change: bool,
     schema: &Schema,
 ) -> Result<(), KustomizeError> {
-    let name = resource.name().to_owned();
-    let namespace = resource.namespace().to_owned();
-    let kind = resource.kind().to_owned();
     if allow_name_change || allow_kind_change {
         store_previous_id(resource, schema);
     }
     let current = Value::Object(std::mem::take(&mut resource.body));
-    let patch_value = Value::Object(patch.body.clone());
-    match strategic_merge::apply(&current, &patch_value, schema)? {
+    let options = strategic_merge::PatchOptions {
+        allow_name_change,
+        allow_kind_change,
+    };
+    match strategic_merge::apply_with_options(&current, patch, schema, options)? {
         None => Ok(()),
         Some(Value::Object(body)) => {
             resource.body = body;
-            if resource.body.is_empty() {
-                return Ok(());
-            }
-            if !allow_kind_change {
-                resource.body.insert("kind".into(), Value::String(kind));
-            }
-            if !allow_name_change {
-                set_metadata_string(resource, "name", &name);
-            }
-            set_metadata_string(resource, "namespace", &namespace);
             Ok(())
         }
         Some(_) => Err(KustomizeError::invalid(
             "a strategic merge patch must leave a map",
         )),
     }
+}
+
+/// Applies a patch to a resource a selection chose: the patch copy kustomize makes for each
+/// target (the target's apiVersion, metadata maps as strings), then the merge.
+fn apply_to_target(
+    resource: &mut Resource,
+    patch: &Resource,
+    allow_name_change: bool,
+    allow_kind_change: bool,
+    schema: &Schema,
+) -> Result<(), KustomizeError> {
+    let copy = strategic_merge::patch_for_target(
+        &Value::Object(patch.body.clone()),
+        &Value::Object(resource.body.clone()),
+    );
+    apply_strategic(
+        resource,
+        &copy,
+        allow_name_change,
+        allow_kind_change,
+        schema,
+    )
 }
 
 /// Applies JSON 6902 operations to one resource, keeping its build annotations.
@@ -307,12 +314,7 @@ pub(crate) fn apply_strategic_merge_list(
                 format!("{}; failed to find unique target for patch {id}", e.message),
             )
         })?;
-        let mut patch = patch.clone();
-        let api_version = res.resources[index].api_version().to_owned();
-        patch
-            .body
-            .insert("apiVersion".into(), Value::String(api_version));
-        apply_strategic(&mut res.resources[index], &patch, false, false, schema)?;
+        apply_to_target(&mut res.resources[index], patch, false, false, schema)?;
         res.drop_empties();
     }
     Ok(())

@@ -13,10 +13,11 @@ use super::generators::{self, GeneratedKind};
 use super::kustomization::{GeneratorArgs, HelmChart, HelmGlobals, Image, Patch, Replica};
 use super::resmap::ResMap;
 use super::resource::Resource;
+use super::resource::ORIGIN_ANNOTATION;
 use super::selector::Selector;
 use super::target::{Accumulator, Builder, Target};
 use super::transformers::{self, SubjectsMode};
-use super::{helm_charts, images, patches, replacements};
+use super::{helm_charts, images, origin, patches, replacements};
 use crate::Origin;
 
 /// Runs the kustomization's `generators:` entries.
@@ -36,7 +37,11 @@ pub(crate) fn run_generators(
                 .at_field(format!("generators[{i}]"))
         };
         let generated = generate(builder, target, config).map_err(place)?;
-        for resource in generated {
+        let by = configured_by(config).filter(|_| builder.origin.is_some());
+        for mut resource in generated {
+            if let Some(by) = &by {
+                origin::set_if_absent(&mut resource, &by.as_origin());
+            }
             let origin = Origin {
                 file: target.file.clone(),
                 document: 0,
@@ -66,9 +71,32 @@ pub(crate) fn run_transformers(
             e.in_file(target.file.clone())
                 .at_field(format!("transformers[{i}]"))
         })?;
+        if builder.origin.is_some() {
+            if let Some(by) = configured_by(config) {
+                origin::add_transformation(&mut acc.resources, &by);
+            }
+        }
         acc.resources.drop_empties();
     }
     Ok(())
+}
+
+/// Who a plugin configuration is, for `buildMetadata`: the file it came from (its origin)
+/// and its own identity.
+fn configured_by(config: &Resource) -> Option<origin::Configured> {
+    let path = config
+        .annotation(ORIGIN_ANNOTATION)?
+        .lines()
+        .find_map(|l| l.strip_prefix("path: "))?
+        .trim_matches('"')
+        .to_owned();
+    Some(origin::Configured {
+        configured_in: path,
+        api_version: config.api_version().to_owned(),
+        kind: config.kind().to_owned(),
+        name: config.name().to_owned(),
+        namespace: config.namespace().to_owned(),
+    })
 }
 
 /// Reads plugin configurations: each entry inline YAML, or a file or directory (a directory
@@ -85,8 +113,15 @@ fn load_configs(
             e.in_file(target.file.clone())
                 .at_field(format!("{field}[{i}]"))
         };
-        if let Ok(inline) = patches::parse_strategic(entry) {
+        if let Ok(mut inline) = patches::parse_strategic(entry) {
             if !inline.is_empty() {
+                if let Some(base) = &builder.origin {
+                    let file_name = target.file.rsplit('/').next().unwrap_or(&target.file);
+                    let value = origin::from_path(&origin::join(base, file_name));
+                    for config in &mut inline {
+                        config.set_annotation(ORIGIN_ANNOTATION, &value);
+                    }
+                }
                 configs.extend(inline);
                 continue;
             }

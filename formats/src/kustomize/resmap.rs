@@ -173,7 +173,13 @@ impl ResMap {
                 match behavior.as_str() {
                     "replace" => copy_merge_metadata(&mut resource, old),
                     "merge" => {
+                        let old_origin = old
+                            .annotation(super::resource::ORIGIN_ANNOTATION)
+                            .map(str::to_owned);
                         copy_merge_metadata(&mut resource, old);
+                        if let Some(origin) = old_origin {
+                            resource.set_annotation(super::resource::ORIGIN_ANNOTATION, &origin);
+                        }
                         merge_string_map_from(&mut resource, old, "data");
                         merge_string_map_from(&mut resource, old, "binaryData");
                     }

@@ -47,6 +47,9 @@ pub(crate) struct Builder<'t> {
     pub schema: Arc<Schema>,
     /// Directories being built, outermost first, to refuse cycles.
     chain: Vec<String>,
+    /// With `buildMetadata`: the path from the root kustomization to the one being built,
+    /// as origins record it.
+    pub origin: Option<String>,
 }
 
 impl<'t> Builder<'t> {
@@ -56,6 +59,7 @@ impl<'t> Builder<'t> {
             tree,
             schema: Schema::builtin(),
             chain: Vec::new(),
+            origin: None,
         }
     }
 
@@ -180,7 +184,13 @@ impl<'t> Builder<'t> {
         match self.tree.resolve(&target.dir, path)? {
             Entry::File(_) => {
                 let (relative, text) = self.tree.read_text_restricted(&target.dir, path)?;
-                let resources = read_resources(&relative, &text)?;
+                let mut resources = read_resources(&relative, &text)?;
+                if let Some(base) = &self.origin {
+                    let value = super::origin::from_path(&super::origin::join(base, path));
+                    for (resource, _) in &mut resources {
+                        resource.set_annotation(super::resource::ORIGIN_ANNOTATION, &value);
+                    }
+                }
                 acc.resources.append_all(resources, &self.schema)
             }
             Entry::Dir(dir) => {
@@ -193,7 +203,9 @@ impl<'t> Builder<'t> {
                     )));
                 }
                 let mut sub_acc = Accumulator::default();
+                let saved = self.enter_origin(path);
                 let result = self.accumulate_target(&sub, &mut sub_acc);
+                self.origin = saved;
                 self.chain.pop();
                 result?;
                 merge_accumulator(acc, sub_acc, &self.schema)
@@ -227,9 +239,31 @@ impl<'t> Builder<'t> {
                 sub.kustomization.kind
             )));
         }
+        let saved = self.enter_origin(path);
         let result = self.accumulate_target(&sub, acc);
+        self.origin = saved;
         self.chain.pop();
         result
+    }
+
+    /// Moves the origin path into a directory a kustomization names; returns the old one.
+    fn enter_origin(&mut self, path: &str) -> Option<String> {
+        let saved = self.origin.clone();
+        if let Some(base) = &self.origin {
+            self.origin = Some(super::origin::join(base, path));
+        }
+        saved
+    }
+
+    /// Who a built-in generator or transformer of `target` is, for `buildMetadata`.
+    pub(crate) fn configured(
+        &self,
+        target: &Target,
+        kind: &str,
+    ) -> Option<super::origin::Configured> {
+        let base = self.origin.as_ref()?;
+        let file_name = target.file.rsplit('/').next().unwrap_or(&target.file);
+        Some(super::origin::Configured::builtin(base, file_name, kind))
     }
 
     /// Loads the kustomization of a directory a kustomization names, refusing cycles.
@@ -311,20 +345,133 @@ fn merge_accumulator(
     Ok(())
 }
 
-/// Reads the objects of a resource file (many documents, `List` kinds flattened).
+/// Reads the objects of a resource file: YAML documents, each a map with a kind and (unless
+/// a list) a name; `*List` kinds give their items (a file that is one list, in place; lists
+/// among other documents, after them, as kustomize queues them).
 pub(crate) fn read_resources(
     relative: &str,
     text: &str,
 ) -> Result<Vec<(Resource, Origin)>, KustomizeError> {
-    let objects = crate::object::parse_manifests(relative, text)
-        .map_err(|e| KustomizeError::invalid(e.to_string()))?;
-    Ok(objects
-        .into_iter()
-        .map(|object| {
-            let origin = object.origin().clone();
-            (Resource::new(object.into_body()), origin)
-        })
-        .collect())
+    let documents = super::patches::split_documents(text);
+    let single = documents.iter().filter(|d| !is_blank(d)).count() == 1;
+    let mut out = Vec::new();
+    let mut queued = Vec::new();
+    let mut line = 1u64;
+    for (index, document) in documents.iter().enumerate() {
+        let origin = Origin {
+            file: relative.to_owned(),
+            document: index,
+            line,
+        };
+        line += document.matches('\n').count() as u64 + u64::from(index + 1 < documents.len());
+        if is_blank(document) {
+            continue;
+        }
+        let mut value: Value = crate::object::from_yaml_str(document).map_err(|e| {
+            KustomizeError::invalid(format!(
+                "{relative} (document {index}): {}",
+                crate::object::yaml_error_message(&e)
+            ))
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        whole_floats_as_integers(&mut value);
+        let Value::Object(map) = value else {
+            return Err(KustomizeError::invalid(format!(
+                "{relative} (document {index}): a resource must be a map"
+            )));
+        };
+        let kind = map
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if kind.is_empty() {
+            return Err(KustomizeError::invalid(format!(
+                "{relative} (document {index}): missing kind in object"
+            )));
+        }
+        if kind.ends_with("List") {
+            match map.get("items") {
+                Some(Value::Array(items)) => {
+                    let target = if single { &mut out } else { &mut queued };
+                    for item in items {
+                        match item {
+                            Value::Object(item) => {
+                                check_named(item, relative, index)?;
+                                target.push((Resource::new(item.clone()), origin.clone()));
+                            }
+                            Value::Null => {
+                                return Err(KustomizeError::invalid(format!(
+                                    "{relative} (document {index}): empty item in {kind}"
+                                )))
+                            }
+                            _ => {
+                                return Err(KustomizeError::invalid(format!(
+                                    "{relative} (document {index}): an item of {kind} is not a map"
+                                )))
+                            }
+                        }
+                    }
+                    continue;
+                }
+                Some(Value::Null) => continue,
+                Some(_) => {
+                    return Err(KustomizeError::invalid(format!(
+                        "{relative} (document {index}): expected array in {kind}/items"
+                    )))
+                }
+                None => {}
+            }
+        } else {
+            check_named(&map, relative, index)?;
+        }
+        out.push((Resource::new(map), origin));
+    }
+    out.extend(queued);
+    Ok(out)
+}
+
+fn is_blank(document: &str) -> bool {
+    document.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
+}
+
+fn check_named(
+    map: &serde_json::Map<String, Value>,
+    relative: &str,
+    index: usize,
+) -> Result<(), KustomizeError> {
+    let name = map
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if name.is_empty() {
+        return Err(KustomizeError::invalid(format!(
+            "{relative} (document {index}): missing metadata.name in object"
+        )));
+    }
+    Ok(())
+}
+
+/// Whole-number floats (`1e3`, `2.0`) as integers, as Kubernetes reads them.
+fn whole_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(number) if number.is_f64() => {
+            if let Some(float) = number.as_f64() {
+                if float.fract() == 0.0 && float.abs() <= 9_007_199_254_740_992.0 {
+                    *value = Value::from(float as i64);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_floats_as_integers),
+        Value::Object(map) => map.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
+    }
 }
 
 /// kustomize leaves out resources annotated `config.kubernetes.io/local-config` (unless the

@@ -33,76 +33,82 @@ pub(crate) fn run_builtin(
         let file = target.file.clone();
         move |e: KustomizeError| e.in_file(file).at_field(field)
     };
+    // After each transformer: its mark for `buildMetadata`, and deleted resources dropped.
+    let done = |res: &mut ResMap, kind: &str| {
+        if let Some(by) = builder.configured(target, kind) {
+            super::origin::add_transformation(res, &by);
+        }
+        res.drop_empties();
+    };
     if !k.patches_strategic_merge.is_empty() {
+        let field = || place("patchesStrategicMerge".into());
         let loaded =
             patches::load_strategic_merge_list(tree, &target.dir, &k.patches_strategic_merge)
-                .map_err(place("patchesStrategicMerge".into()))?;
-        patches::apply_strategic_merge_list(res, &loaded, &schema)
-            .map_err(place("patchesStrategicMerge".into()))?;
-        res.drop_empties();
+                .map_err(field())?;
+        patches::apply_strategic_merge_list(res, &loaded, &schema).map_err(field())?;
+        done(res, "PatchStrategicMergeTransformer");
     }
     for (i, patch) in k.patches.iter().enumerate() {
+        let field = || place(format!("patches[{i}]"));
         let loaded =
             patches::Loaded::read(tree, &target.dir, &patch.path, &patch.patch, &patch.options)
-                .map_err(place(format!("patches[{i}]")))?;
+                .map_err(field())?;
         loaded
             .apply(res, patch.target.as_ref(), &schema)
-            .map_err(place(format!("patches[{i}]")))?;
-        res.drop_empties();
+            .map_err(field())?;
+        done(res, "PatchTransformer");
     }
     if !k.namespace.is_empty() {
-        set_namespace(
-            res,
-            &k.namespace,
-            &config.namespace,
-            false,
-            SubjectsMode::DefaultOnly,
-            &schema,
-        )
-        .map_err(place("namespace".into()))?;
+        let mode = SubjectsMode::DefaultOnly;
+        set_namespace(res, &k.namespace, &config.namespace, false, mode, &schema)
+            .map_err(place("namespace".into()))?;
+        done(res, "NamespaceTransformer");
     }
     if !k.name_prefix.is_empty() {
         add_prefix_suffix(res, &k.name_prefix, "", &config.name_prefix, &schema)
             .map_err(place("namePrefix".into()))?;
+        done(res, "PrefixTransformer");
     }
     if !k.name_suffix.is_empty() {
         add_prefix_suffix(res, "", &k.name_suffix, &config.name_suffix, &schema)
             .map_err(place("nameSuffix".into()))?;
+        done(res, "SuffixTransformer");
     }
     if !k.labels.is_empty() || !k.common_labels.is_empty() {
         for (i, label) in k.labels.iter().enumerate() {
-            let specs = label_field_specs(label, &config).map_err(place(format!("labels[{i}]")))?;
-            set_map_entries(res, &label.pairs, &specs, "labels")
-                .map_err(place(format!("labels[{i}]")))?;
+            let field = || place(format!("labels[{i}]"));
+            let specs = label_field_specs(label, &config).map_err(field())?;
+            set_map_entries(res, &label.pairs, &specs, "labels").map_err(field())?;
+            done(res, "LabelTransformer");
         }
         set_map_entries(res, &k.common_labels, &config.common_labels, "labels")
             .map_err(place("commonLabels".into()))?;
+        done(res, "LabelTransformer");
     }
     if !k.common_annotations.is_empty() {
-        set_map_entries(
-            res,
-            &k.common_annotations,
-            &config.common_annotations,
-            "annotations",
-        )
-        .map_err(place("commonAnnotations".into()))?;
+        let specs = &config.common_annotations;
+        set_map_entries(res, &k.common_annotations, specs, "annotations")
+            .map_err(place("commonAnnotations".into()))?;
+        done(res, "AnnotationsTransformer");
     }
     for (i, patch) in k.patches_json6902.iter().enumerate() {
         patches::apply_legacy_json6902(res, tree, &target.dir, patch, &schema)
             .map_err(place(format!("patchesJson6902[{i}]")))?;
+        done(res, "PatchJson6902Transformer");
     }
     for (i, replica) in k.replicas.iter().enumerate() {
         set_replicas(res, replica, &config.replicas).map_err(place(format!("replicas[{i}]")))?;
+        done(res, "ReplicaCountTransformer");
     }
     for (i, image) in k.images.iter().enumerate() {
         images::apply(res, image, &config.images).map_err(place(format!("images[{i}]")))?;
+        done(res, "ImageTagTransformer");
     }
     if !k.replacements.is_empty() {
-        let list = read_replacements(tree, &target.dir, &k.replacements)
-            .map_err(place("replacements".into()))?;
-        replacements::apply(&mut res.resources, &list, &schema)
-            .map_err(place("replacements".into()))?;
-        res.drop_empties();
+        let field = || place("replacements".into());
+        let list = read_replacements(tree, &target.dir, &k.replacements).map_err(field())?;
+        replacements::apply(&mut res.resources, &list, &schema).map_err(field())?;
+        done(res, "ReplacementTransformer");
     }
     Ok(())
 }
