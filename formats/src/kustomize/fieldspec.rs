@@ -48,7 +48,10 @@ impl FieldSpec {
     /// kustomize's "effectively equal": the other spec's kind selects this one's and the paths
     /// are the same.
     fn effectively_equals(&self, other: &FieldSpec) -> bool {
-        other.selects(&self.gvk()) && self.path == other.path
+        self.path == other.path
+            && (other.group.is_empty() || self.group == other.group)
+            && (other.version.is_empty() || self.version == other.version)
+            && (other.kind.is_empty() || self.kind == other.kind)
     }
 }
 

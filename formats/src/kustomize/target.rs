@@ -11,7 +11,7 @@ use super::config::TransformerConfig;
 use super::error::{KustomizeError, KustomizeErrorKind};
 use super::kustomization::{self, Kustomization, Var};
 use super::loader::{display_dir, looks_remote, Entry, Tree};
-use super::openapi::Schema;
+use super::openapi::{Schema, SchemaState};
 use super::resmap::ResMap;
 use super::resource::Resource;
 use super::{generators, hash, nameref, plugins, transformers, vars};
@@ -45,6 +45,10 @@ pub(crate) struct Builder<'t> {
     pub tree: &'t Tree,
     /// The schema in force (a kustomization's `openapi` replaces it from there on).
     pub schema: Arc<Schema>,
+    /// kustomize's schema state through the build.
+    state: SchemaState,
+    /// Whether the root kustomization was loaded.
+    root_loaded: bool,
     /// Directories being built, outermost first, to refuse cycles.
     chain: Vec<String>,
     /// With `buildMetadata`: the path from the root kustomization to the one being built,
@@ -58,6 +62,8 @@ impl<'t> Builder<'t> {
         Builder {
             tree,
             schema: Schema::builtin(),
+            state: SchemaState::new(),
+            root_loaded: false,
             chain: Vec::new(),
             origin: None,
         }
@@ -100,9 +106,8 @@ impl<'t> Builder<'t> {
 
     fn apply_openapi(&mut self, target: &Target) -> Result<(), KustomizeError> {
         let openapi = &target.kustomization.openapi;
-        if openapi.is_empty() {
-            return Ok(());
-        }
+        let reset = !self.root_loaded;
+        self.root_loaded = true;
         let document = match openapi.get("path") {
             Some(path) => Some(
                 self.tree
@@ -112,8 +117,10 @@ impl<'t> Builder<'t> {
             ),
             None => None,
         };
-        self.schema = Schema::from_openapi_field(openapi, document.as_deref())
+        self.state
+            .set_schema(openapi, document.as_deref(), reset)
             .map_err(|e| e.in_file(target.file.clone()).at_field("openapi"))?;
+        self.schema = self.state.schema();
         Ok(())
     }
 
@@ -133,7 +140,7 @@ impl<'t> Builder<'t> {
             self.accumulate_resource(target, acc, path)
                 .map_err(place(format!("resources[{i}]")))?;
         }
-        let mut config = TransformerConfig::builtin().clone();
+        let mut extras = TransformerConfig::default();
         for (i, path) in k.configurations.iter().enumerate() {
             let (_, text) = self
                 .tree
@@ -141,9 +148,15 @@ impl<'t> Builder<'t> {
                 .map_err(place(format!("configurations[{i}]")))?;
             let extra = TransformerConfig::from_yaml(&text)
                 .map_err(place(format!("configurations[{i}]")))?;
-            config
+            extras
                 .merge(&extra)
                 .map_err(place(format!("configurations[{i}]")))?;
+        }
+        let mut config = TransformerConfig::builtin().clone();
+        if !k.configurations.is_empty() {
+            config
+                .merge(&extras)
+                .map_err(place("configurations".into()))?;
         }
         merge_config(&mut acc.config, &config).map_err(place("configurations".into()))?;
         for (i, path) in k.crds.iter().enumerate() {
@@ -308,17 +321,16 @@ fn missing(target: &Target, path: &str) -> KustomizeError {
     )
 }
 
-/// Merges a transformer configuration into the accumulated one, skipping the work when one
-/// side is empty or both are the same (every kustomization starts from the built-in one).
+/// Merges a transformer configuration into the accumulated one. Merging is not a plain
+/// union: merged lists are sorted by kind, and a later spec that an earlier, more specific one
+/// "selects" is dropped, so an empty configuration merged with the built-in one and a custom
+/// `namePrefix` spec can lose the generic one, as in kustomize. Merging a configuration into
+/// itself changes nothing, which spares the work every kustomization would repeat.
 pub(crate) fn merge_config(
     mine: &mut TransformerConfig,
     other: &TransformerConfig,
 ) -> Result<(), KustomizeError> {
-    if *other == TransformerConfig::default() || mine == other {
-        return Ok(());
-    }
-    if *mine == TransformerConfig::default() {
-        *mine = other.clone();
+    if mine == other {
         return Ok(());
     }
     mine.merge(other)
