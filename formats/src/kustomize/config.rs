@@ -358,7 +358,7 @@ mod tests {
         let secret = config
             .name_reference
             .iter()
-            .find(|r| r.kind == "Secret" && r.version == "v1")
+            .find(|r| r.kind == "Secret" && r.version.is_empty())
             .unwrap();
         assert!(secret.referrers.iter().any(|s| s.path == "spec/secretName"));
         assert!(config.images.iter().any(|s| s.kind == "MyKind"));
