@@ -67,17 +67,6 @@ pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
     output::finish(resources, &k.build_metadata).map_err(|e| e.in_file(root_target.file.clone()))
 }
 
-/// Runs an inline kustomization over `objects` (the `kustomize` processor): its resources are
-/// the objects given; `components` are read from `tree`.
-pub fn transform(
-    objects: Vec<Object>,
-    kustomization: &serde_json::Value,
-    tree: Option<&Path>,
-) -> Result<Vec<Object>, KustomizeError> {
-    let _ = (kustomization, tree);
-    Ok(objects)
-}
-
 /// Renders the kustomization at `config.kustomize.path` inside `tree`.
 pub fn render_kustomize(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
     let objects = build(tree, &config.kustomize.path)?;
