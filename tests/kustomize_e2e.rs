@@ -228,20 +228,16 @@ async fn an_overlay_from_git_rolls_its_generated_config_map_forward_and_back() {
         .get("prod-app")
         .await
         .unwrap();
+    // `labels` without includeTemplates labels the Deployment, not its Pods.
+    let labels = deployment.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("env").map(String::as_str), Some("prod"));
     let pod = deployment.spec.unwrap().template;
     assert_eq!(
         pod.spec.unwrap().containers[0].image.as_deref(),
         Some("registry.example/app:1.1")
     );
-    assert_eq!(
-        pod.metadata
-            .unwrap()
-            .labels
-            .unwrap()
-            .get("env")
-            .map(String::as_str),
-        Some("prod")
-    );
+    let pod_labels = pod.metadata.unwrap().labels.unwrap_or_default();
+    assert!(!pod_labels.contains_key("env"));
     let generated = Api::<ConfigMap>::namespaced(client.clone(), &name)
         .get(&first)
         .await

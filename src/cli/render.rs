@@ -79,6 +79,11 @@ pub struct RenderArgs {
         value_delimiter = ','
     )]
     pub api_versions: Vec<String>,
+    /// With `--format kustomize`: the bundle tree the kustomization may read from (its bases,
+    /// components and files must be inside it, as in a BundleDeployment's tree). Default: the
+    /// current directory when DIR is inside it, else DIR.
+    #[arg(long, value_name = "TREE", requires = "format")]
+    pub root: Option<PathBuf>,
     /// A variable for the BundleDeployment's `substitute` processors (`NAME=VALUE`,
     /// repeatable), standing in for their `varsFrom` objects (which need a cluster); the
     /// processor's own `vars` win.
@@ -200,11 +205,51 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 FormatArg::RegistryV1 => Format::RegistryV1,
                 FormatArg::Kustomize => Format::Kustomize,
             };
-            crate::preview::render_dir(format, dir, &config)?
+            if format == Format::Kustomize {
+                let (tree, path) = kustomize_root(dir, args.root.as_deref())?;
+                let config = RenderConfig {
+                    kustomize: pallet_formats::KustomizeOptions { path },
+                    ..config
+                };
+                crate::preview::render_dir(format, &tree, &config)?
+            } else {
+                crate::preview::render_dir(format, dir, &config)?
+            }
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
     super::write_stdout(&format_rendered(&rendered, args.output)?)
+}
+
+/// The tree and the kustomization's path inside it for `--format kustomize DIR`.
+fn kustomize_root(
+    dir: &std::path::Path,
+    root: Option<&std::path::Path>,
+) -> anyhow::Result<(PathBuf, String)> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("reading {}", dir.display()))?;
+    let root = match root {
+        Some(root) => root
+            .canonicalize()
+            .with_context(|| format!("reading {}", root.display()))?,
+        None => {
+            let current = std::env::current_dir()?.canonicalize()?;
+            if dir.starts_with(&current) {
+                current
+            } else {
+                dir.clone()
+            }
+        }
+    };
+    let path = dir.strip_prefix(&root).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is not inside the tree {}",
+            dir.display(),
+            root.display()
+        )
+    })?;
+    Ok((root, path.to_string_lossy().into_owned()))
 }
 
 /// `NAME=VALUE` of `--var`.
