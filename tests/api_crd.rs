@@ -180,15 +180,15 @@ async fn destination_escaping_the_tree_is_refused() {
 async fn unknown_format_is_refused() {
     let client = ready_client().await;
     let mut spec = valid_spec();
-    spec["format"] = json!("kustomize");
+    spec["format"] = json!("jsonnet");
     let message = rejection(&client, bd(&cluster::unique_name("format"), spec)).await;
     assert!(message.contains("spec.format"), "{message}");
     assert!(
-        message.contains(r#"Unsupported value: "kustomize""#),
+        message.contains(r#"Unsupported value: "jsonnet""#),
         "{message}"
     );
     assert!(
-        message.contains(r#""plain", "helm", "registry-v1""#),
+        message.contains(r#""plain", "helm", "registry-v1", "kustomize""#),
         "lists the valid formats: {message}"
     );
 }
@@ -509,4 +509,74 @@ async fn notifications_are_checked_by_the_schema() {
     )
     .await
     .expect("the README's notifications are accepted");
+}
+
+/// `spec.processors` and `config.kustomize`: one kind per processor, one way to reach a
+/// function, unique names, kustomize settings only for the kustomize format and inside the
+/// tree; the README's example is accepted.
+#[tokio::test]
+async fn processors_and_kustomize_config_are_checked_by_the_schema() {
+    let client = ready_client().await;
+    let cases = [
+        (
+            "two-kinds",
+            json!({"processors": [{"kustomize": {}, "substitute": {}}]}),
+            "a processor is exactly one of kustomize, substitute or function",
+        ),
+        (
+            "no-kind",
+            json!({"processors": [{"name": "x"}]}),
+            "a processor is exactly one of kustomize, substitute or function",
+        ),
+        (
+            "url-and-exec",
+            json!({"processors": [{"function": {"url": "http://fn/", "exec": "/bin/fn"}}]}),
+            "a function is reached either over HTTP (url) or as an executable (exec), exactly one of them",
+        ),
+        (
+            "same-names",
+            json!({"processors": [{"name": "a", "substitute": {}}, {"name": "a", "kustomize": {}}]}),
+            "processor names must be unique",
+        ),
+        (
+            "kustomize-config-for-plain",
+            json!({"config": {"kustomize": {"path": "overlays/prod"}}}),
+            "config.kustomize is only valid with format: kustomize",
+        ),
+    ];
+    for (what, extra, expected) in cases {
+        let mut spec = valid_spec();
+        for (key, value) in extra.as_object().unwrap() {
+            spec[key] = value.clone();
+        }
+        let message = rejection(&client, bd(&cluster::unique_name(what), spec)).await;
+        assert!(message.contains(expected), "{what}: {message}");
+    }
+    let mut spec = valid_spec();
+    spec["format"] = json!("kustomize");
+    spec["config"] = json!({"kustomize": {"path": "overlays/../../etc"}});
+    let message = rejection(&client, bd(&cluster::unique_name("escape"), spec)).await;
+    assert!(
+        message.contains("config.kustomize.path must stay inside the bundle tree"),
+        "{message}"
+    );
+    // The README's example is accepted.
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: processors -->\n```yaml\n")
+        .expect("the README has the processors example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    let example: Value = serde_saphyr::from_str(block).unwrap();
+    let mut spec = valid_spec();
+    spec["format"] = json!("helm");
+    spec["processors"] = example["spec"]["processors"].clone();
+    let name = cluster::unique_name("processors-ok");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    api.patch(
+        &name,
+        &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(),
+        &Patch::Apply(&bd(&name, spec)),
+    )
+    .await
+    .expect("the README's processors are accepted");
 }

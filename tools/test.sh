@@ -49,6 +49,10 @@ tools/extra-charts.sh
 step "oras CLI (pushes ORAS artifacts in tests/source_artifacts.rs)"
 tools/oras.sh build
 
+step "kustomize oracle, and kustomize's own end-to-end suite recorded as cases (formats/tests/kustomize_krusty.rs)"
+tools/kustomize.sh build
+tools/kustomize-cases.sh
+
 step "local control plane"
 if ! tools/controlplane.sh status >/dev/null 2>&1; then
   started+=(tools/controlplane.sh)
@@ -74,11 +78,16 @@ step "cargo test"
 # The two real-world helm corpora run in the next step, where their per-case lines and counts
 # are shown (a passing test's output is otherwise captured).
 cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}" \
-  --skip real_world_charts_render_as_helm_template_does
+  --skip real_world_charts_render_as_helm_template_does \
+  --skip kustomize_conformance --skip kustomize_krusty_suite
 
 step "helm against real-world charts: each case, and the counts"
 cargo test --locked -p pallet-formats --test helm_conformance --test helm_conformance_extra \
   -- --nocapture
+
+step "kustomize against real-world kustomizations and kustomize's own suite: each case, and the counts"
+PALLET_KRUSTY_REQUIRED=1 cargo test --locked -p pallet-formats --test kustomize_conformance \
+  --test kustomize_krusty -- --nocapture
 
 step "RBAC is sufficient: the agent end-to-end tests again, the agent as deploy/'s ServiceAccount"
 # Every test file that starts agents (through tests/support/agent.rs) runs them with the token
