@@ -250,8 +250,11 @@ def import_merge2():
             while name in seen:
                 name += " (again)"
             seen.add(name)
-            cases.append({"name": name, "mode": "path", "target": target_text,
-                          "patch": patch_text})
+            # Each case twice: the patch finding its target by id, and given a target (the
+            # patch rewritten for each target first).
+            for mode, suffix in (("path", ""), ("target", " [with a target]")):
+                cases.append({"name": name + suffix, "mode": mode, "target": target_text,
+                              "patch": patch_text})
         header = (
             f"# kyaml's merge2 test cases ({source_file}_test.go, sigs.k8s.io/kustomize/kyaml"
             " v0.18.1, Apache-2.0),\n# each made one resource and one patch; the expected output"

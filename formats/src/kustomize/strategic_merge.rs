@@ -192,3 +192,100 @@ fn set_namespace(metadata: &mut Map<String, Value>, namespace: String) {
         metadata.insert("namespace".to_owned(), Value::String(namespace));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(containers: Value) -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"template": {"spec": {"containers": containers}}}
+        })
+    }
+
+    fn apply_builtin(target: &Value, patch: &Value) -> Option<Value> {
+        apply(target, patch, &Schema::builtin()).expect("merge")
+    }
+
+    #[test]
+    fn containers_merge_by_name_with_new_ones_first() {
+        let target = deployment(json!([{"name": "a", "image": "a:1"}, {"name": "b"}]));
+        let patch = deployment(json!([{"name": "c"}, {"name": "a", "image": "a:2"}]));
+        let merged = apply_builtin(&target, &patch).expect("kept");
+        assert_eq!(
+            merged["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "c"}, {"name": "a", "image": "a:2"}, {"name": "b"}])
+        );
+    }
+
+    #[test]
+    fn without_a_schema_lists_are_replaced() {
+        let target = json!({"apiVersion": "x.io/v1", "kind": "X", "metadata": {"name": "x"},
+            "spec": {"items": [{"name": "a"}]}});
+        let patch = json!({"apiVersion": "x.io/v1", "kind": "X", "metadata": {"name": "x"},
+            "spec": {"items": [{"name": "b"}]}});
+        let merged = apply_builtin(&target, &patch).expect("kept");
+        assert_eq!(merged["spec"]["items"], json!([{"name": "b"}]));
+    }
+
+    #[test]
+    fn delete_directives() {
+        let target = deployment(json!([{"name": "a"}, {"name": "b"}]));
+        let patch = deployment(json!([{"name": "a", "$patch": "delete"}]));
+        let merged = apply_builtin(&target, &patch).expect("kept");
+        assert_eq!(
+            merged["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "b"}])
+        );
+        let mut delete_all = deployment(json!([]));
+        delete_all["$patch"] = json!("delete");
+        assert_eq!(apply_builtin(&target, &delete_all), None);
+        let mut unknown = deployment(json!([]));
+        unknown["spec"]["$patch"] = json!("drop");
+        assert!(apply(&target, &unknown, &Schema::builtin()).is_err());
+    }
+
+    #[test]
+    fn the_target_keeps_its_identity_unless_allowed() {
+        let target = deployment(json!([]));
+        let patch = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "other", "namespace": "elsewhere"}});
+        let kept = apply_builtin(&target, &patch).expect("kept");
+        assert_eq!(kept["kind"], "Deployment");
+        assert_eq!(kept["metadata"], json!({"name": "web", "namespace": "ns"}));
+        let options = PatchOptions {
+            allow_name_change: true,
+            allow_kind_change: true,
+        };
+        let changed = apply_with_options(&target, &patch, &Schema::builtin(), options)
+            .expect("merge")
+            .expect("kept");
+        assert_eq!(changed["kind"], "StatefulSet");
+        assert_eq!(
+            changed["metadata"],
+            json!({"name": "other", "namespace": "ns"})
+        );
+    }
+
+    #[test]
+    fn the_per_target_copy_of_a_patch() {
+        let target = deployment(json!([]));
+        let patch = json!({"apiVersion": "apps/v2", "kind": "Deployment",
+            "metadata": {"labels": {"n": 1, "gone": null}, "annotations": {}, "namespace": "x"}});
+        let copy = patch_for_target(&patch, &target);
+        assert_eq!(copy["apiVersion"], "apps/v1");
+        assert_eq!(
+            copy["metadata"],
+            json!({"labels": {"n": "1", "gone": "null"}, "name": null, "namespace": "x"})
+        );
+        let no_labels = json!({"kind": "Deployment", "metadata": {"name": "web", "labels": null}});
+        assert_eq!(
+            patch_for_target(&no_labels, &target)["metadata"],
+            json!({"name": "web"})
+        );
+    }
+}
