@@ -438,6 +438,7 @@ fn generate(
             let rendered = helm_charts::inflate(builder.tree, &target.dir, &globals, &chart)?;
             Ok(rendered.into_iter().map(|(r, _)| r).collect())
         }
+        "IAMPolicyGenerator" => iam_policy(config).map(|r| vec![r]),
         other => Err(KustomizeError::new(
             KustomizeErrorKind::Unsupported,
             format!("{other} is not a built-in generator this engine runs"),
@@ -451,4 +452,46 @@ fn strip_helm_fields(config: &Resource) -> Value {
         body.remove(key);
     }
     Value::Object(body)
+}
+
+/// kustomize's `IAMPolicyGenerator` (GKE only): a ServiceAccount bound to a Google service
+/// account by annotation.
+fn iam_policy(config: &Resource) -> Result<Resource, KustomizeError> {
+    let text = |path: &[&str]| -> String {
+        let mut value = config.body.get(path[0]);
+        for key in &path[1..] {
+            value = value.and_then(|v| v.get(*key));
+        }
+        value.and_then(Value::as_str).unwrap_or("").to_owned()
+    };
+    let cloud = text(&["cloud"]);
+    if cloud != "gke" {
+        return Err(KustomizeError::new(
+            KustomizeErrorKind::Unsupported,
+            format!("cloud provider {cloud} not supported yet"),
+        ));
+    }
+    let mut metadata = serde_json::Map::new();
+    let account = format!(
+        "{}@{}.iam.gserviceaccount.com",
+        text(&["serviceAccount", "name"]),
+        text(&["serviceAccount", "projectId"])
+    );
+    metadata.insert(
+        "annotations".into(),
+        serde_json::json!({ "iam.gke.io/gcp-service-account": account }),
+    );
+    metadata.insert(
+        "name".into(),
+        Value::String(text(&["kubernetesService", "name"])),
+    );
+    let namespace = text(&["kubernetesService", "namespace"]);
+    if !namespace.is_empty() {
+        metadata.insert("namespace".into(), Value::String(namespace));
+    }
+    let mut body = serde_json::Map::new();
+    body.insert("apiVersion".into(), Value::String("v1".into()));
+    body.insert("kind".into(), Value::String("ServiceAccount".into()));
+    body.insert("metadata".into(), Value::Object(metadata));
+    Ok(Resource::new(body))
 }
