@@ -571,7 +571,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         let fetcher = args.fetch.fetcher()?;
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
-            allowed_namespaces: Vec::new(),
+            ..Default::default()
         };
         let progress = Progress::stderr();
         let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {

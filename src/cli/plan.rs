@@ -65,7 +65,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         let client = Client::try_from(config.clone())?;
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
-            allowed_namespaces: Vec::new(),
+            ..Default::default()
         };
         let progress = Progress::stderr();
         let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
