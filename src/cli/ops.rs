@@ -580,7 +580,11 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         .await?;
         drop(progress);
         let capabilities = match bd.spec.format {
-            crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
+            crate::api::BundleFormat::Helm => {
+                // Rendered without the agent's render key: generated values differ from its own.
+                eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
+                Some(preview::helm_capabilities(&client).await?)
+            }
             _ => None,
         };
         let values = preview::read_values(&client, &policy, &bd).await?;

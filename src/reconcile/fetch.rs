@@ -299,7 +299,8 @@ impl<'a> Found<'a> {
 /// `resource` (`secrets`, `configmaps`) that `requester` names:
 /// - the agent's own Secrets (revision snapshots, render keys) never;
 /// - in the agent's namespace: when the object is labelled `access.pallet.dev/<name>: "true"`
-///   (`found`: what was read of it; None when it does not exist), else as in any namespace;
+///   (`found`: what was read of it), else as in any namespace; one that does not exist (`found`
+///   None) is let through, to be reported missing (or skipped when optional);
 /// - in an allow-listed namespace: always;
 /// - in any namespace: when the requester's ServiceAccount may `get` the object itself (a
 ///   SubjectAccessReview).
@@ -317,12 +318,17 @@ pub async fn may_use(
     let agents = namespace == policy.agent_namespace;
     let label = access_label(requester.bundle_deployment);
     if agents {
-        if found.is_some_and(|f| f.is_agents_own()) {
+        // Nothing there, nothing to protect: the caller says it is missing (and an optional
+        // reference is skipped, as in any namespace).
+        let Some(found) = found else {
+            return Ok(Ok(()));
+        };
+        if found.is_agents_own() {
             return Ok(Err(
                 "is the agent's own (a revision snapshot or render key) and is never usable as a reference".into(),
             ));
         }
-        if found.is_some_and(|f| f.labelled_for(requester.bundle_deployment)) {
+        if found.labelled_for(requester.bundle_deployment) {
             return Ok(Ok(()));
         }
     } else if policy.allowed_namespaces.iter().any(|n| n == namespace) {
@@ -457,8 +463,8 @@ mod tests {
                 .unwrap_err();
             assert!(why.contains("access.pallet.dev/web=true"), "{why}");
         }
-        // Missing: refused the same way (no hint whether it exists).
-        assert!(decide("pallet-system", None).await.is_err());
+        // Missing: let through, so that it is reported missing (or skipped when optional).
+        assert!(decide("pallet-system", None).await.is_ok());
         // Labelled for this one: allowed.
         let m = meta(&[("access.pallet.dev/web", "true")]);
         assert!(decide("pallet-system", Some(Found::new(&m, None)))

@@ -82,8 +82,11 @@ pub async fn read_values(
             }
             Err(error) => {
                 // A reference the namespace rule refuses is not watched: the agent may well
-                // have no right to, and only a spec change can lift the refusal.
-                if error.category() == REASON_NOT_ALLOWED {
+                // have no right to, and only a spec change can lift the refusal. In the agent's
+                // own namespace it is: labelling the object for this BundleDeployment lifts it.
+                if error.category() == REASON_NOT_ALLOWED
+                    && observed[index].0.namespace != policy.agent_namespace
+                {
                     observed.remove(index);
                 }
                 return (observed, Err(error));
