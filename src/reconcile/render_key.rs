@@ -104,11 +104,17 @@ pub fn seed(key: &RenderKey, config: &RenderConfig, sources: &[Fetched]) -> Rand
         field("destination", &source.destination);
         field("resolved", &source.resolved);
     }
-    // HMAC accepts a key of any length; a fixed-size one cannot fail.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&key.0)
-        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    let mut mac = mac(key);
     mac.update(text.as_bytes());
     mac.finalize().into_bytes().into()
+}
+
+/// HMAC-SHA256 keyed with `key`. A key shorter than SHA-256's 64-byte block is zero-padded to
+/// it by HMAC's definition, so passing it padded is the same MAC and cannot fail.
+fn mac(key: &RenderKey) -> Hmac<Sha256> {
+    let mut block = [0u8; 64];
+    block[..KEY_BYTES].copy_from_slice(&key.0);
+    <Hmac<Sha256> as hmac::digest::KeyInit>::new(&block.into())
 }
 
 /// True for a Secret the agent keeps for itself (a render key), by type or label: never usable
@@ -327,6 +333,19 @@ mod tests {
         other.helm.capabilities = Some(pallet_formats::HelmCapabilities::default_for_template());
         other.helm.seed = [9; 32];
         assert_eq!(base, seed(&key, &other, &fetched("abc")));
+    }
+
+    #[test]
+    fn the_padded_mac_is_hmac_with_the_key_itself() {
+        let key = RenderKey([5; KEY_BYTES]);
+        let mut ours = mac(&key);
+        ours.update(b"inputs");
+        let mut reference = <Hmac<Sha256> as Mac>::new_from_slice(&[5; KEY_BYTES]).unwrap();
+        reference.update(b"inputs");
+        assert_eq!(
+            ours.finalize().into_bytes(),
+            reference.finalize().into_bytes()
+        );
     }
 
     #[test]
