@@ -379,41 +379,7 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
         );
         assert!(message.contains("generic-garbage-collector"), "{message}");
 
-        // Every spec edit is checked, not only a change of ServiceAccount: once an administrator
-        // has named the garbage collector, the author may not change what is installed as it.
-        as_admin
-            .patch(
-                &own_name,
-                &PatchParams::default(),
-                &patch(
-                    json!({"spec": {"serviceAccount": {"namespace": GARBAGE_COLLECTOR.0,
-                                                          "name": GARBAGE_COLLECTOR.1}}}),
-                ),
-            )
-            .await
-            .expect("an administrator may");
-        let message = refusal(
-            as_author
-                .patch(
-                    &own_name,
-                    &PatchParams::default(),
-                    &patch(json!({"spec": {"sources": [{"kind": "http",
-                        "http": {"url": "http://127.0.0.1:9/other.yaml"}}]}})),
-                )
-                .await,
-        );
-        assert!(message.contains("may not impersonate"), "{message}");
-        // Metadata alone (a label, a reconcile request) is not checked.
-        as_author
-            .patch(
-                &own_name,
-                &PatchParams::default(),
-                &patch(
-                    json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "1"}}}),
-                ),
-            )
-            .await
-            .expect("metadata edits are admitted");
+        spec_edits_are_checked_and_metadata_is_not(&as_admin, &as_author, &own_name).await;
     };
     run.await;
     remove_policy(&admin, &test).await;
@@ -426,6 +392,50 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
     let _ = Api::<Namespace>::all(admin.clone())
         .delete(&test, &DeleteParams::default())
         .await;
+}
+
+/// Every spec edit is checked, not only a change of ServiceAccount: once an administrator has
+/// named the garbage collector in `name`, the author may not change what is installed as it;
+/// metadata alone (a label, a reconcile request) is not checked.
+async fn spec_edits_are_checked_and_metadata_is_not(
+    as_admin: &Api<BundleDeployment>,
+    as_author: &Api<BundleDeployment>,
+    own_name: &str,
+) {
+    let patch = |value: Value| Patch::Merge(value);
+    // Every spec edit is checked, not only a change of ServiceAccount: once an administrator
+    // has named the garbage collector, the author may not change what is installed as it.
+    as_admin
+        .patch(
+            own_name,
+            &PatchParams::default(),
+            &patch(
+                json!({"spec": {"serviceAccount": {"namespace": GARBAGE_COLLECTOR.0,
+                                                      "name": GARBAGE_COLLECTOR.1}}}),
+            ),
+        )
+        .await
+        .expect("an administrator may");
+    let message = refusal(
+        as_author
+            .patch(
+                own_name,
+                &PatchParams::default(),
+                &patch(json!({"spec": {"sources": [{"kind": "http",
+                    "http": {"url": "http://127.0.0.1:9/other.yaml"}}]}})),
+            )
+            .await,
+    );
+    assert!(message.contains("may not impersonate"), "{message}");
+    // Metadata alone (a label, a reconcile request) is not checked.
+    as_author
+        .patch(
+            own_name,
+            &PatchParams::default(),
+            &patch(json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "1"}}})),
+        )
+        .await
+        .expect("metadata edits are admitted");
 }
 
 /// Labels for a Secret of the agent's namespace given to BundleDeployment `name`.
