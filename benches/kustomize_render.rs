@@ -14,9 +14,21 @@ use std::process::{Command, Stdio};
 /// The corpus's largest roots by output size, with the directory of their repository (the tree
 /// a BundleDeployment's source would hold).
 const ROOTS: [(&str, &str, &str); 3] = [
-    ("kubeflow-kserve", "trees/kubeflow", "applications/kserve/kserve"),
-    ("argocd-install", "trees/argo-cd", "manifests/cluster-install"),
-    ("argocd-core-install", "trees/argo-cd", "manifests/core-install"),
+    (
+        "kubeflow-kserve",
+        "trees/kubeflow",
+        "applications/kserve/kserve",
+    ),
+    (
+        "argocd-install",
+        "trees/argo-cd",
+        "manifests/cluster-install",
+    ),
+    (
+        "argocd-core-install",
+        "trees/argo-cd",
+        "manifests/core-install",
+    ),
 ];
 
 fn corpus() -> PathBuf {
@@ -71,7 +83,10 @@ fn main() {
         .unwrap_or(10);
     let kustomize = kustomize_bin();
     if !kustomize.is_file() {
-        eprintln!("no kustomize at {}: run tools/kustomize.sh build", kustomize.display());
+        eprintln!(
+            "no kustomize at {}: run tools/kustomize.sh build",
+            kustomize.display()
+        );
         return;
     }
     let pallet = PathBuf::from(env!("CARGO_BIN_EXE_pallet"));

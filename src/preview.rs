@@ -184,7 +184,8 @@ pub async fn fetch_sources(
         let secrets = match (cluster, named_secret(source)) {
             (_, None) => SourceSecrets::default(),
             (Some((client, policy)), Some(_)) => {
-                source_secrets(client, policy, bd.spec.service_account.as_ref(), source)
+                let name = bd.metadata.name.as_deref().unwrap_or_default();
+                source_secrets(client, policy, policy.requester(name, &bd.spec), source)
                     .await
                     .map_err(|e| PreviewError::Fetch {
                         index,

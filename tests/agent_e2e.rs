@@ -982,7 +982,7 @@ async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
         "installNamespace": test,
         "format": "plain",
         "sources": [
-            // No namespace: the agent's own.
+            // No namespace: the agent's own (labelled for this BundleDeployment below).
             {"kind": "git", "git": {"repository": repo.url(git), "ref": {"branch": "main"},
                 "auth": {"secret": {"name": "home-creds"}}}},
             // Another namespace, on the agent's allow-list: no ServiceAccount needed.
@@ -992,6 +992,33 @@ async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
     });
     let bds: Api<BundleDeployment> = Api::all(client.clone());
     agent::apply_bd(&client, &test, spec.clone()).await;
+    // The agent's namespace is no pool: its Secret is used once labelled for this
+    // BundleDeployment (the allow-listed namespace's needs nothing).
+    let refused = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        &format!("secret {agent_ns}/home-creds is in the agent's namespace and not labelled access.pallet.dev/{test}=true"),
+    )
+    .await;
+    assert_eq!(
+        find(&refused.status.unwrap().conditions, "Ready")
+            .unwrap()
+            .reason,
+        "SecretNotAllowed"
+    );
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &agent_ns)
+        .patch(
+            "home-creds",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {format!("access.pallet.dev/{test}"): "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
     wait_condition(&client, &agent, &test, "Ready", "True", "2 objects").await;
 
     // A missing Secret is named in the condition.

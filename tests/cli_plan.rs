@@ -476,7 +476,8 @@ async fn plan_renders_helm_charts_with_values_from_the_cluster() {
         &cms,
         cluster::TEST_FIELD_MANAGER,
         &values_cm,
-        json!({}),
+        // Given to this BundleDeployment: the agent's namespace is no pool.
+        json!({format!("access.pallet.dev/{name}"): "true"}),
         json!({"values.yaml": format!("objectName: {name}-from-configmap\n")}),
     )
     .await;

@@ -54,6 +54,8 @@ fn deploy_applies_with_a_server_side_dry_run() {
         "clusterrolebinding.rbac.authorization.k8s.io/pallet-agent-install",
         "role.rbac.authorization.k8s.io/pallet-agent",
         "rolebinding.rbac.authorization.k8s.io/pallet-agent",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/pallet-bundle-deployment-author",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/pallet-bundle-deployment-author",
         "deployment.apps/pallet-agent",
         "service/pallet-agent-metrics",
     ] {

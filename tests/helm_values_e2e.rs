@@ -100,10 +100,12 @@ where
     .unwrap_or_else(|e| panic!("apply {name}: {e}"));
 }
 
-fn values_config_map(name: &str, message: &str) -> Value {
+/// A ConfigMap of values in the agent's namespace, labelled for BundleDeployment `bd`.
+fn values_config_map(bd: &str, name: &str, message: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
+        "metadata": {"name": name, "namespace": AGENT_NAMESPACE,
+                     "labels": {format!("access.pallet.dev/{bd}"): "true"}},
         "data": {"values.yaml": format!("message: {message}\n")},
     })
 }
@@ -221,7 +223,8 @@ async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revisio
         .create(
             &PostParams::default(),
             &serde_json::from_value(json!({
-                "metadata": {"name": secret_name, "namespace": AGENT_NAMESPACE},
+                "metadata": {"name": secret_name, "namespace": AGENT_NAMESPACE,
+                             "labels": {format!("access.pallet.dev/{name}"): "true"}},
                 "stringData": {"values.yaml": "password: s3cret"},
             }))
             .unwrap(),
@@ -281,7 +284,7 @@ async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revisio
         apply(
             &maps,
             &values_name,
-            values_config_map(&values_name, "edited"),
+            values_config_map(&name, &values_name, "edited"),
         )
         .await;
         let ready = wait_ready(&client, &agent, &name, 2, PROMPT).await;
@@ -362,7 +365,7 @@ async fn a_missing_required_reference_is_a_clear_condition_and_the_objects_stay(
     apply(
         &maps,
         &values_name,
-        values_config_map(&values_name, "first"),
+        values_config_map(&name, &values_name, "first"),
     )
     .await;
     let agent = start_agent(&name);
@@ -422,7 +425,7 @@ async fn a_missing_required_reference_is_a_clear_condition_and_the_objects_stay(
         apply(
             &maps,
             &values_name,
-            values_config_map(&values_name, "second"),
+            values_config_map(&name, &values_name, "second"),
         )
         .await;
         wait_ready(&client, &agent, &name, 2, PROMPT).await;

@@ -105,7 +105,9 @@ impl Scenario {
         let name = format!("{}-{suffix}", self.name);
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
+            // Given to this scenario's BundleDeployment (the agent's namespace is no pool).
+            "metadata": {"name": name, "namespace": AGENT_NAMESPACE,
+                         "labels": {format!("access.pallet.dev/{}", self.name): "true"}},
             "stringData": data,
         });
         Api::<Secret>::namespaced(self.client.clone(), AGENT_NAMESPACE)

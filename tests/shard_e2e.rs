@@ -386,7 +386,7 @@ async fn context(scope: pallet::shard::Scope, cache: &std::path::Path) -> Contex
     );
     let policy = pallet::reconcile::fetch::SecretPolicy {
         agent_namespace: "pallet-system".into(),
-        allowed_namespaces: Vec::new(),
+        ..Default::default()
     };
     Context::new(
         client,

@@ -64,26 +64,15 @@ pub struct HelmOptions {
     /// What `now` returns, as Unix seconds (UTC). Pinned by the caller, never the wall clock,
     /// so a chart using `now` renders the same objects (and digest) on every reconcile.
     pub now: i64,
-    /// Seed of the random functions (`randAlphaNum`, `uuidv4`, ...): their output is stable
-    /// for a given seed. The agent derives it with [`HelmOptions::seed_for`].
-    pub seed: u64,
+    /// Seed of the random functions (`randAlphaNum`, `uuidv4`, `genCA`, `genPrivateKey`,
+    /// bcrypt salts, ...): 256 bits keying a ChaCha20 stream, so their output is stable for a
+    /// given seed and cannot be recomputed without it. The agent derives it from a secret key of
+    /// the BundleDeployment and the render's inputs; all zeros outside a cluster.
+    pub seed: RandomSeed,
 }
 
-impl HelmOptions {
-    /// The seed for a BundleDeployment's spec generation: random output then changes only when
-    /// the spec does (a new generation), not on every reconcile.
-    pub fn seed_for(name: &str, generation: i64) -> u64 {
-        use sha2::Digest as _;
-        let mut h = sha2::Sha256::new();
-        h.update(name.as_bytes());
-        h.update([0]);
-        h.update(generation.to_le_bytes());
-        let d = h.finalize();
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&d[..8]);
-        u64::from_le_bytes(b)
-    }
-}
+/// The seed of a render's random functions: 256 bits.
+pub type RandomSeed = [u8; 32];
 
 /// What `.Capabilities` reports: the cluster's version and the APIs it serves.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -69,10 +69,10 @@ fn decode(data: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn render_pallet(dir: &Path, seed: u64) -> Result<BTreeMap<String, String>, String> {
+fn render_pallet(dir: &Path, seed: u8) -> Result<BTreeMap<String, String>, String> {
     let opts = RenderOptions {
         now: Some(NOW),
-        seed,
+        seed: [seed; 32],
         ..RenderOptions::default()
     };
     let objs = helm::render(&dir.join("probe"), &opts).map_err(|e| e.to_string())?;

@@ -99,7 +99,11 @@ pub struct BundleDeploymentSpec {
     #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub install_namespace: Option<String>,
 
-    /// Apply as this ServiceAccount (impersonation). Default: the agent's own identity.
+    /// Apply as this ServiceAccount (impersonation); Secrets and ConfigMaps named here are read
+    /// only if it may get them (or, in the agent's namespace, when labelled for this
+    /// BundleDeployment). Default: the agent's `--default-service-account`, else the agent's own
+    /// identity. The shipped admission policy admits it only from a creator who may impersonate
+    /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccountReference>,
 

@@ -9,6 +9,7 @@ use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Config;
 
+use crate::api::ServiceAccountReference;
 use crate::changelog::ChangeLog;
 use crate::leader::{self, Attempt, Elector, LeaseConfig};
 use crate::metrics::METRICS;
@@ -35,6 +36,15 @@ pub struct AgentArgs {
     /// Other namespaces any BundleDeployment may read source Secrets from (repeatable).
     #[arg(long = "allow-secret-namespace")]
     pub allow_secret_namespaces: Vec<String>,
+    /// The ServiceAccount (NAMESPACE/NAME) a BundleDeployment naming no `spec.serviceAccount`
+    /// acts as: its objects are written, and its Secrets checked, as that ServiceAccount instead
+    /// of the agent.
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = parse_service_account, conflicts_with = "require_service_account")]
+    pub default_service_account: Option<ServiceAccountReference>,
+    /// Refuse every BundleDeployment that names no `spec.serviceAccount` (condition reason
+    /// `ServiceAccountRequired`): nothing is ever installed as the agent itself.
+    #[arg(long)]
+    pub require_service_account: bool,
     /// Directory of the source cache (content-addressed, survives restarts).
     #[arg(long, env = "PALLET_AGENT_CACHE", default_value = "/var/cache/pallet")]
     pub cache_dir: PathBuf,
@@ -137,6 +147,28 @@ pub struct AgentArgs {
     pub metrics_addr: String,
 }
 
+/// `--default-service-account NAMESPACE/NAME`.
+fn parse_service_account(text: &str) -> Result<ServiceAccountReference, String> {
+    let invalid = || format!("{text:?} is not NAMESPACE/NAME (e.g. pallet-system/installer)");
+    let (namespace, name) = text.split_once('/').ok_or_else(invalid)?;
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    let subdomain = |s: &str| s.len() <= 253 && s.split('.').all(label);
+    if !label(namespace) || !subdomain(name) {
+        return Err(invalid());
+    }
+    Ok(ServiceAccountReference {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
 /// Log output format.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -171,6 +203,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
             allowed_namespaces: args.allow_secret_namespaces.clone(),
+            default_service_account: args.default_service_account.clone(),
         };
         let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
@@ -227,6 +260,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             allowed_exec: args.allow_function_exec.clone(),
         })
         .with_webhook_cert_validity(args.webhook_cert_validity)
+        .with_require_service_account(args.require_service_account)
         .with_workers(match args.concurrency {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),
             Concurrency::Auto => Workers::adaptive(4, 1, args.max_concurrency.max(1).into()),
@@ -420,5 +454,30 @@ fn parse_concurrency(value: &str) -> Result<Concurrency, String> {
         _ => Err(format!(
             "expected `auto` or a number of workers (1 or more), got {value:?}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_default_service_account_is_namespace_slash_name() {
+        let sa = parse_service_account("pallet-system/installer").unwrap();
+        assert_eq!(
+            (sa.namespace.as_str(), sa.name.as_str()),
+            ("pallet-system", "installer")
+        );
+        assert!(parse_service_account("team-a/ci.deployer").is_ok());
+        for bad in [
+            "installer",
+            "/installer",
+            "team-a/",
+            "Team/x",
+            "a/b/c",
+            "-a/b",
+        ] {
+            assert!(parse_service_account(bad).is_err(), "{bad}");
+        }
     }
 }

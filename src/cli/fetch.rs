@@ -62,7 +62,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         };
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
-            allowed_namespaces: Vec::new(),
+            ..Default::default()
         };
         let progress = Progress::stderr();
         let fetched = crate::preview::fetch_sources(

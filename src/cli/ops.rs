@@ -571,7 +571,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         let fetcher = args.fetch.fetcher()?;
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
-            allowed_namespaces: Vec::new(),
+            ..Default::default()
         };
         let progress = Progress::stderr();
         let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
@@ -580,7 +580,11 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         .await?;
         drop(progress);
         let capabilities = match bd.spec.format {
-            crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
+            crate::api::BundleFormat::Helm => {
+                // Rendered without the agent's render key: generated values differ from its own.
+                eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
+                Some(preview::helm_capabilities(&client).await?)
+            }
             _ => None,
         };
         let values = preview::read_values(&client, &policy, &bd).await?;

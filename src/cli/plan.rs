@@ -65,7 +65,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         let client = Client::try_from(config.clone())?;
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
-            allowed_namespaces: Vec::new(),
+            ..Default::default()
         };
         let progress = Progress::stderr();
         let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
@@ -74,7 +74,11 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         .await?;
         drop(progress);
         let capabilities = match bd.spec.format {
-            crate::api::BundleFormat::Helm => Some(preview::helm_capabilities(&client).await?),
+            crate::api::BundleFormat::Helm => {
+                // Rendered without the agent's render key: generated values differ from its own.
+                eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
+                Some(preview::helm_capabilities(&client).await?)
+            }
             _ => None,
         };
         let values = preview::read_values(&client, &policy, &bd).await?;

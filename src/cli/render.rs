@@ -134,6 +134,11 @@ fn capabilities(args: &RenderArgs) -> anyhow::Result<Option<HelmCapabilities>> {
     }))
 }
 
+/// Said on stderr when `-f` renders a helm chart: its generated values are not the agent's.
+pub const GENERATED_VALUES_NOTICE: &str = "note: values the chart generates (randAlphaNum, \
+uuidv4, genCA, genPrivateKey, bcrypt salts, ...) are not the ones the agent generates: the agent \
+derives them from a secret key it keeps in the cluster for each BundleDeployment";
+
 /// Runs `pallet render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
     let capabilities = capabilities(&args)?;
@@ -143,14 +148,14 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
             let (_, bd) =
                 crate::preview::parse_bundle_deployment(&text, &file.display().to_string())?;
             let values = bd_values(&bd, &read_values_files(&args.values)?)?;
+            if bd.spec.format == crate::api::BundleFormat::Helm {
+                eprintln!("{GENERATED_VALUES_NOTICE}");
+            }
             let fetcher = args.fetch.fetcher()?;
             let vars = args.vars.iter().cloned().collect();
             let processors = crate::preview::offline_processors(&bd, &vars);
             let exec_policy = args.fetch.function_policy();
-            let policy = crate::reconcile::fetch::SecretPolicy {
-                agent_namespace: String::new(),
-                allowed_namespaces: Vec::new(),
-            };
+            let policy = crate::reconcile::fetch::SecretPolicy::default();
             let (rendered, traces) = super::block_on(async move {
                 let progress = Progress::stderr();
                 let fetched =

@@ -423,7 +423,7 @@ async fn attempt(notifier: &Notifier, name: &str, pick: &Pick) -> Attempt {
         Some(reference) => match crate::reconcile::fetch::read_secret(
             &inner.client,
             &inner.policy,
-            pick.spec.service_account.as_ref(),
+            inner.policy.requester(name, &pick.spec),
             reference,
         )
         .await
@@ -673,7 +673,7 @@ mod tests {
             client.clone(),
             SecretPolicy {
                 agent_namespace: "pallet-system".into(),
-                allowed_namespaces: vec![],
+                ..Default::default()
             },
             Recorder::new(client, reporter),
             Settings::default(),

@@ -112,6 +112,8 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .delete_all(&name)
         .await
         .map_err(ReconcileError::Revision)?;
+    // And its render key: a BundleDeployment made again with this name gets a new one.
+    ctx.render_keys.delete(bd).await?;
     ctx.last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -1,8 +1,8 @@
 //! Phases 1 and 2 (fetch and render, or reuse the last render), and drift observed while paused.
 
 use super::{
-    fetch, hook_plan, is_helm, processors, reference, render, render_memo, rollout, values,
-    webhook_certs, Context, ReconcileError,
+    fetch, hook_plan, is_helm, processors, reference, render, render_key, render_memo, rollout,
+    values, webhook_certs, Context, ReconcileError,
 };
 
 use kube::ResourceExt;
@@ -98,9 +98,14 @@ pub(super) async fn fetch_and_render(
             version: f.version.clone(),
         })
         .collect();
-    let config = render::render_config(bd, capabilities, Some(values.values));
+    let mut config = render::render_config(bd, capabilities, Some(values.values));
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
+    // Only helm charts generate values (randAlphaNum, genCA, ...): the others need no key.
+    if format == pallet_formats::Format::Helm {
+        let key = ctx.render_key(bd).await?;
+        config.helm.seed = render_key::seed(&key, &config, &fetched);
+    }
     let allow_empty = bd.spec.rollout().allow_empty();
     let inputs = render_memo::inputs_digest(
         format,

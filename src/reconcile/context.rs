@@ -44,19 +44,18 @@ pub struct Written {
     pub waiting: Option<Vec<String>>,
 }
 
-/// `config` acting as ServiceAccount `sa` (impersonation, with the groups the API server gives
-/// a ServiceAccount's token), as the agent writes a BundleDeployment's objects.
+/// `config` acting as ServiceAccount `sa`, as the agent writes a BundleDeployment's objects:
+/// impersonation of the ServiceAccount's user name alone. No group is sent (the agent may not
+/// impersonate groups): the API server gives an impersonated ServiceAccount its groups itself
+/// (`system:serviceaccounts`, `system:serviceaccounts:<namespace>`, `system:authenticated`).
 pub fn impersonating(config: &Config, sa: &crate::api::ServiceAccountReference) -> Config {
     let mut config = config.clone();
     config.auth_info.impersonate = Some(format!(
         "system:serviceaccount:{}:{}",
         sa.namespace, sa.name
     ));
-    config.auth_info.impersonate_groups = Some(vec![
-        "system:serviceaccounts".into(),
-        format!("system:serviceaccounts:{}", sa.namespace),
-        "system:authenticated".into(),
-    ]);
+    // A kubeconfig's own `as-groups` must not ride along either.
+    config.auth_info.impersonate_groups = None;
     config
 }
 
@@ -177,6 +176,10 @@ pub struct Context {
         tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
     /// Revision snapshots, in Secrets in the agent's namespace.
     pub store: RevisionStore,
+    /// The keys behind the values charts generate, in Secrets in the agent's namespace.
+    pub render_keys: super::render_key::RenderKeys,
+    /// Refuse BundleDeployments that name no ServiceAccount (`--require-service-account`).
+    pub require_service_account: bool,
     /// Snapshots read or written by this process, by BundleDeployment and number: a held or
     /// rolled-back revision is re-applied at every pass without reading its Secrets again.
     pub(super) snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
@@ -260,6 +263,12 @@ impl Context {
         self
     }
 
+    /// The same context refusing (`true`) BundleDeployments that name no ServiceAccount.
+    pub fn with_require_service_account(mut self, require: bool) -> Self {
+        self.require_service_account = require;
+        self
+    }
+
     /// The same context delivering notifications with `settings`.
     pub fn with_notification_settings(mut self, settings: crate::notify::Settings) -> Self {
         self.notifier = self.notifier.with_settings(settings);
@@ -313,6 +322,11 @@ impl Context {
             ),
             recorder,
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
+            render_keys: super::render_key::RenderKeys::new(
+                client.clone(),
+                &secret_policy.agent_namespace,
+            ),
+            require_service_account: false,
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
@@ -434,6 +448,19 @@ impl Context {
             .map_err(ReconcileError::Revision)
     }
 
+    /// The render key of `bd` (see [`super::render_key`]), made at its first render; the
+    /// agent's namespace is created first if it is missing, as for snapshots.
+    pub(super) async fn render_key(
+        &self,
+        bd: &BundleDeployment,
+    ) -> Result<super::render_key::RenderKey, ReconcileError> {
+        let namespace = self.store.namespace().to_string();
+        self.agent_namespace_ready
+            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
+            .await?;
+        self.render_keys.get_or_create(bd).await
+    }
+
     /// Keeps a snapshot read back for later passes.
     pub(super) fn remember(&self, record: RevisionRecord) {
         let Ok(objects) = snapshot_objects(&record) else {
@@ -507,11 +534,12 @@ impl Context {
             .remove(name);
     }
 
-    /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names one.
+    /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names
+    /// one, else the agent's default one (`--default-service-account`), else the agent itself.
     /// One client per ServiceAccount, kept: a new client is a new connection (and TLS handshake)
     /// at every pass.
     pub(super) fn writer(&self, bd: &BundleDeployment) -> Result<Client, ReconcileError> {
-        let Some(sa) = &bd.spec.service_account else {
+        let Some(sa) = self.secret_policy.service_account(&bd.spec) else {
             return Ok(self.client.clone());
         };
         let key = (sa.namespace.clone(), sa.name.clone());
@@ -589,6 +617,23 @@ pub(super) fn snapshot_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn impersonation_names_the_service_account_and_sends_no_group() {
+        let mut config = Config::new("https://127.0.0.1:1".parse().unwrap());
+        // Even a kubeconfig that impersonates groups of its own: none is sent.
+        config.auth_info.impersonate_groups = Some(vec!["system:masters".into()]);
+        let sa = crate::api::ServiceAccountReference {
+            namespace: "team-a".into(),
+            name: "deployer".into(),
+        };
+        let acting = impersonating(&config, &sa);
+        assert_eq!(
+            acting.auth_info.impersonate.as_deref(),
+            Some("system:serviceaccount:team-a:deployer")
+        );
+        assert_eq!(acting.auth_info.impersonate_groups, None);
+    }
 
     fn bd(version: &str, generation: i64) -> std::sync::Arc<BundleDeployment> {
         let mut bd: BundleDeployment = serde_json::from_value(serde_json::json!({

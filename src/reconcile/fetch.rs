@@ -8,6 +8,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::Client;
 
@@ -18,13 +19,61 @@ use std::time::Instant;
 use super::fetch_pool::FetchState;
 use crate::source::{assemble, describe_source, Credentials, Fetched, Fetcher, SourceSecrets};
 
-/// Where Secrets named by sources may be read from (api.md, "Secret references").
-#[derive(Clone, Debug)]
+/// Where Secrets and ConfigMaps named by a BundleDeployment may be read from, and as whom it
+/// acts (api.md, "Secret references"; docs/security.md).
+#[derive(Clone, Debug, Default)]
 pub struct SecretPolicy {
-    /// The agent's own namespace: the default for references without a namespace, always allowed.
+    /// The agent's own namespace: the default for references without a namespace. Not a pool:
+    /// an object there is used only when labelled for the BundleDeployment
+    /// ([`ACCESS_LABEL_PREFIX`]) or readable by its ServiceAccount.
     pub agent_namespace: String,
     /// Other namespaces any BundleDeployment may read Secrets from (the agent's allow-list flag).
     pub allowed_namespaces: Vec<String>,
+    /// The ServiceAccount a BundleDeployment naming none acts as (`--default-service-account`);
+    /// None: the agent's own identity.
+    pub default_service_account: Option<ServiceAccountReference>,
+}
+
+/// Label prefix giving one BundleDeployment the use of a Secret or ConfigMap of the agent's
+/// namespace: `access.pallet.dev/<name>: "true"` (one label per BundleDeployment allowed).
+pub const ACCESS_LABEL_PREFIX: &str = "access.pallet.dev/";
+
+/// The label that gives BundleDeployment `name` the use of an object of the agent's namespace.
+pub fn access_label(name: &str) -> String {
+    format!("{ACCESS_LABEL_PREFIX}{name}")
+}
+
+/// Who reads a referenced object: a BundleDeployment, and the ServiceAccount it acts as.
+#[derive(Clone, Copy, Debug)]
+pub struct Requester<'a> {
+    /// The BundleDeployment's name.
+    pub bundle_deployment: &'a str,
+    /// Its `spec.serviceAccount`, else the agent's default one.
+    pub service_account: Option<&'a ServiceAccountReference>,
+}
+
+impl SecretPolicy {
+    /// The ServiceAccount `spec` acts as: its own, else the default one (None: the agent).
+    pub fn service_account<'a>(
+        &'a self,
+        spec: &'a crate::api::BundleDeploymentSpec,
+    ) -> Option<&'a ServiceAccountReference> {
+        spec.service_account
+            .as_ref()
+            .or(self.default_service_account.as_ref())
+    }
+
+    /// The requester for BundleDeployment `name` with `spec`.
+    pub fn requester<'a>(
+        &'a self,
+        name: &'a str,
+        spec: &'a crate::api::BundleDeploymentSpec,
+    ) -> Requester<'a> {
+        Requester {
+            bundle_deployment: name,
+            service_account: self.service_account(spec),
+        }
+    }
 }
 
 /// Resolves every source of `bd` into the cache, in spec order. A floating source resolved less
@@ -44,8 +93,9 @@ pub async fn fetch_sources(
                 continue;
             }
         }
-        let sa = bd.spec.service_account.as_ref();
-        let secrets = source_secrets(&ctx.client, &ctx.secret_policy, sa, source).await?;
+        let name = bd.metadata.name.as_deref().unwrap_or_default();
+        let requester = ctx.secret_policy.requester(name, &bd.spec);
+        let secrets = source_secrets(&ctx.client, &ctx.secret_policy, requester, source).await?;
         let started = Instant::now();
         match ctx
             .fetches
@@ -91,7 +141,7 @@ pub fn remove_tree(tree: &Path) {
 pub async fn source_secrets(
     client: &Client,
     policy: &SecretPolicy,
-    service_account: Option<&ServiceAccountReference>,
+    requester: Requester<'_>,
     source: &Source,
 ) -> Result<SourceSecrets, ReconcileError> {
     let (auth, ca) = match (
@@ -109,7 +159,7 @@ pub async fn source_secrets(
     };
     let mut secrets = SourceSecrets::default();
     if let Some(auth) = auth {
-        let (origin, secret) = read_secret(client, policy, service_account, &auth.secret).await?;
+        let (origin, secret) = read_secret(client, policy, requester, &auth.secret).await?;
         let data = secret_data(&secret);
         secrets.credentials = Some(Credentials::from_secret_data(
             &origin,
@@ -118,7 +168,7 @@ pub async fn source_secrets(
         )?);
     }
     if let Some(reference) = ca {
-        let (origin, secret) = read_secret(client, policy, service_account, reference).await?;
+        let (origin, secret) = read_secret(client, policy, requester, reference).await?;
         let pem = secret_data(&secret)
             .remove("ca.crt")
             .ok_or_else(|| ReconcileError::Secret {
@@ -144,12 +194,12 @@ pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
     data
 }
 
-/// Reads a Secret under the policy: the agent's namespace and allow-listed namespaces always;
-/// another namespace only when the BundleDeployment's ServiceAccount may `get` that Secret.
+/// Reads a Secret under the policy (see [`may_use`]). In the agent's namespace the Secret is
+/// read first (its labels decide); elsewhere it is read only once the rule allows it.
 pub(crate) async fn read_secret(
     client: &Client,
     policy: &SecretPolicy,
-    service_account: Option<&ServiceAccountReference>,
+    requester: Requester<'_>,
     reference: &SecretReference,
 ) -> Result<(String, Secret), ReconcileError> {
     let namespace = reference
@@ -157,62 +207,153 @@ pub(crate) async fn read_secret(
         .as_deref()
         .unwrap_or(&policy.agent_namespace);
     let origin = format!("secret {namespace}/{}", reference.name);
-    if let Err(why) = may_read(
-        client,
-        policy,
-        service_account,
-        "secrets",
-        namespace,
-        &reference.name,
-    )
-    .await?
-    {
-        return Err(ReconcileError::Secret {
-            reason: "SecretNotAllowed",
-            message: format!("{origin} {why}"),
-        });
-    }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    match secrets.get_opt(&reference.name).await {
-        Ok(Some(secret)) => Ok((origin, secret)),
-        Ok(None) => Err(ReconcileError::Secret {
+    let read = || async {
+        secrets
+            .get_opt(&reference.name)
+            .await
+            .map_err(|e| ReconcileError::Kube {
+                context: format!("read {origin}"),
+                source: e,
+            })
+    };
+    let not_allowed = |why: String| ReconcileError::Secret {
+        reason: "SecretNotAllowed",
+        message: format!("{origin} {why}"),
+    };
+    let found = if namespace == policy.agent_namespace {
+        let found = read().await?;
+        let object = found
+            .as_ref()
+            .map(|s| Found::new(&s.metadata, s.type_.as_deref()));
+        let rule = may_use(
+            client,
+            policy,
+            requester,
+            "secrets",
+            namespace,
+            &reference.name,
+            object,
+        );
+        rule.await?.map_err(not_allowed)?;
+        found
+    } else {
+        let rule = may_use(
+            client,
+            policy,
+            requester,
+            "secrets",
+            namespace,
+            &reference.name,
+            None,
+        );
+        rule.await?.map_err(not_allowed)?;
+        read().await?
+    };
+    match found {
+        Some(secret) => Ok((origin, secret)),
+        None => Err(ReconcileError::Secret {
             reason: "SecretNotFound",
             message: format!("{origin} not found"),
-        }),
-        Err(e) => Err(ReconcileError::Kube {
-            context: format!("read {origin}"),
-            source: e,
         }),
     }
 }
 
-/// The secret-namespace rule (api.md, "Secret references") for an object of `resource`
-/// (`secrets`, `configmaps`) named for a BundleDeployment: the agent's namespace and the
-/// allow-listed ones always; another namespace only when the BundleDeployment's ServiceAccount
-/// may `get` the object itself (a SubjectAccessReview). `Ok(Err(why))` when it may not; `why`
-/// reads after the object's kind and name.
-pub async fn may_read(
+/// What the agent read of a referenced object of its own namespace, for [`may_use`].
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    meta: &'a ObjectMeta,
+    secret_type: Option<&'a str>,
+}
+
+impl<'a> Found<'a> {
+    /// An object with `meta`; `secret_type` is a Secret's `type`.
+    pub fn new(meta: &'a ObjectMeta, secret_type: Option<&'a str>) -> Self {
+        Found { meta, secret_type }
+    }
+
+    /// One of the agent's own Secrets: a revision snapshot or a render key.
+    fn is_agents_own(&self) -> bool {
+        let labelled = |key: &str| {
+            self.meta
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(key))
+        };
+        self.secret_type == Some(crate::revision::SECRET_TYPE)
+            || labelled(crate::revision::LABEL_REVISION_OF)
+            || super::render_key::is_render_key(self.meta, self.secret_type)
+    }
+
+    /// Labelled `access.pallet.dev/<name>: "true"`.
+    fn labelled_for(&self, bundle_deployment: &str) -> bool {
+        self.meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&access_label(bundle_deployment)))
+            .is_some_and(|v| v == "true")
+    }
+}
+
+/// The reference rule (api.md, "Secret references"; docs/security.md) for an object of
+/// `resource` (`secrets`, `configmaps`) that `requester` names:
+/// - the agent's own Secrets (revision snapshots, render keys) never;
+/// - in the agent's namespace: when the object is labelled `access.pallet.dev/<name>: "true"`
+///   (`found`: what was read of it), else as in any namespace; one that does not exist (`found`
+///   None) is let through, to be reported missing (or skipped when optional);
+/// - in an allow-listed namespace: always;
+/// - in any namespace: when the requester's ServiceAccount may `get` the object itself (a
+///   SubjectAccessReview).
+///
+/// `Ok(Err(why))` when it may not; `why` reads after the object's kind and name.
+pub async fn may_use(
     client: &Client,
     policy: &SecretPolicy,
-    service_account: Option<&ServiceAccountReference>,
+    requester: Requester<'_>,
     resource: &str,
     namespace: &str,
     name: &str,
+    found: Option<Found<'_>>,
 ) -> Result<Result<(), String>, ReconcileError> {
-    let trusted = namespace == policy.agent_namespace
-        || policy.allowed_namespaces.iter().any(|n| n == namespace);
-    if trusted {
+    let agents = namespace == policy.agent_namespace;
+    let label = access_label(requester.bundle_deployment);
+    if agents {
+        // Nothing there, nothing to protect: the caller says it is missing (and an optional
+        // reference is skipped, as in any namespace).
+        let Some(found) = found else {
+            return Ok(Ok(()));
+        };
+        if found.is_agents_own() {
+            return Ok(Err(
+                "is the agent's own (a revision snapshot or render key) and is never usable as a reference".into(),
+            ));
+        }
+        if found.labelled_for(requester.bundle_deployment) {
+            return Ok(Ok(()));
+        }
+    } else if policy.allowed_namespaces.iter().any(|n| n == namespace) {
         return Ok(Ok(()));
     }
-    let Some(sa) = service_account else {
-        return Ok(Err(format!(
-            "is outside the agent's namespace {} and its allow-list; name a spec.serviceAccount that may get it",
-            policy.agent_namespace
-        )));
+    let Some(sa) = requester.service_account else {
+        return Ok(Err(if agents {
+            format!(
+                "is in the agent's namespace and not labelled {label}=true for this BundleDeployment; label it, or name a spec.serviceAccount that may get it"
+            )
+        } else {
+            format!(
+                "is outside the agent's namespace {} and its allow-list; name a spec.serviceAccount that may get it",
+                policy.agent_namespace
+            )
+        }));
     };
     if !service_account_may_get(client, sa, resource, namespace, name).await? {
+        let unlabelled = if agents {
+            format!("it is not labelled {label}=true for this BundleDeployment, and ")
+        } else {
+            String::new()
+        };
         return Ok(Err(format!(
-            "may not be read: ServiceAccount {}/{} may not get it (checked with a SubjectAccessReview)",
+            "may not be read: {unlabelled}ServiceAccount {}/{} may not get it (checked with a SubjectAccessReview)",
             sa.namespace, sa.name
         )));
     }
@@ -257,4 +398,122 @@ async fn service_account_may_get(
             source: e,
         })?;
     Ok(answer.status.map(|s| s.allowed).unwrap_or(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A client that never answers: the cases below are decided before any request.
+    fn offline() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap()
+    }
+
+    fn policy() -> SecretPolicy {
+        SecretPolicy {
+            agent_namespace: "pallet-system".into(),
+            allowed_namespaces: vec!["shared".into()],
+            ..Default::default()
+        }
+    }
+
+    fn meta(labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    async fn decide(namespace: &str, found: Option<Found<'_>>) -> Result<(), String> {
+        let requester = Requester {
+            bundle_deployment: "web",
+            service_account: None,
+        };
+        let client = offline();
+        may_use(
+            &client,
+            &policy(),
+            requester,
+            "secrets",
+            namespace,
+            "creds",
+            found,
+        )
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_agent_namespace_is_not_a_pool() {
+        // Unlabelled, or labelled for another BundleDeployment, or not "true": refused.
+        for labels in [
+            vec![],
+            vec![("access.pallet.dev/api", "true")],
+            vec![("access.pallet.dev/web", "yes")],
+        ] {
+            let m = meta(&labels);
+            let why = decide("pallet-system", Some(Found::new(&m, Some("Opaque"))))
+                .await
+                .unwrap_err();
+            assert!(why.contains("access.pallet.dev/web=true"), "{why}");
+        }
+        // Missing: let through, so that it is reported missing (or skipped when optional).
+        assert!(decide("pallet-system", None).await.is_ok());
+        // Labelled for this one: allowed.
+        let m = meta(&[("access.pallet.dev/web", "true")]);
+        assert!(decide("pallet-system", Some(Found::new(&m, None)))
+            .await
+            .is_ok());
+        // An allow-listed namespace stays open; another needs a ServiceAccount.
+        assert!(decide("shared", None).await.is_ok());
+        let why = decide("team-a", None).await.unwrap_err();
+        assert!(why.contains("allow-list"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn the_agents_own_secrets_are_never_references_even_labelled() {
+        let access = ("access.pallet.dev/web", "true");
+        let snapshot = meta(&[access, (crate::revision::LABEL_REVISION_OF, "web")]);
+        let key = meta(&[access, (super::super::render_key::LABEL_KEY_OF, "web")]);
+        let typed = meta(&[access]);
+        for (m, type_) in [
+            (&snapshot, None),
+            (&key, None),
+            (&typed, Some(crate::revision::SECRET_TYPE)),
+            (&typed, Some(super::super::render_key::SECRET_TYPE)),
+        ] {
+            let why = decide("pallet-system", Some(Found::new(m, type_)))
+                .await
+                .unwrap_err();
+            assert!(why.contains("the agent's own"), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_default_service_account_stands_in_for_a_missing_one() {
+        let spec = |sa: Option<(&str, &str)>| crate::api::BundleDeploymentSpec {
+            service_account: sa.map(|(namespace, name)| ServiceAccountReference {
+                namespace: namespace.into(),
+                name: name.into(),
+            }),
+            ..serde_json::from_value(serde_json::json!({"format": "plain", "sources": []})).unwrap()
+        };
+        let mut policy = policy();
+        assert!(policy.service_account(&spec(None)).is_none());
+        policy.default_service_account = Some(ServiceAccountReference {
+            namespace: "pallet-system".into(),
+            name: "installer".into(),
+        });
+        let own = spec(Some(("team-a", "deployer")));
+        assert_eq!(policy.service_account(&own).unwrap().name, "deployer");
+        let none = spec(None);
+        let requester = policy.requester("web", &none);
+        assert_eq!(requester.service_account.unwrap().name, "installer");
+    }
 }

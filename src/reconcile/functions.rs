@@ -96,9 +96,10 @@ async fn call_http(
                 reference.name
             ));
         };
-        let service_account = bd.spec.service_account.as_ref();
+        let name = bd.metadata.name.as_deref().unwrap_or_default();
+        let requester = caller.secret_policy.requester(name, &bd.spec);
         let (_, secret) =
-            super::fetch::read_secret(client, caller.secret_policy, service_account, reference)
+            super::fetch::read_secret(client, caller.secret_policy, requester, reference)
                 .await
                 .map_err(|e| e.to_string())?;
         let data = super::fetch::secret_data(&secret);

@@ -30,6 +30,7 @@ pub mod owned;
 pub mod polling;
 pub mod processors;
 pub mod render;
+pub mod render_key;
 pub mod render_memo;
 pub mod rollout;
 pub mod scope;
@@ -129,6 +130,10 @@ pub enum ReconcileError {
     /// `spec.healthChecks` has expressions that do not compile (each named with its check).
     #[error("{0}")]
     InvalidHealthCheck(String),
+    /// The BundleDeployment names no `spec.serviceAccount` and the agent requires one
+    /// (`--require-service-account`).
+    #[error("{0}")]
+    ServiceAccountRequired(String),
     /// The BundleDeployment left this agent's scope (relabelled to another shard) during the
     /// pass: the pass stops without writing (see [`scope`]).
     #[error("{0}")]
@@ -168,6 +173,7 @@ impl ReconcileError {
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
             ReconcileError::Kube { .. } => "KubernetesAPIError",
             ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
+            ReconcileError::ServiceAccountRequired(_) => "ServiceAccountRequired",
             ReconcileError::OutOfScope(_) => "OutOfScope",
         }
     }
@@ -181,6 +187,7 @@ impl ReconcileError {
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
             | ReconcileError::InvalidHealthCheck(_)
+            | ReconcileError::ServiceAccountRequired(_)
             | ReconcileError::OutOfScope(_)
             | ReconcileError::Forbidden(_) => false,
             // A function processor out of reach may answer later; bad content will not.
@@ -232,7 +239,9 @@ impl ReconcileError {
             | ReconcileError::Fetching(_)
             | ReconcileError::Secret { .. }
             | ReconcileError::Values { .. } => FailedPhase::Fetch,
-            ReconcileError::InvalidHealthCheck(_) => FailedPhase::Spec,
+            ReconcileError::InvalidHealthCheck(_) | ReconcileError::ServiceAccountRequired(_) => {
+                FailedPhase::Spec
+            }
             _ => FailedPhase::Install,
         }
     }
@@ -317,7 +326,8 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             }
         }
     }
-    let result = match (health_checks(bd), rollback_to) {
+    let admitted = required_service_account(bd, ctx).and_then(|()| health_checks(bd));
+    let result = match (admitted, rollback_to) {
         // Refused before anything is fetched or written: the active revision stays as it is.
         (Err(error), _) => Err(error),
         (Ok(_), Some(to)) => requested_rollback_to(bd, ctx, &mut writer, &mut work, to).await,
@@ -386,6 +396,19 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             Err(error)
         }
     }
+}
+
+/// `--require-service-account`: a BundleDeployment naming no ServiceAccount is refused before
+/// anything is fetched or written (its objects, if any, stay as they are).
+fn required_service_account(bd: &BundleDeployment, ctx: &Context) -> Result<(), ReconcileError> {
+    if ctx.require_service_account && bd.spec.service_account.is_none() {
+        return Err(ReconcileError::ServiceAccountRequired(
+            "spec.serviceAccount is required: this agent installs nothing as itself \
+             (--require-service-account); name a ServiceAccount allowed to create the bundle's objects"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Keeps an intent that this pass recorded and did not write (it settles, or the

@@ -221,7 +221,7 @@ mod tests {
     fn policy() -> SecretPolicy {
         SecretPolicy {
             agent_namespace: "pallet-system".into(),
-            allowed_namespaces: vec![],
+            ..Default::default()
         }
     }
 

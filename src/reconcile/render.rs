@@ -41,17 +41,15 @@ pub fn render_config(
                 .unwrap_or_else(|| serde_json::json!({})),
             values_files: helm.values_files,
             capabilities,
-            // `now` and the random functions are pinned so the rendered digest is stable:
-            // `now` is the object's creation time, random output changes with the generation.
+            // `now` is pinned to the object's creation time so the rendered digest is stable.
             now: bd
                 .metadata
                 .creation_timestamp
                 .as_ref()
                 .map_or(0, |t| t.0.as_second()),
-            seed: HelmOptions::seed_for(
-                bd.metadata.name.as_deref().unwrap_or_default(),
-                bd.metadata.generation.unwrap_or_default(),
-            ),
+            // No key here: the agent seeds the random functions from the BundleDeployment's
+            // render key (see `super::render_key`); a render elsewhere uses all zeros.
+            seed: [0; 32],
         },
     }
 }

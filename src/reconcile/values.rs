@@ -9,12 +9,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::Client;
 use pallet_formats::helm::values::{merge_values, parse_values_document};
 use serde_json::{Map, Value};
 
-use super::fetch::{may_read, secret_data, SecretPolicy};
+use super::fetch::{may_use, secret_data, Found, SecretPolicy};
 use super::values_watch::{ObjectId, Seen};
 use super::ReconcileError;
 use crate::api::{BundleDeployment, ResolvedValues, ValuesReference, ValuesSourceKind};
@@ -101,8 +102,11 @@ pub async fn read_references(
             }
             Err(error) => {
                 // A reference the namespace rule refuses is not watched: the agent may well
-                // have no right to, and only a spec change can lift the refusal.
-                if error.category() == REASON_NOT_ALLOWED {
+                // have no right to, and only a spec change can lift the refusal. In the agent's
+                // own namespace it is: labelling the object for this BundleDeployment lifts it.
+                if error.category() == REASON_NOT_ALLOWED
+                    && observed[index].0.namespace != policy.agent_namespace
+                {
                     observed.remove(index);
                 }
                 return (observed, Err(error));
@@ -121,7 +125,16 @@ pub fn object_id(reference: &ValuesReference, policy: &SecretPolicy) -> ObjectId
     }
 }
 
-/// Reads one referenced object under the policy; its data and resourceVersion.
+/// One referenced object as read: its metadata, a Secret's type, its data.
+struct Object {
+    meta: ObjectMeta,
+    secret_type: Option<String>,
+    data: BTreeMap<String, Vec<u8>>,
+}
+
+/// Reads one referenced object under the policy (see [`may_use`]); its data and
+/// resourceVersion. In the agent's namespace the object is read first (its labels decide);
+/// elsewhere only once the rule allows it.
 async fn read_one(
     client: &Client,
     policy: &SecretPolicy,
@@ -135,22 +148,56 @@ async fn read_one(
         ValuesSourceKind::ConfigMap => "configmaps",
         ValuesSourceKind::Secret => "secrets",
     };
-    let service_account = bd.spec.service_account.as_ref();
-    if let Err(why) = may_read(
-        client,
-        policy,
-        service_account,
-        resource,
-        namespace,
-        &reference.name,
-    )
-    .await?
-    {
-        return Err(ReconcileError::Values {
-            reason: REASON_NOT_ALLOWED,
-            message: format!("{field}: {origin} {why}"),
-        });
-    }
+    let name = bd.metadata.name.as_deref().unwrap_or_default();
+    let requester = policy.requester(name, &bd.spec);
+    let not_allowed = |why: String| ReconcileError::Values {
+        reason: REASON_NOT_ALLOWED,
+        message: format!("{field}: {origin} {why}"),
+    };
+    let object = if namespace == policy.agent_namespace {
+        let object = read_object(client, reference, namespace, &origin).await?;
+        let found = object
+            .as_ref()
+            .map(|o| Found::new(&o.meta, o.secret_type.as_deref()));
+        may_use(
+            client,
+            policy,
+            requester,
+            resource,
+            namespace,
+            &reference.name,
+            found,
+        )
+        .await?
+        .map_err(not_allowed)?;
+        object
+    } else {
+        may_use(
+            client,
+            policy,
+            requester,
+            resource,
+            namespace,
+            &reference.name,
+            None,
+        )
+        .await?
+        .map_err(not_allowed)?;
+        read_object(client, reference, namespace, &origin).await?
+    };
+    Ok(match object {
+        Some(object) => (Read::Found(object.data), object.meta.resource_version),
+        None => (Read::Missing, None),
+    })
+}
+
+/// Reads the ConfigMap or Secret `reference` names, with no rule applied.
+async fn read_object(
+    client: &Client,
+    reference: &ValuesReference,
+    namespace: &str,
+    origin: &str,
+) -> Result<Option<Object>, ReconcileError> {
     let kube_error = |source| ReconcileError::Kube {
         context: format!("read {origin}"),
         source,
@@ -158,23 +205,25 @@ async fn read_one(
     Ok(match reference.kind {
         ValuesSourceKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            match api.get_opt(&reference.name).await.map_err(kube_error)? {
-                Some(map) => (
-                    Read::Found(config_map_data(&map)),
-                    map.metadata.resource_version,
-                ),
-                None => (Read::Missing, None),
-            }
+            api.get_opt(&reference.name)
+                .await
+                .map_err(kube_error)?
+                .map(|map| Object {
+                    data: config_map_data(&map),
+                    meta: map.metadata,
+                    secret_type: None,
+                })
         }
         ValuesSourceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            match api.get_opt(&reference.name).await.map_err(kube_error)? {
-                Some(secret) => (
-                    Read::Found(secret_data(&secret)),
-                    secret.metadata.resource_version,
-                ),
-                None => (Read::Missing, None),
-            }
+            api.get_opt(&reference.name)
+                .await
+                .map_err(kube_error)?
+                .map(|secret| Object {
+                    data: secret_data(&secret),
+                    meta: secret.metadata,
+                    secret_type: secret.type_,
+                })
         }
     })
 }
@@ -312,7 +361,7 @@ mod tests {
     fn policy() -> SecretPolicy {
         SecretPolicy {
             agent_namespace: "pallet-system".into(),
-            allowed_namespaces: vec![],
+            ..Default::default()
         }
     }
 

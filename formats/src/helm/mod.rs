@@ -140,8 +140,9 @@ pub struct RenderOptions {
     /// renders can be reproducible.
     pub now: Option<i64>,
     /// Seed of the render's random source (`randAlphaNum`, `randAlpha`, `randNumeric`,
-    /// `randAscii`, `randInt`, `uuidv4`): the same seed and chart give the same output.
-    pub seed: u64,
+    /// `randAscii`, `randInt`, `uuidv4`, keys, serials and salts): the same seed and chart give
+    /// the same output.
+    pub seed: crate::RandomSeed,
 }
 
 impl Default for RenderOptions {
@@ -156,7 +157,7 @@ impl Default for RenderOptions {
             is_upgrade: false,
             revision: 1,
             now: None,
-            seed: 0,
+            seed: [0; 32],
         }
     }
 }

@@ -184,7 +184,7 @@ fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Va
                 api_versions: helm::default_api_versions(),
             }),
             now,
-            seed: 0,
+            seed: [0; 32],
         },
         ..RenderConfig::default()
     };

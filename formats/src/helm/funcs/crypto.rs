@@ -146,14 +146,11 @@ fn call_err(name: &str, msg: &str) -> Error {
     err(format!("error calling {name}: {msg}"))
 }
 
-/// A ChaCha20 stream seeded from the next 32 bytes of the render's random source.
+/// A ChaCha20 stream keyed with the next 32 bytes of the render's random source (itself a
+/// ChaCha20 stream of the 256-bit render seed), so every key, salt and IV carries the seed's
+/// full strength.
 fn chacha(state: &State) -> Result<ChaCha20Rng, Error> {
-    let r = rng(state)?;
-    let mut seed = [0u8; 32];
-    for chunk in seed.chunks_mut(8) {
-        chunk.copy_from_slice(&r.next().to_le_bytes());
-    }
-    Ok(ChaCha20Rng::from_seed(seed))
+    Ok(ChaCha20Rng::from_seed(rng(state)?.next_seed()))
 }
 
 fn items(v: &Value) -> Vec<Value> {

@@ -1,26 +1,38 @@
 //! The seeded per-render random source and Sprig's `rand*`/`uuidv4`.
 
 use super::*;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore as _, SeedableRng as _};
 
-/// The per-render random source behind `randAlphaNum`, `uuidv4`, ...: SplitMix64 seeded from
-/// [`crate::helm::RenderOptions::seed`], so one render's random output is a function of the
-/// seed and the chart alone (the rendered digest must not change on every reconcile). Calls
-/// happen in the fixed render order, so the same seed gives the same strings.
-#[derive(Debug)]
-pub struct Rng(Mutex<u64>);
+/// The per-render random source behind `randAlphaNum`, `uuidv4`, keys and salts: a ChaCha20
+/// stream keyed with the 256-bit [`crate::helm::RenderOptions::seed`], so one render's random
+/// output is a function of the seed and the chart alone (the rendered digest must not change on
+/// every reconcile) and cannot be guessed without the seed. Calls happen in the fixed render
+/// order, so the same seed gives the same strings.
+pub struct Rng(Mutex<ChaCha20Rng>);
+
+impl std::fmt::Debug for Rng {
+    // The stream's state is the seed: never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rng")
+    }
+}
 
 impl Rng {
     /// A random source for one render.
-    pub fn value(seed: u64) -> Value {
-        Value::from_object(Rng(Mutex::new(seed)))
+    pub fn value(seed: [u8; 32]) -> Value {
+        Value::from_object(Rng(Mutex::new(ChaCha20Rng::from_seed(seed))))
     }
     pub(super) fn next(&self) -> u64 {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        let mut stream = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        stream.next_u64()
+    }
+    /// The next 32 bytes of the stream (the key of a derived stream, see `crypto::chacha`).
+    pub(super) fn next_seed(&self) -> [u8; 32] {
+        let mut seed = [0u8; 32];
+        let mut stream = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        stream.fill_bytes(&mut seed);
+        seed
     }
     /// A uniform value in `0..n` (n > 0), without modulo bias.
     pub(super) fn below(&self, n: u64) -> u64 {
