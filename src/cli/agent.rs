@@ -97,6 +97,10 @@ pub struct AgentArgs {
     /// Registries (host:port) spoken to over plain HTTP (repeatable; local test registries only).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
+    /// Loopback, link-local and local-repository targets a BundleDeployment may name (all
+    /// refused by default).
+    #[command(flatten)]
+    pub egress: super::EgressFlags,
     /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
     /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
     /// test's agent to its own objects.
@@ -160,6 +164,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let options = FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
+            egress: args.egress.policy(),
             ..Default::default()
         };
         let fetcher = Fetcher::new(Arc::new(cache), options);
@@ -229,6 +234,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             timeout: args.notification_timeout,
             deadline: args.notification_deadline,
             retry_max: args.notification_retry_max,
+            egress: args.egress.policy(),
             ..Default::default()
         }));
         tracing::info!(

@@ -216,7 +216,7 @@ impl Context {
             kube::runtime::reflector::ObjectRef<BundleDeployment>,
         >,
     ) -> Self {
-        self.probes = health::probe::Probes::new(Some(trigger));
+        self.probes = health::probe::Probes::new(Some(trigger), self.fetcher.options().egress);
         self
     }
 
@@ -287,12 +287,16 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let egress = fetcher.options().egress;
         Context {
             notifier: crate::notify::Notifier::new(
                 client.clone(),
                 secret_policy.clone(),
                 recorder.clone(),
-                crate::notify::Settings::default(),
+                crate::notify::Settings {
+                    egress,
+                    ..Default::default()
+                },
             ),
             recorder,
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
@@ -317,7 +321,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
-            probes: health::probe::Probes::new(None),
+            probes: health::probe::Probes::new(None, egress),
             values_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),

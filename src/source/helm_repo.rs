@@ -323,6 +323,7 @@ pub(crate) async fn fetch(
         opts,
         secrets.ca_pem.as_deref(),
         spec.insecure_skip_tls_verify,
+        spec.allow_cross_host_redirects,
     )?;
     let repo_what = display_url(&repo);
     let entries = read_index(&client, fetcher, spec, secrets, &repo, &mut meta).await?;
@@ -384,7 +385,7 @@ async fn read_index(
         secrets.credentials.as_ref(),
         "a helmRepository source",
     )?;
-    let response = send(request, &what).await?;
+    let response = send(&fetcher.options().egress, request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         return match &meta.index {
@@ -477,7 +478,7 @@ async fn fetch_chart(
     } else {
         cred_origin
     };
-    let response = send(request, &what).await?;
+    let response = send(&fetcher.options().egress, request, &what).await?;
     check_status(&what, response.status(), &cred_origin)?;
     let scratch = cache.scratch_dir()?;
     let download = scratch.join("chart.tgz");
