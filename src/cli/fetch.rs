@@ -83,7 +83,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
             } else {
                 &source.destination
             };
-            println!("{}\t{}\t{}", source.label(), source.resolved, destination);
+            tprintln!("{}\t{}\t{}", source.label(), source.resolved, destination);
         }
         Ok(())
     })

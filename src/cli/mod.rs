@@ -4,6 +4,8 @@
 //! `-o table|yaml|json`. The binary also works as the kubectl plugin `kubectl pallet` (invoked
 //! through a `kubectl-pallet` link), see [`command_for`].
 
+#[macro_use]
+pub mod terminal;
 mod agent;
 mod fetch;
 mod ops;

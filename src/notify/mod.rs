@@ -550,6 +550,7 @@ async fn finish(
     entry.result = result;
     entry.attempts = attempts;
     entry.time = now();
+    let message = crate::api::conditions::cap_message(message);
     entry.message = Some(message.clone());
     if let Some(spec) = &ledger.spec {
         let targets = spec.notifications.clone();

@@ -245,6 +245,12 @@ impl Context {
         self
     }
 
+    /// The same context refusing revisions that would take the stored snapshots past `quota`.
+    pub fn with_snapshot_quota(mut self, quota: crate::revision::quota::SnapshotQuota) -> Self {
+        self.store = self.store.with_quota(quota);
+        self
+    }
+
     /// The same context issuing webhook certificates valid for `validity` (renewed when a third
     /// of it remains).
     pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
