@@ -337,26 +337,20 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
-/// Refuses a git repository location that is a local path or a `file://` URL unless the policy
-/// allows local repositories. Returns the host and port to check ([`EgressPolicy::check_host`])
-/// for a remote one.
-pub fn check_git_location(
-    policy: &EgressPolicy,
-    repository: &str,
-) -> Result<Option<(String, u16)>, String> {
-    let local = || {
-        if policy.allow_local_git {
-            Ok(None)
-        } else {
-            Err(format!(
-                "git repository {repository:?} is a local path or file:// URL: refused \
-                 (the agent flag --allow-local-git allows it)"
-            ))
-        }
-    };
+/// Where a git repository is: the server to connect to, or this machine's files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GitLocation {
+    /// `host` and `port` of a server (`https://`, `http://`, `ssh://`, `git://`, scp-like).
+    Remote(String, u16),
+    /// A local path or a `file://` URL.
+    Local,
+}
+
+/// Where `repository` is; an error for a URL that does not parse.
+pub fn git_location(repository: &str) -> Result<GitLocation, String> {
     if let Some((scheme, _)) = repository.split_once("://") {
         if scheme.eq_ignore_ascii_case("file") {
-            return local();
+            return Ok(GitLocation::Local);
         }
         let url = url::Url::parse(repository)
             .map_err(|e| format!("git repository {repository:?}: {e}"))?;
@@ -365,18 +359,35 @@ pub fn check_git_location(
             "git" => 9418,
             _ => 443,
         });
-        return match url.host_str() {
-            Some(host) if !host.is_empty() => Ok(Some((host.to_string(), port))),
-            _ => local(),
-        };
+        return Ok(match url.host_str() {
+            Some(host) if !host.is_empty() => GitLocation::Remote(host.to_string(), port),
+            _ => GitLocation::Local,
+        });
     }
     // scp-like `[user@]host:path`: a colon before any slash. Anything else is a path.
-    match repository.split_once(':') {
+    Ok(match repository.split_once(':') {
         Some((before, _)) if !before.contains('/') && !before.is_empty() => {
             let host = before.rsplit('@').next().unwrap_or(before);
-            Ok(Some((host.to_string(), 22)))
+            GitLocation::Remote(host.to_string(), 22)
         }
-        _ => local(),
+        _ => GitLocation::Local,
+    })
+}
+
+/// Refuses a git repository location that is a local path or a `file://` URL unless the policy
+/// allows local repositories. Returns the host and port to check ([`EgressPolicy::check_host`])
+/// for a remote one.
+pub fn check_git_location(
+    policy: &EgressPolicy,
+    repository: &str,
+) -> Result<Option<(String, u16)>, String> {
+    match git_location(repository)? {
+        GitLocation::Remote(host, port) => Ok(Some((host, port))),
+        GitLocation::Local if policy.allow_local_git => Ok(None),
+        GitLocation::Local => Err(format!(
+            "git repository {repository:?} is a local path or file:// URL: refused \
+             (the agent flag --allow-local-git allows it)"
+        )),
     }
 }
 

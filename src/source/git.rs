@@ -370,8 +370,12 @@ impl Remote {
         let tried = Cell::new(false);
         let mut fo = FetchOptions::new();
         fo.remote_callbacks(self.callbacks(&tried))
-            .follow_redirects(RemoteRedirect::None)
-            .depth(1);
+            .follow_redirects(RemoteRedirect::None);
+        // libgit2's local transport does not fetch shallow.
+        let local = crate::egress::git_location(&self.url) == Ok(crate::egress::GitLocation::Local);
+        if !local {
+            fo.depth(1);
+        }
         // Branches and tags are fetched by name (servers advertise those); a bare commit only
         // works where the server allows unadvertised wants.
         let want = refname.unwrap_or(commit);

@@ -78,7 +78,6 @@ pub fn git_source(repository: &str, reference: GitReference, directory: Option<&
             reference,
             directory: directory.map(str::to_string),
             auth: None,
-            allow_cross_host_redirects: false,
         }),
         ..source(SourceKind::Git)
     }
