@@ -22,7 +22,7 @@ fn fetcher_with(egress: EgressPolicy) -> (tempfile::TempDir, Fetcher) {
     let dir = tempfile::tempdir().unwrap();
     let fx = Fixtures::load();
     let fetcher = Fetcher::new(
-        Arc::new(Cache::open(&dir.path().join("cache"), 1 << 30).unwrap()),
+        Arc::new(Cache::open(dir.path().join("cache"), 1 << 30).unwrap()),
         FetchOptions {
             connect_timeout: std::time::Duration::from_secs(2),
             timeout: std::time::Duration::from_secs(20),
