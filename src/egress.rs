@@ -98,8 +98,7 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 }
 
 /// A connection refused by the [`EgressPolicy`].
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{host} is {} address {address}: refused (the agent flag {} allows it)", article(*.class), .class.flag())]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EgressRefused {
     /// The host as named (a name or an IP literal).
     pub host: String,
@@ -109,12 +108,23 @@ pub struct EgressRefused {
     pub class: Restricted,
 }
 
-fn article(class: Restricted) -> String {
-    match class {
-        Restricted::Loopback => "a loopback".into(),
-        Restricted::LinkLocal => "a link-local".into(),
+impl std::fmt::Display for EgressRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (class, flag) = (self.class.as_str(), self.class.flag());
+        if self.host == self.address.to_string() {
+            write!(f, "{} is a {class} address", self.address)?;
+        } else {
+            write!(
+                f,
+                "{} resolves to {}, a {class} address",
+                self.host, self.address
+            )?;
+        }
+        write!(f, ": refused (the agent flag {flag} allows it)")
     }
 }
+
+impl std::error::Error for EgressRefused {}
 
 /// Which restricted addresses and repository locations the agent may reach (agent and CLI
 /// flags). The default refuses them all.

@@ -251,7 +251,7 @@ fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
 
     // On a terminal the fetch shows its progress (through `script`, which gives it a pty).
     let command = format!(
-        "{} render -f {} --cache-dir {} >/dev/null",
+        "{} render -f {} --allow-loopback-egress --cache-dir {} >/dev/null",
         env!("CARGO_BIN_EXE_pallet"),
         manifest.display(),
         work.path().join("cache2").display()
