@@ -236,6 +236,8 @@ async fn main() {
         .arg(&changes)
         .arg("--selector")
         .arg(&selector)
+        // The fixture servers are on 127.0.0.1.
+        .arg("--allow-loopback-egress")
         // Any free port: the demo agent of tools/up.sh may hold the default one.
         .args(["--metrics-addr", "127.0.0.1:0"])
         // debug: one "reconciled" line per reconcile, to show how often it ran.

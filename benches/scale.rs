@@ -279,6 +279,7 @@ impl Agent {
             .arg("--selector")
             .arg(selector)
             .args(["--plain-http-registry", registry])
+            .arg("--allow-loopback-egress")
             .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -95,6 +95,10 @@ fn fetcher(root: &std::path::Path, fx: &Fixtures) -> Fetcher {
         FetchOptions {
             limits,
             plain_http_registries: vec![fx.registry_plain().host.clone()],
+            egress: pallet::egress::EgressPolicy {
+                allow_loopback: true,
+                ..Default::default()
+            },
             ..FetchOptions::default()
         },
     )
@@ -128,6 +132,7 @@ fn http(url: &str, sha256: Option<String>) -> Source {
             url: url.into(),
             sha256,
             auth: None,
+            allow_cross_host_redirects: false,
         }),
         helm_repository: None,
         poll_interval: None,

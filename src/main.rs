@@ -11,7 +11,9 @@ fn main() -> std::process::ExitCode {
     match pallet::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {}", pallet::cli::error_message(&err));
+            // Errors quote object text and servers' answers: shown, never acted on.
+            let message = pallet::cli::error_message(&err);
+            eprintln!("error: {}", pallet::cli::terminal::escape(&message));
             std::process::ExitCode::FAILURE
         }
     }

@@ -47,6 +47,8 @@ impl Replica {
             .args(["--leader-elect", "--lease-name", test])
             .arg(format!("--lease-duration={lease_seconds}s"))
             .args(["--metrics-addr", "127.0.0.1:0", "--log-format", "json"])
+            // The fixture servers are on 127.0.0.1.
+            .arg("--allow-loopback-egress")
             .arg("--kubeconfig")
             .arg(agent::agent_kubeconfig())
             .arg("--cache-dir")

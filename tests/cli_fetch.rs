@@ -68,6 +68,7 @@ spec:
         "-f",
         manifest.to_str().unwrap(),
         out.to_str().unwrap(),
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.to_str().unwrap(),
         "--plain-http-registry",

@@ -353,6 +353,7 @@ async fn resume_dry_run_lists_what_resuming_would_revert_and_changes_nothing() {
         "resume",
         &name,
         "--dry-run",
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.path().to_str().unwrap(),
     ]);
@@ -378,6 +379,7 @@ async fn resume_dry_run_lists_what_resuming_would_revert_and_changes_nothing() {
         "--dry-run",
         "-o",
         "json",
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.path().to_str().unwrap(),
     ]))

@@ -137,6 +137,7 @@ async fn plan_shows_changes_prunes_and_rbac_and_writes_nothing() {
         "plan",
         "-f",
         manifest.to_str().unwrap(),
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.to_str().unwrap(),
     ];
@@ -305,6 +306,7 @@ async fn pinned_plan_applied_installs_exactly_what_was_previewed() {
         "-f",
         manifest.to_str().unwrap(),
         "--pin",
+        "--allow-loopback-egress",
         "--cache-dir",
         work.path().join("cache").to_str().unwrap(),
         "--plain-http-registry",
@@ -498,6 +500,7 @@ async fn plan_renders_helm_charts_with_values_from_the_cluster() {
         "plan",
         "-f",
         manifest.to_str().unwrap(),
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.to_str().unwrap(),
     ]);

@@ -76,6 +76,7 @@ fn pushes_a_directory_that_the_image_source_reads_back() {
                 "-f",
                 manifest.to_str().unwrap(),
                 tree.to_str().unwrap(),
+                "--allow-loopback-egress",
                 "--cache-dir",
                 out_dir.path().join("cache").to_str().unwrap(),
                 "--plain-http-registry",

@@ -237,6 +237,7 @@ fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
         "render",
         "-f",
         manifest.to_str().unwrap(),
+        "--allow-loopback-egress",
         "--cache-dir",
         cache.to_str().unwrap(),
     ]);
@@ -250,7 +251,7 @@ fn renders_a_bundle_deployment_from_its_sources_without_a_cluster() {
 
     // On a terminal the fetch shows its progress (through `script`, which gives it a pty).
     let command = format!(
-        "{} render -f {} --cache-dir {} >/dev/null",
+        "{} render -f {} --allow-loopback-egress --cache-dir {} >/dev/null",
         env!("CARGO_BIN_EXE_pallet"),
         manifest.display(),
         work.path().join("cache2").display()
@@ -337,7 +338,14 @@ fn helm_values_flags_stand_in_for_values_from() {
     .unwrap();
     let cache = work.path().join("cache");
     let (manifest, cache) = (manifest.to_str().unwrap(), cache.to_str().unwrap());
-    let refused = pallet(&["render", "-f", manifest, "--cache-dir", cache]);
+    let refused = pallet(&[
+        "render",
+        "-f",
+        manifest,
+        "--allow-loopback-egress",
+        "--cache-dir",
+        cache,
+    ]);
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success());
     assert!(
@@ -353,6 +361,7 @@ fn helm_values_flags_stand_in_for_values_from() {
         "render",
         "-f",
         manifest,
+        "--allow-loopback-egress",
         "--cache-dir",
         cache,
         "--values",

@@ -425,7 +425,12 @@ async fn an_expression_that_does_not_compile_is_refused_with_a_clear_condition()
     });
     std::fs::write(&file, serde_json::to_string(&bd).unwrap()).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pallet"))
-        .args(["render", "-f", file.to_str().unwrap()])
+        .args([
+            "render",
+            "--allow-loopback-egress",
+            "-f",
+            file.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

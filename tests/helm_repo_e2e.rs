@@ -270,6 +270,7 @@ async fn plan_pin_writes_version_and_digest_and_the_pinned_chart_makes_no_reques
         "-f",
         manifest.to_str().unwrap(),
         "--pin",
+        "--allow-loopback-egress",
         "--cache-dir",
         work.path().join("cache").to_str().unwrap(),
     ]);

@@ -382,7 +382,13 @@ async fn context(scope: pallet::shard::Scope, cache: &std::path::Path) -> Contex
     let client = Client::try_from(config.clone()).unwrap();
     let fetcher = pallet::source::Fetcher::new(
         std::sync::Arc::new(pallet::source::Cache::open(cache, 1 << 20).unwrap()),
-        Default::default(),
+        pallet::source::FetchOptions {
+            egress: pallet::egress::EgressPolicy {
+                allow_loopback: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
     );
     let policy = pallet::reconcile::fetch::SecretPolicy {
         agent_namespace: "pallet-system".into(),

@@ -133,6 +133,7 @@ fn helm_oci_source(url: &str, chart: &str, version: Option<&str>, digest: Option
             auth: None,
             ca_secret: None,
             insecure_skip_tls_verify: false,
+            allow_cross_host_redirects: false,
         }),
         poll_interval: None,
     }

@@ -29,6 +29,7 @@ fn chart_source(url: &str, version: Option<&str>, digest: Option<&str>) -> Sourc
             auth: None,
             ca_secret: None,
             insecure_skip_tls_verify: false,
+            allow_cross_host_redirects: false,
         }),
         poll_interval: None,
     }

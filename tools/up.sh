@@ -74,6 +74,7 @@ kubectl create namespace pallet-system --dry-run=client -o yaml | kubectl apply 
 nohup "$pallet" agent --kubeconfig "$KUBECONFIG" --namespace pallet-system \
   --cache-dir "$state/agent/cache" --requeue-seconds 30 --selector '!pallet.dev/test' \
   --change-log "$state/agent/changes.jsonl" \
+  --allow-loopback-egress \
   >/dev/null 2>"$state/agent/agent.log" </dev/null &
 echo $! >"$state/agent/agent.pid"
 

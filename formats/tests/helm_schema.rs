@@ -49,6 +49,9 @@ enum Cmp {
     /// The first line, and pallet's `at '<path>'`s among helm's (helm prints the metaschema's
     /// nested tree, pallet its leaves).
     Paths,
+    /// Same text once helm's quoted value (`'<value>'`) reads `value`: pallet does not quote
+    /// values in `pattern` and `format` errors (they may come from Secrets).
+    ValueHidden(&'static str),
 }
 
 fn paths(s: &str) -> Vec<String> {
@@ -107,12 +110,12 @@ fn schema_drafts_references_and_keywords_match_helm() {
         (r##"{"properties": {"a": {"exclusiveMinimum": true, "minimum": 3}}}"##.into(), "a: 1", Paths),
         (format!(r##"{{{d7}, "properties": {{"a": {{"minLength": -1}}}}}}"##), "a: x", Paths),
         // Formats: asserted before 2019-09 only.
-        (format!(r##"{{{d7}, "properties": {{"ip": {{"format": "ipv4"}}}}}}"##), "ip: 1.2.3", Exact),
-        (format!(r##"{{{d7}, "properties": {{"m": {{"format": "email"}}}}}}"##), "m: nobody", Exact),
+        (format!(r##"{{{d7}, "properties": {{"ip": {{"format": "ipv4"}}}}}}"##), "ip: 1.2.3", ValueHidden("1.2.3")),
+        (format!(r##"{{{d7}, "properties": {{"m": {{"format": "email"}}}}}}"##), "m: nobody", ValueHidden("nobody")),
         (r##"{"properties": {"ip": {"format": "ipv4"}}}"##.into(), "ip: 1.2.3", Exact),
         // Applicators and their nested messages.
         (r##"{"properties": {"m": {"oneOf": [{"type": "string"}, {"minLength": 1}]}}}"##.into(), "m: x", Exact),
-        (r##"{"properties": {"m": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^a"}]}}}"##.into(), "m: b", Exact),
+        (r##"{"properties": {"m": {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": "^a"}]}}}"##.into(), "m: b", ValueHidden("b")),
         (r##"{"properties": {"m": {"not": {"const": 3}}, "e": {"enum": [null, "a", 1.5]}}}"##.into(), "m: 3", Exact),
         (r##"{"properties": {"e": {"enum": [null, "a", 1.5]}}}"##.into(), "e: b", Exact),
         (r##"{"properties": {"t": {"if": {"properties": {"on": {"const": true}}}, "then": {"required": ["name"]}, "else": {"maxProperties": 0}}}}"##.into(), "t: {\"on\": true}", Exact),
@@ -151,6 +154,7 @@ fn schema_drafts_references_and_keywords_match_helm() {
             (Ok(()), Ok(())) => true,
             (Err(o), Err(h)) => match cmp {
                 Exact => o == h,
+                ValueHidden(value) => *o == h.replace(&format!("'{value}'"), "value"),
                 Prefix => {
                     let head = |s: &str| {
                         s.lines()

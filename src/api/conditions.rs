@@ -37,16 +37,38 @@ pub struct NewCondition<'a> {
     pub message: String,
 }
 
-/// Sets `new` in `conditions` for `generation` at time `now`.
+/// The longest condition message kept, in bytes: messages quote errors from charts, servers and
+/// templates, and an object's status is read by every watcher of it.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `message`, cut to at most [`MAX_MESSAGE_BYTES`] (on a character boundary) with a marker
+/// saying how much was cut.
+pub fn cap_message(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    // Room for the marker, whose length depends on the number it carries.
+    let marker = |cut: usize| format!(" [… {cut} more bytes cut]");
+    let mut end = MAX_MESSAGE_BYTES - marker(message.len()).len();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = message.len() - end;
+    format!("{}{}", &message[..end], marker(cut))
+}
+
+/// Sets `new` in `conditions` for `generation` at time `now`; the message is capped
+/// ([`cap_message`]).
 ///
 /// The `lastTransitionTime` changes only when the status flips; reason and message may change
 /// without moving it, as the Kubernetes API conventions ask. Returns true when anything changed.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    new: NewCondition<'_>,
+    mut new: NewCondition<'_>,
     generation: Option<i64>,
     now: &Time,
 ) -> bool {
+    new.message = cap_message(new.message);
     let status = if new.status { "True" } else { "False" };
     match conditions.iter_mut().find(|c| c.type_ == new.type_) {
         Some(existing) => {
@@ -129,6 +151,35 @@ mod tests {
             time(30)
         );
         assert_eq!(conds.len(), 1);
+    }
+
+    #[test]
+    fn long_messages_are_cut_with_a_marker() {
+        let mut conds = Vec::new();
+        let long = "é".repeat(10_000);
+        set_condition(
+            &mut conds,
+            NewCondition {
+                type_: types::READY,
+                status: false,
+                reason: "Failed",
+                message: long.clone(),
+            },
+            Some(1),
+            &time(1),
+        );
+        let kept = &find(&conds, types::READY).unwrap().message;
+        assert!(kept.len() <= MAX_MESSAGE_BYTES, "{}", kept.len());
+        assert!(kept.ends_with(" more bytes cut]"), "{kept}");
+        let cut: usize = kept
+            .rsplit("[… ")
+            .next()
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        let prefix = kept.split(" [… ").next().unwrap();
+        assert_eq!(prefix.len() + cut, long.len());
+        assert_eq!(cap_message("short".into()), "short");
     }
 
     #[test]

@@ -348,6 +348,11 @@ pub struct HttpSource {
     /// Credentials: basic-auth or a bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
+
+    /// Follow redirects to another scheme, host or port (default: only redirects on the URL's
+    /// own origin are followed). Credentials are never sent after such a redirect.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_cross_host_redirects: bool,
 }
 
 /// A chart from a Helm chart repository: `https://` (its `index.yaml`) or `oci://` (the
@@ -392,6 +397,13 @@ pub struct HelmRepositorySource {
         rename = "insecureSkipTLSVerify"
     )]
     pub insecure_skip_tls_verify: bool,
+
+    /// Follow redirects of the index and chart downloads to another scheme, host or port
+    /// (default: only redirects on the requested URL's own origin). Credentials are never sent
+    /// after such a redirect. A chart URL the index names on another host is fetched either way,
+    /// without credentials.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_cross_host_redirects: bool,
 }
 
 /// Where a source's credentials come from.

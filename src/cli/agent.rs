@@ -75,6 +75,15 @@ pub struct AgentArgs {
     /// refused before anything is stored or applied.
     #[arg(long, default_value_t = (crate::revision::DEFAULT_MAX_REVISION_BYTES >> 20) as u64)]
     pub max_revision_mib: u64,
+    /// What every stored revision of one BundleDeployment may take together (compressed), in
+    /// MiB, the revision being stored included: past it a new revision is refused
+    /// (`SnapshotQuotaExceeded`) before anything is stored or applied.
+    #[arg(long, default_value_t = crate::revision::quota::DEFAULT_PER_BUNDLE_BYTES >> 20)]
+    pub snapshot_quota_per_bundle_mib: u64,
+    /// What every stored revision Secret of the agent's namespace may take together
+    /// (compressed), in MiB: past it a new revision is refused (`SnapshotQuotaExceeded`).
+    #[arg(long, default_value_t = crate::revision::quota::DEFAULT_TOTAL_BYTES >> 20)]
+    pub snapshot_quota_mib: u64,
     /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks (CA
     /// and serving certificates; renewed when a third remains), as a Go duration. Default two
     /// years; a short one is for tests of renewal.
@@ -112,6 +121,10 @@ pub struct AgentArgs {
     /// agent's container unless its operator lists them here.
     #[arg(long = "allow-function-exec", value_name = "PATH", value_parser = parse_absolute_path)]
     pub allow_function_exec: Vec<PathBuf>,
+    /// Loopback, link-local and local-repository targets a BundleDeployment may name (all
+    /// refused by default).
+    #[command(flatten)]
+    pub egress: super::EgressFlags,
     /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
     /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
     /// test's agent to its own objects.
@@ -197,6 +210,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let options = FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
+            egress: args.egress.policy(),
             ..Default::default()
         };
         let fetcher = Fetcher::new(Arc::new(cache), options);
@@ -253,6 +267,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         })
         .with_default_poll_interval(args.default_poll_interval)
         .with_max_revision_bytes((args.max_revision_mib.max(1) << 20) as usize)
+        .with_snapshot_quota(crate::revision::quota::SnapshotQuota {
+            per_bundle: args.snapshot_quota_per_bundle_mib.max(1) << 20,
+            total: args.snapshot_quota_mib.max(1) << 20,
+        })
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
@@ -271,6 +289,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             timeout: args.notification_timeout,
             deadline: args.notification_deadline,
             retry_max: args.notification_retry_max,
+            egress: args.egress.policy(),
             ..Default::default()
         }));
         tracing::info!(

@@ -31,6 +31,9 @@ pub struct FetchArgs {
     /// Registries (host:port) spoken to over plain HTTP (repeatable).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
+    /// Addresses and locations sources may name.
+    #[command(flatten)]
+    pub egress: super::EgressFlags,
 }
 
 /// Runs `pallet fetch`.
@@ -44,6 +47,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
         allow_function_exec: Vec::new(),
+        egress: args.egress.clone(),
     }
     .fetcher()?;
     super::block_on(async move {
@@ -80,7 +84,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
             } else {
                 &source.destination
             };
-            println!("{}\t{}\t{}", source.label(), source.resolved, destination);
+            tprintln!("{}\t{}\t{}", source.label(), source.resolved, destination);
         }
         Ok(())
     })

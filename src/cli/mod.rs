@@ -4,6 +4,8 @@
 //! `-o table|yaml|json`. The binary also works as the kubectl plugin `kubectl pallet` (invoked
 //! through a `kubectl-pallet` link), see [`command_for`].
 
+#[macro_use]
+pub mod terminal;
 mod agent;
 mod fetch;
 mod ops;
@@ -154,6 +156,36 @@ pub fn print_data(output: Output, value: &serde_json::Value) -> anyhow::Result<(
     Ok(())
 }
 
+/// Which restricted addresses and locations sources, registries, chart repositories,
+/// notification targets and health probes may name (the agent and the commands that fetch).
+#[derive(Args, Debug, Clone, Default)]
+pub struct EgressFlags {
+    /// Allow loopback addresses (127.0.0.0/8, ::1, 0.0.0.0) as source, chart repository,
+    /// registry, git server, notification and probe targets (local test servers only: the
+    /// agent's own metrics server and sidecars are there).
+    #[arg(long)]
+    pub allow_loopback_egress: bool,
+    /// Allow link-local addresses (169.254.0.0/16, fe80::/10) and cloud metadata addresses
+    /// (169.254.169.254, fd00:ec2::254, 100.100.100.200) as targets; they hand out the node's
+    /// cloud credentials.
+    #[arg(long)]
+    pub allow_link_local_egress: bool,
+    /// Allow git repositories that are local paths or `file://` URLs (the agent's own files).
+    #[arg(long)]
+    pub allow_local_git: bool,
+}
+
+impl EgressFlags {
+    /// The policy these flags set.
+    pub fn policy(&self) -> crate::egress::EgressPolicy {
+        crate::egress::EgressPolicy {
+            allow_loopback: self.allow_loopback_egress,
+            allow_link_local: self.allow_link_local_egress,
+            allow_local_git: self.allow_local_git,
+        }
+    }
+}
+
 /// Source-fetch flags shared by the commands that fetch (render, plan, resume --dry-run).
 #[derive(Args, Debug, Clone)]
 pub struct FetchFlags {
@@ -167,6 +199,9 @@ pub struct FetchFlags {
     /// flag of the same name allows it.
     #[arg(long = "allow-function-exec", value_name = "PATH")]
     pub allow_function_exec: Vec<PathBuf>,
+    /// Addresses and locations sources may name.
+    #[command(flatten)]
+    pub egress: EgressFlags,
 }
 
 impl FetchFlags {
@@ -189,6 +224,7 @@ impl FetchFlags {
             std::sync::Arc::new(cache),
             crate::source::FetchOptions {
                 plain_http_registries: self.plain_http_registries.clone(),
+                egress: self.egress.policy(),
                 ..Default::default()
             },
         ))

@@ -262,7 +262,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
             }),
         );
     }
-    print!("{}", format_status(&args.name, &bd, reason.as_deref()));
+    tprint!("{}", format_status(&args.name, &bd, reason.as_deref()));
     Ok(())
 }
 
@@ -435,7 +435,7 @@ pub fn history(args: StatusArgs) -> anyhow::Result<()> {
     let bd = super::block_on(async { get_bd(&args.kube.client().await?, &args.name).await })?;
     let status = bd.status.unwrap_or_default();
     match args.output {
-        Output::Table => print!("{}", format_revisions(&status)),
+        Output::Table => tprint!("{}", format_revisions(&status)),
         output => print_data(output, &serde_json::to_value(&status.revisions)?)?,
     }
     Ok(())
@@ -467,9 +467,10 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
             &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
         )
         .await?;
-        println!(
+        tprintln!(
             "requested rollback of {} to revision {} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
-            args.name, args.to
+            args.name,
+            args.to
         );
         if args.wait {
             let bd = wait_handled(
@@ -481,7 +482,7 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
                 |s| s.last_handled_rollback.as_ref(),
             )
             .await?;
-            println!("handled: {}", ready_line(&bd));
+            tprintln!("handled: {}", ready_line(&bd));
             let active = bd.status.as_ref().and_then(|s| s.active_revision);
             if active != Some(args.to) {
                 bail!(
@@ -517,7 +518,7 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
             &json!({"metadata": {"annotations": {annotation: value}}}),
         )
         .await?;
-        println!("requested {what} of {} ({annotation}={value})", args.name);
+        tprintln!("requested {what} of {} ({annotation}={value})", args.name);
         if args.wait {
             let bd = wait_handled(
                 &client,
@@ -528,7 +529,7 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
                 handled,
             )
             .await?;
-            println!("handled: {}", ready_line(&bd));
+            tprintln!("handled: {}", ready_line(&bd));
         }
         Ok(())
     })
@@ -546,7 +547,7 @@ pub fn pause(args: PauseArgs) -> anyhow::Result<()> {
                     "spec": {"paused": true}}),
         )
         .await?;
-        println!("paused {}: {}", args.name, args.reason);
+        tprintln!("paused {}: {}", args.name, args.reason);
         Ok(())
     })
 }
@@ -565,7 +566,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
                         "spec": {"paused": false}}),
             )
             .await?;
-            println!("resumed {}", args.name);
+            tprintln!("resumed {}", args.name);
             return Ok(());
         }
         let fetcher = args.fetch.fetcher()?;
@@ -633,27 +634,27 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             );
         }
         if !bd.spec.paused {
-            println!(
+            tprintln!(
                 "{} is not paused; the agent already keeps it as the bundle says.",
                 args.name
             );
         }
         if drifted.is_empty() {
-            println!(
+            tprintln!(
                 "resuming {} would revert nothing: every object matches the bundle",
                 args.name
             );
         } else {
-            println!(
+            tprintln!(
                 "resuming {} would revert {} object(s):",
                 args.name,
                 drifted.len()
             );
             for d in &drifted {
                 if d.missing {
-                    println!("  {}: missing, would be created", d.key);
+                    tprintln!("  {}: missing, would be created", d.key);
                 } else {
-                    println!("  {}: {}", d.key, d.paths.join(", "));
+                    tprintln!("  {}: {}", d.key, d.paths.join(", "));
                 }
             }
         }
@@ -850,7 +851,7 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             }
         }
     }
-    print!("{out}");
+    tprint!("{out}");
     Ok(())
 }
 

@@ -143,7 +143,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     })?;
 
     let text = match args.output {
-        Output::Table => format_table(&report),
+        Output::Table => super::terminal::escape(&format_table(&report)).into_owned(),
         output => {
             let value = report_json(&report);
             match output {

@@ -64,7 +64,11 @@ impl Progress {
                 label,
             } => {
                 // Drawn at once, then redrawn by the ticker with the time spent so far.
-                let line = format!("fetching [{}/{total}] {label}", index + 1);
+                let line = format!(
+                    "fetching [{}/{total}] {}",
+                    index + 1,
+                    super::terminal::escape(&label)
+                );
                 eprint!("\r\x1b[2K{line} …");
                 let _ = std::io::stderr().flush();
                 guard.current = Some((line, Instant::now()))

@@ -20,6 +20,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Health, HealthState};
 use crate::api::{BundleDeployment, HealthCheck, HttpGetCheck};
+use crate::egress::{EgressPolicy, Redirects};
 
 /// Where a probe stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,8 +102,19 @@ impl ProbeCounts {
 }
 
 /// One probe: GETs `http.url`; success when the status is expected. Returns (ok, what it got).
-pub async fn probe_once(client: &reqwest::Client, http: &HttpGetCheck) -> (bool, String) {
+/// A URL naming an address `egress` refuses is a failure that says so (names are checked by
+/// the client's resolver).
+pub async fn probe_once(
+    client: &reqwest::Client,
+    egress: &EgressPolicy,
+    http: &HttpGetCheck,
+) -> (bool, String) {
     let timeout = Duration::from_secs(http.timeout_seconds().max(1) as u64);
+    if let Ok(url) = url::Url::parse(&http.url) {
+        if let Err(refused) = egress.check_url(&url) {
+            return (false, refused.to_string());
+        }
+    }
     match client.get(&http.url).timeout(timeout).send().await {
         Ok(response) => {
             let status = response.status();
@@ -115,7 +127,10 @@ pub async fn probe_once(client: &reqwest::Client, http: &HttpGetCheck) -> (bool,
             }
         }
         Err(error) if error.is_timeout() => (false, format!("no answer within {timeout:?}")),
-        Err(error) => (false, one_line_error(&error)),
+        Err(error) => match crate::egress::refusal_in(&error) {
+            Some(refusal) => (false, refusal),
+            None => (false, one_line_error(&error)),
+        },
     }
 }
 
@@ -154,6 +169,8 @@ pub struct Probes {
     running: Mutex<HashMap<(String, usize), Running>>,
     /// Asks the controller to reconcile a BundleDeployment whose probe verdict changed.
     trigger: Option<UnboundedSender<ObjectRef<BundleDeployment>>>,
+    /// Which addresses probes may reach.
+    egress: EgressPolicy,
 }
 
 impl Drop for Probes {
@@ -165,11 +182,16 @@ impl Drop for Probes {
 }
 
 impl Probes {
-    /// Probes that ask for a reconcile through `trigger` when a verdict changes.
-    pub fn new(trigger: Option<UnboundedSender<ObjectRef<BundleDeployment>>>) -> Probes {
+    /// Probes that ask for a reconcile through `trigger` when a verdict changes, reaching only
+    /// the addresses `egress` allows.
+    pub fn new(
+        trigger: Option<UnboundedSender<ObjectRef<BundleDeployment>>>,
+        egress: EgressPolicy,
+    ) -> Probes {
         Probes {
             running: Mutex::new(HashMap::new()),
             trigger,
+            egress,
         }
     }
 
@@ -221,6 +243,7 @@ impl Probes {
                         Duration::from_secs(check.period_seconds().max(1) as u64),
                         counts.clone(),
                         self.trigger.clone(),
+                        self.egress,
                     ));
                     running.insert(
                         key,
@@ -257,13 +280,11 @@ async fn run(
     period: Duration,
     counts: Arc<Mutex<ProbeCounts>>,
     trigger: Option<UnboundedSender<ObjectRef<BundleDeployment>>>,
+    egress: EgressPolicy,
 ) {
     crate::tls::install_crypto_provider();
     // No redirects: a probe judges the URL it names (a 3xx counts as its own status).
-    let client = match reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
+    let client = match egress.http_client(Redirects::None).build() {
         Ok(client) => client,
         Err(error) => {
             tracing::warn!(bundle_deployment = %name, url = %http.url, %error, "could not build the probe's HTTP client");
@@ -274,7 +295,7 @@ async fn run(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let (ok, detail) = probe_once(&client, &http).await;
+        let (ok, detail) = probe_once(&client, &egress, &http).await;
         let changed = counts
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -247,6 +247,50 @@ pub fn build(
     Ok(Request { url, headers, body })
 }
 
+/// The text written where a secret value was.
+pub const REDACTED: &str = "[redacted]";
+
+/// The secret values an attempt's messages must not show: the Secret's token, HMAC key and
+/// address, and a Slack target's URL wherever it comes from (the URL is the credential), whole
+/// and as its path.
+pub fn secret_texts(
+    target: &NotificationTarget,
+    secret: &SecretValues,
+    request: &Request,
+) -> Vec<String> {
+    let mut texts: Vec<String> = Vec::new();
+    texts.extend(secret.token.clone());
+    texts.extend(secret.address.clone());
+    if let Some(key) = &secret.hmac_key {
+        texts.push(String::from_utf8_lossy(key).into_owned());
+    }
+    if target.slack.is_some() || secret.address.is_some() {
+        texts.push(request.url.clone());
+        if let Ok(url) = url::Url::parse(&request.url) {
+            let path = url.path().trim_matches('/');
+            if !path.is_empty() {
+                texts.push(path.to_string());
+            }
+            if let Some(query) = url.query() {
+                texts.push(query.to_string());
+            }
+        }
+    }
+    // Longest first, so a value containing another is replaced whole; values too short to be
+    // secrets would only garble the message.
+    texts.retain(|t| t.trim().len() >= 4);
+    texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    texts.dedup();
+    texts
+}
+
+/// `text` with every one of `secrets` replaced by [`REDACTED`].
+pub fn redact(text: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(text.to_string(), |acc, secret| {
+        acc.replace(secret.as_str(), REDACTED)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +473,32 @@ mod tests {
             body["text"],
             ":white_check_mark: app: revision 4 Healthy\nrevision 4 healthy: 3 objects installed"
         );
+    }
+
+    #[test]
+    fn secret_values_are_redacted_from_messages() {
+        let t = target(json!({"slack": {"url": "https://hooks.example/services/T0/B0/XyZsecret"}}));
+        let secret = SecretValues {
+            token: Some("tok-123456".into()),
+            ..Default::default()
+        };
+        let request = build(
+            &t,
+            &subject(SOURCES),
+            &entry(TransitionType::Healthy),
+            &secret,
+        )
+        .unwrap();
+        let secrets = secret_texts(&t, &secret, &request);
+        let text =
+            "error sending request for url (https://hooks.example/services/T0/B0/XyZsecret): \
+                    path services/T0/B0/XyZsecret, bearer tok-123456";
+        let redacted = redact(text, &secrets);
+        assert!(
+            !redacted.contains("XyZsecret") && !redacted.contains("tok-123456"),
+            "{redacted}"
+        );
+        assert!(redacted.contains(REDACTED), "{redacted}");
     }
 
     #[test]

@@ -60,6 +60,8 @@ pub struct Settings {
     /// (BundleDeployment, target) pairs waiting for a worker; when full, the notification
     /// stays Pending in status and is queued again at the BundleDeployment's next reconcile.
     pub queue: usize,
+    /// Which addresses targets may be at.
+    pub egress: crate::egress::EgressPolicy,
 }
 
 impl Default for Settings {
@@ -71,6 +73,7 @@ impl Default for Settings {
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(60),
             queue: 1024,
+            egress: crate::egress::EgressPolicy::default(),
         }
     }
 }
@@ -450,26 +453,45 @@ async fn attempt(notifier: &Notifier, name: &str, pick: &Pick) -> Attempt {
         Ok(request) => request,
         Err(unsendable) => return Attempt::Refused(unsendable.0),
     };
+    let secrets = message::secret_texts(&pick.target, &secret, &request);
     let Ok(_slot) = inner.slots.acquire().await else {
         return Attempt::Retry("the agent is shutting down".into());
     };
-    send(inner.settings.timeout, request).await
+    let outcome = send(inner.settings.timeout, &inner.settings.egress, request).await;
+    // What the attempt says goes to status, Events and logs: no secret value may be in it.
+    match outcome {
+        Attempt::Delivered(m) => Attempt::Delivered(message::redact(&m, &secrets)),
+        Attempt::Retry(m) => Attempt::Retry(message::redact(&m, &secrets)),
+        Attempt::Refused(m) => Attempt::Refused(message::redact(&m, &secrets)),
+    }
 }
 
-/// POSTs `request`, giving up after `timeout`.
-pub async fn send(timeout: Duration, request: message::Request) -> Attempt {
+/// POSTs `request`, giving up after `timeout`, unless its URL names an address `egress` refuses
+/// (refused for good). What it returns never holds the URL: a Slack URL is a credential.
+pub async fn send(
+    timeout: Duration,
+    egress: &crate::egress::EgressPolicy,
+    request: message::Request,
+) -> Attempt {
     crate::tls::install_crypto_provider();
+    let url = match url::Url::parse(&request.url) {
+        Ok(url) => url,
+        Err(error) => return Attempt::Refused(format!("the target's URL is not valid: {error}")),
+    };
+    if let Err(refused) = egress.check_url(&url) {
+        return Attempt::Refused(refused.to_string());
+    }
     // No redirects: a receiver that moved says so with its status.
-    let client = match reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
+    let client = match egress
+        .http_client(crate::egress::Redirects::None)
         .timeout(timeout)
         .connect_timeout(timeout)
         .build()
     {
         Ok(client) => client,
-        Err(error) => return Attempt::Retry(format!("HTTP client: {error}")),
+        Err(error) => return Attempt::Retry(format!("HTTP client: {}", error.without_url())),
     };
-    let mut builder = client.post(&request.url).body(request.body);
+    let mut builder = client.post(url).body(request.body);
     for (name, value) in &request.headers {
         builder = builder.header(name, value);
     }
@@ -478,7 +500,13 @@ pub async fn send(timeout: Duration, request: message::Request) -> Attempt {
         Err(error) if error.is_timeout() => {
             Attempt::Retry(format!("no answer within {}s", timeout.as_secs_f64()))
         }
-        Err(error) => Attempt::Retry(describe(&error)),
+        Err(error) => {
+            let error = error.without_url();
+            match crate::egress::refusal_in(&error) {
+                Some(refusal) => Attempt::Refused(refusal),
+                None => Attempt::Retry(describe(&error)),
+            }
+        }
     }
 }
 
@@ -522,6 +550,7 @@ async fn finish(
     entry.result = result;
     entry.attempts = attempts;
     entry.time = now();
+    let message = crate::api::conditions::cap_message(message);
     entry.message = Some(message.clone());
     if let Some(spec) = &ledger.spec {
         let targets = spec.notifications.clone();
@@ -676,7 +705,13 @@ mod tests {
                 ..Default::default()
             },
             Recorder::new(client, reporter),
-            Settings::default(),
+            Settings {
+                egress: crate::egress::EgressPolicy {
+                    allow_loopback: true,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
         );
         let bd = bd_with_target();
         let at = |s| Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
@@ -728,11 +763,10 @@ mod tests {
         assert_eq!(work.notifications.len(), 1);
         assert_eq!(work.notifications[0].result, DeliveryResult::Retrying);
         assert!(work.notifications[0].attempts >= 1);
-        assert!(work.notifications[0]
-            .message
-            .as_deref()
-            .unwrap()
-            .contains("127.0.0.1:1"));
+        // The connection failure, without the target's URL.
+        let message = work.notifications[0].message.as_deref().unwrap();
+        assert!(message.contains("onnect"), "{message}");
+        assert!(!message.contains("/hook"), "{message}");
         // Both sides of the write's comparison have it: no patch only to put back old news.
         assert_eq!(written.notifications, work.notifications);
         drop(write);

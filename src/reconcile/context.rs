@@ -221,7 +221,7 @@ impl Context {
             kube::runtime::reflector::ObjectRef<BundleDeployment>,
         >,
     ) -> Self {
-        self.probes = health::probe::Probes::new(Some(trigger));
+        self.probes = health::probe::Probes::new(Some(trigger), self.fetcher.options().egress);
         self
     }
 
@@ -247,6 +247,12 @@ impl Context {
     /// The same context refusing revisions whose snapshot is over `max_bytes` compressed.
     pub fn with_max_revision_bytes(mut self, max_bytes: usize) -> Self {
         self.store = self.store.with_max_bytes(max_bytes);
+        self
+    }
+
+    /// The same context refusing revisions that would take the stored snapshots past `quota`.
+    pub fn with_snapshot_quota(mut self, quota: crate::revision::quota::SnapshotQuota) -> Self {
+        self.store = self.store.with_quota(quota);
         self
     }
 
@@ -313,12 +319,16 @@ impl Context {
             instance: std::env::var("POD_NAME").ok(),
         };
         let recorder = Recorder::new(client.clone(), reporter);
+        let egress = fetcher.options().egress;
         Context {
             notifier: crate::notify::Notifier::new(
                 client.clone(),
                 secret_policy.clone(),
                 recorder.clone(),
-                crate::notify::Settings::default(),
+                crate::notify::Settings {
+                    egress,
+                    ..Default::default()
+                },
             ),
             recorder,
             store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
@@ -349,7 +359,7 @@ impl Context {
             changelog,
             owned,
             health: health::HealthOptions::default(),
-            probes: health::probe::Probes::new(None),
+            probes: health::probe::Probes::new(None, egress),
             values_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),

@@ -49,6 +49,7 @@
 //! complete or not, so that history pruning also removes the remains of a crashed save.
 
 mod codec;
+pub mod quota;
 pub mod store;
 
 use std::fmt;
@@ -199,6 +200,22 @@ pub enum RevisionError {
         /// The cap.
         limit: usize,
     },
+    /// Storing the revision would take the stored snapshots over a quota: nothing was stored.
+    #[error("revision {number} of BundleDeployment {bundle_deployment} ({bytes} bytes compressed) would take the stored snapshots past {}: {used} bytes are stored of {limit}; nothing was stored or applied (lower spec.rollout.historyLimit, or raise the quota)", scope.describe())]
+    QuotaExceeded {
+        /// The BundleDeployment.
+        bundle_deployment: String,
+        /// The revision.
+        number: i64,
+        /// Its compressed size.
+        bytes: u64,
+        /// Which quota.
+        scope: quota::QuotaScope,
+        /// What is stored already under that quota.
+        used: u64,
+        /// The quota.
+        limit: u64,
+    },
     /// A Secret with the revision's name exists and cannot be replaced.
     #[error(
         "revision {number} of BundleDeployment {bundle_deployment}: Secret {secret}: {detail}"
@@ -272,6 +289,7 @@ impl RevisionError {
             RevisionError::UnsupportedFormat { .. } => "RevisionFormatUnsupported",
             RevisionError::Invalid { .. } => "RevisionInvalid",
             RevisionError::TooLarge { .. } => "RevisionTooLarge",
+            RevisionError::QuotaExceeded { .. } => "SnapshotQuotaExceeded",
             RevisionError::Conflict { .. } => "RevisionConflict",
             RevisionError::Kube { source, .. } if matches!(source.as_ref(), kube::Error::Api(status) if status.code == 403) => {
                 "Forbidden"

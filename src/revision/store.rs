@@ -2,6 +2,7 @@
 //! and the crash/concurrency rules are in the [module documentation](super).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -10,6 +11,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::Client;
 
 use super::codec::{hex_sha256, split_chunk};
+use super::quota::{SnapshotQuota, Usage};
 use super::{
     bundle_key, decode, encode, secret_name, RevisionError, RevisionRecord, ANNOTATION_CHUNKS,
     ANNOTATION_CHUNK_SHA256, ANNOTATION_DIGEST, ANNOTATION_FORMAT, ANNOTATION_GENERATION,
@@ -26,6 +28,10 @@ pub struct RevisionStore {
     secrets: Api<Secret>,
     namespace: String,
     max_bytes: usize,
+    quota: SnapshotQuota,
+    /// What the stored snapshots take, learned at the first save (shared by the copies of this
+    /// store made with other clients).
+    usage: Arc<tokio::sync::Mutex<Option<Usage>>>,
 }
 
 /// What one revision may store by default, compressed (about 11 Secrets of 768 KiB).
@@ -39,7 +45,15 @@ impl RevisionStore {
             secrets: Api::namespaced(client, &namespace),
             namespace,
             max_bytes: DEFAULT_MAX_REVISION_BYTES,
+            quota: SnapshotQuota::default(),
+            usage: Arc::new(tokio::sync::Mutex::new(None)),
         }
+    }
+
+    /// The same store refusing saves that would take the stored snapshots past `quota`.
+    pub fn with_quota(mut self, quota: SnapshotQuota) -> Self {
+        self.quota = quota;
+        self
     }
 
     /// The same store refusing revisions over `max_bytes` compressed.
@@ -50,7 +64,10 @@ impl RevisionStore {
 
     /// A store like this one with another client (e.g. one with other credentials).
     pub fn with_client(&self, client: Client) -> Self {
-        RevisionStore::new(client, self.namespace.clone()).with_max_bytes(self.max_bytes)
+        RevisionStore {
+            secrets: Api::namespaced(client, &self.namespace),
+            ..self.clone()
+        }
     }
 
     /// The namespace the Secrets live in.
@@ -76,15 +93,89 @@ impl RevisionStore {
         }
         let wanted = self.chunk_secrets(record, &chunks)?;
         let bd = &record.bundle_deployment;
+        {
+            // Checked and counted under one lock, so two saves cannot both take the same room.
+            let mut usage = self.usage.lock().await;
+            self.check_quota(&mut usage, record, bytes as u64).await?;
+            if let Some(usage) = usage.as_mut() {
+                usage.record(bd, record.number, bytes as u64);
+            }
+        }
         // Created without listing first (a list per revision was one request per install):
         // a chunk already there with this content is kept, one with other content replaced
         // (see `create_chunk`). Chunks past this save's count left by an earlier, larger save
         // of the same number are ignored by `load` and deleted with the revision.
         let mut found = false;
         for secret in &wanted {
-            found |= self.create_chunk(bd, record.number, secret).await?;
+            match self.create_chunk(bd, record.number, secret).await {
+                Ok(was_there) => found |= was_there,
+                Err(error) => {
+                    // Counted again, from the Secrets themselves, at the next refusal.
+                    self.forget_usage(bd, Some(record.number)).await;
+                    return Err(error);
+                }
+            }
         }
         Ok(found)
+    }
+
+    /// Refuses `record` (`bytes` compressed) when it would take the stored snapshots past the
+    /// quota; the usage is listed at the first save, and again before a refusal.
+    async fn check_quota(
+        &self,
+        usage: &mut Option<Usage>,
+        record: &RevisionRecord,
+        bytes: u64,
+    ) -> Result<(), RevisionError> {
+        let bd = &record.bundle_deployment;
+        let mut fresh = false;
+        loop {
+            let known = match usage.as_ref() {
+                Some(known) => known,
+                None => {
+                    fresh = true;
+                    usage.insert(self.list_usage(bd, record.number).await?)
+                }
+            };
+            match known.check(&self.quota, bd, record.number, bytes) {
+                Ok(()) => return Ok(()),
+                Err(over) if fresh => {
+                    return Err(RevisionError::QuotaExceeded {
+                        bundle_deployment: bd.clone(),
+                        number: record.number,
+                        bytes,
+                        scope: over.scope,
+                        used: over.used,
+                        limit: over.limit,
+                    })
+                }
+                // Someone else may have deleted snapshots since: look again before refusing.
+                Err(_) => *usage = None,
+            }
+        }
+    }
+
+    /// The usage of every revision Secret of the namespace (metadata only).
+    async fn list_usage(&self, bd: &str, number: i64) -> Result<Usage, RevisionError> {
+        let params = ListParams::default().labels(LABEL_REVISION_OF);
+        let list = self
+            .secrets
+            .list_metadata(&params)
+            .await
+            .map_err(|source| RevisionError::Kube {
+                bundle_deployment: bd.to_string(),
+                number: Some(number),
+                action: "list",
+                target: format!("Secrets in {} labelled {LABEL_REVISION_OF}", self.namespace),
+                source: Box::new(source),
+            })?;
+        Ok(Usage::from_metadata(list.items.iter().map(|p| &p.metadata)))
+    }
+
+    async fn forget_usage(&self, bd: &str, number: Option<i64>) {
+        if let Some(usage) = self.usage.lock().await.as_mut() {
+            usage.forget(bd, number);
+        }
     }
 
     /// Loads revision `number` of `bundle_deployment`: [`RevisionError::NotFound`] when none of
@@ -264,6 +355,7 @@ impl RevisionStore {
             self.delete_name(bundle_deployment, Some(number), &meta, false)
                 .await?;
         }
+        self.forget_usage(bundle_deployment, Some(number)).await;
         Ok(())
     }
 
@@ -274,6 +366,7 @@ impl RevisionStore {
             self.delete_name(bundle_deployment, number, &meta, false)
                 .await?;
         }
+        self.forget_usage(bundle_deployment, None).await;
         Ok(())
     }
 

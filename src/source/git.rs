@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use base64::Engine;
-use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks};
+use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks, RemoteRedirect};
 
 use super::unpack::{self, Budget};
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
@@ -48,21 +48,29 @@ pub(crate) async fn fetch(
         }
     }
     let opts = fetcher.options().clone();
+    check_location(&opts.egress, &spec.repository).await?;
     let deadline = Instant::now() + opts.timeout;
     let remote = Remote {
         url: spec.repository.clone(),
         credentials: secrets.credentials.clone(),
         deadline,
     };
+    let cache = fetcher.cache().clone();
+    let scratch = cache.scratch_dir()?;
     let (commit, chosen_tag) = match &wanted {
         Wanted::Commit(c) => (c.clone(), None),
         _ => {
-            let (r, w) = (remote.clone(), wanted.clone());
-            blocking(opts.timeout, &remote.url, move || r.ls_remote(&w)).await?
+            let (r, w, s) = (remote.clone(), wanted.clone(), scratch.join("ls-remote"));
+            let listed = blocking(opts.timeout, &remote.url, move || r.ls_remote(&w, &s)).await;
+            match listed {
+                Ok(listed) => listed,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    return Err(e);
+                }
+            }
         }
     };
-    let cache = fetcher.cache().clone();
-    let scratch = cache.scratch_dir()?;
     let path = cache
         .get_or_populate(&key(&commit), |tree| {
             let (r, c, dir, s) = (
@@ -90,6 +98,23 @@ pub(crate) async fn fetch(
     let _ = std::fs::remove_dir_all(&scratch);
     let version = chosen_tag.filter(|_| matches!(wanted, Wanted::Semver(_)));
     Ok((commit, path?, version))
+}
+
+/// Refuses a local repository (path or `file://`) or a server whose host resolves to an address
+/// the egress policy refuses. libgit2 resolves names itself, so the check is made here, just
+/// before it connects; it does not follow redirects to another host after the first request.
+async fn check_location(
+    egress: &crate::egress::EgressPolicy,
+    repository: &str,
+) -> Result<(), SourceError> {
+    let remote =
+        crate::egress::check_git_location(egress, repository).map_err(SourceError::Refused)?;
+    if let Some((host, port)) = remote {
+        egress.check_host(&host, port).await.map_err(|refused| {
+            SourceError::Refused(format!("git repository {repository}: {refused}"))
+        })?;
+    }
+    Ok(())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -267,8 +292,15 @@ impl Remote {
 
     /// One ref advertisement: the commit a branch or tag points at (peeled for annotated tags),
     /// and for a range the newest tag satisfying it.
-    fn ls_remote(&self, wanted: &Wanted) -> Result<(String, Option<String>), SourceError> {
-        let mut remote = git2::Remote::create_detached(self.url.as_str()).map_err(|e| {
+    /// `scratch` holds an empty repository whose configuration refuses redirects to another
+    /// host (a remote without a repository follows them on the first request).
+    fn ls_remote(
+        &self,
+        wanted: &Wanted,
+        scratch: &Path,
+    ) -> Result<(String, Option<String>), SourceError> {
+        let repo = scratch_repository(scratch)?;
+        let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
         let tried = Cell::new(false);
@@ -328,12 +360,7 @@ impl Remote {
     ) -> Result<(), SourceError> {
         let oid = Oid::from_str(commit)
             .map_err(|_| SourceError::Invalid(format!("git commit {commit} is not a SHA")))?;
-        let repo = git2::Repository::init_bare(repo_dir).map_err(|e| {
-            SourceError::io(
-                "create scratch repository",
-                std::io::Error::other(e.message().to_string()),
-            )
-        })?;
+        let repo = scratch_repository(repo_dir)?;
         let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
@@ -342,7 +369,13 @@ impl Remote {
         // fetch of branches and tags finds it if it is still reachable.
         let tried = Cell::new(false);
         let mut fo = FetchOptions::new();
-        fo.remote_callbacks(self.callbacks(&tried)).depth(1);
+        fo.remote_callbacks(self.callbacks(&tried))
+            .follow_redirects(RemoteRedirect::None);
+        // libgit2's local transport does not fetch shallow.
+        let local = crate::egress::git_location(&self.url) == Ok(crate::egress::GitLocation::Local);
+        if !local {
+            fo.depth(1);
+        }
         // Branches and tags are fetched by name (servers advertise those); a bare commit only
         // works where the server allows unadvertised wants.
         let want = refname.unwrap_or(commit);
@@ -359,7 +392,8 @@ impl Remote {
             }
             let tried = Cell::new(false);
             let mut fo = FetchOptions::new();
-            fo.remote_callbacks(self.callbacks(&tried));
+            fo.remote_callbacks(self.callbacks(&tried))
+                .follow_redirects(RemoteRedirect::None);
             remote
                 .fetch(
                     &[
@@ -457,6 +491,22 @@ fn write_tree(
         }
     }
     Ok(())
+}
+
+/// An empty bare repository at `dir` whose remotes never follow a redirect to another host
+/// (libgit2 follows one on the first request by default).
+fn scratch_repository(dir: &Path) -> Result<git2::Repository, SourceError> {
+    let scratch_error = |e: git2::Error| {
+        SourceError::io(
+            "create scratch repository",
+            std::io::Error::other(e.message().to_string()),
+        )
+    };
+    let repo = git2::Repository::init_bare(dir).map_err(scratch_error)?;
+    repo.config()
+        .and_then(|mut config| config.set_bool("http.followRedirects", false))
+        .map_err(scratch_error)?;
+    Ok(repo)
 }
 
 /// Whether known_hosts lists `hostkey` for `host` (or `[host]:port`). Hashed entries (`|1|…`)

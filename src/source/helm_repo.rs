@@ -323,6 +323,7 @@ pub(crate) async fn fetch(
         opts,
         secrets.ca_pem.as_deref(),
         spec.insecure_skip_tls_verify,
+        spec.allow_cross_host_redirects,
     )?;
     let repo_what = display_url(&repo);
     let entries = read_index(&client, fetcher, spec, secrets, &repo, &mut meta).await?;
@@ -384,7 +385,7 @@ async fn read_index(
         secrets.credentials.as_ref(),
         "a helmRepository source",
     )?;
-    let response = send(request, &what).await?;
+    let response = send(&fetcher.options().egress, request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         return match &meta.index {
@@ -477,7 +478,7 @@ async fn fetch_chart(
     } else {
         cred_origin
     };
-    let response = send(request, &what).await?;
+    let response = send(&fetcher.options().egress, request, &what).await?;
     check_status(&what, response.status(), &cred_origin)?;
     let scratch = cache.scratch_dir()?;
     let download = scratch.join("chart.tgz");
@@ -622,5 +623,87 @@ generated: "2024-01-01T00:00:00Z"
                 .as_str(),
             "https://cdn.example/c.tgz"
         );
+    }
+
+    mod properties {
+        use std::time::{Duration, Instant};
+
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: std::env::var("PROPTEST_CASES")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(300),
+                max_shrink_iters: 256,
+                ..ProptestConfig::default()
+            }
+        }
+
+        fn timed<T>(f: impl FnOnce() -> T) -> Result<T, TestCaseError> {
+            let start = Instant::now();
+            let out = f();
+            let took = start.elapsed();
+            prop_assert!(took < Duration::from_secs(2), "parse_index took {took:?}");
+            Ok(out)
+        }
+
+        fn entry() -> impl Strategy<Value = ChartEntry> {
+            (
+                "[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}(-[a-z]{1,4})?",
+                prop::collection::vec("(https?://[a-z.]{1,10}/)?[a-z0-9./-]{1,20}", 0..3),
+                prop::option::of("[0-9a-f]{64}"),
+            )
+                .prop_map(|(version, urls, digest)| ChartEntry {
+                    version,
+                    urls,
+                    digest,
+                })
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            /// Any bytes: an error or the chart's entries, never a panic, in bounded time.
+            #[test]
+            fn index_reading_never_panics(data in prop::collection::vec(any::<u8>(), 0..2048)) {
+                let _ = timed(|| parse_index(&data, "app"))?;
+            }
+
+            /// YAML-looking text built from the index's own keys.
+            #[test]
+            fn index_like_text_never_panics(
+                pieces in prop::collection::vec(prop::sample::select(vec![
+                    "apiVersion: v1\n", "entries:\n", "  app:\n", "  - ", "version: 1.0.0", "urls: [",
+                    "]", "digest: ", "\n", "    ", "null", "~", "{", "}", ",", "&a ", "*a", "!!binary ",
+                    "app", ": ", "- ", "'", "\"",
+                ]), 0..120)
+            ) {
+                let text = pieces.concat();
+                let _ = timed(|| parse_index(text.as_bytes(), "app"))?;
+            }
+
+            /// An index written as JSON gives back exactly the named chart's entries, in order,
+            /// with null entries dropped, whatever the other charts hold.
+            #[test]
+            fn index_gives_back_the_charts_entries(
+                wanted in prop::collection::vec(prop::option::weighted(0.9, entry()), 0..8),
+                others in prop::collection::btree_map("[a-z]{1,6}", prop::collection::vec(entry(), 0..4), 0..4),
+            ) {
+                let mut entries = serde_json::Map::new();
+                for (name, list) in &others {
+                    entries.insert(name.clone(), serde_json::to_value(list).unwrap_or_default());
+                }
+                entries.insert("app".into(), serde_json::to_value(&wanted).unwrap_or_default());
+                let index = serde_json::json!({"apiVersion": "v1", "entries": entries, "generated": "x"});
+                let text = serde_json::to_vec(&index).unwrap_or_default();
+                let parsed = timed(|| parse_index(&text, "app"))?.map_err(TestCaseError::fail)?;
+                let expected: Vec<ChartEntry> = wanted.into_iter().flatten().collect();
+                prop_assert_eq!(parsed.entries, Some(expected));
+            }
+        }
     }
 }

@@ -14,6 +14,7 @@ use tokio::io::AsyncWriteExt;
 use super::unpack::{self, Budget, Compression};
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::HttpSource;
+use crate::egress::{EgressPolicy, Redirects};
 
 /// What the URL's file name says the content is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,17 +90,21 @@ pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// The reqwest client every HTTP(S) fetch uses: the agent's timeouts and redirect limit, extra CA
+/// The reqwest client every HTTP(S) fetch uses: the agent's timeouts, egress policy and redirect
+/// limit (redirects on the first request's host only, unless `cross_host_redirects`), extra CA
 /// certificates (PEM) to trust, and optionally no certificate verification at all.
 pub(crate) fn client(
     opts: &super::FetchOptions,
     ca_pem: Option<&[u8]>,
     insecure_skip_tls_verify: bool,
+    cross_host_redirects: bool,
 ) -> Result<reqwest::Client, SourceError> {
-    let mut builder = reqwest::Client::builder()
+    let redirects = Redirects::for_source(cross_host_redirects, opts.max_redirects);
+    let mut builder = opts
+        .egress
+        .http_client(redirects)
         .connect_timeout(opts.connect_timeout)
         .timeout(opts.timeout)
-        .redirect(reqwest::redirect::Policy::limited(opts.max_redirects))
         .danger_accept_invalid_certs(insecure_skip_tls_verify);
     if let Some(pem) = ca_pem {
         for cert in reqwest::Certificate::from_pem_bundle(pem)
@@ -178,12 +183,22 @@ pub(crate) fn check_status(
     }
 }
 
-/// Sends `request`, mapping transport failures to errors naming `what`.
+/// Sends `request` unless its URL is an address `egress` refuses (names are checked by the
+/// client's resolver), mapping transport failures to errors naming `what`.
 pub(crate) async fn send(
+    egress: &EgressPolicy,
     request: reqwest::RequestBuilder,
     what: &str,
 ) -> Result<reqwest::Response, SourceError> {
-    request.send().await.map_err(|e| transport_error(what, e))
+    let (client, request) = request.build_split();
+    let request = request.map_err(|e| transport_error(what, e))?;
+    egress
+        .check_url(request.url())
+        .map_err(|refused| SourceError::Refused(format!("{what}: {refused}")))?;
+    client
+        .execute(request)
+        .await
+        .map_err(|e| transport_error(what, e))
 }
 
 /// A 304 although nothing usable was remembered to make the request conditional.
@@ -208,6 +223,9 @@ pub(crate) fn validators_of(response: &reqwest::Response) -> (Option<String>, Op
 
 pub(crate) fn transport_error(what: &str, e: reqwest::Error) -> SourceError {
     let e = e.without_url();
+    if let Some(refusal) = crate::egress::refusal_in(&e) {
+        return SourceError::Refused(format!("{what}: {refusal}"));
+    }
     if e.is_redirect() {
         // A redirect loop or chain longer than allowed will not fix itself by retrying.
         return SourceError::Invalid(format!("{what}: {}", describe(&e)));
@@ -244,7 +262,12 @@ pub(crate) async fn fetch(
     }
 
     let opts = fetcher.options();
-    let client = client(opts, secrets.ca_pem.as_deref(), false)?;
+    let client = client(
+        opts,
+        secrets.ca_pem.as_deref(),
+        false,
+        spec.allow_cross_host_redirects,
+    )?;
 
     let meta_name = format!("http-url-{}", super::sha256_hex(spec.url.as_bytes()));
     let previous: Option<Validators> = cache
@@ -264,7 +287,7 @@ pub(crate) async fn fetch(
     );
     let (request, cred_origin) =
         authorize(request, secrets.credentials.as_ref(), "an http source")?;
-    let response = send(request, &what).await?;
+    let response = send(&opts.egress, request, &what).await?;
     let status = response.status();
     if status == StatusCode::NOT_MODIFIED {
         if let Some(v) = previous {

@@ -453,6 +453,20 @@ pub(crate) async fn fetch_helm_oci(
     })
 }
 
+/// Refuses a registry whose host resolves to an address the egress policy refuses. The OCI
+/// client resolves names itself, so the check is made here, just before it connects.
+async fn check_registry(fetcher: &Fetcher, registry: &str) -> Result<(), SourceError> {
+    let url = url::Url::parse(&format!("https://{registry}/"))
+        .map_err(|e| SourceError::Invalid(format!("registry {registry:?}: {e}")))?;
+    let host = url.host_str().unwrap_or_default();
+    fetcher
+        .options()
+        .egress
+        .check_host(host, url.port().unwrap_or(443))
+        .await
+        .map_err(|refused| SourceError::Refused(format!("registry {registry}: {refused}")))
+}
+
 async fn fetch_from_registry(
     fetcher: &Fetcher,
     secrets: &SourceSecrets,
@@ -480,6 +494,7 @@ async fn fetch_from_registry(
             }
         }
     }
+    check_registry(fetcher, &registry).await?;
     let ctx = client_for(fetcher, insecure_skip_tls_verify, secrets, &registry)?;
     let (exact, tag) = match selector {
         Selector::Exact(r) => (r, None),

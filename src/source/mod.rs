@@ -124,6 +124,9 @@ pub enum SourceError {
     /// A source spec the fetchers cannot act on.
     #[error("invalid source: {0}")]
     Invalid(String),
+    /// The source names an address or location the agent's egress policy refuses.
+    #[error("{0}")]
+    Refused(String),
     /// The server could not be reached or did not answer in time.
     #[error("{what} is unreachable: {detail}")]
     Unreachable {
@@ -167,6 +170,7 @@ impl SourceError {
             SourceError::NoMatchingVersion { .. } => "NoMatchingVersion",
             SourceError::Conflict { .. } => "SourceConflict",
             SourceError::Invalid(_) => "InvalidSource",
+            SourceError::Refused(_) => "EgressRefused",
             SourceError::Unreachable { .. } => "Unreachable",
             SourceError::Server { .. } => "ServerError",
             SourceError::Io { .. } => "LocalIO",
@@ -203,6 +207,8 @@ pub struct FetchOptions {
     pub max_redirects: usize,
     /// Registries (`host:port`) spoken to over plain HTTP instead of HTTPS (local test registries).
     pub plain_http_registries: Vec<String>,
+    /// Which loopback, link-local and local-repository locations sources may name.
+    pub egress: crate::egress::EgressPolicy,
 }
 
 impl Default for FetchOptions {
@@ -213,6 +219,7 @@ impl Default for FetchOptions {
             timeout: Duration::from_secs(300),
             max_redirects: 5,
             plain_http_registries: Vec::new(),
+            egress: crate::egress::EgressPolicy::default(),
         }
     }
 }

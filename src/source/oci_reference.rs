@@ -212,4 +212,129 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn upper_case_repositories_are_refused() {
+        // oci-client takes `Upper` for a registry host and then for a Docker Hub repository;
+        // distribution refuses upper case in any repository component.
+        assert!(parse("Upper/app").is_err());
+        assert!("Upper/app".parse::<Reference>().is_ok());
+        assert!(parse("ghcr.io/Upper/app").is_err());
+        // Tags are ASCII word characters, dots and hyphens; oci-client's `\w` is Unicode.
+        assert!(parse("ghcr.io/app:é").is_err());
+        assert!("ghcr.io/app:é".parse::<Reference>().is_ok());
+    }
+
+    mod properties {
+        use std::time::{Duration, Instant};
+
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        /// Pieces of references: separators, hosts, ports, path components, tags, digests and
+        /// characters that are never allowed.
+        fn piece() -> impl Strategy<Value = String> {
+            prop_oneof![
+                prop::sample::select(vec![
+                    "/",
+                    ":",
+                    "@",
+                    ".",
+                    "_",
+                    "__",
+                    "-",
+                    "---",
+                    "localhost",
+                    "docker.io",
+                    "index.docker.io",
+                    "127.0.0.1",
+                    "5000",
+                    "sha256:",
+                    "sha512:",
+                    "md5:",
+                    "library",
+                    "A",
+                    " ",
+                    "é",
+                    "\u{0}",
+                ])
+                .prop_map(str::to_string),
+                "[a-z0-9]{1,6}",
+                "[0-9a-f]{64}",
+                "[A-Za-z0-9_.-]{1,10}",
+            ]
+        }
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: std::env::var("PROPTEST_CASES")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(500),
+                max_shrink_iters: 256,
+                ..ProptestConfig::default()
+            }
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            /// Any text: an error or a reference, quickly, and the same verdict and result as
+            /// oci-client's own parser (the grammar both implement).
+            #[test]
+            fn references_parse_as_oci_clients_parser_does(
+                text in prop_oneof![
+                    prop::collection::vec(piece(), 0..12).prop_map(|p| p.concat()),
+                    any::<String>(),
+                ]
+            ) {
+                let start = Instant::now();
+                let ours = parse(&text).map(|r| r.whole());
+                prop_assert!(start.elapsed() < Duration::from_secs(1), "took {:?}", start.elapsed());
+                let parsed = text.parse::<Reference>();
+                // Where oci-client's parser is laxer than the distribution grammar, refusing is
+                // right: it takes an upper-case first component for a registry host and then
+                // files it under Docker Hub as a repository name (upper case is never allowed
+                // in a repository), and its tag pattern's `\w` takes any Unicode letter (Go's is
+                // ASCII).
+                let lax = parsed.as_ref().is_ok_and(|r| {
+                    r.repository().chars().any(|c| c.is_ascii_uppercase())
+                        || r.tag().is_some_and(|t| !t.is_ascii())
+                });
+                let theirs = parsed.map(|r| r.whole());
+                match (&ours, &theirs) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                    (Err(_), Err(_)) => {}
+                    (Err(_), Ok(_)) if lax => {}
+                    _ => prop_assert!(false, "{:?}: ours {:?}, oci-client's {:?}", text, ours, theirs),
+                }
+            }
+
+            /// A reference reads back as itself from its whole form.
+            #[test]
+            fn references_round_trip(
+                registry in prop::sample::select(vec!["ghcr.io", "127.0.0.1:5000", "localhost", "registry.example.com:443"]),
+                path in prop::collection::vec("[a-z0-9]{1,4}([._-][a-z0-9]{1,4})?", 1..4),
+                tag in prop::option::of("[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}"),
+                digest in prop::option::of("[0-9a-f]{64}"),
+            ) {
+                let mut text = format!("{registry}/{}", path.join("/"));
+                if let Some(tag) = &tag {
+                    text.push(':');
+                    text.push_str(tag);
+                }
+                if let Some(digest) = &digest {
+                    text.push_str("@sha256:");
+                    text.push_str(digest);
+                }
+                let parsed = parse(&text).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(parsed.registry(), registry);
+                prop_assert_eq!(parsed.repository(), path.join("/"));
+                prop_assert_eq!(parsed.tag(), tag.as_deref().or(digest.is_none().then_some(DEFAULT_TAG)));
+                let again = parse(&parsed.whole()).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(again.whole(), parsed.whole());
+            }
+        }
+    }
 }

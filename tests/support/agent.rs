@@ -179,6 +179,8 @@ impl Agent {
             .arg(&changes)
             .arg("--selector")
             .arg(selector)
+            // Every fixture server is on 127.0.0.1.
+            .arg("--allow-loopback-egress")
             .args(extra_args)
             .env("RUST_LOG", "info,pallet=debug")
             .envs(env.iter().copied())

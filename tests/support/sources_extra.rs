@@ -35,6 +35,11 @@ pub fn fetcher_at(root: PathBuf, limits: Limits) -> Fetcher {
             timeout: Duration::from_secs(20),
             max_redirects: 5,
             plain_http_registries: vec![fx.registry_plain().host.clone()],
+            // The fixture servers are on 127.0.0.1.
+            egress: pallet::egress::EgressPolicy {
+                allow_loopback: true,
+                ..Default::default()
+            },
         },
     )
 }
@@ -109,6 +114,7 @@ pub fn http_source(url: &str, sha256: Option<&str>) -> Source {
             url: url.into(),
             sha256: sha256.map(str::to_string),
             auth: None,
+            allow_cross_host_redirects: false,
         }),
         ..source(SourceKind::Http)
     }

@@ -701,6 +701,11 @@ enum Ctl {
     Continue,
 }
 
+/// The deepest nesting the parser accepts, of blocks (`if`, `with`, `range`, `define`, `block`)
+/// and of parenthesised pipelines each: the parser and the renderer recurse per level, and text
+/// from a chart must not be able to exhaust the stack. Real charts nest a dozen levels at most.
+pub const MAX_NESTING: usize = 100;
+
 struct Parser<'a> {
     file: &'a str,
     items: std::vec::IntoIter<Item>,
@@ -733,6 +738,18 @@ impl Parser<'_> {
     /// Parses nodes until `else`/`end` (returned) or end of input (None).
     #[allow(clippy::type_complexity)]
     fn list(&mut self, depth: usize) -> Result<(Vec<Node>, Option<(usize, Ctl)>), HelmError> {
+        if depth > MAX_NESTING {
+            let line = match self.items.as_slice().first() {
+                Some(Item::Text(line, _)) => *line,
+                Some(Item::Action(a)) => a.line,
+                None => 0,
+            };
+            return Err(HelmError::parse(
+                self.file,
+                line,
+                format!("blocks nested deeper than {MAX_NESTING} levels"),
+            ));
+        }
         let mut out = Vec::new();
         while let Some(item) = self.items.next() {
             let a = match item {
@@ -959,7 +976,7 @@ impl Parser<'_> {
                 _ => break,
             }
         }
-        let (cmds, used) = self.cmds(line, &toks[i..], false)?;
+        let (cmds, used) = self.cmds(line, &toks[i..], 0)?;
         if used != toks.len() - i {
             return Err(HelmError::parse(self.file, line, "unexpected ) in action"));
         }
@@ -973,17 +990,22 @@ impl Parser<'_> {
         Ok(Pipe { vars, assign, cmds })
     }
 
-    /// Parses `cmd | cmd ...` up to a closing paren (when nested) or the end.
+    /// Parses `cmd | cmd ...` up to a closing paren (when nested, `parens` > 0) or the end.
     fn cmds(
         &self,
         line: usize,
         toks: &[(Tok, usize)],
-        nested: bool,
+        parens: usize,
     ) -> Result<(Vec<Cmd>, usize), HelmError> {
+        let nested = parens > 0;
         let mut cmds = Vec::new();
         let mut args = Vec::new();
         let mut i = 0;
         let e = |l: usize, m: &str| HelmError::parse(self.file, l, m.to_string());
+        if parens > MAX_NESTING {
+            let text = format!("parentheses nested deeper than {MAX_NESTING} levels");
+            return Err(e(line, &text));
+        }
         while i < toks.len() {
             let (t, l) = &toks[i];
             match t {
@@ -1004,7 +1026,7 @@ impl Parser<'_> {
                     break;
                 }
                 Tok::LParen => {
-                    let (inner, used) = self.cmds(line, &toks[i + 1..], true)?;
+                    let (inner, used) = self.cmds(line, &toks[i + 1..], parens + 1)?;
                     i += 1 + used;
                     if !matches!(toks.get(i), Some((Tok::RParen, _))) {
                         return Err(e(*l, "unclosed ("));
@@ -1077,6 +1099,29 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nesting_is_limited() {
+        let parens = |n: usize| format!("{{{{ {}1{} }}}}", "(".repeat(n), ")".repeat(n));
+        assert!(parse("t", &parens(MAX_NESTING)).is_ok());
+        let err = parse("t", &parens(MAX_NESTING + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("parentheses nested deeper than 100 levels"),
+            "{err}"
+        );
+        let ifs = |n: usize| format!("{}x{}", "{{ if 1 }}".repeat(n), "{{ end }}".repeat(n));
+        assert!(parse("t", &ifs(MAX_NESTING)).is_ok());
+        let err = parse("t", &ifs(MAX_NESTING + 1)).unwrap_err().to_string();
+        assert!(
+            err.contains("blocks nested deeper than 100 levels"),
+            "{err}"
+        );
+        // Far past the limit: an error, not a stack overflow.
+        assert!(parse("t", &parens(100_000)).is_err());
+        assert!(parse("t", &ifs(100_000)).is_err());
+    }
 
     #[test]
     fn trims_and_tracks_lines() {
