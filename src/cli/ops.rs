@@ -595,6 +595,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             client: Some(&client),
             secret_policy: &policy,
             exec_policy: &exec_policy,
+            egress: fetcher.options().egress,
         };
         let (rendered, _) = preview::assemble_and_render(
             &fetcher,

@@ -88,6 +88,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             client: Some(&client),
             secret_policy: &policy,
             exec_policy: &exec_policy,
+            egress: fetcher.options().egress,
         };
         let (rendered, _) = preview::assemble_and_render(
             &fetcher,

@@ -166,6 +166,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     client: None,
                     secret_policy: &policy,
                     exec_policy: &exec_policy,
+                    egress: fetcher.options().egress,
                 };
                 Ok(crate::preview::assemble_and_render(
                     &fetcher,

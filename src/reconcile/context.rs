@@ -287,6 +287,7 @@ impl Context {
             client: Some(&self.client),
             secret_policy: &self.secret_policy,
             exec_policy: &self.functions,
+            egress: self.fetcher.options().egress,
         }
     }
 

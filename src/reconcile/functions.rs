@@ -54,6 +54,9 @@ pub struct FunctionCaller<'a> {
     pub secret_policy: &'a super::fetch::SecretPolicy,
     /// The executables allowed.
     pub exec_policy: &'a FunctionPolicy,
+    /// The addresses a function URL may reach (loopback and link-local refused by default, as
+    /// for sources).
+    pub egress: crate::egress::EgressPolicy,
 }
 
 /// Calls the function of `spec` with `request`, for `bd`.
@@ -108,11 +111,16 @@ async fn call_http(
             .map(|t| String::from_utf8_lossy(t).trim().to_string());
         ca = data.get("ca.crt").cloned();
     }
-    let mut builder = reqwest::Client::builder()
+    let parsed = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    if let Err(refused) = caller.egress.check_url(&parsed) {
+        return Ok(error_answer(refused.to_string()));
+    }
+    // The function answers itself; a redirect could send the objects elsewhere.
+    let mut builder = caller
+        .egress
+        .http_client(crate::egress::Redirects::None)
         .connect_timeout(Duration::from_secs(10))
-        .timeout(spec.timeout())
-        // The function answers itself; a redirect could send the objects elsewhere.
-        .redirect(reqwest::redirect::Policy::none());
+        .timeout(spec.timeout());
     if let Some(pem) = &ca {
         let certificates = reqwest::Certificate::from_pem_bundle(pem)
             .map_err(|_| "the Secret's ca.crt is not valid PEM".to_string())?;
@@ -129,10 +137,19 @@ async fn call_http(
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let mut response = request
-        .send()
-        .await
-        .map_err(|e| format!("POST {url}: {}", crate::source::http::describe(&e)))?;
+    let mut response = match request.send().await {
+        Ok(response) => response,
+        // An address the agent may not reach is a lasting refusal, not an outage.
+        Err(error) => match crate::egress::refusal_in(&error) {
+            Some(refused) => return Ok(error_answer(format!("POST {url}: {refused}"))),
+            None => {
+                return Err(format!(
+                    "POST {url}: {}",
+                    crate::source::http::describe(&error)
+                ))
+            }
+        },
+    };
     let status = response.status();
     let mut answer = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| {
