@@ -6,10 +6,12 @@ use super::{
 };
 
 use kube::ResourceExt;
+use pallet_formats::processors::ProcessorTrace;
 
 use crate::api::{BundleDeployment, ObjectReference, ResolvedSource, ResolvedValues};
 use crate::fault::{self, Point};
 use crate::metrics::METRICS;
+use crate::render_sandbox::SandboxError;
 use rollout::Decision;
 
 /// While paused: fetch and render as usual, then only read the live objects and list those that
@@ -99,10 +101,15 @@ pub(super) async fn fetch_and_render(
         })
         .collect();
     let mut config = render::render_config(bd, capabilities, Some(values.values));
+    config.budgets = ctx.render_budgets;
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
-    // Only helm charts generate values (randAlphaNum, genCA, ...): the others need no key.
-    if format == pallet_formats::Format::Helm {
+    // Only helm charts generate values (randAlphaNum, genCA, ...), a kustomization's
+    // `helmCharts` included: the other formats need no key.
+    if matches!(
+        format,
+        pallet_formats::Format::Helm | pallet_formats::Format::Kustomize
+    ) {
         let key = ctx.render_key(bd).await?;
         config.helm.seed = render_key::seed(&key, &config, &fetched);
     }
@@ -118,17 +125,7 @@ pub(super) async fn fetch_and_render(
         Some(kept) => kept,
         None => {
             let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-            let result = match render::render_format(bd, &tree, &config) {
-                Ok(rendered) => {
-                    let caller = ctx.function_caller();
-                    let processors = &processor_inputs.processors;
-                    processors::run(&caller, bd, rendered, processors, Some(&tree)).await
-                }
-                Err(error) => Err(error),
-            };
-            let result = result.and_then(|(rendered, traces)| {
-                render::check(bd, rendered).map(|rendered| (rendered, traces))
-            });
+            let result = render_contained(ctx, bd, format, &tree, &config, &processor_inputs).await;
             fetch::remove_tree(&tree);
             METRICS.rendered();
             let kept = match result {
@@ -137,15 +134,23 @@ pub(super) async fn fetch_and_render(
                     rendered: std::sync::Arc::new(rendered),
                     traces: std::sync::Arc::new(traces),
                 },
-                // A local read failure or a function out of reach may pass: not kept.
-                Err(
-                    error @ (pallet_formats::RenderError::Io { .. }
-                    | pallet_formats::RenderError::ProcessorUnavailable { .. }),
-                ) => return Err(error.into()),
-                Err(error) => render_memo::KeptRender::Refused {
-                    category: error.category(),
-                    message: error.to_string(),
-                },
+                // A local read failure, a sandbox that could not start, or a function out of
+                // reach may pass: not kept.
+                Err(SandboxError::Failed(message)) => {
+                    return Err(pallet_formats::RenderError::Io {
+                        path: tree.display().to_string(),
+                        source: std::io::Error::other(message),
+                    }
+                    .into())
+                }
+                Err(SandboxError::Refused { category, message })
+                    if category == FUNCTION_UNAVAILABLE =>
+                {
+                    return Err(ReconcileError::RenderUnavailable { category, message })
+                }
+                Err(SandboxError::Refused { category, message }) => {
+                    render_memo::KeptRender::Refused { category, message }
+                }
             };
             ctx.renders.put(uid, inputs, kept.clone());
             kept
@@ -168,6 +173,76 @@ pub(super) async fn fetch_and_render(
         }),
         render_memo::KeptRender::Refused { category, message } => {
             Err(ReconcileError::RenderRefused { category, message })
+        }
+    }
+}
+
+/// The category of a function processor that could not be called (transient).
+const FUNCTION_UNAVAILABLE: &str = "FunctionUnavailable";
+
+/// Renders the tree and runs the processors off the async runtime's threads: in the sandbox's
+/// child process when the agent has one, else on a blocking thread of this process. A function
+/// processor is called here, on the runtime, between two steps.
+async fn render_contained(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    format: pallet_formats::Format,
+    tree: &std::path::Path,
+    config: &pallet_formats::RenderConfig,
+    inputs: &processors::ProcessorInputs,
+) -> Result<(pallet_formats::Rendered, Vec<ProcessorTrace>), SandboxError> {
+    let allow_empty = bd.spec.rollout().allow_empty();
+    let mut resume = None;
+    loop {
+        let step = match &ctx.render_sandbox {
+            Some(sandbox) => {
+                sandbox
+                    .render_step(
+                        tree,
+                        format,
+                        config,
+                        allow_empty,
+                        &inputs.processors,
+                        resume,
+                    )
+                    .await?
+            }
+            None => {
+                let (tree, config) = (tree.to_path_buf(), config.clone());
+                let processors = inputs.processors.clone();
+                tokio::task::spawn_blocking(move || {
+                    render::render_step(format, &tree, &config, allow_empty, &processors, resume)
+                })
+                .await
+                .map_err(|e| SandboxError::Failed(format!("the render thread ended: {e}")))?
+                .map_err(|error| match error {
+                    pallet_formats::RenderError::Io { .. } => {
+                        SandboxError::Failed(error.to_string())
+                    }
+                    error => SandboxError::Refused {
+                        category: error.category(),
+                        message: error.to_string(),
+                    },
+                })?
+            }
+        };
+        match step {
+            render::RenderStep::Done { rendered, traces } => return Ok((rendered, traces)),
+            render::RenderStep::Function {
+                index,
+                request,
+                progress,
+            } => {
+                let name = &inputs.processors[index].name;
+                let answer = match processors::function_spec(&bd.spec.processors, name) {
+                    Some(spec) => {
+                        let caller = ctx.function_caller();
+                        super::functions::call(&caller, bd, spec, &request).await
+                    }
+                    None => Err("the function's spec is gone".to_string()),
+                };
+                resume = Some(render::Resume { progress, answer });
+            }
         }
     }
 }

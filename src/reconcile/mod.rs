@@ -95,6 +95,15 @@ pub enum ReconcileError {
         /// The render error's message.
         message: String,
     },
+    /// A render could not finish for a reason that may pass (a function processor out of
+    /// reach): not remembered, retried with backoff while the active revision stays enforced.
+    #[error("render: {message}")]
+    RenderUnavailable {
+        /// The category (`FunctionUnavailable`).
+        category: &'static str,
+        /// What went wrong.
+        message: String,
+    },
     /// An object could not be applied or pruned (boxed: it is the largest variant by far).
     #[error(transparent)]
     Apply(Box<ApplyError>),
@@ -165,7 +174,8 @@ impl ReconcileError {
             | ReconcileError::Values { reason, .. }
             | ReconcileError::Certificates { reason, .. } => reason,
             ReconcileError::Render(e) => e.category(),
-            ReconcileError::RenderRefused { category, .. } => category,
+            ReconcileError::RenderRefused { category, .. }
+            | ReconcileError::RenderUnavailable { category, .. } => category,
             ReconcileError::Apply(e) => e.category(),
             ReconcileError::Forbidden(_) => "Forbidden",
             ReconcileError::Revision(e) => e.category(),
@@ -197,6 +207,7 @@ impl ReconcileError {
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
             ReconcileError::Kube { .. }
+            | ReconcileError::RenderUnavailable { .. }
             | ReconcileError::Deleting(_)
             | ReconcileError::DeletionForbidden(_)
             | ReconcileError::Fetching(_) => true,
@@ -238,6 +249,7 @@ impl ReconcileError {
             ReconcileError::Source(_)
             | ReconcileError::Fetching(_)
             | ReconcileError::Secret { .. }
+            | ReconcileError::RenderUnavailable { .. }
             | ReconcileError::Values { .. } => FailedPhase::Fetch,
             ReconcileError::InvalidHealthCheck(_) | ReconcileError::ServiceAccountRequired(_) => {
                 FailedPhase::Spec

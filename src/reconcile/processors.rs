@@ -202,7 +202,7 @@ pub async fn run(
 }
 
 /// The `function` settings of the processor named `name`.
-fn function_spec<'a>(
+pub fn function_spec<'a>(
     specs: &'a [ProcessorSpec],
     name: &str,
 ) -> Option<&'a crate::api::FunctionProcessor> {

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use pallet_formats::processors::{NamedProcessor, Pipeline, ProcessorTrace, Progress, Step};
 use pallet_formats::{
     CertificateProvider, Format, HelmCapabilities, HelmOptions, RegistryV1Options, RenderConfig,
     RenderError, Rendered,
@@ -31,6 +32,7 @@ pub fn render_config(
                 .and_then(|k| k.path.clone())
                 .unwrap_or_default(),
         },
+        budgets: Default::default(),
         watch_namespace: registry_v1.watch_namespace,
         helm: HelmOptions {
             release_name: helm
@@ -97,7 +99,27 @@ pub fn render_with(
     tree: &Path,
     config: &RenderConfig,
 ) -> Result<Rendered, RenderError> {
-    check(bd, render_format(bd, tree, config)?)
+    render_tree(
+        format(bd.spec.format),
+        tree,
+        config,
+        bd.spec.rollout().allow_empty(),
+    )
+}
+
+/// Renders the tree at `tree` in `format` with `config`, without processors: an empty render is
+/// refused unless `allow_empty`, and so is an object the API server would not store.
+pub fn render_tree(
+    format: Format,
+    tree: &Path,
+    config: &RenderConfig,
+    allow_empty: bool,
+) -> Result<Rendered, RenderError> {
+    check_rendered(
+        pallet_formats::render(format, tree, config)?,
+        format,
+        allow_empty,
+    )
 }
 
 /// The format's render alone, before processors and checks.
@@ -109,14 +131,91 @@ pub fn render_format(
     pallet_formats::render(format(bd.spec.format), tree, config)
 }
 
-/// The checks of a finished render (after processors): not empty unless allowed, no object
-/// over what the API server stores.
+/// The checks of a finished render (after processors) of `bd`.
 pub fn check(bd: &BundleDeployment, rendered: Rendered) -> Result<Rendered, RenderError> {
-    let rendered = refuse_empty(
+    check_rendered(
         rendered,
         format(bd.spec.format),
         bd.spec.rollout().allow_empty(),
-    )?;
+    )
+}
+
+/// One step of a render with processors: done, or stopped where a function must be called.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RenderStep {
+    /// The objects, checked, and what each processor did.
+    Done {
+        /// The rendered set.
+        rendered: Rendered,
+        /// What each processor did.
+        traces: Vec<ProcessorTrace>,
+    },
+    /// The function of processor `index` must be called with `request`; the next step goes on
+    /// from `progress` with its answer.
+    Function {
+        /// The processor's index.
+        index: usize,
+        /// The ResourceList to send.
+        request: serde_json::Value,
+        /// Where the processors stand.
+        progress: Progress,
+    },
+}
+
+/// The answer of the function a [`RenderStep::Function`] asked for, and where to go on from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Resume {
+    /// Where the processors stood.
+    pub progress: Progress,
+    /// The function's answer (a ResourceList's text), or why there is none.
+    pub answer: Result<String, String>,
+}
+
+/// Renders the tree (or, with `resume`, goes on from a function's answer) and runs the
+/// processors until the end or the next function. Pure; what the render sandbox runs.
+pub fn render_step(
+    format: Format,
+    tree: &Path,
+    config: &RenderConfig,
+    allow_empty: bool,
+    processors: &[NamedProcessor],
+    resume: Option<Resume>,
+) -> Result<RenderStep, RenderError> {
+    let mut pipeline = match resume {
+        None => Pipeline::new(
+            pallet_formats::render(format, tree, config)?,
+            processors,
+            Some(tree),
+        ),
+        Some(Resume { progress, answer }) => {
+            let mut pipeline = Pipeline::from_progress(progress, processors, Some(tree))?;
+            pipeline.resume(answer)?;
+            pipeline
+        }
+    };
+    match pipeline.advance()? {
+        Step::Function { index, request } => Ok(RenderStep::Function {
+            index,
+            request,
+            progress: pipeline.progress(),
+        }),
+        Step::Done => {
+            let (rendered, traces) = pipeline.finish()?;
+            Ok(RenderStep::Done {
+                rendered: check_rendered(rendered, format, allow_empty)?,
+                traces,
+            })
+        }
+    }
+}
+
+/// Not empty unless `allow_empty`, no object over what the API server stores.
+fn check_rendered(
+    rendered: Rendered,
+    format: Format,
+    allow_empty: bool,
+) -> Result<Rendered, RenderError> {
+    let rendered = refuse_empty(rendered, format, allow_empty)?;
     refuse_oversized(rendered, MAX_OBJECT_BYTES)
 }
 

@@ -4,6 +4,7 @@
 //! errors and render errors can name the template file and line.
 
 use super::HelmError;
+use crate::budget::{self, MAX_TEMPLATE_NESTING};
 
 /// One argument of a command (Go's "operand").
 #[derive(Debug, Clone, PartialEq)]
@@ -701,11 +702,6 @@ enum Ctl {
     Continue,
 }
 
-/// The deepest nesting the parser accepts, of blocks (`if`, `with`, `range`, `define`, `block`)
-/// and of parenthesised pipelines each: the parser and the renderer recurse per level, and text
-/// from a chart must not be able to exhaust the stack. Real charts nest a dozen levels at most.
-pub const MAX_NESTING: usize = 100;
-
 struct Parser<'a> {
     file: &'a str,
     items: std::vec::IntoIter<Item>,
@@ -738,19 +734,15 @@ impl Parser<'_> {
     /// Parses nodes until `else`/`end` (returned) or end of input (None).
     #[allow(clippy::type_complexity)]
     fn list(&mut self, depth: usize) -> Result<(Vec<Node>, Option<(usize, Ctl)>), HelmError> {
-        if depth > MAX_NESTING {
+        let mut out = Vec::new();
+        if depth > MAX_TEMPLATE_NESTING {
             let line = match self.items.as_slice().first() {
                 Some(Item::Text(line, _)) => *line,
                 Some(Item::Action(a)) => a.line,
                 None => 0,
             };
-            return Err(HelmError::parse(
-                self.file,
-                line,
-                format!("blocks nested deeper than {MAX_NESTING} levels"),
-            ));
+            return Err(self.too_deep("control structures (if, with, range, define)", depth, line));
         }
-        let mut out = Vec::new();
         while let Some(item) = self.items.next() {
             let a = match item {
                 Item::Text(line, text) => {
@@ -819,6 +811,19 @@ impl Parser<'_> {
             }
         }
         Ok((out, None))
+    }
+
+    /// The error of nesting `what` `depth` deep, past the budget.
+    fn too_deep(&self, what: &str, depth: usize, line: usize) -> HelmError {
+        HelmError::parse(
+            self.file,
+            line,
+            budget::breach(budget::BudgetBreach::new(
+                "template nesting depth",
+                MAX_TEMPLATE_NESTING as u64,
+                format!("{depth} (nested {what})"),
+            )),
+        )
     }
 
     fn expect_end(&self, line: usize, end: Option<(usize, Ctl)>) -> Result<(), HelmError> {
@@ -990,7 +995,8 @@ impl Parser<'_> {
         Ok(Pipe { vars, assign, cmds })
     }
 
-    /// Parses `cmd | cmd ...` up to a closing paren (when nested, `parens` > 0) or the end.
+    /// Parses `cmd | cmd ...` up to a closing paren (when nested in `parens` parentheses) or
+    /// the end.
     fn cmds(
         &self,
         line: usize,
@@ -998,14 +1004,13 @@ impl Parser<'_> {
         parens: usize,
     ) -> Result<(Vec<Cmd>, usize), HelmError> {
         let nested = parens > 0;
+        if parens > MAX_TEMPLATE_NESTING {
+            return Err(self.too_deep("parentheses", parens, line));
+        }
         let mut cmds = Vec::new();
         let mut args = Vec::new();
         let mut i = 0;
         let e = |l: usize, m: &str| HelmError::parse(self.file, l, m.to_string());
-        if parens > MAX_NESTING {
-            let text = format!("parentheses nested deeper than {MAX_NESTING} levels");
-            return Err(e(line, &text));
-        }
         while i < toks.len() {
             let (t, l) = &toks[i];
             match t {
@@ -1103,21 +1108,17 @@ mod tests {
     #[test]
     fn nesting_is_limited() {
         let parens = |n: usize| format!("{{{{ {}1{} }}}}", "(".repeat(n), ")".repeat(n));
-        assert!(parse("t", &parens(MAX_NESTING)).is_ok());
-        let err = parse("t", &parens(MAX_NESTING + 1))
+        assert!(parse("t", &parens(MAX_TEMPLATE_NESTING)).is_ok());
+        let err = parse("t", &parens(MAX_TEMPLATE_NESTING + 1))
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("parentheses nested deeper than 100 levels"),
-            "{err}"
-        );
+        assert!(err.contains("parentheses"), "{err}");
         let ifs = |n: usize| format!("{}x{}", "{{ if 1 }}".repeat(n), "{{ end }}".repeat(n));
-        assert!(parse("t", &ifs(MAX_NESTING)).is_ok());
-        let err = parse("t", &ifs(MAX_NESTING + 1)).unwrap_err().to_string();
-        assert!(
-            err.contains("blocks nested deeper than 100 levels"),
-            "{err}"
-        );
+        assert!(parse("t", &ifs(MAX_TEMPLATE_NESTING)).is_ok());
+        let err = parse("t", &ifs(MAX_TEMPLATE_NESTING + 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("control structures"), "{err}");
         // Far past the limit: an error, not a stack overflow.
         assert!(parse("t", &parens(100_000)).is_err());
         assert!(parse("t", &ifs(100_000)).is_err());

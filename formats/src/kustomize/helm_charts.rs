@@ -27,7 +27,8 @@ pub(crate) fn run(
             e.in_file(target.file.clone())
                 .at_field(format!("helmCharts[{i}]"))
         };
-        let rendered = inflate(builder.tree, &target.dir, &globals, chart).map_err(place)?;
+        let rendered =
+            inflate(builder.tree, &target.dir, &globals, chart, builder.helm).map_err(place)?;
         let by = builder.configured(target, "HelmChartInflationGenerator");
         for (mut resource, origin) in rendered {
             if let Some(by) = &by {
@@ -47,6 +48,7 @@ pub(crate) fn inflate(
     dir: &str,
     globals: &HelmGlobals,
     chart: &HelmChart,
+    inputs: super::target::HelmInputs,
 ) -> Result<Vec<(Resource, Origin)>, KustomizeError> {
     if chart.name.is_empty() {
         return Err(KustomizeError::invalid("chart name cannot be empty"));
@@ -101,7 +103,8 @@ pub(crate) fn inflate(
             chart.namespace.clone()
         },
         values: Value::Object(values),
-        now: Some(0),
+        now: Some(inputs.now),
+        seed: inputs.seed,
         ..RenderOptions::default()
     };
     if !chart.name_template.is_empty() {

@@ -36,10 +36,20 @@ use serde_json::Value;
 
 use crate::{Object, RenderConfig, RenderError, Rendered};
 use loader::{Entry, Tree};
+pub use target::HelmInputs;
 
 /// Builds the kustomization in the directory `root` (relative to `tree`, `""` for the tree
 /// itself) as `kustomize build` does, reading files only from inside `tree`.
 pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
+    build_with(tree, root, HelmInputs::default())
+}
+
+/// [`build`], with the clock and seed its `helmCharts` are rendered with.
+pub fn build_with(
+    tree: &Path,
+    root: &str,
+    helm: HelmInputs,
+) -> Result<Vec<Object>, KustomizeError> {
     let tree = Tree::new(tree)?;
     let dir = match tree.resolve("", root)? {
         Entry::Dir(dir) => dir,
@@ -56,6 +66,7 @@ pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
         }
     };
     let mut builder = target::Builder::new(&tree);
+    builder.helm = helm;
     let root_target = builder.load(&dir)?;
     if !root_target.kustomization.build_metadata.is_empty() {
         builder.origin = Some(String::new());
@@ -69,7 +80,11 @@ pub fn build(tree: &Path, root: &str) -> Result<Vec<Object>, KustomizeError> {
 
 /// Renders the kustomization at `config.kustomize.path` inside `tree`.
 pub fn render_kustomize(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
-    let objects = build(tree, &config.kustomize.path)?;
+    let helm = HelmInputs {
+        now: config.helm.now,
+        seed: config.helm.seed,
+    };
+    let objects = build_with(tree, &config.kustomize.path, helm)?;
     crate::plain::finish(objects, &config.install_namespace)
 }
 

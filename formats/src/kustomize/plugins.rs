@@ -435,7 +435,8 @@ fn generate(
                         "invalid HelmChartInflationGenerator configuration: {e}"
                     ))
                 })?;
-            let rendered = helm_charts::inflate(builder.tree, &target.dir, &globals, &chart)?;
+            let rendered =
+                helm_charts::inflate(builder.tree, &target.dir, &globals, &chart, builder.helm)?;
             Ok(rendered.into_iter().map(|(r, _)| r).collect())
         }
         "IAMPolicyGenerator" => iam_policy(config).map(|r| vec![r]),

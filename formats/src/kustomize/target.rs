@@ -54,6 +54,19 @@ pub(crate) struct Builder<'t> {
     /// With `buildMetadata`: the path from the root kustomization to the one being built,
     /// as origins record it.
     pub origin: Option<String>,
+    /// What `helmCharts` are rendered with besides their own settings.
+    pub helm: HelmInputs,
+}
+
+/// The inputs of the charts a kustomization inflates that come from the render, not the
+/// kustomization: the clock and the seed of the random functions (the agent's per-bundle key,
+/// so that generated secrets are neither predictable nor rotating).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HelmInputs {
+    /// What `now` returns, as Unix seconds.
+    pub now: i64,
+    /// The seed of the random functions.
+    pub seed: crate::RandomSeed,
 }
 
 impl<'t> Builder<'t> {
@@ -66,6 +79,7 @@ impl<'t> Builder<'t> {
             root_loaded: false,
             chain: Vec::new(),
             origin: None,
+            helm: HelmInputs::default(),
         }
     }
 

@@ -16,7 +16,7 @@ use crate::{RenderError, Rendered};
 pub use substitute::Substitution;
 
 /// One processor, as the renderer runs it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Processor {
     /// An inline kustomization whose resources are the objects rendered so far.
     Kustomize(Value),
@@ -41,7 +41,7 @@ impl Processor {
 }
 
 /// A processor and the name it is known by in conditions and traces.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NamedProcessor {
     /// The name (`spec.processors[].name`, or `<index>-<kind>`).
     pub name: String,
@@ -124,6 +124,18 @@ pub enum Step {
     Done,
 }
 
+/// Where a pipeline stopped to call a function: the objects so far, what each processor before
+/// did, and the processor to run next. A pipeline can go on from it in another process (the
+/// agent calls functions between two sandboxed steps).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    objects: Vec<(serde_json::Map<String, Value>, Origin)>,
+    install_namespace: String,
+    webhook_certificates: Vec<crate::WebhookCertificate>,
+    next: usize,
+    traces: Vec<ProcessorTrace>,
+}
+
 /// The processors run step by step, so that the caller can do a function's I/O in its own way
 /// (asynchronously in the agent) between the pure steps.
 pub struct Pipeline<'a> {
@@ -153,6 +165,46 @@ impl<'a> Pipeline<'a> {
             next: 0,
             before: BTreeMap::new(),
             traces: Vec::with_capacity(processors.len()),
+        }
+    }
+
+    /// A pipeline going on from `progress` (see [`Pipeline::progress`]); the answer of the
+    /// function it stopped at goes to [`Pipeline::resume`] next.
+    pub fn from_progress(
+        progress: Progress,
+        processors: &'a [NamedProcessor],
+        tree: Option<&'a Path>,
+    ) -> Result<Self, RenderError> {
+        let objects = progress
+            .objects
+            .into_iter()
+            .map(|(body, origin)| Object::new(Value::Object(body), origin))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Pipeline {
+            processors,
+            tree,
+            before: fingerprints(&objects),
+            objects,
+            install_namespace: progress.install_namespace,
+            webhook_certificates: progress.webhook_certificates,
+            next: progress.next,
+            traces: progress.traces,
+        })
+    }
+
+    /// Where the pipeline stands: after [`Pipeline::advance`] asked for a function, what
+    /// [`Pipeline::from_progress`] goes on from.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            objects: self
+                .objects
+                .iter()
+                .map(|o| (o.body().clone(), o.origin().clone()))
+                .collect(),
+            install_namespace: self.install_namespace.clone(),
+            webhook_certificates: self.webhook_certificates.clone(),
+            next: self.next,
+            traces: self.traces.clone(),
         }
     }
 

@@ -19,7 +19,7 @@ const FLUX_DISABLED_ANNOTATION: &str = "kustomize.toolkit.fluxcd.io/substitute";
 
 /// A substitution: the variables (inline values over those read from objects, merged by the
 /// caller) and whether an undefined variable without a default is an error.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Substitution {
     /// Variable values.
     pub vars: BTreeMap<String, String>,

@@ -123,3 +123,34 @@ fn substitution_errors_name_the_processor_object_and_field() {
         "processor vars: Service ns/s: /spec/x: variable MISSING is not defined and has no default (strict)"
     );
 }
+
+#[test]
+fn a_pipeline_goes_on_from_its_progress_elsewhere() {
+    let processors = [substitute("3"), function(), substitute("4")];
+    let mut first = Pipeline::new(rendered(&[deployment()]), &processors, None);
+    let Step::Function { index, request } = first.advance().unwrap() else {
+        panic!("no function step")
+    };
+    assert_eq!(index, 1);
+    // The progress crosses a process boundary as JSON.
+    let progress: Progress =
+        serde_json::from_str(&serde_json::to_string(&first.progress()).unwrap()).unwrap();
+    let mut second = Pipeline::from_progress(progress, &processors, None).unwrap();
+    let mut items = request["items"].as_array().unwrap().clone();
+    items[0]["metadata"]["labels"] = json!({"from": "function"});
+    let answer = json!({"kind": "ResourceList", "items": items}).to_string();
+    second.resume(Ok(answer)).unwrap();
+    assert_eq!(second.advance().unwrap(), Step::Done);
+    let (out, traces) = second.finish().unwrap();
+    let body = out.objects[0].object.body();
+    assert_eq!(
+        body["spec"]["replicas"],
+        json!(3),
+        "the first substitution stays"
+    );
+    assert_eq!(body["metadata"]["labels"]["from"], json!("function"));
+    let names: Vec<&str> = traces.iter().map(|t| t.processor.as_str()).collect();
+    assert_eq!(names, ["vars", "fn", "vars"]);
+    assert_eq!(traces[1].changed, vec!["Deployment.apps ns/app"]);
+    assert!(traces[2].changed.is_empty(), "nothing left to substitute");
+}
