@@ -70,7 +70,11 @@ pub struct AgentArgs {
     /// years; a short one is for tests of renewal.
     #[arg(long, default_value = "17520h", value_parser = parse_positive_duration, hide = true)]
     pub webhook_cert_validity: Duration,
-    /// Deadline of one whole source fetch (connect, answer and body), as a Go duration.
+    /// What one source may unpack.
+    #[command(flatten)]
+    pub unpack: super::UnpackFlags,
+    /// Deadline of one whole source fetch (connect, answer and body), as a Go duration. Unpack
+    /// threads stop with it.
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
     pub fetch_timeout: Duration,
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
@@ -160,6 +164,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let options = FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
+            limits: args.unpack.limits(),
             ..Default::default()
         };
         let fetcher = Fetcher::new(Arc::new(cache), options);

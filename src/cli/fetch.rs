@@ -31,6 +31,9 @@ pub struct FetchArgs {
     /// Registries (host:port) spoken to over plain HTTP (repeatable).
     #[arg(long = "plain-http-registry")]
     pub plain_http_registries: Vec<String>,
+    /// What one source may unpack.
+    #[command(flatten)]
+    pub unpack: super::UnpackFlags,
 }
 
 /// Runs `pallet fetch`.
@@ -43,6 +46,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
     let fetcher = super::FetchFlags {
         cache_dir: args.cache_dir.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
+        unpack: args.unpack.clone(),
     }
     .fetcher()?;
     super::block_on(async move {

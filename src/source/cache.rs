@@ -136,16 +136,17 @@ impl Cache {
         if let Some(path) = self.lookup(key) {
             return Ok(path);
         }
-        let scratch = self.scratch_dir()?;
-        let tree = scratch.join("tree");
+        let scratch = RemovedOnDrop(self.scratch_dir()?);
+        let tree = scratch.0.join("tree");
         fs::create_dir(&tree).map_err(|e| SourceError::io("create cache scratch space", e))?;
         let result = populate(tree.clone()).await;
         let result = match result {
-            Ok(()) => self.commit(key, &scratch, &tree),
+            Ok(()) => self.commit(key, &scratch.0, &tree),
             Err(e) => Err(e),
         };
-        // Whatever is left in scratch (all of it on failure) goes.
-        let _ = fs::remove_dir_all(&scratch);
+        // Whatever is left in scratch (all of it on failure) goes; also when this future is
+        // dropped mid-populate (a fetch past its deadline), whose unpack thread then stops.
+        drop(scratch);
         drop(_guard);
         self.locks
             .lock()
@@ -242,6 +243,15 @@ impl Cache {
             .map_err(|e| SourceError::io("write cache metadata", e));
         let _ = fs::remove_dir_all(&scratch);
         result
+    }
+}
+
+/// A scratch directory removed when dropped.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
