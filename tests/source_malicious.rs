@@ -432,7 +432,8 @@ fn run_probe(class: &str, git_url: &str) -> (String, u64, String) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("RSS_PROBE\t"))
+        // The harness prints "test rss_probe ... " before it on the same line.
+        .find_map(|l| l.split_once("RSS_PROBE\t").map(|(_, rest)| rest))
         .unwrap_or_else(|| {
             panic!(
                 "probe {class} printed no result: {stdout}{}",

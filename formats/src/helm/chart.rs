@@ -208,6 +208,7 @@ fn over_budget(label: &str, what: &str, meter: &Meter) -> HelmError {
 /// Reads every file under `dir`. Directory symlinks are refused, never entered: a link to an
 /// ancestor would make the walk endless; a symlinked file is read through its link.
 fn walk(
+    root: &str,
     dir: &Path,
     rel: &str,
     meter: &Meter,
@@ -229,7 +230,7 @@ fn walk(
         let path = e.path();
         let file_type = e.file_type().map_err(io_at(&path))?;
         if file_type.is_dir() {
-            walk(&path, &r, meter, out)?;
+            walk(root, &path, &r, meter, out)?;
             continue;
         }
         // What the entry is once links are followed; a dangling link is no file.
@@ -238,7 +239,7 @@ fn walk(
         };
         if target.is_dir() {
             return Err(chart_err(
-                &dir.display().to_string(),
+                root,
                 format!("{r} is a symlink to a directory; directory links are not followed"),
             ));
         }
@@ -246,7 +247,7 @@ fn walk(
             continue;
         }
         if meter.charge(target.len()).is_err() {
-            return Err(over_budget(&dir.display().to_string(), &r, meter));
+            return Err(over_budget(root, &r, meter));
         }
         let mut data = Vec::with_capacity(target.len() as usize);
         std::fs::File::open(&path)
@@ -270,8 +271,8 @@ pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
 pub fn load_dir_within(dir: &Path, max_bytes: u64) -> Result<Chart, HelmError> {
     let meter = Meter::new(max_bytes);
     let mut files = Vec::new();
-    walk(dir, "", &meter, &mut files)?;
     let label = dir.display().to_string();
+    walk(&label, dir, "", &meter, &mut files)?;
     let ignore = helmignore(
         &label,
         files
