@@ -16,6 +16,7 @@ pub mod notify;
 pub mod preview;
 pub mod push;
 pub mod reconcile;
+pub mod render_sandbox;
 pub mod revision;
 pub mod shard;
 pub mod source;

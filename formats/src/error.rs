@@ -191,9 +191,36 @@ pub enum RenderError {
         /// The limit.
         limit: usize,
     },
+    /// The render went over one of its budgets (nesting, steps, output, sizes; or, in the
+    /// agent's render sandbox, memory, CPU or time).
+    #[error("{message}")]
+    BudgetExceeded {
+        /// The budget, its limit and the value that went over it.
+        breach: crate::BudgetBreach,
+        /// The whole message: the template or file, and the breach.
+        message: String,
+    },
 }
 
 impl RenderError {
+    /// The error of a render that failed because it went over a budget: `error` is what the
+    /// engine made of it (naming the template or file), `breach` what went over.
+    pub fn over_budget(breach: crate::BudgetBreach, error: &RenderError) -> RenderError {
+        let text = breach.to_string();
+        let message = match error {
+            RenderError::BudgetExceeded { message, .. } => message.clone(),
+            _ => {
+                let said = error.to_string();
+                if said.contains(&text) {
+                    said
+                } else {
+                    format!("{said}; {text}")
+                }
+            }
+        };
+        RenderError::BudgetExceeded { breach, message }
+    }
+
     /// The registry+v1 rule broken, when this is a registry+v1 rejection.
     pub fn registry_v1_rule(&self) -> Option<RegistryV1Rule> {
         match self {
@@ -214,6 +241,7 @@ impl RenderError {
             Self::Empty(_) => "EmptyBundle",
             Self::NotImplemented(_) => "NotImplemented",
             Self::TooLarge { .. } => "ObjectTooLarge",
+            Self::BudgetExceeded { .. } => "RenderBudgetExceeded",
             Self::Kustomize(error) => error.kind.category(),
         }
     }

@@ -2,6 +2,7 @@
 //! an ordered list of Kubernetes objects (or a clear error) out. No Kubernetes client here.
 
 pub mod archive;
+pub mod budget;
 pub mod canonical;
 pub mod error;
 mod gojson;
@@ -17,13 +18,14 @@ pub mod semver;
 
 use std::path::Path;
 
+pub use budget::{BudgetBreach, RenderBudgets};
 pub use canonical::{canonical_form, digest};
 pub use error::{RegistryV1Rule, RenderError, SourceLocation};
 pub use object::{parse_manifests, Object, ObjectKey, Origin};
 pub use scope::{Scope, ScopeTable};
 
 /// A bundle format, as named by `spec.format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Format {
     /// Plain Kubernetes manifests.
     Plain,
@@ -48,7 +50,7 @@ impl Format {
 }
 
 /// Helm options for the helm format.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HelmOptions {
     /// Release name (the API defaults it to the BundleDeployment's name).
     pub release_name: String,
@@ -86,7 +88,7 @@ impl HelmOptions {
 }
 
 /// What `.Capabilities` reports: the cluster's version and the APIs it serves.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HelmCapabilities {
     /// `.Capabilities.KubeVersion.Version`, e.g. `v1.35.4`.
     pub kube_version: String,
@@ -107,7 +109,7 @@ impl HelmCapabilities {
 }
 
 /// Format configuration for one render.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RenderConfig {
     /// Namespace for namespaced objects that name none; registry-v1 install namespace; helm
     /// Release.Namespace.
@@ -121,10 +123,12 @@ pub struct RenderConfig {
     pub registry_v1: RegistryV1Options,
     /// kustomize options (`config.kustomize`).
     pub kustomize: KustomizeOptions,
+    /// Limits of the render (steps, output size).
+    pub budgets: RenderBudgets,
 }
 
 /// Options of the kustomize format.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KustomizeOptions {
     /// The kustomization root inside the tree, relative to it (`overlays/prod`); `""` is the
     /// tree's root.
@@ -132,7 +136,7 @@ pub struct KustomizeOptions {
 }
 
 /// registry-v1 options beyond the watch namespace.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RegistryV1Options {
     /// `deploymentConfig` (OLM v1's fields, as JSON), merged into every CSV Deployment.
     pub deployment_config: Option<serde_json::Value>,
@@ -141,7 +145,7 @@ pub struct RegistryV1Options {
 }
 
 /// The certificate provider for a registry-v1 bundle's webhooks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CertificateProvider {
     /// None: the webhooks as OLM v1's renderer writes them without a provider (no caBundle,
     /// no certificate volumes). What the conformance goldens hold; not installable as is.
@@ -158,7 +162,7 @@ pub enum CertificateProvider {
 }
 
 /// A serving certificate the BuiltIn provider must issue for a webhook Service.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WebhookCertificate {
     /// The webhook Service's namespace (the install namespace).
     pub namespace: String,
@@ -212,12 +216,18 @@ impl Rendered {
     }
 }
 
-/// Renders the bundle tree at `tree` in `format` with `config`.
+/// Renders the bundle tree at `tree` in `format` with `config`, within `config.budgets`: a
+/// render that goes over a budget fails with [`RenderError::BudgetExceeded`].
 pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
-    match format {
+    let _meter = budget::Meter::install(config.budgets);
+    let result = match format {
         Format::Plain => plain::render_plain(tree, config),
         Format::RegistryV1 => registry_v1::render_registry_v1(tree, config),
         Format::Helm => helm::render_bundle(tree, config),
         Format::Kustomize => kustomize::render_kustomize(tree, config),
+    };
+    match (result, budget::take_breach()) {
+        (Err(error), Some(breach)) => Err(RenderError::over_budget(breach, &error)),
+        (result, _) => result,
     }
 }

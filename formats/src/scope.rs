@@ -17,7 +17,7 @@ use serde_json::Value;
 use crate::object::Object;
 
 /// Whether objects of a kind live in a namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Scope {
     /// The kind is namespaced.
     Namespaced,

@@ -17,6 +17,7 @@ use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::values_watch::ValuesWatches;
 use crate::reconcile::workers::Workers;
 use crate::reconcile::{controller, Context};
+use crate::render_sandbox::{RenderSandbox, SandboxLimits};
 use crate::shard::Scope;
 use crate::source::{Cache, FetchOptions, Fetcher};
 
@@ -131,6 +132,31 @@ pub struct AgentArgs {
     /// renews every third of it.
     #[arg(long, default_value = "15s", value_parser = leader::parse_seconds)]
     pub lease_duration: Duration,
+    /// Memory one render may allocate, in MiB. Every render runs in a child process of the
+    /// agent, limited to this (RLIMIT_DATA); it times --render-concurrency, plus the agent's
+    /// own memory, must fit the container's memory limit (2 × 256 MiB next to the agent fit
+    /// deploy/'s 1Gi).
+    #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(16..))]
+    pub render_memory_mib: u64,
+    /// CPU time one render may use, in seconds (SIGXCPU ends it).
+    #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_CPU_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub render_cpu_seconds: u64,
+    /// Wall-clock time one render may take, as a Go duration; its process is killed past it.
+    /// Waiting for a turn (--render-concurrency) does not count.
+    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    pub render_timeout: Duration,
+    /// Rendered text one render may produce, in MiB; also the largest string a template may
+    /// build. The reply read back from a render's process is capped at twice this plus 1 MiB.
+    #[arg(long, default_value_t = (pallet_formats::budget::DEFAULT_OUTPUT_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..4096))]
+    pub render_output_mib: u64,
+    /// Steps one render may take: template function calls, loop iterations and template calls
+    /// together (kube-prometheus-stack, the largest chart of the real-world corpus, takes under
+    /// 9,000).
+    #[arg(long, default_value_t = pallet_formats::budget::DEFAULT_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub render_steps: u64,
+    /// Renders running at once, each in its own process; more wait for a turn.
+    #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub render_concurrency: u16,
     /// Address (ip:port) of the /metrics, /healthz and /readyz server; "" disables it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: String,
@@ -224,6 +250,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_webhook_cert_validity(args.webhook_cert_validity)
+        .with_render_sandbox(RenderSandbox::new(sandbox_limits(&args)), render_budgets(&args))
         .with_workers(match args.concurrency {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),
             Concurrency::Auto => Workers::adaptive(4, 1, args.max_concurrency.max(1).into()),
@@ -262,6 +289,26 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// The render sandbox's limits from the agent's flags.
+fn sandbox_limits(args: &AgentArgs) -> SandboxLimits {
+    let output_bytes = usize::try_from(args.render_output_mib << 20).unwrap_or(usize::MAX);
+    SandboxLimits {
+        memory_bytes: args.render_memory_mib << 20,
+        cpu_seconds: args.render_cpu_seconds,
+        timeout: args.render_timeout,
+        reply_bytes: crate::render_sandbox::reply_bytes_for(output_bytes),
+        concurrency: args.render_concurrency.into(),
+    }
+}
+
+/// The renderers' budgets from the agent's flags.
+fn render_budgets(args: &AgentArgs) -> pallet_formats::RenderBudgets {
+    pallet_formats::RenderBudgets {
+        output_bytes: usize::try_from(args.render_output_mib << 20).unwrap_or(usize::MAX),
+        steps: args.render_steps,
+    }
 }
 
 /// Tries for the Lease until this process holds it (true) or a termination signal arrives (false).

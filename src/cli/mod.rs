@@ -62,6 +62,24 @@ pub enum Command {
     Push(push::PushArgs),
     /// Print a shell completion script.
     Completion(CompletionArgs),
+    /// Render one request read from standard input within resource limits (the agent's render
+    /// sandbox runs this in a child process; not for direct use).
+    #[command(name = "render-sandbox", hide = true)]
+    RenderSandbox(RenderSandboxArgs),
+}
+
+/// Flags of the hidden `pallet render-sandbox`.
+#[derive(Args, Debug)]
+pub struct RenderSandboxArgs {
+    /// Memory the render may allocate, in bytes.
+    #[arg(long)]
+    pub memory_bytes: u64,
+    /// CPU time the render may use, in seconds.
+    #[arg(long)]
+    pub cpu_seconds: u64,
+    /// The limits are in place (set by this command before it started again).
+    #[arg(long)]
+    pub limited: bool,
 }
 
 /// Flags of `pallet completion`.
@@ -277,6 +295,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Resume(args) => ops::resume(args),
         Command::Trace(args) => ops::trace(args),
         Command::Push(args) => push::run(args),
+        Command::RenderSandbox(args) => {
+            match crate::render_sandbox::child::run(
+                args.memory_bytes,
+                args.cpu_seconds,
+                args.limited,
+            ) {
+                0 => Ok(()),
+                code => std::process::exit(code.into()),
+            }
+        }
         Command::Completion(args) => {
             let argv0 = std::env::args_os().next();
             let mut command = command_for(argv0.as_deref());

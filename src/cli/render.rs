@@ -169,6 +169,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                 },
                 registry_v1: crate::reconcile::render::registry_v1_options(&registry_v1),
                 kustomize: Default::default(),
+                budgets: Default::default(),
             };
             let format = match format {
                 FormatArg::Plain => Format::Plain,

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use crate::api::{BundleDeployment, ObjectReference, ResolvedSource, ResolvedValues};
 use crate::fault::{self, Point};
 use crate::metrics::METRICS;
+use crate::render_sandbox::SandboxError;
 use rollout::Decision;
 
 /// While paused: fetch and render as usual, then only read the live objects and list those that
@@ -89,7 +90,8 @@ pub(super) async fn fetch_and_render(
             version: f.version.clone(),
         })
         .collect();
-    let config = render::render_config(bd, capabilities, Some(values.values));
+    let mut config = render::render_config(bd, capabilities, Some(values.values));
+    config.budgets = ctx.render_budgets;
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
     let allow_empty = bd.spec.rollout().allow_empty();
@@ -98,7 +100,7 @@ pub(super) async fn fetch_and_render(
         Some(kept) => kept,
         None => {
             let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-            let result = render::render_with(bd, &tree, &config);
+            let result = render_contained(ctx, format, &tree, &config, allow_empty).await;
             fetch::remove_tree(&tree);
             METRICS.rendered();
             let kept = match result {
@@ -106,12 +108,17 @@ pub(super) async fn fetch_and_render(
                     digest: rendered.digest(),
                     rendered: std::sync::Arc::new(rendered),
                 },
-                // A local read failure may pass: not kept.
-                Err(error @ pallet_formats::RenderError::Io { .. }) => return Err(error.into()),
-                Err(error) => render_memo::KeptRender::Refused {
-                    category: error.category(),
-                    message: error.to_string(),
-                },
+                // A local read failure, or a sandbox that could not start, may pass: not kept.
+                Err(SandboxError::Failed(message)) => {
+                    return Err(pallet_formats::RenderError::Io {
+                        path: tree.display().to_string(),
+                        source: std::io::Error::other(message),
+                    }
+                    .into())
+                }
+                Err(SandboxError::Refused { category, message }) => {
+                    render_memo::KeptRender::Refused { category, message }
+                }
             };
             ctx.renders.put(uid, inputs, kept.clone());
             kept
@@ -128,6 +135,33 @@ pub(super) async fn fetch_and_render(
             Err(ReconcileError::RenderRefused { category, message })
         }
     }
+}
+
+/// Renders the tree off the async runtime's threads: in the sandbox's child process when the
+/// agent has one, else on a blocking thread of this process.
+async fn render_contained(
+    ctx: &Context,
+    format: pallet_formats::Format,
+    tree: &std::path::Path,
+    config: &pallet_formats::RenderConfig,
+    allow_empty: bool,
+) -> Result<pallet_formats::Rendered, SandboxError> {
+    if let Some(sandbox) = &ctx.render_sandbox {
+        return sandbox.render(tree, format, config, allow_empty).await;
+    }
+    let (tree, config) = (tree.to_path_buf(), config.clone());
+    let rendered = tokio::task::spawn_blocking(move || {
+        render::render_tree(format, &tree, &config, allow_empty)
+    })
+    .await
+    .map_err(|e| SandboxError::Failed(format!("the render thread ended: {e}")))?;
+    rendered.map_err(|error| match error {
+        pallet_formats::RenderError::Io { .. } => SandboxError::Failed(error.to_string()),
+        error => SandboxError::Refused {
+            category: error.category(),
+            message: error.to_string(),
+        },
+    })
 }
 
 /// What phases 1 and 2 produce: the rendered set, its digest, the resolved sources and the

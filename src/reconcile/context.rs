@@ -170,6 +170,11 @@ pub struct Context {
     pub fetches: fetch_pool::FetchPool,
     /// The last render of each BundleDeployment, reused while its inputs are unchanged.
     pub renders: render_memo::RenderMemo,
+    /// Where renders run: in a sandboxed child process (the agent), else in this process on a
+    /// blocking thread (see [`Context::with_render_sandbox`]).
+    pub render_sandbox: Option<std::sync::Arc<crate::render_sandbox::RenderSandbox>>,
+    /// The budgets of every render (nesting and sizes are the renderers' own).
+    pub render_budgets: pallet_formats::RenderBudgets,
     /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks.
     pub webhook_cert_policy: webhook_certs::CertPolicy,
     /// The cluster's capabilities for helm charts, with when they were read.
@@ -242,6 +247,17 @@ impl Context {
     /// The same context refusing revisions whose snapshot is over `max_bytes` compressed.
     pub fn with_max_revision_bytes(mut self, max_bytes: usize) -> Self {
         self.store = self.store.with_max_bytes(max_bytes);
+        self
+    }
+
+    /// The same context rendering in child processes of `sandbox`, with `budgets`.
+    pub fn with_render_sandbox(
+        mut self,
+        sandbox: crate::render_sandbox::RenderSandbox,
+        budgets: pallet_formats::RenderBudgets,
+    ) -> Self {
+        self.render_sandbox = Some(std::sync::Arc::new(sandbox));
+        self.render_budgets = budgets;
         self
     }
 
@@ -323,6 +339,8 @@ impl Context {
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
             renders: render_memo::RenderMemo::default(),
+            render_sandbox: None,
+            render_budgets: pallet_formats::RenderBudgets::default(),
             webhook_cert_policy: webhook_certs::CertPolicy::default(),
             capabilities: tokio::sync::Mutex::new(None),
         }

@@ -25,6 +25,7 @@ pub fn render_config(
         install_namespace: spec.install_namespace.clone().unwrap_or_default(),
         registry_v1: registry_v1_options(&registry_v1),
         kustomize: Default::default(),
+        budgets: Default::default(),
         watch_namespace: registry_v1.watch_namespace,
         helm: HelmOptions {
             release_name: helm
@@ -92,9 +93,25 @@ pub fn render_with(
     tree: &Path,
     config: &RenderConfig,
 ) -> Result<Rendered, RenderError> {
-    let format = format(bd.spec.format);
+    render_tree(
+        format(bd.spec.format),
+        tree,
+        config,
+        bd.spec.rollout().allow_empty(),
+    )
+}
+
+/// Renders the tree at `tree` in `format` with `config`: an empty render is refused unless
+/// `allow_empty`, and so is an object the API server would not store. What the agent's render
+/// sandbox runs (see [`crate::render_sandbox`]).
+pub fn render_tree(
+    format: Format,
+    tree: &Path,
+    config: &RenderConfig,
+    allow_empty: bool,
+) -> Result<Rendered, RenderError> {
     let rendered = pallet_formats::render(format, tree, config)?;
-    let rendered = refuse_empty(rendered, format, bd.spec.rollout().allow_empty())?;
+    let rendered = refuse_empty(rendered, format, allow_empty)?;
     refuse_oversized(rendered, MAX_OBJECT_BYTES)
 }
 

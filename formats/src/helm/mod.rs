@@ -548,13 +548,20 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         let tmpl = env
             .get_template(&u.name)
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?;
-        let content = tmpl
-            .render(minijinja::context! {
+        // Output is charged to the render's budget as it is written, so a template that
+        // writes without end stops at the budget, not when memory runs out.
+        let mut written = crate::budget::MeteredWriter::new(Vec::new());
+        tmpl.render_captured_to(
+            minijinja::context! {
                 __d0 => top,
                 __now => opts.now,
                 __rng => rng.clone(),
-            })
-            .map_err(|e| render_error(&u.name, &e, &define_files(&units)))?
+            },
+            &mut written,
+        )
+        .map_err(|e| render_error(&u.name, &e, &define_files(&units)))?;
+        let content = String::from_utf8(written.into_inner())
+            .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?
             .replace(funcs::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;

@@ -4,6 +4,7 @@
 //! errors and render errors can name the template file and line.
 
 use super::HelmError;
+use crate::budget::{self, MAX_TEMPLATE_NESTING};
 
 /// One argument of a command (Go's "operand").
 #[derive(Debug, Clone, PartialEq)]
@@ -734,6 +735,14 @@ impl Parser<'_> {
     #[allow(clippy::type_complexity)]
     fn list(&mut self, depth: usize) -> Result<(Vec<Node>, Option<(usize, Ctl)>), HelmError> {
         let mut out = Vec::new();
+        if depth > MAX_TEMPLATE_NESTING {
+            let line = match self.items.as_slice().first() {
+                Some(Item::Text(line, _)) => *line,
+                Some(Item::Action(a)) => a.line,
+                None => 0,
+            };
+            return Err(self.too_deep("control structures (if, with, range, define)", depth, line));
+        }
         while let Some(item) = self.items.next() {
             let a = match item {
                 Item::Text(line, text) => {
@@ -802,6 +811,19 @@ impl Parser<'_> {
             }
         }
         Ok((out, None))
+    }
+
+    /// The error of nesting `what` `depth` deep, past the budget.
+    fn too_deep(&self, what: &str, depth: usize, line: usize) -> HelmError {
+        HelmError::parse(
+            self.file,
+            line,
+            budget::breach(budget::BudgetBreach::new(
+                "template nesting depth",
+                MAX_TEMPLATE_NESTING as u64,
+                format!("{depth} (nested {what})"),
+            )),
+        )
     }
 
     fn expect_end(&self, line: usize, end: Option<(usize, Ctl)>) -> Result<(), HelmError> {
@@ -959,7 +981,7 @@ impl Parser<'_> {
                 _ => break,
             }
         }
-        let (cmds, used) = self.cmds(line, &toks[i..], false)?;
+        let (cmds, used) = self.cmds(line, &toks[i..], 0)?;
         if used != toks.len() - i {
             return Err(HelmError::parse(self.file, line, "unexpected ) in action"));
         }
@@ -973,13 +995,18 @@ impl Parser<'_> {
         Ok(Pipe { vars, assign, cmds })
     }
 
-    /// Parses `cmd | cmd ...` up to a closing paren (when nested) or the end.
+    /// Parses `cmd | cmd ...` up to a closing paren (when nested in `parens` parentheses) or
+    /// the end.
     fn cmds(
         &self,
         line: usize,
         toks: &[(Tok, usize)],
-        nested: bool,
+        parens: usize,
     ) -> Result<(Vec<Cmd>, usize), HelmError> {
+        let nested = parens > 0;
+        if parens > MAX_TEMPLATE_NESTING {
+            return Err(self.too_deep("parentheses", parens, line));
+        }
         let mut cmds = Vec::new();
         let mut args = Vec::new();
         let mut i = 0;
@@ -1004,7 +1031,7 @@ impl Parser<'_> {
                     break;
                 }
                 Tok::LParen => {
-                    let (inner, used) = self.cmds(line, &toks[i + 1..], true)?;
+                    let (inner, used) = self.cmds(line, &toks[i + 1..], parens + 1)?;
                     i += 1 + used;
                     if !matches!(toks.get(i), Some((Tok::RParen, _))) {
                         return Err(e(*l, "unclosed ("));

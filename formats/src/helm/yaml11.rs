@@ -215,10 +215,51 @@ pub fn rename_bool_keys(text: &str, v: &mut Value) {
 /// Parses YAML as helm does: serde-saphyr with YAML 1.1 numbers and repeated keys, then the
 /// boolean keys renamed.
 pub fn parse(text: &str) -> Result<Value, String> {
-    let (mut v, fixed): (Value, _) = crate::object::from_yaml_str_fixed(text)
-        .map_err(|e| crate::object::yaml_error_message(&e))?;
+    let (mut v, fixed): (Value, _) =
+        crate::object::from_yaml_str_fixed(text).map_err(|e| values_error(&e))?;
     rename_bool_keys(fixed.as_deref().unwrap_or(text), &mut v);
     Ok(v)
+}
+
+/// The reader's error in a user's terms; nesting past the values budget is a budget breach.
+fn values_error(error: &serde_saphyr::Error) -> String {
+    use serde_saphyr::budget::BudgetBreach as Reader;
+    let mut inner = error;
+    while let serde_saphyr::Error::WithSnippet { error, .. } = inner {
+        inner = error;
+    }
+    match inner {
+        serde_saphyr::Error::Budget {
+            breach: Reader::Depth { depth },
+            location,
+        } => format!(
+            "line {} column {}: {}",
+            location.line(),
+            location.column(),
+            crate::budget::breach(crate::budget::BudgetBreach::new(
+                "values nesting depth",
+                crate::budget::MAX_VALUES_DEPTH as u64,
+                depth.to_string(),
+            ))
+        ),
+        serde_saphyr::Error::Budget { .. } => crate::object::yaml_error_message(error),
+        _ => {
+            let message = crate::object::yaml_error_message(error);
+            // The reader's own guard against deep flow collections (`[[[[...`), hit before
+            // the depth is counted.
+            match message.strip_suffix("recursion limit exceeded") {
+                Some(at) => format!(
+                    "{at}{}",
+                    crate::budget::breach(crate::budget::BudgetBreach::new(
+                        "values nesting depth",
+                        crate::budget::MAX_VALUES_DEPTH as u64,
+                        "over 255 (nested flow collections)",
+                    ))
+                ),
+                None => message,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use super::chart::class_contains;
 use super::parse;
 use super::translate;
 
+mod budgets;
 mod builtins;
 mod crypto;
 mod dates;
@@ -52,7 +53,7 @@ use templates::*;
 pub use dates::{go_time_format, GoTime};
 pub use random::Rng;
 pub use registry::{check_args, known, nil_is_empty_map, register};
-pub use templates::{render_define, MAX_INCLUDE_DEPTH};
+pub use templates::render_define;
 pub use yaml::to_yaml;
 
 fn err(msg: impl Into<String>) -> Error {
@@ -834,6 +835,7 @@ fn f_range(v: Value) -> Result<Value, Error> {
         return Ok(Value::from(Vec::<Value>::new()));
     }
     if let Some(m) = map_entries(&v) {
+        budgets::range_items(m.len())?;
         return Ok(m
             .into_iter()
             .map(|(k, v)| Value::from(vec![Value::from(k), v]))
@@ -841,6 +843,7 @@ fn f_range(v: Value) -> Result<Value, Error> {
     }
     if v.kind() == ValueKind::Number && v.is_integer() {
         let n = v.as_i64().unwrap_or(0);
+        budgets::range_items(usize::try_from(n).unwrap_or(0))?;
         return Ok((0..n.max(0))
             .map(|i| Value::from(vec![Value::from(i), Value::from(i)]))
             .collect());
@@ -850,11 +853,14 @@ fn f_range(v: Value) -> Result<Value, Error> {
         return Err(err(format!("range can't iterate over {}", go_fmt(&v))));
     }
     match list_items(&v) {
-        Some(items) => Ok(items
-            .into_iter()
-            .enumerate()
-            .map(|(i, x)| Value::from(vec![Value::from(i), x]))
-            .collect()),
+        Some(items) => {
+            budgets::range_items(items.len())?;
+            Ok(items
+                .into_iter()
+                .enumerate()
+                .map(|(i, x)| Value::from(vec![Value::from(i), x]))
+                .collect())
+        }
         None => Err(err(format!("range can't iterate over {}", go_fmt(&v)))),
     }
 }

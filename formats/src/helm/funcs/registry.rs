@@ -110,12 +110,17 @@ const ALIASES: &[(&str, &str)] = &[
 ];
 
 fn lookup_func(name: &str) -> Option<F> {
-    let target = ALIASES
+    let target = lookup_name(name);
+    all_funcs().find(|(n, _)| *n == target).map(|(_, f)| *f)
+}
+
+/// The function an alias stands for (or `name` itself).
+fn lookup_name(name: &str) -> &str {
+    ALIASES
         .iter()
         .find(|(a, _)| *a == name)
         .map(|(_, t)| *t)
-        .unwrap_or(name);
-    all_funcs().find(|(n, _)| *n == target).map(|(_, f)| *f)
+        .unwrap_or(name)
 }
 
 /// Go parameter types of the functions, one letter per parameter: `S` string, `I` int, `B`
@@ -377,9 +382,11 @@ pub fn register(env: &mut Environment<'static>) {
         if let Some(f) = lookup_func(alias) {
             let name: &'static str = alias;
             let sig = signature(name);
+            let precheck = budgets::precheck_for(lookup_name(alias));
             env.add_function(format!("h_{alias}"), move |args: Rest<Value>| {
                 check_sig(name, sig, &args)?;
-                f(args)
+                budgets::before_call(name, precheck, &args)?;
+                budgets::after_call(name, f(args)?)
             });
         }
     }
@@ -392,19 +399,23 @@ pub fn register(env: &mut Environment<'static>) {
             format!("h_{name}")
         };
         let sig = signature(name);
+        let precheck = budgets::precheck_for(name);
         env.add_function(n, move |args: Rest<Value>| {
             check_sig(name, sig, &args)?;
-            f(args)
+            budgets::before_call(name, precheck, &args)?;
+            budgets::after_call(name, f(args)?)
         });
     }
     for (name, f) in all_state_funcs() {
         let (f, name): (SF, &'static str) = (*f, name);
         let sig = signature(name);
+        let precheck = budgets::precheck_for(name);
         env.add_function(
             format!("h_{name}"),
             move |state: &State, args: Rest<Value>| {
                 check_sig(name, sig, &args)?;
-                f(state, args)
+                budgets::before_call(name, precheck, &args)?;
+                budgets::after_call(name, f(state, args)?)
             },
         );
     }
@@ -435,15 +446,19 @@ pub fn register(env: &mut Environment<'static>) {
     });
     env.add_function("__template", f_template);
     env.add_function("h_randAlphaNum", |state: &State, args: Rest<Value>| {
+        budgets::before_call("randAlphaNum", budgets::precheck_for("randAlphaNum"), &args)?;
         random_string(state, "randAlphaNum", &args, ALNUM)
     });
     env.add_function("h_randAlpha", |state: &State, args: Rest<Value>| {
+        budgets::before_call("randAlpha", budgets::precheck_for("randAlpha"), &args)?;
         random_string(state, "randAlpha", &args, &ALNUM[..52])
     });
     env.add_function("h_randNumeric", |state: &State, args: Rest<Value>| {
+        budgets::before_call("randNumeric", budgets::precheck_for("randNumeric"), &args)?;
         random_string(state, "randNumeric", &args, &ALNUM[52..])
     });
     env.add_function("h_randAscii", |state: &State, args: Rest<Value>| {
+        budgets::before_call("randAscii", budgets::precheck_for("randAscii"), &args)?;
         let printable: Vec<u8> = (32u8..=126).collect();
         random_string(state, "randAscii", &args, &printable)
     });

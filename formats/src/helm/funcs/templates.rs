@@ -2,6 +2,7 @@
 //! `lookup`, and Sprig's defaults (`default`, `empty`, `coalesce`, `ternary`, `all`, `any`).
 
 use super::*;
+use crate::budget;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("default", |a| {
@@ -60,24 +61,18 @@ fn render_template(state: &State, name: &str, data: Value, action: bool) -> Resu
                 format!("error calling include: no template \"{name}\" is defined")
             })
         })?;
-    // Each include is a nested render on the Rust stack, so nesting is bounded well below what
-    // would overflow a 2 MiB thread stack; helm's own bound (1000) is for runaway recursion too.
-    let depth = state
-        .lookup("__depth")
-        .and_then(|d| d.as_i64())
-        .unwrap_or(0)
-        + 1;
-    if depth > MAX_INCLUDE_DEPTH {
-        return Err(err(format!(
-            "rendering template has a nested reference name: {name}: unable to execute template (include depth over {MAX_INCLUDE_DEPTH})"
-        )));
-    }
-    tmpl.render(minijinja::context! {
-        __d0 => data,
-        __now => state.lookup("__now"),
-        __rng => state.lookup("__rng"),
-        __depth => depth,
-    })
+    let depth = call_depth(state, name)?;
+    let mut text = budget::StringWriter::new(format!("include \"{name}\""));
+    tmpl.render_captured_to(
+        minijinja::context! {
+            __d0 => data,
+            __now => state.lookup("__now"),
+            __rng => state.lookup("__rng"),
+            __depth => depth,
+        },
+        &mut text,
+    )
+    .and_then(|_| rendered_text(text))
     // A new error for the caller's template to put its own location on, so the message names
     // every template on the way, as helm's does.
     .map_err(|inner| {
@@ -93,8 +88,31 @@ fn render_template(state: &State, name: &str, data: Value, action: bool) -> Resu
     })
 }
 
-/// Maximum nesting of include/template/tpl.
-pub const MAX_INCLUDE_DEPTH: i64 = 64;
+/// The text a nested render wrote (always UTF-8: it is written from strings).
+fn rendered_text(text: budget::StringWriter) -> Result<String, Error> {
+    String::from_utf8(text.into_bytes()).map_err(|e| err(e.to_string()))
+}
+
+/// The nesting of the template call to `name` (`include`, `template` or `tpl`) made from
+/// `state`, charged as a step. Each call is a nested render on the Rust stack, so nesting is
+/// bounded well below what would overflow a thread's stack; helm's own bound (1000) is for
+/// runaway recursion too.
+fn call_depth(state: &State, name: &str) -> Result<i64, Error> {
+    budgets::template_call()?;
+    let depth = state
+        .lookup("__depth")
+        .and_then(|d| d.as_i64())
+        .unwrap_or(0)
+        + 1;
+    if depth > budget::MAX_TEMPLATE_CALL_DEPTH {
+        return Err(err(budget::breach(budget::BudgetBreach::new(
+            "template call depth (include, template and tpl)",
+            budget::MAX_TEMPLATE_CALL_DEPTH as u64,
+            format!("{depth} (calling {name})"),
+        ))));
+    }
+    Ok(depth)
+}
 
 pub(super) fn f_include(state: &State, name: String, data: Option<Value>) -> Result<Value, Error> {
     Ok(Value::from(render_define(
@@ -110,6 +128,9 @@ pub(super) fn f_template(state: &State, name: String, data: Value) -> Result<Val
 
 pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, Error> {
     let name = state.name().to_string();
+    let depth = call_depth(state, &format!("tpl from {name}"))?;
+    // Parsing and compiling the text is work in proportion to its length.
+    budget::charge_steps(text.len() as u64 / 64).map_err(err)?;
     // Lines of a parse error are lines of the tpl text, not of the file calling tpl.
     let parse_error = |e: crate::helm::HelmError| {
         let detail = match e {
@@ -130,25 +151,23 @@ pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, E
         __d0 => data,
         __now => state.lookup("__now"),
         __rng => state.lookup("__rng"),
-        __depth => state.lookup("__depth").and_then(|d| d.as_i64()).unwrap_or(0) + 1,
+        __depth => depth,
     };
     // helm removes Go's "<no value>" from tpl's result (not from include's).
+    let render = |env: &minijinja::Environment<'_>| {
+        let mut text = budget::StringWriter::new(format!("tpl in {name}"));
+        env.template_from_named_str(&name, &t.main)?
+            .render_captured_to(ctx, &mut text)?;
+        Ok::<_, Error>(Value::from(rendered_text(text)?.replace(NO_VALUE, "")))
+    };
     if t.defines.is_empty() {
-        return Ok(Value::from(
-            state
-                .env()
-                .render_named_str(&name, &t.main, ctx)?
-                .replace(NO_VALUE, ""),
-        ));
+        return render(state.env());
     }
     // helm parses tpl text into a clone of the template set: its defines are visible to this
     // tpl (and what it includes) only.
     let mut env = state.env().clone();
-    for (dname, dsrc) in t.defines {
-        env.add_template_owned(translate::define_name(&dname), dsrc)?;
+    for (dname, dsrc) in t.defines.iter() {
+        env.add_template_owned(translate::define_name(dname), dsrc.clone())?;
     }
-    Ok(Value::from(
-        env.render_named_str(&name, &t.main, ctx)?
-            .replace(NO_VALUE, ""),
-    ))
+    render(&env)
 }

@@ -689,7 +689,11 @@ pub(super) fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
-    super::super::yaml11::parse(s)
+    // fromYaml hands a reader's error to the template (in `.Error`) instead of failing, so a
+    // values budget breach here is not the render's reason to fail.
+    super::super::yaml11::parse(s).inspect_err(|_| {
+        crate::budget::take_breach();
+    })
 }
 
 #[cfg(test)]
