@@ -174,8 +174,8 @@ async fn charts_that_inflate_or_loop_once_loaded_are_refused_by_the_loader() {
     for (file, expected) in [
         (
             "subchart-bomb.tar.gz",
-            "subchart archive entry bomb/files/zeros (209715200 bytes): the chart holds more \
-             than 134217728 bytes",
+            "subchart archive entry bomb/files/zeros (209715200 bytes): render budget exceeded: \
+             chart size once loaded",
         ),
         (
             "dir-symlink-loop.tar.gz",

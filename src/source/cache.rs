@@ -39,7 +39,15 @@ pub struct Cache {
     /// What another process sharing the directory adds is seen at that scan; agents do not share
     /// one, and `max_bytes` bounds disk use, so a late look costs nothing but disk.
     used: AtomicU64,
+    /// Keys whose content was refused (unsafe, corrupt, too large), with the refusal: their
+    /// content is immutable, so it is refused again without being downloaded or unpacked again
+    /// at every poll. Kept for the life of the process (limits are flags: a restart may change
+    /// them), at most [`REFUSALS_KEPT`] at once.
+    refused: Mutex<HashMap<String, SourceError>>,
 }
+
+/// Refusals remembered at most; past it the record starts over.
+const REFUSALS_KEPT: usize = 1024;
 
 /// Eviction frees space down to this share of `max_bytes`, so that a full cache is scanned once
 /// per tenth of its size fetched, not at every fetch.
@@ -66,6 +74,7 @@ impl Cache {
             populated: AtomicU64::new(0),
             scratch_seq: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            refused: Mutex::new(HashMap::new()),
         };
         let (used, _) = cache.scan_entries("");
         cache.used.store(used, Ordering::Relaxed);
@@ -136,6 +145,9 @@ impl Cache {
         if let Some(path) = self.lookup(key) {
             return Ok(path);
         }
+        if let Some(refusal) = self.refusal(key) {
+            return Err(refusal);
+        }
         let scratch = RemovedOnDrop(self.scratch_dir()?);
         let tree = scratch.0.join("tree");
         fs::create_dir(&tree).map_err(|e| SourceError::io("create cache scratch space", e))?;
@@ -152,12 +164,32 @@ impl Cache {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        if let Err(e) = &result {
+            self.remember_refusal(key, e);
+        }
         let path = result?;
         self.populated.fetch_add(1, Ordering::Relaxed);
         if self.used.load(Ordering::Relaxed) > self.max_bytes {
             self.evict(key);
         }
         Ok(path)
+    }
+
+    /// The refusal of `key`'s content, if it was refused before.
+    pub fn refusal(&self, key: &str) -> Option<SourceError> {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.get(key).and_then(SourceError::content_refusal)
+    }
+
+    fn remember_refusal(&self, key: &str, error: &SourceError) {
+        let Some(refusal) = error.content_refusal() else {
+            return;
+        };
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.len() >= REFUSALS_KEPT {
+            refused.clear();
+        }
+        refused.insert(key.to_string(), refusal);
     }
 
     fn commit(&self, key: &str, scratch: &Path, tree: &Path) -> Result<PathBuf, SourceError> {

@@ -225,6 +225,36 @@ impl SourceError {
         }
     }
 
+    /// A copy of this error when it refuses content for what it is (unsafe, corrupt, too large,
+    /// not a bundle): content under an immutable ref is refused the same way every time.
+    pub(crate) fn content_refusal(&self) -> Option<SourceError> {
+        Some(match self {
+            SourceError::UnsafeContent { path, reason } => SourceError::UnsafeContent {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            SourceError::BadArchive { reason } => SourceError::BadArchive {
+                reason: reason.clone(),
+            },
+            SourceError::LimitExceeded {
+                what,
+                value,
+                budget,
+                limit,
+            } => SourceError::LimitExceeded {
+                what: what.clone(),
+                value: value.clone(),
+                budget: budget.clone(),
+                limit: limit.clone(),
+            },
+            SourceError::NotABundle { what, reason } => SourceError::NotABundle {
+                what: what.clone(),
+                reason: reason.clone(),
+            },
+            _ => return None,
+        })
+    }
+
     /// This error naming `source` when it is a refusal of the source's content, which says
     /// nothing of the source by itself.
     fn in_source(self, source: &Source) -> Self {

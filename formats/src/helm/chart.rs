@@ -192,17 +192,19 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> HelmError + '_ {
     }
 }
 
-/// The refusal when a chart's files pass the loader's budget.
-fn over_budget(label: &str, what: &str, meter: &Meter) -> HelmError {
-    chart_err(
-        label,
-        format!(
-            "{what}: the chart holds more than {} bytes, the limit of what a chart may load \
-             ({} bytes counted)",
-            meter.limit(),
-            meter.count()
-        ),
-    )
+/// The budget a chart's loaded bytes are charged to, as refusals name it.
+pub const CHART_BYTES_BUDGET: &str =
+    "chart size once loaded (bytes of files and inflated subchart archives)";
+
+/// The refusal when a chart's files pass the loader's budget: `what` took it to `value` bytes.
+/// Recorded as the render's budget breach, so it is reported as one.
+fn over_budget(label: &str, what: &str, value: u64, meter: &Meter) -> HelmError {
+    let breach = crate::budget::breach(crate::BudgetBreach::new(
+        CHART_BYTES_BUDGET,
+        meter.limit(),
+        format!("{value}+"),
+    ));
+    chart_err(label, format!("{what}: {breach}"))
 }
 
 /// Reads every file under `dir`. Directory symlinks are refused, never entered: a link to an
@@ -247,7 +249,7 @@ fn walk(
             continue;
         }
         if meter.charge(target.len()).is_err() {
-            return Err(over_budget(root, &r, meter));
+            return Err(over_budget(root, &r, meter.count(), meter));
         }
         let mut data = Vec::with_capacity(target.len() as usize);
         std::fs::File::open(&path)
@@ -527,9 +529,10 @@ fn load_archive_metered(label: &str, data: &[u8], meter: &Arc<Meter>) -> Result<
         }
         let inner = inner.to_string();
         // Refused on its declared size before any of it is held in memory.
-        if meter.count().saturating_add(entry.size) > meter.limit() {
+        let reached = meter.count().saturating_add(entry.size);
+        if reached > meter.limit() {
             let what = format!("subchart archive entry {current} ({} bytes)", entry.size);
-            return Err(over_budget(label, &what, meter).into());
+            return Err(over_budget(label, &what, reached, meter).into());
         }
         let mut buf = Vec::with_capacity(entry.size.min(1 << 20) as usize);
         body.take(entry.size)
@@ -573,7 +576,7 @@ fn archive_read_error(label: &str, entry: &str, meter: &Meter, e: std::io::Error
         } else {
             format!("subchart archive entry {entry}")
         };
-        return over_budget(label, &what, meter);
+        return over_budget(label, &what, meter.count(), meter);
     }
     HelmError::Io {
         path: label.to_string(),
@@ -973,7 +976,7 @@ mod tests {
             .to_string();
         assert!(
             err.contains("subchart archive entry sub/files/zeros (4194304 bytes)")
-                && err.contains("more than 2097152 bytes"),
+                && err.contains("is over the limit of 2097152"),
             "{err}"
         );
         // Header records are bounded too: a long name past the record limit is refused.
