@@ -33,7 +33,7 @@ fn expected(parts: &[&str]) -> Expected {
 async fn helm_case(test: &str, template: &str, values: &str, parts: &[&str], agent_args: &[&str]) {
     let mut harness = Hostile::start(test, agent_args).await;
     let case = git_case(
-        "case",
+        test.trim_start_matches("hostile-"),
         &harness.namespace.clone(),
         chart_files(template, values),
         expected(parts),
@@ -110,10 +110,25 @@ async fn deeply_nested_values_are_refused() {
 #[tokio::test]
 async fn huge_repeat_until_and_seq_are_refused() {
     let mut harness = Hostile::start("hostile-sizes", &[]).await;
-    for (name, call, budget) in [
-        ("repeat", "repeat 3000000000 \"x\"", "string size (bytes)"),
-        ("until", "until 3000000000", "list size (items)"),
-        ("seq", "seq 3000000000", "list size (items)"),
+    for (name, call, budget, value) in [
+        (
+            "repeat",
+            "repeat 3000000000 \"x\"",
+            "string size (bytes)",
+            "3000000000 (from repeat 3000000000",
+        ),
+        (
+            "until",
+            "until 3000000000",
+            "list size (items)",
+            "3000000000 (from until 3000000000)",
+        ),
+        (
+            "seq",
+            "seq 3000000000",
+            "list size (items)",
+            "3000000001 (from seq 3000000000)",
+        ),
     ] {
         let case = git_case(
             name,
@@ -122,7 +137,7 @@ async fn huge_repeat_until_and_seq_are_refused() {
                 &format!("{CONFIG_MAP}  a: {{{{ {call} | len | quote }}}}\n"),
                 "",
             ),
-            expected(&[budget, call, "hostile/templates/cm.yaml"]),
+            expected(&[budget, value, "hostile/templates/cm.yaml"]),
         );
         harness.run(case).await;
     }
@@ -157,10 +172,10 @@ async fn a_loop_that_spends_cpu_without_steps_is_ended_by_the_sandbox() {
 #[tokio::test]
 async fn output_bombs_are_refused() {
     let mut harness = Hostile::start("hostile-output", &[]).await;
-    // 700,000 lines of 100 bytes: 70 MB of text, past the 64 MiB output budget.
-    let line = "x".repeat(98);
+    // 20,000 lines of 2,000 bytes: 40 MB of text, past the 32 MiB output budget.
+    let line = "x".repeat(1998);
     let text =
-        format!("{CONFIG_MAP}  a: |\n{{{{- range until 700000 }}}}\n    {line}{{{{- end }}}}\n");
+        format!("{CONFIG_MAP}  a: |\n{{{{- range until 20000 }}}}\n    {line}{{{{- end }}}}\n");
     let case = git_case(
         "text",
         &harness.namespace.clone(),
@@ -168,13 +183,13 @@ async fn output_bombs_are_refused() {
         expected(&[
             "rendered output (bytes)",
             "hostile/templates/cm.yaml",
-            "limit of 67108864",
+            "limit of 33554432",
         ]),
     );
     harness.run(case).await;
-    // Twenty strings of 40 MB kept in a list: each within the string budget, 800 MB together,
+    // Twenty strings of 30 MB kept in a list: each within the string budget, 600 MB together,
     // past the render's memory limit.
-    let memory = format!("{CONFIG_MAP}{{{{- $all := list }}}}{{{{- range until 20 }}}}{{{{ $all = append $all (repeat 40000000 \"x\") }}}}{{{{- end }}}}\n  a: {{{{ len $all | quote }}}}\n");
+    let memory = format!("{CONFIG_MAP}{{{{- $all := list }}}}{{{{- range until 20 }}}}{{{{ $all = append $all (repeat 30000000 \"x\") }}}}{{{{- end }}}}\n  a: {{{{ len $all | quote }}}}\n");
     let case = git_case(
         "memory",
         &harness.namespace.clone(),

@@ -93,9 +93,9 @@ async fn a_sandboxed_render_equals_an_in_process_one_and_its_cost_is_printed() {
 
 #[tokio::test]
 async fn memory_past_the_limit_ends_the_child_not_the_caller() {
-    // Twenty strings of 40 MB, each within the string budget, 800 MB together.
+    // Twenty strings of 30 MB, each within the string budget, 600 MB together.
     let message = refused(
-        &format!("{CONFIG_MAP}{{{{- $all := list }}}}{{{{- range until 20 }}}}{{{{ $all = append $all (repeat 40000000 \"x\") }}}}{{{{- end }}}}\n  a: {{{{ len $all | quote }}}}\n"),
+        &format!("{CONFIG_MAP}{{{{- $all := list }}}}{{{{- range until 20 }}}}{{{{ $all = append $all (repeat 30000000 \"x\") }}}}{{{{- end }}}}\n  a: {{{{ len $all | quote }}}}\n"),
         SandboxLimits {
             memory_bytes: 128 << 20,
             ..Default::default()

@@ -38,8 +38,10 @@ pub struct RenderBudgets {
     pub steps: u64,
 }
 
-/// 64 MiB of output: the largest chart of the conformance corpus renders 5 MB.
-pub const DEFAULT_OUTPUT_BYTES: usize = 64 << 20;
+/// 32 MiB of output: the largest chart of the real-world corpus (kube-prometheus-stack) renders
+/// about 5 MB; the text, the engine's own data and the objects read from the text must fit the
+/// agent's render memory (256 MiB by default).
+pub const DEFAULT_OUTPUT_BYTES: usize = 32 << 20;
 
 /// A million steps: the chart of the real-world corpus that takes most (kube-prometheus-stack)
 /// takes under 9,000; a million empty loop iterations are a fraction of a second.
