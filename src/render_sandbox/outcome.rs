@@ -122,7 +122,7 @@ fn ended_without_reply(
     let mut lines = said.lines().map(str::trim).filter(|l| !l.is_empty());
     let last_words = match lines.clone().position(|l| l.contains("panicked at")) {
         Some(at) => lines.nth(at + 1).unwrap_or(""),
-        None => lines.last().unwrap_or(""),
+        None => lines.next_back().unwrap_or(""),
     }
     .to_string();
     let memory = || {
