@@ -33,8 +33,51 @@ pub enum Stop {
         /// The limit.
         limit: u64,
     },
+    /// The [`SharedAllowance`] the meter draws on had no room left: `reached` is what all its
+    /// meters would have held together.
+    SharedOverLimit {
+        /// Bytes the allowance's meters would have held.
+        reached: u64,
+        /// The allowance.
+        limit: u64,
+    },
     /// The cancellation flag was raised (a deadline passed, the work was abandoned).
     Cancelled,
+}
+
+/// Bytes several meters draw on at once (the unpacks in progress of one cache): each meter holds
+/// what it charged until it is dropped. Running out stops the meter that asked, not the others.
+#[derive(Debug)]
+pub struct SharedAllowance {
+    held: AtomicU64,
+    limit: u64,
+}
+
+impl SharedAllowance {
+    /// An allowance of `limit` bytes.
+    pub fn new(limit: u64) -> Arc<SharedAllowance> {
+        Arc::new(SharedAllowance {
+            held: AtomicU64::new(0),
+            limit,
+        })
+    }
+
+    /// Bytes its meters hold now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, bytes: u64) -> Result<(), u64> {
+        let reached = self
+            .held
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
+        if reached > self.limit {
+            self.held.fetch_sub(bytes, Ordering::Relaxed);
+            return Err(reached);
+        }
+        Ok(())
+    }
 }
 
 /// A byte counter with a limit and an optional cancellation flag, shared by the readers and code
@@ -45,6 +88,8 @@ pub struct Meter {
     limit: u64,
     cancel: Option<Arc<AtomicBool>>,
     stop: Mutex<Option<Stop>>,
+    /// The allowance this meter also draws on, and what it holds of it.
+    shared: Option<(Arc<SharedAllowance>, AtomicU64)>,
 }
 
 impl Meter {
@@ -55,11 +100,22 @@ impl Meter {
 
     /// A meter allowing `limit` bytes that also stops once `cancel` is set.
     pub fn with_cancel(limit: u64, cancel: Option<Arc<AtomicBool>>) -> Arc<Meter> {
+        Meter::drawing_on(limit, cancel, None)
+    }
+
+    /// A meter allowing `limit` bytes, stopping once `cancel` is set, whose bytes are also
+    /// taken from `shared` (and given back when the meter is dropped).
+    pub fn drawing_on(
+        limit: u64,
+        cancel: Option<Arc<AtomicBool>>,
+        shared: Option<Arc<SharedAllowance>>,
+    ) -> Arc<Meter> {
         Arc::new(Meter {
             count: AtomicU64::new(0),
             limit,
             cancel,
             stop: Mutex::new(None),
+            shared: shared.map(|s| (s, AtomicU64::new(0))),
         })
     }
 
@@ -100,12 +156,31 @@ impl Meter {
                 limit: self.limit,
             }));
         }
+        if let Some((shared, held)) = &self.shared {
+            if let Err(reached) = shared.take(bytes) {
+                return Err(self.record(Stop::SharedOverLimit {
+                    reached,
+                    limit: shared.limit,
+                }));
+            }
+            held.fetch_add(bytes, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     fn record(&self, stop: Stop) -> Stop {
         let mut slot = self.stop.lock().unwrap_or_else(|p| p.into_inner());
         *slot.get_or_insert(stop)
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        if let Some((shared, held)) = &self.shared {
+            shared
+                .held
+                .fetch_sub(held.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
     }
 }
 
@@ -118,6 +193,12 @@ impl std::fmt::Display for Stopped {
         match self.0 {
             Stop::OverLimit { reached, limit } => {
                 write!(f, "{reached} bytes read, over the limit of {limit}")
+            }
+            Stop::SharedOverLimit { reached, limit } => {
+                write!(
+                    f,
+                    "{reached} bytes held together, over the shared limit of {limit}"
+                )
             }
             Stop::Cancelled => f.write_str("reading was cancelled"),
         }
@@ -465,5 +546,26 @@ mod tests {
         flag.store(true, Ordering::Relaxed);
         assert!(reader.read(&mut buf).is_err());
         assert_eq!(meter.stopped(), Some(Stop::Cancelled));
+    }
+
+    #[test]
+    fn meters_drawing_on_one_allowance_give_it_back_when_dropped() {
+        let shared = SharedAllowance::new(100);
+        let a = Meter::drawing_on(1000, None, Some(shared.clone()));
+        let b = Meter::drawing_on(1000, None, Some(shared.clone()));
+        a.charge(60).unwrap();
+        assert!(matches!(
+            b.charge(60),
+            Err(Stop::SharedOverLimit {
+                reached: 120,
+                limit: 100
+            })
+        ));
+        // The refused meter took nothing; the other keeps what it holds until dropped.
+        assert_eq!(shared.held(), 60);
+        drop(a);
+        assert_eq!(shared.held(), 0);
+        let c = Meter::drawing_on(1000, None, Some(shared.clone()));
+        c.charge(100).unwrap();
     }
 }

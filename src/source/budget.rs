@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use pallet_formats::archive::{CountingReader, Meter, Stop, DEFAULT_MAX_RECORD_BYTES};
+use pallet_formats::archive::{
+    CountingReader, Meter, SharedAllowance, Stop, DEFAULT_MAX_RECORD_BYTES,
+};
 
 use super::SourceError;
 
@@ -21,6 +23,8 @@ pub const TOTAL_BUDGET: &str = "the per-source unpack limit (--unpack-max-mib)";
 pub const FILE_BUDGET: &str = "the per-file limit (--unpack-max-file-mib)";
 /// The budget named in refusals of the entry count.
 pub const ENTRY_BUDGET: &str = "the per-source entry limit (--unpack-max-entries)";
+/// The budget named when the unpacks in progress together fill the cache's scratch space.
+pub const SCRATCH_BUDGET: &str = "the limit of all unpacks in progress (--unpack-scratch-mib)";
 /// The budget named in refusals of oversized header records.
 pub const RECORD_BUDGET: &str = "the header record limit";
 
@@ -110,9 +114,19 @@ impl Budget {
 
     /// A fresh budget whose readers stop once `cancel` is raised.
     pub fn with_cancel(limits: Limits, cancel: &Cancel) -> Self {
+        Budget::drawing_on(limits, cancel, None)
+    }
+
+    /// A fresh budget whose readers stop once `cancel` is raised, and whose bytes also come out
+    /// of `shared` (the cache's allowance for unpacks in progress) until the budget is dropped.
+    pub fn drawing_on(
+        limits: Limits,
+        cancel: &Cancel,
+        shared: Option<Arc<SharedAllowance>>,
+    ) -> Self {
         Budget {
             limits,
-            meter: Meter::with_cancel(limits.max_total_bytes, Some(cancel.0.clone())),
+            meter: Meter::drawing_on(limits.max_total_bytes, Some(cancel.0.clone()), shared),
             entries: 0,
         }
     }
@@ -194,6 +208,14 @@ impl Budget {
                 TOTAL_BUDGET,
                 format!("{limit} bytes"),
             ),
+            // Other unpacks hold the room: this one is retried, as a full disk would be.
+            Stop::SharedOverLimit { reached, limit } => SourceError::io(
+                format!(
+                    "unpacking {what}: the unpacks in progress would hold {reached} bytes of the \
+                     cache's scratch space, over {SCRATCH_BUDGET} of {limit} bytes"
+                ),
+                std::io::Error::new(std::io::ErrorKind::StorageFull, "scratch space full"),
+            ),
             Stop::Cancelled => SourceError::Cancelled {
                 what: format!("unpacking {what}"),
             },
@@ -239,5 +261,20 @@ mod tests {
         );
         // Stopped for good.
         assert!(budget.charge(Path::new("y"), 0).is_err());
+    }
+
+    #[test]
+    fn unpacks_in_progress_share_the_scratch_allowance() {
+        let shared = SharedAllowance::new(100);
+        let cancel = Cancel::new();
+        let first = Budget::drawing_on(Limits::default(), &cancel, Some(shared.clone()));
+        let second = Budget::drawing_on(Limits::default(), &cancel, Some(shared.clone()));
+        first.charge(Path::new("a"), 80).unwrap();
+        let err = second.charge(Path::new("b"), 40).unwrap_err();
+        assert!(err.is_transient(), "{err}");
+        assert!(err.to_string().contains("--unpack-scratch-mib"), "{err}");
+        drop(first);
+        let third = Budget::drawing_on(Limits::default(), &cancel, Some(shared));
+        third.charge(Path::new("c"), 90).unwrap();
     }
 }

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use pallet_formats::archive::SharedAllowance;
+
 use super::SourceError;
 
 /// The on-disk cache. Share one per process (behind an `Arc`).
@@ -44,6 +46,8 @@ pub struct Cache {
     /// at every poll. Kept for the life of the process (limits are flags: a restart may change
     /// them), at most [`REFUSALS_KEPT`] at once.
     refused: Mutex<HashMap<String, SourceError>>,
+    /// Bytes all unpacks in progress may hold together in the scratch space.
+    unpacking: Arc<SharedAllowance>,
 }
 
 /// Refusals remembered at most; past it the record starts over.
@@ -75,10 +79,23 @@ impl Cache {
             scratch_seq: AtomicU64::new(0),
             used: AtomicU64::new(0),
             refused: Mutex::new(HashMap::new()),
+            unpacking: SharedAllowance::new(u64::MAX),
         };
         let (used, _) = cache.scan_entries("");
         cache.used.store(used, Ordering::Relaxed);
         Ok(cache)
+    }
+
+    /// This cache with at most `bytes` held by the unpacks in progress together (unbounded
+    /// unless set): with the cache's own bound, what the cache's volume must hold.
+    pub fn with_unpack_allowance(mut self, bytes: u64) -> Self {
+        self.unpacking = SharedAllowance::new(bytes);
+        self
+    }
+
+    /// The allowance the unpacks in progress draw on.
+    pub fn unpack_allowance(&self) -> Arc<SharedAllowance> {
+        self.unpacking.clone()
     }
 
     /// The cache's root directory.

@@ -15,6 +15,8 @@ use std::time::Instant;
 use base64::Engine;
 use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks};
 
+use pallet_formats::archive::SharedAllowance;
+
 use super::budget::{Budget, Cancel, TOTAL_BUDGET};
 use super::unpack;
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
@@ -58,6 +60,7 @@ pub(crate) async fn fetch(
         credentials: secrets.credentials.clone(),
         deadline,
         cancel: cancel.clone(),
+        allowance: fetcher.cache().unpack_allowance(),
         max_pack_bytes: opts.limits.max_total_bytes,
         pack_bytes: Arc::new(AtomicU64::new(0)),
     };
@@ -150,6 +153,8 @@ struct Remote {
     deadline: Instant,
     /// Raised when the fetch ends: the transfer and the tree writing stop.
     cancel: Cancel,
+    /// What the unpacks in progress may hold together.
+    allowance: Arc<SharedAllowance>,
     /// The most bytes of pack data a fetch may receive.
     max_pack_bytes: u64,
     /// Pack bytes received by the last transfer that went over `max_pack_bytes` (0: none did).
@@ -434,7 +439,7 @@ impl Remote {
                 reason: format!("{directory} is not a directory at commit {commit}"),
             })?
         };
-        let mut budget = Budget::with_cancel(limits, &self.cancel);
+        let mut budget = Budget::drawing_on(limits, &self.cancel, Some(self.allowance.clone()));
         let mut links = Vec::new();
         write_tree(&repo, &start, Path::new(""), tree, &mut budget, &mut links)?;
         unpack::verify_tree_symlinks(tree, &links)

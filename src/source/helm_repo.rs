@@ -500,10 +500,11 @@ async fn fetch_chart(
         }
         let file = download.clone();
         let cancel = cancel.clone();
+        let allowance = cache.unpack_allowance();
         let path = cache
             .get_or_populate(&cache_key(&sha), |tree| async move {
                 tokio::task::spawn_blocking(move || {
-                    let mut budget = Budget::with_cancel(limits, &cancel);
+                    let mut budget = Budget::drawing_on(limits, &cancel, Some(allowance));
                     unpack(&file, &tree, &mut budget, &label)
                 })
                 .await

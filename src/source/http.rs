@@ -312,10 +312,11 @@ pub(crate) async fn fetch(
     let key = cache_key(&sha, &shape);
     let file = download.clone();
     let cancel = cancel.clone();
+    let allowance = cache.unpack_allowance();
     let result = cache
         .get_or_populate(&key, |tree| async move {
             tokio::task::spawn_blocking(move || {
-                let mut budget = Budget::with_cancel(limits, &cancel);
+                let mut budget = Budget::drawing_on(limits, &cancel, Some(allowance));
                 unpack_download(&file, &shape, &tree, &mut budget)
             })
             .await

@@ -635,8 +635,9 @@ async fn pull_into(
             });
         }
         let what = what.to_string();
+        let allowance = cache.unpack_allowance();
         tokio::task::spawn_blocking(move || {
-            let mut budget = super::Budget::with_cancel(limits, &cancel);
+            let mut budget = super::Budget::drawing_on(limits, &cancel, Some(allowance));
             oci_layers::apply_layers(downloaded, &tree, &mut budget, &what, &types)
         })
         .await
