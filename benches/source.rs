@@ -89,6 +89,7 @@ fn fetcher(root: &std::path::Path, fx: &Fixtures) -> Fetcher {
         max_total_bytes: 4 << 30,
         max_entries: 1_000_000,
         max_file_bytes: 1 << 30,
+        ..Limits::DEFAULT
     };
     Fetcher::new(
         Arc::new(Cache::open(root, 64 << 30).expect("cache")),

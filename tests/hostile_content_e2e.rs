@@ -198,3 +198,235 @@ async fn output_bombs_are_refused() {
     );
     harness.run(case).await;
 }
+
+// ---- Archives built to inflate, loop or escape once unpacked or loaded ----
+//
+// These come from `testdata/malicious/` (made by its `generate.py`, each a few hundred bytes to
+// about 100 KiB) and a git repository made here. The agent runs with --unpack-max-mib 64 (the
+// flag's default is 256); the other budgets keep their defaults.
+
+const UNPACK_ARGS: &[&str] = &["--unpack-max-mib", "64"];
+
+fn corpus(file: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata/malicious")
+        .join(file);
+    std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{file}: {e} (run testdata/malicious/generate.py)"))
+}
+
+/// A tar+gzip of `files`, each under `prefix`.
+fn targz(prefix: &str, files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (path, data) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, format!("{prefix}{path}"), &data[..])
+            .unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
+
+fn refused(reason: &'static str, parts: &[&str]) -> Expected {
+    Expected {
+        reason,
+        message_parts: parts.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+/// A helm bundle from an HTTP archive: the benign chart first, then `hostile` at the same URL.
+fn http_case(name: &str, namespace: &str, hostile: Vec<u8>, expected: Expected) -> hostile::Case {
+    let fixtures = support::Fixtures::load();
+    let path = format!("{}/bundle.tar.gz", cluster::unique_name(name));
+    let url = fixtures
+        .http_plain()
+        .url_for(&fixtures.put_file(&path, &targz("", &hostile::benign_files())));
+    hostile::Case {
+        name: name.to_string(),
+        spec: serde_json::json!({
+            "installNamespace": namespace,
+            "sources": [{"kind": "http", "http": {"url": url}}],
+            "format": "helm",
+        }),
+        make_hostile: Box::new(move || {
+            support::Fixtures::load().put_file(&path, &hostile);
+        }),
+        expected,
+    }
+}
+
+/// Asserts the BundleDeployment of `case` in `harness` reports its sources refused in Unpacked.
+async fn assert_unpacked_false(harness: &Hostile, case: &str, reason: &str, part: &str) {
+    let api: kube::Api<pallet::api::BundleDeployment> = kube::Api::all(harness.client.clone());
+    let name = format!("{}-{case}", harness.label);
+    let bd = api.get(&name).await.unwrap();
+    let conditions = bd.status.map(|s| s.conditions).unwrap_or_default();
+    let unpacked = pallet::api::conditions::find(&conditions, "Unpacked")
+        .unwrap_or_else(|| panic!("{name}: no Unpacked condition"));
+    assert!(
+        unpacked.status == "False" && unpacked.reason == reason && unpacked.message.contains(part),
+        "{name}: Unpacked {unpacked:?}"
+    );
+    println!(
+        "archive case {case}: Unpacked=False {reason}: {}",
+        unpacked.message
+    );
+}
+
+#[tokio::test]
+async fn archives_that_inflate_while_unpacked_are_refused() {
+    let mut harness = Hostile::start("hostile-archives", UNPACK_ARGS).await;
+    let over_64_mib = "per-source unpack limit (--unpack-max-mib) of 67108864 bytes";
+    for (file, name, parts) in [
+        // 1 MiB and 300 hardlinks to it: 301 MiB once copied.
+        (
+            "hardlink-amplification.tar.gz",
+            "hardlinks",
+            vec!["bundle.tar.gz", "refused file link-", over_64_mib],
+        ),
+        // 100 MiB header records, refused before they are read.
+        (
+            "pax-record-bomb.tar.gz",
+            "pax",
+            vec![
+                "bundle.tar.gz",
+                "PAX extended header record",
+                "104857600 bytes is over the header record limit of 65536 bytes",
+            ],
+        ),
+        (
+            "gnu-longname-bomb.tar.gz",
+            "longname",
+            vec![
+                "GNU long name record",
+                "104857600 bytes is over the header record limit",
+            ],
+        ),
+        // 100 MiB of data in an entry the unpacker skips: inflated, so counted.
+        (
+            "skipped-entry-bomb.tar.gz",
+            "skipped",
+            vec!["refused entry ./", "bytes inflated", over_64_mib],
+        ),
+    ] {
+        let case = http_case(
+            name,
+            &harness.namespace.clone(),
+            corpus(file),
+            refused("LimitExceeded", &parts),
+        );
+        harness.run(case).await;
+        assert_unpacked_false(&harness, name, "LimitExceeded", parts[parts.len() - 1]).await;
+    }
+}
+
+#[tokio::test]
+async fn charts_that_inflate_or_loop_once_loaded_are_refused() {
+    let mut harness = Hostile::start("hostile-chart-archives", UNPACK_ARGS).await;
+    // A 923-byte chart whose subchart .tgz inflates to 200 MiB: refused on the entry's declared
+    // size, past the loader's 128 MiB, before any of it is read.
+    let case = http_case(
+        "subchart",
+        &harness.namespace.clone(),
+        corpus("subchart-bomb.tar.gz"),
+        refused(
+            BUDGET,
+            &[
+                "charts/bomb-0.1.0.tgz",
+                "bomb/files/zeros (209715200 bytes)",
+                "chart size once loaded",
+                "limit of 134217728",
+            ],
+        ),
+    );
+    harness.run(case).await;
+    // Two links to their own directory: 2^40 paths to a loader that follows them.
+    let case = http_case(
+        "loop",
+        &harness.namespace.clone(),
+        corpus("dir-symlink-loop.tar.gz"),
+        refused(
+            "InvalidConfig",
+            &["templates/a is a symlink to a directory; directory links are not followed"],
+        ),
+    );
+    harness.run(case).await;
+}
+
+#[tokio::test]
+async fn a_chart_link_out_of_its_stripped_top_directory_is_refused() {
+    let mut harness = Hostile::start("hostile-stripped-link", UNPACK_ARGS).await;
+    let fixtures = support::Fixtures::load();
+    let repo = cluster::unique_name("stripped-repo");
+    let index = |versions: &[&str]| {
+        let entries: String = versions
+            .iter()
+            .map(|v| format!("  - name: evil\n    version: {v}\n    urls: [evil-{v}.tgz]\n"))
+            .collect();
+        format!("apiVersion: v1\nentries:\n  evil:\n{entries}")
+    };
+    fixtures.put_file(
+        &format!("{repo}/evil-0.1.0.tgz"),
+        &targz("evil/", &hostile::benign_files()),
+    );
+    fixtures.put_file(&format!("{repo}/index.yaml"), index(&["0.1.0"]).as_bytes());
+    let url = fixtures.http_plain().url_for(&format!("/{repo}"));
+    let hostile_repo = repo.clone();
+    let case = hostile::Case {
+        name: "stripped".into(),
+        spec: serde_json::json!({
+            "installNamespace": harness.namespace.clone(),
+            "sources": [{"kind": "helmRepository", "helmRepository": {"url": url, "chart": "evil"}}],
+            "format": "helm",
+        }),
+        make_hostile: Box::new(move || {
+            let fixtures = support::Fixtures::load();
+            fixtures.put_file(
+                &format!("{hostile_repo}/evil-0.2.0.tgz"),
+                &corpus("stripped-link.tgz"),
+            );
+            fixtures.put_file(
+                &format!("{hostile_repo}/index.yaml"),
+                index(&["0.1.0", "0.2.0"]).as_bytes(),
+            );
+        }),
+        expected: refused(
+            "UnsafeContent",
+            &[
+                "helmRepository",
+                "unsafe content at evil/up",
+                "once the chart's top directory evil/ is stripped",
+            ],
+        ),
+    };
+    harness.run(case).await;
+    assert_unpacked_false(&harness, "stripped", "UnsafeContent", "evil/up").await;
+}
+
+#[tokio::test]
+async fn a_git_blob_bomb_is_refused_by_its_declared_size() {
+    let mut harness = Hostile::start("hostile-git-blob", UNPACK_ARGS).await;
+    // 96 MiB of zeros: a pack of about 100 KiB, over the default 64 MiB per file.
+    let mut files = hostile::benign_files();
+    files.push(("big.bin".into(), vec![0u8; 96 << 20]));
+    let case = hostile::git_case(
+        "blob",
+        &harness.namespace.clone(),
+        files,
+        refused(
+            "LimitExceeded",
+            &[
+                "git http://",
+                "refused file big.bin: 100663296 bytes",
+                "per-file limit (--unpack-max-file-mib) of 67108864 bytes",
+            ],
+        ),
+    );
+    harness.run(case).await;
+    assert_unpacked_false(&harness, "blob", "LimitExceeded", "big.bin").await;
+}

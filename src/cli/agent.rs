@@ -53,6 +53,12 @@ pub struct AgentArgs {
     /// down to 90% of it.
     #[arg(long, default_value_t = 2048)]
     pub cache_max_mib: u64,
+    /// Bytes all unpacks in progress may hold together in the cache's scratch space, in MiB; an
+    /// unpack that would pass it stops and is retried (a transient LocalIO error). With
+    /// --cache-max-mib it bounds what the cache volume holds: the defaults, 2048 + 768 MiB,
+    /// leave 256 MiB of the Deployment's 3 GiB volume for downloads and assembled trees.
+    #[arg(long, default_value_t = 768)]
+    pub unpack_scratch_mib: u64,
     /// BundleDeployments reconciled at once: a number, or `auto` to adapt to what the API
     /// server accepts (from 4 up to `--max-concurrency`, halved when it throttles).
     #[arg(long, default_value = "auto", value_parser = parse_concurrency)]
@@ -90,7 +96,11 @@ pub struct AgentArgs {
     /// years; a short one is for tests of renewal.
     #[arg(long, default_value = "17520h", value_parser = parse_positive_duration, hide = true)]
     pub webhook_cert_validity: Duration,
-    /// Deadline of one whole source fetch (connect, answer and body), as a Go duration.
+    /// What one source may unpack.
+    #[command(flatten)]
+    pub unpack: super::UnpackFlags,
+    /// Deadline of one whole source fetch (connect, answer and body), as a Go duration. Unpack
+    /// threads stop with it.
     #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
     pub fetch_timeout: Duration,
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
@@ -232,11 +242,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let client = crate::client_metrics::counted_client(config.clone())
             .context("building the Kubernetes client")?;
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
-            .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?;
+            .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
+            .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
         let options = FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
             egress: args.egress.policy(),
+            limits: args.unpack.limits(),
             ..Default::default()
         };
         let fetcher = Fetcher::new(Arc::new(cache), options);

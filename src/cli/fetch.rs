@@ -34,6 +34,9 @@ pub struct FetchArgs {
     /// Addresses and locations sources may name.
     #[command(flatten)]
     pub egress: super::EgressFlags,
+    /// What one source may unpack.
+    #[command(flatten)]
+    pub unpack: super::UnpackFlags,
 }
 
 /// Runs `pallet fetch`.
@@ -48,6 +51,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         plain_http_registries: args.plain_http_registries.clone(),
         allow_function_exec: Vec::new(),
         egress: args.egress.clone(),
+        unpack: args.unpack.clone(),
     }
     .fetcher()?;
     super::block_on(async move {

@@ -220,6 +220,40 @@ pub struct FetchFlags {
     /// Addresses and locations sources may name.
     #[command(flatten)]
     pub egress: EgressFlags,
+    /// What one source may unpack.
+    #[command(flatten)]
+    pub unpack: UnpackFlags,
+}
+
+/// Bounds on what one source may unpack, shared by the agent and the commands that fetch.
+#[derive(Args, Debug, Clone)]
+pub struct UnpackFlags {
+    /// Bytes one source may inflate, in MiB: every byte of its decompressed archives (the data
+    /// of skipped entries and header records included), each hardlink at its target's size,
+    /// single files and git blobs. A source over it is refused (Unpacked=False, reason
+    /// LimitExceeded). The default fits the agent's Deployment (1 GiB of memory, a 3 GiB cache
+    /// volume holding at most --cache-max-mib of cached sources).
+    #[arg(long, default_value_t = crate::source::Limits::DEFAULT.max_total_bytes >> 20)]
+    pub unpack_max_mib: u64,
+    /// Largest single file of a source, in MiB; also the largest chart repository index.yaml
+    /// downloaded and parsed.
+    #[arg(long, default_value_t = crate::source::Limits::DEFAULT.max_file_bytes >> 20)]
+    pub unpack_max_file_mib: u64,
+    /// Entries (files, directories, links) one source may hold.
+    #[arg(long, default_value_t = crate::source::Limits::DEFAULT.max_entries)]
+    pub unpack_max_entries: u64,
+}
+
+impl UnpackFlags {
+    /// The limits these flags set (GNU long-name and PAX records keep their fixed bound).
+    pub fn limits(&self) -> crate::source::Limits {
+        crate::source::Limits {
+            max_total_bytes: self.unpack_max_mib.max(1) << 20,
+            max_file_bytes: self.unpack_max_file_mib.max(1) << 20,
+            max_entries: self.unpack_max_entries.max(1),
+            ..crate::source::Limits::DEFAULT
+        }
+    }
 }
 
 impl FetchFlags {
@@ -243,6 +277,7 @@ impl FetchFlags {
             crate::source::FetchOptions {
                 plain_http_registries: self.plain_http_registries.clone(),
                 egress: self.egress.policy(),
+                limits: self.unpack.limits(),
                 ..Default::default()
             },
         ))

@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use pallet_formats::archive::SharedAllowance;
+
 use super::SourceError;
 
 /// The on-disk cache. Share one per process (behind an `Arc`).
@@ -39,7 +41,17 @@ pub struct Cache {
     /// What another process sharing the directory adds is seen at that scan; agents do not share
     /// one, and `max_bytes` bounds disk use, so a late look costs nothing but disk.
     used: AtomicU64,
+    /// Keys whose content was refused (unsafe, corrupt, too large), with the refusal: their
+    /// content is immutable, so it is refused again without being downloaded or unpacked again
+    /// at every poll. Kept for the life of the process (limits are flags: a restart may change
+    /// them), at most [`REFUSALS_KEPT`] at once.
+    refused: Mutex<HashMap<String, SourceError>>,
+    /// Bytes all unpacks in progress may hold together in the scratch space.
+    unpacking: Arc<SharedAllowance>,
 }
+
+/// Refusals remembered at most; past it the record starts over.
+const REFUSALS_KEPT: usize = 1024;
 
 /// Eviction frees space down to this share of `max_bytes`, so that a full cache is scanned once
 /// per tenth of its size fetched, not at every fetch.
@@ -66,10 +78,24 @@ impl Cache {
             populated: AtomicU64::new(0),
             scratch_seq: AtomicU64::new(0),
             used: AtomicU64::new(0),
+            refused: Mutex::new(HashMap::new()),
+            unpacking: SharedAllowance::new(u64::MAX),
         };
         let (used, _) = cache.scan_entries("");
         cache.used.store(used, Ordering::Relaxed);
         Ok(cache)
+    }
+
+    /// This cache with at most `bytes` held by the unpacks in progress together (unbounded
+    /// unless set): with the cache's own bound, what the cache's volume must hold.
+    pub fn with_unpack_allowance(mut self, bytes: u64) -> Self {
+        self.unpacking = SharedAllowance::new(bytes);
+        self
+    }
+
+    /// The allowance the unpacks in progress draw on.
+    pub fn unpack_allowance(&self) -> Arc<SharedAllowance> {
+        self.unpacking.clone()
     }
 
     /// The cache's root directory.
@@ -136,27 +162,51 @@ impl Cache {
         if let Some(path) = self.lookup(key) {
             return Ok(path);
         }
-        let scratch = self.scratch_dir()?;
-        let tree = scratch.join("tree");
+        if let Some(refusal) = self.refusal(key) {
+            return Err(refusal);
+        }
+        let scratch = RemovedOnDrop(self.scratch_dir()?);
+        let tree = scratch.0.join("tree");
         fs::create_dir(&tree).map_err(|e| SourceError::io("create cache scratch space", e))?;
         let result = populate(tree.clone()).await;
         let result = match result {
-            Ok(()) => self.commit(key, &scratch, &tree),
+            Ok(()) => self.commit(key, &scratch.0, &tree),
             Err(e) => Err(e),
         };
-        // Whatever is left in scratch (all of it on failure) goes.
-        let _ = fs::remove_dir_all(&scratch);
+        // Whatever is left in scratch (all of it on failure) goes; also when this future is
+        // dropped mid-populate (a fetch past its deadline), whose unpack thread then stops.
+        drop(scratch);
         drop(_guard);
         self.locks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+        if let Err(e) = &result {
+            self.remember_refusal(key, e);
+        }
         let path = result?;
         self.populated.fetch_add(1, Ordering::Relaxed);
         if self.used.load(Ordering::Relaxed) > self.max_bytes {
             self.evict(key);
         }
         Ok(path)
+    }
+
+    /// The refusal of `key`'s content, if it was refused before.
+    pub fn refusal(&self, key: &str) -> Option<SourceError> {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.get(key).and_then(SourceError::content_refusal)
+    }
+
+    fn remember_refusal(&self, key: &str, error: &SourceError) {
+        let Some(refusal) = error.content_refusal() else {
+            return;
+        };
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.len() >= REFUSALS_KEPT {
+            refused.clear();
+        }
+        refused.insert(key.to_string(), refusal);
     }
 
     fn commit(&self, key: &str, scratch: &Path, tree: &Path) -> Result<PathBuf, SourceError> {
@@ -242,6 +292,15 @@ impl Cache {
             .map_err(|e| SourceError::io("write cache metadata", e));
         let _ = fs::remove_dir_all(&scratch);
         result
+    }
+}
+
+/// A scratch directory removed when dropped.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

@@ -8,12 +8,16 @@ use std::fs;
 use std::io::Read;
 use std::path::Path;
 
-use super::unpack::{self, Budget, Compression};
+use super::budget::Budget;
+use super::unpack::{self, Compression};
 use super::SourceError;
 
 /// Unpacks a packaged chart (tar, gzip detected) into `dest` (which must exist and be empty) with
 /// its top-level directory stripped. Returns the chart's name from that directory. An archive
 /// that is not one directory holding `Chart.yaml` is refused, naming what it holds.
+///
+/// Symlinks are checked again once the top directory is gone: `chart/up -> ..` pointed at the
+/// unpack's root before, and would point above it after.
 pub fn unpack_chart<R: Read>(
     reader: R,
     dest: &Path,
@@ -21,7 +25,16 @@ pub fn unpack_chart<R: Read>(
     what: &str,
 ) -> Result<String, SourceError> {
     unpack::unpack_tar(reader, Compression::Detect, dest, budget, false)?;
-    strip_chart_dir(dest, what)
+    let top = strip_chart_dir(dest, what)?;
+    let links = unpack::find_symlinks(dest)?;
+    unpack::verify_tree_symlinks(dest, &links).map_err(|e| match e {
+        SourceError::UnsafeContent { path, reason } => SourceError::UnsafeContent {
+            path: format!("{top}/{path}"),
+            reason: format!("{reason} once the chart's top directory {top}/ is stripped"),
+        },
+        other => other,
+    })?;
+    Ok(top)
 }
 
 /// Moves the children of the single top-level chart directory of `dest` up into `dest`.
@@ -129,5 +142,31 @@ mod tests {
             assert_eq!(err.category(), "NotABundle");
             assert!(err.to_string().contains(expected), "{err}");
         }
+    }
+
+    #[test]
+    fn links_are_checked_after_the_top_directory_is_stripped() {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(12);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "c/Chart.yaml", &b"name: c\nx: 1"[..12])
+            .unwrap();
+        let mut link = tar::Header::new_gnu();
+        link.set_entry_type(tar::EntryType::Symlink);
+        link.set_size(0);
+        builder.append_link(&mut link, "c/up", "..").unwrap();
+        let data = builder.into_inner().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("tree");
+        fs::create_dir(&dest).unwrap();
+        let mut budget = Budget::new(Limits::default());
+        let err = unpack_chart(&data[..], &dest, &mut budget, "chart c").unwrap_err();
+        assert_eq!(err.category(), "UnsafeContent", "{err}");
+        assert!(
+            err.to_string().contains("c/up") && err.to_string().contains("stripped"),
+            "{err}"
+        );
     }
 }

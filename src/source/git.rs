@@ -8,12 +8,17 @@
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine;
 use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks, RemoteRedirect};
 
-use super::unpack::{self, Budget};
+use pallet_formats::archive::SharedAllowance;
+
+use super::budget::{Budget, Cancel, TOTAL_BUDGET};
+use super::unpack;
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::{GitReference, GitSource};
 
@@ -33,6 +38,7 @@ pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &GitSource,
     secrets: &SourceSecrets,
+    cancel: &Cancel,
 ) -> Result<(String, PathBuf, Option<String>), SourceError> {
     let wanted = Wanted::from_spec(&spec.reference)?;
     let directory = spec.directory.clone().unwrap_or_default();
@@ -54,6 +60,10 @@ pub(crate) async fn fetch(
         url: spec.repository.clone(),
         credentials: secrets.credentials.clone(),
         deadline,
+        cancel: cancel.clone(),
+        allowance: fetcher.cache().unpack_allowance(),
+        max_pack_bytes: opts.limits.max_total_bytes,
+        pack_bytes: Arc::new(AtomicU64::new(0)),
     };
     let cache = fetcher.cache().clone();
     let scratch = cache.scratch_dir()?;
@@ -166,6 +176,14 @@ struct Remote {
     url: String,
     credentials: Option<Credentials>,
     deadline: Instant,
+    /// Raised when the fetch ends: the transfer and the tree writing stop.
+    cancel: Cancel,
+    /// What the unpacks in progress may hold together.
+    allowance: Arc<SharedAllowance>,
+    /// The most bytes of pack data a fetch may receive.
+    max_pack_bytes: u64,
+    /// Pack bytes received by the last transfer that went over `max_pack_bytes` (0: none did).
+    pack_bytes: Arc<AtomicU64>,
 }
 
 impl Remote {
@@ -232,12 +250,36 @@ impl Remote {
                 ))
             }
         });
-        let deadline = self.deadline;
-        cb.transfer_progress(move |_| Instant::now() < deadline);
+        let (deadline, cancel) = (self.deadline, self.cancel.clone());
+        let (max, over) = (self.max_pack_bytes, self.pack_bytes.clone());
+        cb.transfer_progress(move |progress| {
+            let received = progress.received_bytes() as u64;
+            if received > max {
+                over.store(received, Ordering::Relaxed);
+                return false;
+            }
+            Instant::now() < deadline && !cancel.is_cancelled()
+        });
         cb
     }
 
+    /// The refusal of a pack that grew past the limit, if the last transfer stopped for that.
+    fn pack_refusal(&self) -> Option<SourceError> {
+        let received = self.pack_bytes.load(Ordering::Relaxed);
+        (received > 0).then(|| {
+            SourceError::limit(
+                format!("the pack of git repository {}", self.url),
+                format!("more than {received} bytes received"),
+                TOTAL_BUDGET,
+                format!("{} bytes", self.max_pack_bytes),
+            )
+        })
+    }
+
     fn map_err(&self, tried: bool, e: &git2::Error) -> SourceError {
+        if let Some(refusal) = self.pack_refusal() {
+            return refusal;
+        }
         let what = format!("git repository {}", self.url);
         let msg = e.message().to_string();
         let lower = msg.to_ascii_lowercase();
@@ -356,7 +398,7 @@ impl Remote {
         repo_dir: &Path,
         directory: &str,
         tree: &Path,
-        limits: unpack::Limits,
+        limits: super::Limits,
     ) -> Result<(), SourceError> {
         let oid = Oid::from_str(commit)
             .map_err(|_| SourceError::Invalid(format!("git commit {commit} is not a SHA")))?;
@@ -385,7 +427,9 @@ impl Remote {
                 let err = self.map_err(tried.get(), e);
                 if matches!(
                     err,
-                    SourceError::Unauthorized { .. } | SourceError::Unreachable { .. }
+                    SourceError::Unauthorized { .. }
+                        | SourceError::Unreachable { .. }
+                        | SourceError::LimitExceeded { .. }
                 ) {
                     return Err(err);
                 }
@@ -429,11 +473,34 @@ impl Remote {
                 reason: format!("{directory} is not a directory at commit {commit}"),
             })?
         };
-        let mut budget = Budget::new(limits);
+        let mut budget = Budget::drawing_on(limits, &self.cancel, Some(self.allowance.clone()));
         let mut links = Vec::new();
         write_tree(&repo, &start, Path::new(""), tree, &mut budget, &mut links)?;
         unpack::verify_tree_symlinks(tree, &links)
     }
+}
+
+/// The longest symlink target read from a blob (the system's PATH_MAX).
+const MAX_LINK_TARGET: u64 = 4096;
+
+/// A blob's size from its object header, charged before the blob is loaded: loading it puts all
+/// of it in memory.
+fn blob_size(
+    repo: &git2::Repository,
+    rel: &Path,
+    id: Oid,
+    budget: &Budget,
+) -> Result<u64, SourceError> {
+    let odb = repo.odb().map_err(|e| SourceError::Server {
+        what: rel.display().to_string(),
+        detail: e.message().to_string(),
+    })?;
+    let (size, _) = odb.read_header(id).map_err(|e| SourceError::Server {
+        what: rel.display().to_string(),
+        detail: e.message().to_string(),
+    })?;
+    budget.check_file_size(rel, size as u64)?;
+    Ok(size as u64)
 }
 
 fn write_tree(
@@ -458,22 +525,34 @@ fn write_tree(
         };
         match entry.filemode() {
             0o040000 => {
+                budget.entry(&rel)?;
                 let sub = entry.to_object(repo).map_err(bad)?;
                 let sub = sub.as_tree().ok_or_else(|| SourceError::BadArchive {
                     reason: format!("{} is not a tree", rel.display()),
                 })?;
                 unpack::safe_relative(&rel)?;
+                unpack::check_no_symlink_parents(dest, &rel)?;
                 std::fs::create_dir_all(dest.join(&rel)).map_err(|e| {
                     SourceError::io(format!("create directory {}", rel.display()), e)
                 })?;
                 write_tree(repo, sub, &rel, dest, budget, links)?;
             }
             0o100644 | 0o100755 | 0o100664 => {
+                blob_size(repo, &rel, entry.id(), budget)?;
                 let blob = repo.find_blob(entry.id()).map_err(bad)?;
                 let exec = entry.filemode() == 0o100755;
                 unpack::write_tree_file(dest, &rel, blob.content(), exec, budget)?;
             }
             0o120000 => {
+                let size = blob_size(repo, &rel, entry.id(), budget)?;
+                if size > MAX_LINK_TARGET {
+                    return Err(SourceError::UnsafeContent {
+                        path: rel.display().to_string(),
+                        reason: format!(
+                            "symlink target of {size} bytes (a path is at most {MAX_LINK_TARGET})"
+                        ),
+                    });
+                }
                 let blob = repo.find_blob(entry.id()).map_err(bad)?;
                 let target = std::str::from_utf8(blob.content()).map_err(|_| {
                     SourceError::UnsafeContent {

@@ -24,11 +24,11 @@ use reqwest::StatusCode;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use super::budget::{Budget, Cancel, FILE_BUDGET, TOTAL_BUDGET};
 use super::http::{
     authorize, check_status, client, conditional, display_url, download_to, not_modified_unasked,
     send, validators_of,
 };
-use super::unpack::Budget;
 use super::{Fetcher, SourceError, SourceSecrets};
 use crate::api::HelmRepositorySource;
 
@@ -296,6 +296,7 @@ pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &HelmRepositorySource,
     secrets: &SourceSecrets,
+    cancel: &Cancel,
 ) -> Result<(String, PathBuf, String), SourceError> {
     let repo = url::Url::parse(&spec.url)
         .map_err(|e| SourceError::Invalid(format!("helmRepository url {}: {e}", spec.url)))?;
@@ -356,7 +357,7 @@ pub(crate) async fn fetch(
             },
         },
     })?;
-    let (sha, path) = fetch_chart(&client, fetcher, spec, secrets, &repo, entry).await?;
+    let (sha, path) = fetch_chart(&client, fetcher, spec, secrets, &repo, entry, cancel).await?;
     meta.downloaded.insert(entry.version.clone(), sha.clone());
     save_meta(&meta);
     Ok((format!("sha256:{sha}"), path, entry.version.clone()))
@@ -398,7 +399,7 @@ async fn read_index(
     let scratch = fetcher.cache().scratch_dir()?;
     let file = scratch.join("index.yaml");
     let max = fetcher.options().limits.max_file_bytes;
-    let downloaded = download_to(response, &file, &what, max).await;
+    let downloaded = download_to(response, &file, &what, max, FILE_BUDGET).await;
     let parsed = match downloaded {
         Ok(_) => {
             let chart = spec.chart.clone();
@@ -434,6 +435,7 @@ async fn fetch_chart(
     secrets: &SourceSecrets,
     repo: &url::Url,
     entry: &ChartEntry,
+    cancel: &Cancel,
 ) -> Result<(String, PathBuf), SourceError> {
     let cache = fetcher.cache();
     let label = format!("chart {} {}", spec.chart, entry.version);
@@ -484,20 +486,30 @@ async fn fetch_chart(
     let download = scratch.join("chart.tgz");
     let limits = fetcher.options().limits;
     let result = async {
-        let sha = download_to(response, &download, &what, limits.max_total_bytes).await?;
+        let sha = download_to(
+            response,
+            &download,
+            &what,
+            limits.max_total_bytes,
+            TOTAL_BUDGET,
+        )
+        .await?;
         for expected in [&listed, &pin].into_iter().flatten() {
             if *expected != sha {
                 return Err(mismatch(expected, &sha));
             }
         }
         let file = download.clone();
+        let cancel = cancel.clone();
+        let allowance = cache.unpack_allowance();
         let path = cache
             .get_or_populate(&cache_key(&sha), |tree| async move {
-                tokio::task::spawn_blocking(move || unpack(&file, &tree, limits, &label))
-                    .await
-                    .map_err(|e| {
-                        SourceError::io("unpack task", std::io::Error::other(e.to_string()))
-                    })?
+                tokio::task::spawn_blocking(move || {
+                    let mut budget = Budget::drawing_on(limits, &cancel, Some(allowance));
+                    unpack(&file, &tree, &mut budget, &label)
+                })
+                .await
+                .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
             })
             .await?;
         Ok((sha, path))
@@ -507,10 +519,9 @@ async fn fetch_chart(
     result
 }
 
-fn unpack(file: &Path, tree: &Path, limits: super::Limits, what: &str) -> Result<(), SourceError> {
+fn unpack(file: &Path, tree: &Path, budget: &mut Budget, what: &str) -> Result<(), SourceError> {
     let f = std::fs::File::open(file).map_err(|e| SourceError::io("read chart download", e))?;
-    let mut budget = Budget::new(limits);
-    super::chart::unpack_chart(f, tree, &mut budget, what).map(|_| ())
+    super::chart::unpack_chart(f, tree, budget, what).map(|_| ())
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use reqwest::StatusCode;
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
-use super::unpack::{self, Budget, Compression};
+use super::budget::{Budget, Cancel, TOTAL_BUDGET};
+use super::unpack::{self, Compression};
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::HttpSource;
 use crate::egress::{EgressPolicy, Redirects};
@@ -241,6 +242,7 @@ pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &HttpSource,
     secrets: &SourceSecrets,
+    cancel: &Cancel,
 ) -> Result<(String, PathBuf), SourceError> {
     let url = url::Url::parse(&spec.url)
         .map_err(|e| SourceError::Invalid(format!("http source url: {e}")))?;
@@ -304,7 +306,14 @@ pub(crate) async fn fetch(
     // known (and matches the pin).
     let scratch = cache.scratch_dir()?;
     let download = scratch.join("download");
-    let result = download_to(response, &download, &what, opts.limits.max_total_bytes).await;
+    let result = download_to(
+        response,
+        &download,
+        &what,
+        opts.limits.max_total_bytes,
+        TOTAL_BUDGET,
+    )
+    .await;
     let sha = match result {
         Ok(sha) => sha,
         Err(e) => {
@@ -325,11 +334,16 @@ pub(crate) async fn fetch(
     let limits = opts.limits;
     let key = cache_key(&sha, &shape);
     let file = download.clone();
+    let cancel = cancel.clone();
+    let allowance = cache.unpack_allowance();
     let result = cache
         .get_or_populate(&key, |tree| async move {
-            tokio::task::spawn_blocking(move || unpack_download(&file, &shape, &tree, limits))
-                .await
-                .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
+            tokio::task::spawn_blocking(move || {
+                let mut budget = Budget::drawing_on(limits, &cancel, Some(allowance));
+                unpack_download(&file, &shape, &tree, &mut budget)
+            })
+            .await
+            .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
         })
         .await;
     let _ = std::fs::remove_dir_all(&scratch);
@@ -350,11 +364,14 @@ pub(crate) async fn fetch(
     Ok((format!("sha256:{sha}"), path))
 }
 
+/// Downloads `response` to `path`, hashing it; more than `max_bytes` is refused as over
+/// `budget`. Returns the hex SHA-256.
 pub(crate) async fn download_to(
     mut response: reqwest::Response,
     path: &Path,
     what: &str,
     max_bytes: u64,
+    budget: &str,
 ) -> Result<String, SourceError> {
     let mut file = tokio::fs::File::create(path)
         .await
@@ -368,10 +385,12 @@ pub(crate) async fn download_to(
     {
         total += chunk.len() as u64;
         if total > max_bytes {
-            return Err(SourceError::LimitExceeded {
-                what: format!("download size of {what}"),
-                limit: max_bytes,
-            });
+            return Err(SourceError::limit(
+                format!("the download {what}"),
+                format!("more than {max_bytes} bytes ({total} received)"),
+                budget,
+                format!("{max_bytes} bytes"),
+            ));
         }
         hasher.update(&chunk);
         file.write_all(&chunk)
@@ -388,20 +407,20 @@ fn unpack_download(
     file: &Path,
     shape: &Shape,
     tree: &Path,
-    limits: unpack::Limits,
+    budget: &mut Budget,
 ) -> Result<(), SourceError> {
-    let mut budget = Budget::new(limits);
+    let mut f = std::fs::File::open(file).map_err(|e| SourceError::io("read download file", e))?;
     match shape {
         Shape::File(name) => {
-            let content =
-                std::fs::read(file).map_err(|e| SourceError::io("read download file", e))?;
-            unpack::write_tree_file(tree, Path::new(name), &content, false, &mut budget)
+            let size = f
+                .metadata()
+                .map_err(|e| SourceError::io("read download file", e))?
+                .len();
+            unpack::write_tree_stream(tree, Path::new(name), &mut f, size, false, budget)
         }
+        // Sniff rather than trust the name: servers serve .tgz as .tar and back.
         Shape::Tar | Shape::TarGz => {
-            let f =
-                std::fs::File::open(file).map_err(|e| SourceError::io("read download file", e))?;
-            // Sniff rather than trust the name: servers serve .tgz as .tar and back.
-            unpack::unpack_tar(f, Compression::Detect, tree, &mut budget, false)
+            unpack::unpack_tar(f, Compression::Detect, tree, budget, false)
         }
     }
 }

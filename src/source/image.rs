@@ -22,9 +22,9 @@ use tokio::io::AsyncWriteExt;
 
 use pallet_formats::semver::{self, Range};
 
+use super::budget::{Cancel, TOTAL_BUDGET};
 use super::http::describe;
 use super::oci_layers::{self, Downloaded, LayerDesc};
-use super::unpack;
 use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
 use crate::api::{HelmRepositorySource, ImageSource};
 
@@ -353,6 +353,7 @@ pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &ImageSource,
     secrets: &SourceSecrets,
+    cancel: &Cancel,
 ) -> Result<Pulled, SourceError> {
     let what = format!("image {}", spec.reference);
     let reference = super::oci_reference::parse(&spec.reference)
@@ -369,16 +370,15 @@ pub(crate) async fn fetch(
             Selector::Range(super::parse_range(&what, range)?)
         }
     };
-    fetch_from_registry(
+    let pull = Pull {
         fetcher,
         secrets,
-        spec.insecure_skip_tls_verify,
-        &reference,
-        selector,
-        &what,
-        false,
-    )
-    .await
+        insecure_skip_tls_verify: spec.insecure_skip_tls_verify,
+        what: &what,
+        expect_chart: false,
+        cancel,
+    };
+    fetch_from_registry(&pull, &reference, selector).await
 }
 
 /// A chart of an `oci://` chart repository, fetched.
@@ -401,6 +401,7 @@ pub(crate) async fn fetch_helm_oci(
     fetcher: &Fetcher,
     spec: &HelmRepositorySource,
     secrets: &SourceSecrets,
+    cancel: &Cancel,
 ) -> Result<HelmOciChart, SourceError> {
     let base = spec
         .url
@@ -425,16 +426,15 @@ pub(crate) async fn fetch_helm_oci(
         (None, None, range) => Selector::Range(super::parse_range(&what, range.unwrap_or("*"))?),
     };
     let repo_ref = parse(&chart_repo)?;
-    let pulled = fetch_from_registry(
+    let pull = Pull {
         fetcher,
         secrets,
-        spec.insecure_skip_tls_verify,
-        &repo_ref,
-        selector,
-        &what,
-        true,
-    )
-    .await?;
+        insecure_skip_tls_verify: spec.insecure_skip_tls_verify,
+        what: &what,
+        expect_chart: true,
+        cancel,
+    };
+    let pulled = fetch_from_registry(&pull, &repo_ref, selector).await?;
     let version = match (&pulled.tag, exact) {
         (Some(tag), _) => Some(tag_to_version(tag)),
         (None, Some(v)) => Some(v.strip_prefix('=').unwrap_or(v).trim().to_string()),
@@ -467,15 +467,32 @@ async fn check_registry(fetcher: &Fetcher, registry: &str) -> Result<(), SourceE
         .map_err(|refused| SourceError::Refused(format!("registry {registry}: {refused}")))
 }
 
-async fn fetch_from_registry(
-    fetcher: &Fetcher,
-    secrets: &SourceSecrets,
+/// What a pull from a registry is for and with.
+struct Pull<'a> {
+    fetcher: &'a Fetcher,
+    secrets: &'a SourceSecrets,
     insecure_skip_tls_verify: bool,
+    /// How the source is named in messages.
+    what: &'a str,
+    /// A chart repository: anything but a Helm chart is refused.
+    expect_chart: bool,
+    /// Raised when the fetch ends; the unpack stops with it.
+    cancel: &'a Cancel,
+}
+
+async fn fetch_from_registry(
+    pull: &Pull<'_>,
     reference: &Reference,
     selector: Selector,
-    what: &str,
-    expect_chart: bool,
 ) -> Result<Pulled, SourceError> {
+    let Pull {
+        fetcher,
+        secrets,
+        insecure_skip_tls_verify,
+        what,
+        expect_chart,
+        cancel,
+    } = *pull;
     let registry = reference.resolve_registry().to_string();
     let repo = reference.repository().to_string();
     // A chart repository refuses what an image source takes, so their cache entries differ.
@@ -520,18 +537,17 @@ async fn fetch_from_registry(
     let cache = fetcher.cache().clone();
     let scratch_cache = cache.clone();
     let what_owned = what.to_string();
+    let cancel = cancel.clone();
     let path = cache
         .get_or_populate(&key, |tree| async move {
-            pull_into(
-                &ctx,
-                &by_digest,
-                &what_owned,
+            let target = PullTarget {
                 tree,
                 limits,
-                &scratch_cache,
+                cache: &scratch_cache,
                 expect_chart,
-            )
-            .await
+                cancel,
+            };
+            pull_into(&ctx, &by_digest, &what_owned, target).await
         })
         .await?;
     Ok(Pulled {
@@ -541,15 +557,28 @@ async fn fetch_from_registry(
     })
 }
 
+/// Where a pulled artifact goes and under which limits.
+struct PullTarget<'a> {
+    tree: PathBuf,
+    limits: super::Limits,
+    cache: &'a super::Cache,
+    expect_chart: bool,
+    cancel: Cancel,
+}
+
 async fn pull_into(
     ctx: &Ctx,
     reference: &Reference,
     what: &str,
-    tree: PathBuf,
-    limits: unpack::Limits,
-    cache: &super::Cache,
-    expect_chart: bool,
+    target: PullTarget<'_>,
 ) -> Result<(), SourceError> {
+    let PullTarget {
+        tree,
+        limits,
+        cache,
+        expect_chart,
+        cancel,
+    } = target;
     let err = |e| map_oci(what, &ctx.cred_origin, e);
     // pull_image_manifest follows an index through the platform resolver and checks the
     // manifest against the digest it was fetched by.
@@ -621,8 +650,10 @@ async fn pull_into(
             });
         }
         let what = what.to_string();
+        let allowance = cache.unpack_allowance();
         tokio::task::spawn_blocking(move || {
-            oci_layers::apply_layers(downloaded, &tree, limits, &what, &types)
+            let mut budget = super::Budget::drawing_on(limits, &cancel, Some(allowance));
+            oci_layers::apply_layers(downloaded, &tree, &mut budget, &what, &types)
         })
         .await
         .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
@@ -663,10 +694,12 @@ async fn download_blob(
         })?;
         total += chunk.len() as u64;
         if total > max_bytes {
-            return Err(SourceError::LimitExceeded {
-                what: format!("size of layer {}", layer.digest),
-                limit: max_bytes,
-            });
+            return Err(SourceError::limit(
+                format!("layer {}", layer.digest),
+                format!("more than {max_bytes} bytes ({total} received)"),
+                TOTAL_BUDGET,
+                format!("{max_bytes} bytes"),
+            ));
         }
         hasher.update(&chunk);
         out.write_all(&chunk)

@@ -9,6 +9,7 @@
 //! - [`unpack`] does the safe extraction, [`cache`] the content-addressed store, and
 //!   [`credentials`] the secret material the fetchers take.
 
+pub mod budget;
 pub mod cache;
 pub mod chart;
 pub mod credentials;
@@ -29,9 +30,9 @@ use std::time::Duration;
 
 use crate::api::{Source, SourceKind};
 
+pub use budget::{Budget, Cancel, Limits};
 pub use cache::Cache;
 pub use credentials::{CredentialKind, Credentials, DockerConfig};
-pub use unpack::Limits;
 
 /// Why fetching a source failed. Messages name the source, the path and the credentials'
 /// origin, never secret values.
@@ -84,12 +85,30 @@ pub enum SourceError {
         reason: String,
     },
     /// Unpacking would exceed one of the configured [`Limits`].
-    #[error("{what} exceeds the limit of {limit}")]
+    #[error("refused {what}: {value} is over {budget} of {limit}")]
     LimitExceeded {
-        /// Which limit.
+        /// What was refused: the entry, file or download.
         what: String,
-        /// Its value.
-        limit: u64,
+        /// How large it is or would have grown (with its unit).
+        value: String,
+        /// Which budget, with the flag that sets it.
+        budget: String,
+        /// The budget's value (with its unit).
+        limit: String,
+    },
+    /// Unpacking stopped because its fetch finished, was dropped or passed its deadline.
+    #[error("{what} stopped: the fetch was cancelled or passed its deadline")]
+    Cancelled {
+        /// What was being done.
+        what: String,
+    },
+    /// A refusal of a source's content, naming the source.
+    #[error("{label}: {error}")]
+    InSource {
+        /// The source, as [`describe_source`] names it.
+        label: String,
+        /// The refusal.
+        error: Box<SourceError>,
     },
     /// Content whose digest is not the one expected.
     #[error("digest mismatch for {what}: expected {expected}, got {actual}")]
@@ -166,6 +185,8 @@ impl SourceError {
             SourceError::UnsafeContent { .. } => "UnsafeContent",
             SourceError::BadArchive { .. } => "BadArchive",
             SourceError::LimitExceeded { .. } => "LimitExceeded",
+            SourceError::Cancelled { .. } => "Cancelled",
+            SourceError::InSource { error, .. } => error.category(),
             SourceError::DigestMismatch { .. } => "DigestMismatch",
             SourceError::NoMatchingVersion { .. } => "NoMatchingVersion",
             SourceError::Conflict { .. } => "SourceConflict",
@@ -180,10 +201,77 @@ impl SourceError {
     /// Transient failures (network, server, local I/O) are retried with backoff; permanent ones
     /// (bad spec, bad content, refused credentials) wait for a change of spec or content.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            SourceError::Unreachable { .. } | SourceError::Server { .. } | SourceError::Io { .. }
-        )
+        match self {
+            SourceError::InSource { error, .. } => error.is_transient(),
+            other => matches!(
+                other,
+                SourceError::Unreachable { .. }
+                    | SourceError::Server { .. }
+                    | SourceError::Io { .. }
+                    | SourceError::Cancelled { .. }
+            ),
+        }
+    }
+
+    /// A refusal of `what` (an entry, a file, a download) whose `value` is over `budget`, which
+    /// is `limit`.
+    pub fn limit(
+        what: impl Into<String>,
+        value: impl Into<String>,
+        budget: &str,
+        limit: impl Into<String>,
+    ) -> Self {
+        SourceError::LimitExceeded {
+            what: what.into(),
+            value: value.into(),
+            budget: budget.to_string(),
+            limit: limit.into(),
+        }
+    }
+
+    /// A copy of this error when it refuses content for what it is (unsafe, corrupt, too large,
+    /// not a bundle): content under an immutable ref is refused the same way every time.
+    pub(crate) fn content_refusal(&self) -> Option<SourceError> {
+        Some(match self {
+            SourceError::UnsafeContent { path, reason } => SourceError::UnsafeContent {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            SourceError::BadArchive { reason } => SourceError::BadArchive {
+                reason: reason.clone(),
+            },
+            SourceError::LimitExceeded {
+                what,
+                value,
+                budget,
+                limit,
+            } => SourceError::LimitExceeded {
+                what: what.clone(),
+                value: value.clone(),
+                budget: budget.clone(),
+                limit: limit.clone(),
+            },
+            SourceError::NotABundle { what, reason } => SourceError::NotABundle {
+                what: what.clone(),
+                reason: reason.clone(),
+            },
+            _ => return None,
+        })
+    }
+
+    /// This error naming `source` when it is a refusal of the source's content, which says
+    /// nothing of the source by itself.
+    fn in_source(self, source: &Source) -> Self {
+        match self {
+            SourceError::UnsafeContent { .. }
+            | SourceError::BadArchive { .. }
+            | SourceError::LimitExceeded { .. }
+            | SourceError::Cancelled { .. } => SourceError::InSource {
+                label: describe_source(source),
+                error: Box::new(self),
+            },
+            other => other,
+        }
     }
 
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
@@ -356,19 +444,23 @@ impl Fetcher {
         secrets: &SourceSecrets,
     ) -> Result<Fetched, SourceError> {
         // One deadline over the whole fetch, whatever the kind: per-request timeouts alone let
-        // a server that drips its body a byte at a time hold a fetch for ever.
+        // a server that drips its body a byte at a time hold a fetch for ever. The unpack
+        // threads it started stop with it: the guard raises their flag when this future ends or
+        // is dropped.
         let deadline = self.options.timeout;
-        let result =
-            match tokio::time::timeout(deadline, self.fetch_uncounted(source, secrets)).await {
-                Ok(result) => result,
-                Err(_) => Err(SourceError::Unreachable {
-                    what: describe_source(source),
-                    detail: format!(
-                        "the fetch did not complete within {}s (connect, answer and whole body)",
-                        deadline.as_secs()
-                    ),
-                }),
-            };
+        let cancel = Cancel::new();
+        let _stop_unpacking = cancel.on_drop();
+        let fetching = self.fetch_uncounted(source, secrets, &cancel);
+        let result = match tokio::time::timeout(deadline, fetching).await {
+            Ok(result) => result.map_err(|e| e.in_source(source)),
+            Err(_) => Err(SourceError::Unreachable {
+                what: describe_source(source),
+                detail: format!(
+                    "the fetch did not complete within {}s (connect, answer and whole body)",
+                    deadline.as_secs()
+                ),
+            }),
+        };
         crate::metrics::METRICS.fetched(kind_name(source.kind), result.is_ok());
         result
     }
@@ -377,6 +469,7 @@ impl Fetcher {
         &self,
         source: &Source,
         secrets: &SourceSecrets,
+        cancel: &Cancel,
     ) -> Result<Fetched, SourceError> {
         // The version a range resolved to, for the kinds that take one.
         let mut version = None;
@@ -386,7 +479,7 @@ impl Fetcher {
                     .image
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind image without `image`".into()))?;
-                let pulled = image::fetch(self, spec, secrets).await?;
+                let pulled = image::fetch(self, spec, secrets, cancel).await?;
                 version = pulled.tag;
                 (spec.reference.clone(), pulled.resolved, pulled.path)
             }
@@ -395,7 +488,7 @@ impl Fetcher {
                     .git
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind git without `git`".into()))?;
-                let (resolved, path, chosen) = git::fetch(self, spec, secrets).await?;
+                let (resolved, path, chosen) = git::fetch(self, spec, secrets, cancel).await?;
                 version = chosen;
                 (git::ref_as_written(&spec.reference), resolved, path)
             }
@@ -404,7 +497,7 @@ impl Fetcher {
                     .http
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind http without `http`".into()))?;
-                let (resolved, path) = http::fetch(self, spec, secrets).await?;
+                let (resolved, path) = http::fetch(self, spec, secrets, cancel).await?;
                 (spec.url.clone(), resolved, path)
             }
             SourceKind::HelmRepository => {
@@ -412,11 +505,12 @@ impl Fetcher {
                     SourceError::Invalid("kind helmRepository without `helmRepository`".into())
                 })?;
                 if spec.url.starts_with("oci://") {
-                    let chart = image::fetch_helm_oci(self, spec, secrets).await?;
+                    let chart = image::fetch_helm_oci(self, spec, secrets, cancel).await?;
                     version = chart.version;
                     (chart.reference, chart.resolved, chart.path)
                 } else {
-                    let (resolved, path, chosen) = helm_repo::fetch(self, spec, secrets).await?;
+                    let (resolved, path, chosen) =
+                        helm_repo::fetch(self, spec, secrets, cancel).await?;
                     version = Some(chosen);
                     (helm_repo::reference(spec), resolved, path)
                 }
@@ -435,76 +529,112 @@ impl Fetcher {
 
 /// Copies every fetched source into `out` (created if missing) at its destination. Two sources
 /// writing the same path (or one writing a file where another has a directory) is an error
-/// naming both sources and the path.
+/// naming both sources and the path. Files hardlinked together in a source stay hardlinked (one
+/// copy, not one per link), symlinks are copied as symlinks, and nothing is written through a
+/// symlink.
 pub fn assemble(sources: &[Fetched], out: &Path) -> Result<(), SourceError> {
     fs::create_dir_all(out).map_err(|e| SourceError::io("create bundle tree", e))?;
-    // Who wrote each file, and who created each directory entry as a non-directory.
-    let mut owners: HashMap<PathBuf, usize> = HashMap::new();
+    let mut state = Assembly {
+        sources,
+        out,
+        owners: HashMap::new(),
+        copies: HashMap::new(),
+    };
     for (index, source) in sources.iter().enumerate() {
         let dest_rel = unpack::safe_relative(Path::new(&source.destination))?.unwrap_or_default();
-        copy_tree(sources, index, &source.path, &dest_rel, out, &mut owners)?;
+        // A destination below a symlink another source made would write wherever it points.
+        unpack::check_no_symlink_parents(out, &dest_rel.join("_"))?;
+        state.copy_tree(index, &source.path, &dest_rel)?;
     }
     Ok(())
 }
 
-fn copy_tree(
-    sources: &[Fetched],
-    index: usize,
-    from: &Path,
-    rel: &Path,
-    out: &Path,
-    owners: &mut HashMap<PathBuf, usize>,
-) -> Result<(), SourceError> {
-    let conflict = |path: &Path, other: usize| SourceError::Conflict {
-        path: path.display().to_string(),
-        first: sources[other].label(),
-        second: sources[index].label(),
-    };
-    // A directory where another source put a file (or a file's ancestors) conflicts too.
-    for ancestor in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
-        if let Some(&other) = owners.get(ancestor) {
-            if other != index {
-                return Err(conflict(ancestor, other));
+/// The state of one [`assemble`].
+struct Assembly<'a> {
+    sources: &'a [Fetched],
+    out: &'a Path,
+    /// Who wrote each file, and who created each directory entry as a non-directory.
+    owners: HashMap<PathBuf, usize>,
+    /// The first copy of each source file by (device, inode), so hardlinks are linked again.
+    copies: HashMap<(u64, u64), PathBuf>,
+}
+
+impl Assembly<'_> {
+    fn conflict(&self, index: usize, path: &Path, other: usize) -> SourceError {
+        SourceError::Conflict {
+            path: path.display().to_string(),
+            first: self.sources[other].label(),
+            second: self.sources[index].label(),
+        }
+    }
+
+    fn copy_tree(&mut self, index: usize, from: &Path, rel: &Path) -> Result<(), SourceError> {
+        // A directory where another source put a file (or a file's ancestors) conflicts too.
+        for ancestor in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+            if let Some(&other) = self.owners.get(ancestor) {
+                if other != index {
+                    return Err(self.conflict(index, ancestor, other));
+                }
             }
         }
+        let target = self.out.join(rel);
+        fs::create_dir_all(&target).map_err(|e| SourceError::io("create bundle directory", e))?;
+        let entries = fs::read_dir(from).map_err(|e| SourceError::io("read cached source", e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| SourceError::io("read cached source", e))?;
+            let item_rel = rel.join(entry.file_name());
+            let file_type = entry
+                .file_type()
+                .map_err(|e| SourceError::io("read cached source", e))?;
+            if file_type.is_dir() {
+                self.copy_tree(index, &entry.path(), &item_rel)?;
+                continue;
+            }
+            if let Some(&other) = self.owners.get(&item_rel) {
+                return Err(self.conflict(index, &item_rel, other));
+            }
+            let dst = self.out.join(&item_rel);
+            if fs::symlink_metadata(&dst).is_ok() {
+                // A directory some other source made at this path.
+                let other = self
+                    .owners
+                    .iter()
+                    .find(|(p, _)| p.starts_with(&item_rel))
+                    .map(|(_, &o)| o)
+                    .unwrap_or(index);
+                return Err(self.conflict(index, &item_rel, other));
+            }
+            if file_type.is_symlink() {
+                let target = fs::read_link(entry.path())
+                    .map_err(|e| SourceError::io("read cached symlink", e))?;
+                std::os::unix::fs::symlink(&target, &dst)
+                    .map_err(|e| SourceError::io("create bundle symlink", e))?;
+            } else {
+                self.copy_file(&entry.path(), &dst)?;
+            }
+            self.owners.insert(item_rel, index);
+        }
+        Ok(())
     }
-    let target = out.join(rel);
-    fs::create_dir_all(&target).map_err(|e| SourceError::io("create bundle directory", e))?;
-    let entries = fs::read_dir(from).map_err(|e| SourceError::io("read cached source", e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| SourceError::io("read cached source", e))?;
-        let item_rel = rel.join(entry.file_name());
-        let file_type = entry
-            .file_type()
-            .map_err(|e| SourceError::io("read cached source", e))?;
-        if file_type.is_dir() {
-            copy_tree(sources, index, &entry.path(), &item_rel, out, owners)?;
-            continue;
+
+    /// Copies a file, or links it to the copy of a file it is a hardlink of.
+    fn copy_file(&mut self, from: &Path, dst: &Path) -> Result<(), SourceError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            fs::symlink_metadata(from).map_err(|e| SourceError::io("read cached source", e))?;
+        let key = (meta.dev(), meta.ino());
+        if meta.nlink() > 1 {
+            if let Some(first) = self.copies.get(&key) {
+                return fs::hard_link(first, dst)
+                    .map_err(|e| SourceError::io("link into bundle", e));
+            }
         }
-        if let Some(&other) = owners.get(&item_rel) {
-            return Err(conflict(&item_rel, other));
+        fs::copy(from, dst).map_err(|e| SourceError::io("copy into bundle", e))?;
+        if meta.nlink() > 1 {
+            self.copies.insert(key, dst.to_path_buf());
         }
-        let dst = out.join(&item_rel);
-        if fs::symlink_metadata(&dst).is_ok() {
-            // A directory some other source made at this path.
-            let other = owners
-                .iter()
-                .find(|(p, _)| p.starts_with(&item_rel))
-                .map(|(_, &o)| o)
-                .unwrap_or(index);
-            return Err(conflict(&item_rel, other));
-        }
-        if file_type.is_symlink() {
-            let target = fs::read_link(entry.path())
-                .map_err(|e| SourceError::io("read cached symlink", e))?;
-            std::os::unix::fs::symlink(&target, &dst)
-                .map_err(|e| SourceError::io("create bundle symlink", e))?;
-        } else {
-            fs::copy(entry.path(), &dst).map_err(|e| SourceError::io("copy into bundle", e))?;
-        }
-        owners.insert(item_rel, index);
+        Ok(())
     }
-    Ok(())
 }
 
 /// Parses a semver range of a source spec (Masterminds rules) for `what`; a bad one is an

@@ -22,8 +22,9 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use super::budget::Budget;
 use super::chart::unpack_chart;
-use super::unpack::{self, Budget, Compression};
+use super::unpack::{self, Compression};
 use super::SourceError;
 
 /// Config media type of a Helm chart pushed by `helm push`.
@@ -207,37 +208,30 @@ pub struct Downloaded {
     pub layer: LayerDesc,
 }
 
-/// Builds the tree from downloaded layers, in order. `types` names the artifact's media types in
-/// refusals.
+/// Builds the tree from downloaded layers, in order, charging them all to `budget`. `types`
+/// names the artifact's media types in refusals.
 pub fn apply_layers(
     layers: Vec<Downloaded>,
     tree: &Path,
-    limits: unpack::Limits,
+    budget: &mut Budget,
     what: &str,
     types: &str,
 ) -> Result<(), SourceError> {
-    let mut budget = Budget::new(limits);
     let open = |file: &Path| File::open(file).map_err(|e| SourceError::io("read layer", e));
     for Downloaded { file, usage, layer } in layers {
         match usage {
             LayerUse::Image(compression) => {
-                unpack::unpack_tar(open(&file)?, compression, tree, &mut budget, true)?
+                unpack::unpack_tar(open(&file)?, compression, tree, budget, true)?
             }
             LayerUse::Chart => {
-                unpack_chart(open(&file)?, tree, &mut budget, what)?;
+                unpack_chart(open(&file)?, tree, budget, what)?;
             }
             LayerUse::Archive => {
-                unpack::unpack_tar(open(&file)?, Compression::Detect, tree, &mut budget, false)?
+                unpack::unpack_tar(open(&file)?, Compression::Detect, tree, budget, false)?
             }
             LayerUse::Sniff { title } => {
                 if is_tar(&file).map_err(|e| SourceError::io("read layer", e))? {
-                    unpack::unpack_tar(
-                        open(&file)?,
-                        Compression::Detect,
-                        tree,
-                        &mut budget,
-                        false,
-                    )?;
+                    unpack::unpack_tar(open(&file)?, Compression::Detect, tree, budget, false)?;
                     continue;
                 }
                 let Some(title) = title else {
@@ -250,17 +244,20 @@ pub fn apply_layers(
                         ),
                     });
                 };
-                let size = std::fs::metadata(&file)
+                let mut content = open(&file)?;
+                let size = content
+                    .metadata()
                     .map_err(|e| SourceError::io("read layer", e))?
                     .len();
-                if size > limits.max_file_bytes {
-                    return Err(SourceError::LimitExceeded {
-                        what: format!("size of file {title}"),
-                        limit: limits.max_file_bytes,
-                    });
-                }
-                let content = std::fs::read(&file).map_err(|e| SourceError::io("read layer", e))?;
-                unpack::write_tree_file(tree, Path::new(&title), &content, false, &mut budget)?;
+                // Copied as it is read and counted, never held whole in memory.
+                unpack::write_tree_stream(
+                    tree,
+                    Path::new(&title),
+                    &mut content,
+                    size,
+                    false,
+                    budget,
+                )?;
             }
         }
     }

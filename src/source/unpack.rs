@@ -8,10 +8,11 @@
 //!   cannot redirect a later one outside the destination;
 //! - symlinks must point inside the destination, both lexically when created and physically
 //!   (after canonicalisation) once the whole tree is written; hardlinks must name a regular file
-//!   already extracted;
+//!   already extracted, and are charged its size;
 //! - device files and FIFOs are refused;
-//! - [`Limits`] cap the total bytes written, the number of entries and the size of one file, so
-//!   tar and gzip bombs stop early instead of filling the disk.
+//! - the [`Budget`] counts every inflated byte (skipped entries' data included), entries and
+//!   file sizes, and GNU long-name and PAX records are bounded before they are read, so tar and
+//!   gzip bombs stop early instead of filling memory or the disk.
 //!
 //! OCI layer whiteouts (`.wh.<name>` and `.wh..wh..opq`) are honoured when asked for.
 
@@ -20,81 +21,10 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+use pallet_formats::archive::{self, EntryMeta, RecordError};
+
+use super::budget::{Budget, RECORD_BUDGET};
 use super::SourceError;
-
-/// Bounds on what one source may unpack. The defaults suit bundles (manifests, charts) with a
-/// wide margin; they exist to stop bombs, not to police normal content.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Total bytes of file content written for one source.
-    pub max_total_bytes: u64,
-    /// Number of archive entries (files, directories, links) for one source.
-    pub max_entries: u64,
-    /// Size of a single file.
-    pub max_file_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_total_bytes: 1 << 30,
-            max_entries: 100_000,
-            max_file_bytes: 512 << 20,
-        }
-    }
-}
-
-/// What has been written so far for one source, checked against [`Limits`]. One budget spans all
-/// the layers of an image, so a bomb cannot be split across layers.
-#[derive(Debug)]
-pub struct Budget {
-    limits: Limits,
-    bytes: u64,
-    entries: u64,
-}
-
-impl Budget {
-    /// A fresh budget for one source.
-    pub fn new(limits: Limits) -> Self {
-        Budget {
-            limits,
-            bytes: 0,
-            entries: 0,
-        }
-    }
-
-    /// Total bytes of file content written so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    fn entry(&mut self) -> Result<(), SourceError> {
-        self.entries += 1;
-        if self.entries > self.limits.max_entries {
-            return Err(SourceError::LimitExceeded {
-                what: "number of entries".into(),
-                limit: self.limits.max_entries,
-            });
-        }
-        Ok(())
-    }
-
-    fn check_file_size(&self, path: &Path, size: u64) -> Result<(), SourceError> {
-        if size > self.limits.max_file_bytes {
-            return Err(SourceError::LimitExceeded {
-                what: format!("size of file {}", path.display()),
-                limit: self.limits.max_file_bytes,
-            });
-        }
-        if self.bytes.saturating_add(size) > self.limits.max_total_bytes {
-            return Err(SourceError::LimitExceeded {
-                what: "total unpacked bytes".into(),
-                limit: self.limits.max_total_bytes,
-            });
-        }
-        Ok(())
-    }
-}
 
 /// Compression of an archive stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,10 +59,11 @@ pub fn unpack_tar<R: Read>(
         }
     };
     if gzip {
-        let decoder = flate2::bufread::MultiGzDecoder::new(reader);
-        unpack_entries(tar::Archive::new(decoder), dest, budget, whiteouts)
+        let inflated = budget.reader(flate2::bufread::MultiGzDecoder::new(reader));
+        unpack_entries(inflated, dest, budget, whiteouts)
     } else {
-        unpack_entries(tar::Archive::new(reader), dest, budget, whiteouts)
+        let counted = budget.reader(reader);
+        unpack_entries(counted, dest, budget, whiteouts)
     }
 }
 
@@ -142,118 +73,175 @@ fn archive_error(e: &io::Error) -> SourceError {
     }
 }
 
+/// What unpacking one entry can fail with: a refusal, or the archive's own records.
+enum EntryError {
+    Source(SourceError),
+    Record(RecordError),
+}
+
+impl From<SourceError> for EntryError {
+    fn from(e: SourceError) -> Self {
+        EntryError::Source(e)
+    }
+}
+
+impl From<RecordError> for EntryError {
+    fn from(e: RecordError) -> Self {
+        EntryError::Record(e)
+    }
+}
+
 fn unpack_entries<R: Read>(
-    mut archive: tar::Archive<R>,
+    reader: R,
     dest: &Path,
     budget: &mut Budget,
     whiteouts: bool,
 ) -> Result<(), SourceError> {
     let mut symlinks = Vec::new();
-    let entries = archive.entries().map_err(|e| archive_error(&e))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| archive_error(&e))?;
-        let raw = entry.path().map_err(|e| archive_error(&e))?.into_owned();
-        budget.entry()?;
-        let Some(rel) = safe_relative(&raw)? else {
-            continue; // "." or "./": the root itself
-        };
-        let kind = entry.header().entry_type();
-        if whiteouts {
-            if let Some(name) = rel.file_name().and_then(|n| n.to_str()) {
-                if name == ".wh..wh..opq" {
-                    let dir = dest.join(rel.parent().unwrap_or(Path::new("")));
-                    check_no_symlink_parents(dest, &rel)?;
-                    clear_dir(&dir).map_err(|e| io_err("apply opaque whiteout", &rel, e))?;
-                    continue;
-                }
-                if let Some(target) = name.strip_prefix(".wh.") {
-                    let victim = rel.with_file_name(target);
-                    check_no_symlink_parents(dest, &victim)?;
-                    remove_any(&dest.join(&victim))
-                        .map_err(|e| io_err("apply whiteout", &victim, e))?;
-                    continue;
-                }
-            }
+    // The entry being read, for refusals that happen while its data is inflated or skipped.
+    let mut current: Option<PathBuf> = None;
+    let max_record = budget.limits().max_record_bytes;
+    let result = archive::read_entries(reader, max_record, |meta, data| {
+        current = Some(meta.path.clone());
+        unpack_entry(meta, data, dest, budget, whiteouts, &mut symlinks)
+    });
+    match result {
+        Ok(()) => {}
+        Err(EntryError::Source(e)) => return Err(e),
+        Err(EntryError::Record(RecordError::Io(e))) => {
+            return Err(budget
+                .stopped(current.as_deref())
+                .unwrap_or_else(|| archive_error(&e)))
         }
-        check_no_symlink_parents(dest, &rel)?;
-        let out = dest.join(&rel);
-        match kind {
-            tar::EntryType::Directory => {
-                if let Ok(meta) = fs::symlink_metadata(&out) {
-                    if !meta.is_dir() {
-                        remove_any(&out).map_err(|e| io_err("replace", &rel, e))?;
-                    }
-                }
-                fs::create_dir_all(&out).map_err(|e| io_err("create directory", &rel, e))?;
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                let size = entry.header().size().map_err(|e| archive_error(&e))?;
-                budget.check_file_size(&rel, size)?;
-                let mode = entry.header().mode().unwrap_or(0o644);
-                prepare_parent(dest, &rel, &out)?;
-                let written = write_file(&mut entry, &out, mode, size)
-                    .map_err(|e| io_err("write", &rel, e))?;
-                budget.bytes += written;
-            }
-            tar::EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .map_err(|e| archive_error(&e))?
-                    .ok_or_else(|| SourceError::UnsafeContent {
-                        path: rel.display().to_string(),
-                        reason: "symlink without a target".into(),
-                    })?
-                    .into_owned();
-                check_symlink_target(&rel, &target)?;
-                prepare_parent(dest, &rel, &out)?;
-                std::os::unix::fs::symlink(&target, &out)
-                    .map_err(|e| io_err("create symlink", &rel, e))?;
-                symlinks.push(rel);
-            }
-            tar::EntryType::Link => {
-                let target = entry
-                    .link_name()
-                    .map_err(|e| archive_error(&e))?
-                    .ok_or_else(|| SourceError::UnsafeContent {
-                        path: rel.display().to_string(),
-                        reason: "hardlink without a target".into(),
-                    })?
-                    .into_owned();
-                let Some(target_rel) =
-                    safe_relative(&target).map_err(|_| unsafe_link(&rel, &target))?
-                else {
-                    return Err(unsafe_link(&rel, &target));
-                };
-                check_no_symlink_parents(dest, &target_rel)
-                    .map_err(|_| unsafe_link(&rel, &target))?;
-                let source = dest.join(&target_rel);
-                match fs::symlink_metadata(&source) {
-                    Ok(meta) if meta.is_file() => {}
-                    _ => return Err(unsafe_link(&rel, &target)),
-                }
-                prepare_parent(dest, &rel, &out)?;
-                fs::hard_link(&source, &out).map_err(|e| io_err("create hardlink", &rel, e))?;
-            }
-            // Metadata entries the tar crate already folded into the next entry.
-            tar::EntryType::XGlobalHeader
-            | tar::EntryType::XHeader
-            | tar::EntryType::GNULongName
-            | tar::EntryType::GNULongLink => {}
-            tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
-                return Err(SourceError::UnsafeContent {
-                    path: rel.display().to_string(),
-                    reason: "device files and FIFOs are not allowed in a bundle".into(),
-                });
-            }
-            other => {
-                return Err(SourceError::UnsafeContent {
-                    path: rel.display().to_string(),
-                    reason: format!("unsupported archive entry type {other:?}"),
-                });
-            }
+        Err(EntryError::Record(RecordError::TooLarge {
+            kind,
+            place,
+            size,
+            limit,
+        })) => {
+            return Err(SourceError::limit(
+                format!("{kind} record {place}"),
+                format!("{size} bytes"),
+                RECORD_BUDGET,
+                format!("{limit} bytes"),
+            ))
+        }
+        Err(EntryError::Record(e @ RecordError::Malformed { .. })) => {
+            return Err(SourceError::BadArchive {
+                reason: e.to_string(),
+            })
         }
     }
     verify_symlinks(dest, &symlinks)
+}
+
+/// Applies one archive entry to `dest`.
+fn unpack_entry(
+    meta: EntryMeta,
+    data: &mut dyn Read,
+    dest: &Path,
+    budget: &mut Budget,
+    whiteouts: bool,
+    symlinks: &mut Vec<PathBuf>,
+) -> Result<(), EntryError> {
+    budget.entry(&meta.path)?;
+    let Some(rel) = safe_relative(&meta.path)? else {
+        return Ok(()); // "." or "./": the root itself
+    };
+    if whiteouts && apply_whiteout(dest, &rel)? {
+        return Ok(());
+    }
+    check_no_symlink_parents(dest, &rel)?;
+    let out = dest.join(&rel);
+    let failed = |action: &str, e: io::Error| -> EntryError {
+        // A read that failed because the budget stopped it says so, not "I/O error".
+        budget
+            .stopped(Some(&rel))
+            .unwrap_or_else(|| io_err(action, &rel, e))
+            .into()
+    };
+    match meta.kind {
+        tar::EntryType::Directory => {
+            if let Ok(existing) = fs::symlink_metadata(&out) {
+                if !existing.is_dir() {
+                    remove_any(&out).map_err(|e| failed("replace", e))?;
+                }
+            }
+            fs::create_dir_all(&out).map_err(|e| failed("create directory", e))?;
+        }
+        tar::EntryType::Regular | tar::EntryType::Continuous => {
+            budget.check_file_size(&rel, meta.size)?;
+            prepare_parent(dest, &rel, &out)?;
+            write_file(data, &out, meta.mode, meta.size).map_err(|e| failed("write", e))?;
+        }
+        tar::EntryType::Symlink => {
+            let target = meta.link.ok_or_else(|| SourceError::UnsafeContent {
+                path: rel.display().to_string(),
+                reason: "symlink without a target".into(),
+            })?;
+            check_symlink_target(&rel, &target)?;
+            prepare_parent(dest, &rel, &out)?;
+            std::os::unix::fs::symlink(&target, &out).map_err(|e| failed("create symlink", e))?;
+            symlinks.push(rel);
+        }
+        tar::EntryType::Link => {
+            let target = meta.link.ok_or_else(|| SourceError::UnsafeContent {
+                path: rel.display().to_string(),
+                reason: "hardlink without a target".into(),
+            })?;
+            let Some(target_rel) =
+                safe_relative(&target).map_err(|_| unsafe_link(&rel, &target))?
+            else {
+                return Err(unsafe_link(&rel, &target).into());
+            };
+            check_no_symlink_parents(dest, &target_rel).map_err(|_| unsafe_link(&rel, &target))?;
+            let source = dest.join(&target_rel);
+            let size = match fs::symlink_metadata(&source) {
+                Ok(meta) if meta.is_file() => meta.len(),
+                _ => return Err(unsafe_link(&rel, &target).into()),
+            };
+            // A link costs what its target holds: whoever copies the tree later copies it again.
+            budget.check_file_size(&rel, size)?;
+            budget.charge(&rel, size)?;
+            prepare_parent(dest, &rel, &out)?;
+            fs::hard_link(&source, &out).map_err(|e| failed("create hardlink", e))?;
+        }
+        tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
+            return Err(SourceError::UnsafeContent {
+                path: rel.display().to_string(),
+                reason: "device files and FIFOs are not allowed in a bundle".into(),
+            }
+            .into());
+        }
+        other => {
+            return Err(SourceError::UnsafeContent {
+                path: rel.display().to_string(),
+                reason: format!("unsupported archive entry type {other:?}"),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Applies `rel` as an OCI whiteout if it is one; `Ok(true)` when it was.
+fn apply_whiteout(dest: &Path, rel: &Path) -> Result<bool, SourceError> {
+    let Some(name) = rel.file_name().and_then(|n| n.to_str()) else {
+        return Ok(false);
+    };
+    if name == ".wh..wh..opq" {
+        let dir = dest.join(rel.parent().unwrap_or(Path::new("")));
+        check_no_symlink_parents(dest, rel)?;
+        clear_dir(&dir).map_err(|e| io_err("apply opaque whiteout", rel, e))?;
+        return Ok(true);
+    }
+    if let Some(target) = name.strip_prefix(".wh.") {
+        let victim = rel.with_file_name(target);
+        check_no_symlink_parents(dest, &victim)?;
+        remove_any(&dest.join(&victim)).map_err(|e| io_err("apply whiteout", &victim, e))?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 fn unsafe_link(rel: &Path, target: &Path) -> SourceError {
@@ -333,7 +321,7 @@ fn check_symlink_target(rel: &Path, target: &Path) -> Result<(), SourceError> {
 }
 
 /// Refuses to write below a component that is a symlink: following it could leave `dest`.
-fn check_no_symlink_parents(dest: &Path, rel: &Path) -> Result<(), SourceError> {
+pub(crate) fn check_no_symlink_parents(dest: &Path, rel: &Path) -> Result<(), SourceError> {
     let mut here = dest.to_path_buf();
     let parent = rel.parent().unwrap_or(Path::new(""));
     for comp in parent.components() {
@@ -366,7 +354,7 @@ fn prepare_parent(dest: &Path, rel: &Path, out: &Path) -> Result<(), SourceError
     Ok(())
 }
 
-fn write_file<R: Read>(reader: &mut R, out: &Path, mode: u32, size: u64) -> io::Result<u64> {
+fn write_file(reader: &mut dyn Read, out: &Path, mode: u32, size: u64) -> io::Result<u64> {
     let mut file = fs::File::create(out)?;
     // Copy at most the declared size: the tar reader enforces it too, but a bound here keeps the
     // budget honest whatever the reader does.
@@ -442,18 +430,41 @@ pub fn write_tree_file(
     executable: bool,
     budget: &mut Budget,
 ) -> Result<(), SourceError> {
-    budget.entry()?;
+    write_tree_stream(
+        dest,
+        raw,
+        &mut &content[..],
+        content.len() as u64,
+        executable,
+        budget,
+    )
+}
+
+/// [`write_tree_file`] from a reader of `size` bytes, counted as it is copied, never held whole
+/// in memory.
+pub fn write_tree_stream(
+    dest: &Path,
+    raw: &Path,
+    content: &mut dyn Read,
+    size: u64,
+    executable: bool,
+    budget: &mut Budget,
+) -> Result<(), SourceError> {
+    budget.entry(raw)?;
     let Some(rel) = safe_relative(raw)? else {
         return Ok(());
     };
-    budget.check_file_size(&rel, content.len() as u64)?;
+    budget.check_file_size(&rel, size)?;
     check_no_symlink_parents(dest, &rel)?;
     let out = dest.join(&rel);
     prepare_parent(dest, &rel, &out)?;
     let mode = if executable { 0o755 } else { 0o644 };
-    write_file(&mut &content[..], &out, mode, content.len() as u64)
-        .map_err(|e| io_err("write", &rel, e))?;
-    budget.bytes += content.len() as u64;
+    let mut counted = budget.reader(content);
+    write_file(&mut counted, &out, mode, size).map_err(|e| {
+        budget
+            .stopped(Some(&rel))
+            .unwrap_or_else(|| io_err("write", &rel, e))
+    })?;
     Ok(())
 }
 
@@ -465,7 +476,7 @@ pub fn write_tree_symlink(
     target: &Path,
     budget: &mut Budget,
 ) -> Result<Option<PathBuf>, SourceError> {
-    budget.entry()?;
+    budget.entry(raw)?;
     let Some(rel) = safe_relative(raw)? else {
         return Ok(None);
     };
@@ -482,9 +493,32 @@ pub fn verify_tree_symlinks(dest: &Path, links: &[PathBuf]) -> Result<(), Source
     verify_symlinks(dest, links)
 }
 
+/// Every symlink under `dest` (not following any), relative to it: what to verify again once a
+/// tree has been rearranged (a chart's top directory stripped).
+pub fn find_symlinks(dest: &Path) -> Result<Vec<PathBuf>, SourceError> {
+    let mut links = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let dir = dest.join(&rel);
+        for entry in fs::read_dir(&dir).map_err(|e| io_err("read", &rel, e))? {
+            let entry = entry.map_err(|e| io_err("read", &rel, e))?;
+            let child = rel.join(entry.file_name());
+            let kind = entry.file_type().map_err(|e| io_err("read", &child, e))?;
+            if kind.is_symlink() {
+                links.push(child);
+            } else if kind.is_dir() {
+                pending.push(child);
+            }
+        }
+    }
+    links.sort();
+    Ok(links)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::budget::Limits;
 
     fn tar_with(build: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {
         let mut b = tar::Builder::new(Vec::new());
@@ -565,7 +599,10 @@ mod tests {
             false,
         )
         .unwrap_err();
-        assert!(err.to_string().contains("size of file big"), "{err}");
+        assert!(
+            err.to_string().contains("refused file big: 4096 bytes"),
+            "{err}"
+        );
         let data = tar_with(|b| (0..10).for_each(|i| file(b, &format!("f{i}"), b"x")));
         let mut budget = Budget::new(Limits {
             max_entries: 5,
@@ -579,6 +616,91 @@ mod tests {
             false,
         )
         .unwrap_err();
-        assert!(err.to_string().contains("number of entries"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("6 entries is over the per-source entry limit"),
+            "{err}"
+        );
+    }
+
+    /// An endless tar stream: one entry declaring 1 TiB, then zeros for ever; raises `cancel`
+    /// once `cancel_after` bytes have been read, as a fetch deadline would.
+    struct Endless {
+        header: Vec<u8>,
+        sent: u64,
+        cancel_after: u64,
+        cancel: crate::source::Cancel,
+    }
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.sent >= self.cancel_after {
+                self.cancel.cancel();
+            }
+            let start = self.sent as usize;
+            let n = if start < self.header.len() {
+                let n = buf.len().min(self.header.len() - start);
+                buf[..n].copy_from_slice(&self.header[start..start + n]);
+                n
+            } else {
+                buf.fill(0);
+                buf.len()
+            };
+            self.sent += n as u64;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_cancelled_unpack_stops_even_inside_skipped_data() {
+        for path in ["./", "big.bin"] {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Regular);
+            header.set_size(1 << 40);
+            // Written raw: "./" is the archive root, skipped by the unpacker.
+            header.as_mut_bytes()[..path.len()].copy_from_slice(path.as_bytes());
+            header.set_cksum();
+            let cancel = crate::source::Cancel::new();
+            let reader = Endless {
+                header: header.as_bytes().to_vec(),
+                sent: 0,
+                cancel_after: 4 << 20,
+                cancel: cancel.clone(),
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let limits = Limits {
+                max_total_bytes: u64::MAX,
+                max_file_bytes: u64::MAX,
+                ..Limits::default()
+            };
+            let mut budget = Budget::with_cancel(limits, &cancel);
+            let err =
+                unpack_tar(reader, Compression::None, dir.path(), &mut budget, false).unwrap_err();
+            assert_eq!(err.category(), "Cancelled", "{path}: {err}");
+            // Stopped within a read or two of the flag.
+            assert!(budget.bytes() < 5 << 20, "{path}: {} bytes", budget.bytes());
+        }
+    }
+
+    #[test]
+    fn hardlinks_are_charged_their_target_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = tar_with(|b| {
+            file(b, "big", &[0u8; 4096]);
+            for i in 0..10 {
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(tar::EntryType::Link);
+                h.set_size(0);
+                b.append_link(&mut h, format!("l{i}"), "big").unwrap();
+            }
+        });
+        let mut budget = Budget::new(Limits {
+            max_total_bytes: 4096 * 5,
+            ..Limits::default()
+        });
+        let err =
+            unpack_tar(&data[..], Compression::None, dir.path(), &mut budget, false).unwrap_err();
+        assert_eq!(err.category(), "LimitExceeded", "{err}");
+        assert!(err.to_string().contains("file l"), "{err}");
     }
 }

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::Path;
+use std::sync::Arc;
+
+use crate::archive::{self, CountingReader, Meter, RecordError, DEFAULT_MAX_RECORD_BYTES};
 
 use serde_json::{Map, Value as Json};
 
@@ -177,15 +180,47 @@ fn ignored(patterns: &[String], rel: &str) -> bool {
     })
 }
 
-fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), HelmError> {
-    let io = |e| HelmError::Io {
-        path: dir.display().to_string(),
-        source: e,
-    };
+/// The most bytes a loaded chart may hold in memory: its files plus every subchart archive
+/// inflated, nested ones included. Charts are kilobytes to a few megabytes; this bound is for
+/// archives built to inflate.
+pub const MAX_CHART_BYTES: u64 = 128 << 20;
+
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> HelmError + '_ {
+    move |source| HelmError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The budget a chart's loaded bytes are charged to, as refusals name it.
+pub const CHART_BYTES_BUDGET: &str =
+    "chart size once loaded (bytes of files and inflated subchart archives)";
+
+/// The refusal when a chart's files pass the loader's budget: `what` took it to `value` bytes.
+/// Recorded as the render's budget breach, so it is reported as one.
+fn over_budget(label: &str, what: &str, value: u64, meter: &Meter) -> HelmError {
+    let breach = crate::budget::breach(crate::BudgetBreach::new(
+        CHART_BYTES_BUDGET,
+        meter.limit(),
+        format!("{value}+"),
+    ));
+    chart_err(label, format!("{what}: {breach}"))
+}
+
+/// Reads every file under `dir`. Directory symlinks are refused, never entered: a link to an
+/// ancestor would make the walk endless; a symlinked file is read through its link.
+fn walk(
+    root: &str,
+    dir: &Path,
+    rel: &str,
+    meter: &Meter,
+    out: &mut Vec<(String, Vec<u8>)>,
+) -> Result<(), HelmError> {
+    let io = io_at(dir);
     let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io)?
+        .map_err(&io)?
         .collect::<Result<_, _>>()
-        .map_err(io)?;
+        .map_err(&io)?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -195,15 +230,32 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), H
             format!("{rel}/{name}")
         };
         let path = e.path();
-        if path.is_dir() {
-            walk(&path, &r, out)?;
-        } else {
-            let data = std::fs::read(&path).map_err(|e| HelmError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })?;
-            out.push((r, data));
+        let file_type = e.file_type().map_err(io_at(&path))?;
+        if file_type.is_dir() {
+            walk(root, &path, &r, meter, out)?;
+            continue;
         }
+        // What the entry is once links are followed; a dangling link is no file.
+        let Ok(target) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if target.is_dir() {
+            return Err(chart_err(
+                root,
+                format!("{r} is a symlink to a directory; directory links are not followed"),
+            ));
+        }
+        if !target.is_file() {
+            continue;
+        }
+        if meter.charge(target.len()).is_err() {
+            return Err(over_budget(root, &r, meter.count(), meter));
+        }
+        let mut data = Vec::with_capacity(target.len() as usize);
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(target.len()).read_to_end(&mut data))
+            .map_err(io_at(&path))?;
+        out.push((r, data));
     }
     Ok(())
 }
@@ -214,9 +266,15 @@ fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, Vec<u8>)>) -> Result<(), H
 /// (`charts/sub/...` included); a directory subchart's own `.helmignore` is not read (helm
 /// applies it only when packaging that subchart, and an archive is loaded as it is).
 pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
+    load_dir_within(dir, MAX_CHART_BYTES)
+}
+
+/// [`load_dir`] with a budget of `max_bytes` for the chart's files and inflated subcharts.
+pub fn load_dir_within(dir: &Path, max_bytes: u64) -> Result<Chart, HelmError> {
+    let meter = Meter::new(max_bytes);
     let mut files = Vec::new();
-    walk(dir, "", &mut files)?;
     let label = dir.display().to_string();
+    walk(&label, dir, "", &meter, &mut files)?;
     let ignore = helmignore(
         &label,
         files
@@ -225,7 +283,7 @@ pub fn load_dir(dir: &Path) -> Result<Chart, HelmError> {
             .map(|(_, d)| d.as_slice()),
     )?;
     files.retain(|(p, _)| !ignored(&ignore, p));
-    load_files(&label, files)
+    load_files_metered(&label, files, &meter)
 }
 
 /// Helm 2's `requirements.yaml` as helm 3's loader reads it: its `dependencies` become the
@@ -258,6 +316,15 @@ fn apply_requirements(
 /// Loads a chart from its files (paths relative to the chart root), as helm's `LoadFiles`:
 /// every file given is used (no `.helmignore`).
 pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, HelmError> {
+    load_files_metered(label, files, &Meter::new(MAX_CHART_BYTES))
+}
+
+/// [`load_files`], charging subchart archives to `meter` as they inflate.
+fn load_files_metered(
+    label: &str,
+    files: Vec<(String, Vec<u8>)>,
+    meter: &Arc<Meter>,
+) -> Result<Chart, HelmError> {
     let mut chart = Chart {
         metadata: Json::Null,
         values: Json::Object(Map::new()),
@@ -315,14 +382,18 @@ pub fn load_files(label: &str, files: Vec<(String, Vec<u8>)>) -> Result<Chart, H
         return Err(chart_err(&name, "values.yaml must be a mapping"));
     }
     for (dir, files) in sub_dirs {
-        chart
-            .subcharts
-            .push(load_files(&format!("{name}/charts/{dir}"), files)?);
+        chart.subcharts.push(load_files_metered(
+            &format!("{name}/charts/{dir}"),
+            files,
+            meter,
+        )?);
     }
     for (path, data) in sub_archives {
-        chart
-            .subcharts
-            .push(load_archive(&format!("{name}/{path}"), &data)?);
+        chart.subcharts.push(load_archive_metered(
+            &format!("{name}/{path}"),
+            &data,
+            meter,
+        )?);
     }
     Ok(chart)
 }
@@ -434,37 +505,83 @@ fn validate_metadata(label: &str, md: &Json) -> Result<(), HelmError> {
 
 /// Loads a chart from a `.tgz` (one top-level directory holding the chart).
 pub fn load_archive(label: &str, data: &[u8]) -> Result<Chart, HelmError> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(data));
+    load_archive_metered(label, data, &Meter::new(MAX_CHART_BYTES))
+}
+
+/// [`load_archive`], charging every inflated byte to `meter` and refusing oversized header
+/// records, so a small archive cannot inflate past the chart's budget.
+fn load_archive_metered(label: &str, data: &[u8], meter: &Arc<Meter>) -> Result<Chart, HelmError> {
+    let reader = CountingReader::new(flate2::read::GzDecoder::new(data), meter.clone());
     let mut files = Vec::new();
-    let io = |e: std::io::Error| HelmError::Io {
-        path: label.to_string(),
-        source: e,
-    };
-    for entry in archive.entries().map_err(io)? {
-        let mut entry = entry.map_err(io)?;
-        if !entry.header().entry_type().is_file() {
-            continue;
+    let mut current = String::new();
+    let result = archive::read_entries(reader, DEFAULT_MAX_RECORD_BYTES, |entry, body| {
+        current = entry.path.to_string_lossy().replace('\\', "/");
+        if !entry.kind.is_file() {
+            return Ok(());
         }
-        let path = entry
-            .path()
-            .map_err(io)?
-            .to_string_lossy()
-            .replace('\\', "/");
-        let Some((_, inner)) = path.split_once('/') else {
-            continue;
+        let Some((_, inner)) = current.split_once('/') else {
+            return Ok(());
         };
         if inner.split('/').any(|c| c == "..") {
-            return Err(chart_err(
-                label,
-                format!("archive path escapes the chart: {path}"),
-            ));
+            return Err(
+                chart_err(label, format!("archive path escapes the chart: {current}")).into(),
+            );
         }
         let inner = inner.to_string();
-        let mut buf = Vec::new();
-        entry.read_to_end(&mut buf).map_err(io)?;
+        // Refused on its declared size before any of it is held in memory.
+        let reached = meter.count().saturating_add(entry.size);
+        if reached > meter.limit() {
+            let what = format!("subchart archive entry {current} ({} bytes)", entry.size);
+            return Err(over_budget(label, &what, reached, meter).into());
+        }
+        let mut buf = Vec::with_capacity(entry.size.min(1 << 20) as usize);
+        body.take(entry.size)
+            .read_to_end(&mut buf)
+            .map_err(|e| ArchiveLoadError::Chart(archive_read_error(label, &current, meter, e)))?;
         files.push((inner, buf));
+        Ok(())
+    });
+    match result {
+        Ok(()) => load_files_metered(label, files, meter),
+        Err(ArchiveLoadError::Chart(e)) => Err(e),
+        Err(ArchiveLoadError::Record(RecordError::Io(e))) => {
+            Err(archive_read_error(label, &current, meter, e))
+        }
+        Err(ArchiveLoadError::Record(e)) => Err(chart_err(label, e.to_string())),
     }
-    load_files(label, files)
+}
+
+/// What reading a subchart archive can fail with.
+enum ArchiveLoadError {
+    Chart(HelmError),
+    Record(RecordError),
+}
+
+impl From<HelmError> for ArchiveLoadError {
+    fn from(e: HelmError) -> Self {
+        ArchiveLoadError::Chart(e)
+    }
+}
+
+impl From<RecordError> for ArchiveLoadError {
+    fn from(e: RecordError) -> Self {
+        ArchiveLoadError::Record(e)
+    }
+}
+
+fn archive_read_error(label: &str, entry: &str, meter: &Meter, e: std::io::Error) -> HelmError {
+    if meter.stopped().is_some() {
+        let what = if entry.is_empty() {
+            "subchart archive".to_string()
+        } else {
+            format!("subchart archive entry {entry}")
+        };
+        return over_budget(label, &what, meter.count(), meter);
+    }
+    HelmError::Io {
+        path: label.to_string(),
+        source: e,
+    }
 }
 
 /// Applies aliases, then `tags` and `condition` against the coalesced values, removing disabled
@@ -804,6 +921,77 @@ fn coalesce_globals(dest: &mut Map<String, Json>, src: &Map<String, Json>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn targz(entries: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::default(),
+        ));
+        for (path, data) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            builder.append_data(&mut header, path, *data).unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    fn write_chart(dir: &Path, name: &str) {
+        std::fs::create_dir_all(dir.join("templates")).unwrap();
+        let chart = format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+        std::fs::write(dir.join("Chart.yaml"), chart).unwrap();
+    }
+
+    #[test]
+    fn directory_links_are_refused_not_walked() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_chart(tmp.path(), "loop");
+        std::os::unix::fs::symlink(".", tmp.path().join("templates/a")).unwrap();
+        let err = load_dir(tmp.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("templates/a is a symlink to a directory"),
+            "{err}"
+        );
+        // A linked file is read through its link.
+        std::fs::remove_file(tmp.path().join("templates/a")).unwrap();
+        std::fs::write(tmp.path().join("values.yaml"), "a: 1\n").unwrap();
+        std::os::unix::fs::symlink("../values.yaml", tmp.path().join("templates/v.txt")).unwrap();
+        let chart = load_dir(tmp.path()).unwrap();
+        assert_eq!(chart.templates["templates/v.txt"], "a: 1\n");
+    }
+
+    #[test]
+    fn subchart_archives_inflate_within_the_chart_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        write_chart(tmp.path(), "parent");
+        let chart = b"apiVersion: v2\nname: sub\nversion: 0.1.0\n";
+        let zeros = vec![0u8; 4 << 20];
+        let sub = targz(&[("sub/Chart.yaml", chart), ("sub/files/zeros", &zeros)]);
+        std::fs::create_dir(tmp.path().join("charts")).unwrap();
+        std::fs::write(tmp.path().join("charts/sub-0.1.0.tgz"), &sub).unwrap();
+        let loaded = load_dir_within(tmp.path(), 8 << 20).unwrap();
+        assert_eq!(loaded.subcharts[0].name(), "sub");
+        let err = load_dir_within(tmp.path(), 2 << 20)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("subchart archive entry sub/files/zeros (4194304 bytes)")
+                && err.contains("is over the limit of 2097152"),
+            "{err}"
+        );
+        // Header records are bounded too: a long name past the record limit is refused.
+        let long = "d/".repeat(40_000) + "x";
+        let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::default(),
+        ));
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        builder.append_data(&mut header, &long, &b"x"[..]).unwrap();
+        let data = builder.into_inner().unwrap().finish().unwrap();
+        let err = load_archive("c", &data).unwrap_err().to_string();
+        assert!(err.contains("GNU long name record of 80002 bytes"), "{err}");
+    }
 
     #[test]
     fn ignore_rules_match_names_and_dirs() {
