@@ -86,7 +86,8 @@ cargo test --locked -p pallet-formats --test helm_conformance --test helm_confor
   -- --nocapture
 
 step "kustomize against real-world kustomizations and kustomize's own suite: each case, and the counts"
-PALLET_KRUSTY_REQUIRED=1 cargo test --locked -p pallet-formats --test kustomize_conformance \
+PALLET_KRUSTY_REQUIRED=1 PALLET_KUSTOMIZE_ORACLE=required \
+  cargo test --locked -p pallet-formats --test kustomize_conformance \
   --test kustomize_krusty -- --nocapture
 
 step "RBAC is sufficient: the agent end-to-end tests again, the agent as deploy/'s ServiceAccount"

@@ -3,6 +3,10 @@
 //! the oracle). Objects are keyed by apiVersion/kind/namespace/name and compared field by field:
 //! map key order never matters, list order does, null is absent, `1` equals `1.0`, Secret
 //! `.data` is compared decoded; object order counts only where the root sets `sortOptions`.
+//!
+//! With the oracle built (`tools/kustomize.sh build`; CI sets `PALLET_KUSTOMIZE_ORACLE=required`)
+//! each root is also built by `kustomize build` in the same run: pallet is compared with its
+//! output, and its output with the corpus's expected file (which it must equal).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -100,12 +104,52 @@ fn normalize(mut object: Value) -> Value {
 }
 
 fn read_expected(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    pallet_formats::parse_manifests(&path.display().to_string(), &text)
+    parse_output(
+        &path.display().to_string(),
+        &std::fs::read_to_string(path).unwrap(),
+    )
+}
+
+fn parse_output(origin: &str, text: &str) -> Vec<Value> {
+    pallet_formats::parse_manifests(origin, text)
         .unwrap()
         .into_iter()
         .map(|o| Value::Object(o.into_body()))
         .collect()
+}
+
+/// The kustomize oracle's binary, when built; `PALLET_KUSTOMIZE_ORACLE=required` makes its
+/// absence a failure.
+fn oracle() -> Option<PathBuf> {
+    let bin = std::env::var_os("PALLET_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/pallet"))
+        .join("bin/kustomize");
+    let required = std::env::var("PALLET_KUSTOMIZE_ORACLE").is_ok_and(|v| v == "required");
+    match bin.is_file() {
+        true => Some(bin),
+        false if required => panic!(
+            "no kustomize oracle at {}: run tools/kustomize.sh build",
+            bin.display()
+        ),
+        false => None,
+    }
+}
+
+/// `kustomize build` of `root` by the oracle, as parsed objects.
+fn oracle_build(oracle: &Path, root: &Path) -> Vec<Value> {
+    let out = std::process::Command::new(oracle)
+        .arg("build")
+        .arg(root)
+        .output()
+        .expect("running the kustomize oracle");
+    assert!(
+        out.status.success(),
+        "the oracle failed on {}: {}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_output("kustomize build", &String::from_utf8_lossy(&out.stdout))
 }
 
 /// Paths where two values differ, at most `limit`.
@@ -157,8 +201,9 @@ fn sets_sort_options(root: &Path) -> bool {
         .any(|text| text.lines().any(|l| l.starts_with("sortOptions:")))
 }
 
-/// Compares one case; `Ok` or the first differences.
-fn check(dir: &Path, case: &Case) -> Result<(), Vec<String>> {
+/// Compares one case with the oracle's output when there is an oracle, else with the corpus's
+/// expected output; `Ok` or the first differences.
+fn check(dir: &Path, case: &Case, oracle: Option<&Path>) -> Result<(), Vec<String>> {
     // The tree is the repository's folder (`trees/<repo>`); the root is relative to it.
     let mut parts = case.root.splitn(3, '/');
     let tree = dir
@@ -172,10 +217,31 @@ fn check(dir: &Path, case: &Case) -> Result<(), Vec<String>> {
         .into_iter()
         .map(|o| normalize(Value::Object(o.into_body())))
         .collect();
-    let want: Vec<Value> = read_expected(&dir.join("expected").join(format!("{}.yaml", case.name)))
-        .into_iter()
-        .map(normalize)
-        .collect();
+    let expected = read_expected(&dir.join("expected").join(format!("{}.yaml", case.name)));
+    let want: Vec<Value> = match oracle {
+        Some(oracle) => {
+            let built = oracle_build(oracle, &root);
+            let normalized = |v: &[Value]| v.iter().cloned().map(normalize).collect::<Vec<_>>();
+            compare(&normalized(&expected), &normalized(&built), &root).map_err(|problems| {
+                let mut problems = problems;
+                problems.insert(
+                    0,
+                    "the oracle's output differs from the corpus's".to_owned(),
+                );
+                problems
+            })?;
+            built
+        }
+        None => expected,
+    }
+    .into_iter()
+    .map(normalize)
+    .collect();
+    compare(&want, &got, &root)
+}
+
+/// The differences of `got` from `want` (objects by key, field by field).
+fn compare(want: &[Value], got: &[Value], root: &Path) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     let got_map: BTreeMap<String, &Value> = got.iter().map(|o| (key_of(o), o)).collect();
     let want_map: BTreeMap<String, &Value> = want.iter().map(|o| (key_of(o), o)).collect();
@@ -197,7 +263,7 @@ fn check(dir: &Path, case: &Case) -> Result<(), Vec<String>> {
     if got.len() != got_map.len() {
         problems.push(format!("{} objects share a key", got.len() - got_map.len()));
     }
-    if problems.is_empty() && sets_sort_options(&root) {
+    if problems.is_empty() && sets_sort_options(root) {
         let got_order: Vec<String> = got.iter().map(key_of).collect();
         let want_order: Vec<String> = want.iter().map(key_of).collect();
         if got_order != want_order {
@@ -215,9 +281,17 @@ fn check(dir: &Path, case: &Case) -> Result<(), Vec<String>> {
 fn kustomize_conformance() {
     let dir = corpus_dir();
     let cases = cases(&dir);
+    let oracle = oracle();
+    match &oracle {
+        Some(bin) => println!(
+            "oracle: {} (kustomize build of each root, this run)",
+            bin.display()
+        ),
+        None => println!("no oracle built: comparing with the corpus's expected outputs"),
+    }
     let mut equal = 0;
     for case in &cases {
-        match check(&dir, case) {
+        match check(&dir, case, oracle.as_deref()) {
             Ok(()) => {
                 equal += 1;
                 println!("equal    {}", case.name);
