@@ -9,6 +9,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/krm_function.rs"]
@@ -218,6 +220,15 @@ async fn processors_patch_hooks_substitute_from_a_config_map_and_call_a_function
     );
     let calls = function.calls();
     assert!(calls >= 1);
+    // `pallet trace` names the processors that changed the object, from the revision's record.
+    let traced = cli::pallet_ok(&["trace", "deployment/rel-app", "-n", &name]);
+    assert!(traced.contains("Processed by:"), "{traced}");
+    assert!(traced.contains("patch-workloads (changed)"), "{traced}");
+    assert!(traced.contains("set-team (changed)"), "{traced}");
+    assert!(
+        !traced.contains("vars ("),
+        "substitution did not touch the Deployment: {traced}"
+    );
 
     // An edit of the variables' ConfigMap makes a new revision promptly (a watch, not the poll).
     apply_namespaced(

@@ -740,19 +740,16 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
         })?;
         let status = bd.status.clone().unwrap_or_default();
         let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
-        // Beyond the status list: the stored snapshot still names its sources and digest.
-        let stored = match (revision, &found) {
-            (Some(n), None) => {
+        // The stored snapshot names its sources and digest (beyond the status list too), and
+        // what each processor did.
+        let record = match revision {
+            Some(n) => {
                 let store = crate::revision::RevisionStore::new(
                     client.clone(),
                     args.store_namespace.clone(),
                 );
                 match store.load(&owner, n).await {
-                    Ok(record) => Some(json!({
-                        "number": record.number, "generation": record.generation,
-                        "digest": record.digest, "sources": record.sources,
-                        "objects": record.objects.len(),
-                    })),
+                    Ok(record) => Some(record),
                     Err(crate::revision::RevisionError::NotFound { .. }) => None,
                     Err(e) => {
                         return Err(anyhow!(
@@ -761,8 +758,37 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+            None => None,
+        };
+        let stored = match (&record, &found) {
+            (Some(record), None) => Some(json!({
+                "number": record.number, "generation": record.generation,
+                "digest": record.digest, "sources": record.sources,
+                "objects": record.objects.len(),
+            })),
             _ => None,
         };
+        let key = pallet_formats::ObjectKey {
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+            namespace: namespace.clone(),
+            name: name.to_string(),
+        }
+        .to_string();
+        let processed_by: Vec<Value> = record
+            .iter()
+            .flat_map(|r| r.processors.iter())
+            .filter_map(|t| {
+                let how = if t.added.contains(&key) {
+                    "added"
+                } else if t.changed.contains(&key) {
+                    "changed"
+                } else {
+                    return None;
+                };
+                Some(json!({"processor": t.processor, "how": how}))
+            })
+            .collect();
         Ok(json!({
             "object": what,
             "bundleDeployment": owner,
@@ -770,6 +796,7 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             "activeRevision": status.active_revision,
             "revisionStatus": found,
             "storedRevision": stored,
+            "processedBy": processed_by,
         }))
     })?;
     if args.output != Output::Table {
@@ -850,6 +877,17 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+    }
+    if let Some(processed) = report["processedBy"].as_array().filter(|p| !p.is_empty()) {
+        let _ = writeln!(out, "Processed by:");
+        for p in processed {
+            let _ = writeln!(
+                out,
+                "  {} ({})",
+                p["processor"].as_str().unwrap_or(""),
+                p["how"].as_str().unwrap_or("")
+            );
         }
     }
     tprint!("{out}");

@@ -49,6 +49,7 @@ struct Report {
     digest: String,
     fetched: Vec<Fetched>,
     values_from: Vec<crate::api::ResolvedValues>,
+    traces: Vec<pallet_formats::processors::ProcessorTrace>,
     planned: Vec<Planned>,
     prune: Vec<crate::api::ObjectReference>,
     live_exists: bool,
@@ -90,7 +91,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             exec_policy: &exec_policy,
             egress: fetcher.options().egress,
         };
-        let (rendered, _) = preview::assemble_and_render(
+        let (rendered, traces) = preview::assemble_and_render(
             &fetcher,
             &bd,
             &fetched,
@@ -139,6 +140,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             name,
             fetched,
             values_from: values.resolved,
+            traces,
             planned,
         })
     })?;
@@ -197,6 +199,12 @@ fn format_table(report: &Report) -> String {
         let _ = writeln!(out, "Values from:");
         for v in &report.values_from {
             let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
+        }
+    }
+    if !report.traces.is_empty() {
+        let _ = writeln!(out, "Processors:");
+        for line in super::render::trace_lines(&report.traces) {
+            let _ = writeln!(out, "  {line}");
         }
     }
     let _ = writeln!(
@@ -341,6 +349,7 @@ fn report_json(report: &Report) -> Value {
         "bundleDeployment": report.name,
         "digest": report.digest,
         "sources": report.fetched.iter().map(|f| json!({"source": f.label(), "resolved": f.resolved, "version": f.version})).collect::<Vec<_>>(),
+        "processors": report.traces,
         "objects": objects,
         "prune": report.prune.iter().map(reference_text).collect::<Vec<_>>(),
         "rbac": {"roles": roles, "bindings": bindings, "warnings": report.rbac.flags()},

@@ -274,6 +274,14 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
 
 /// What each processor did, on stderr (stdout holds the objects).
 fn print_traces(traces: &[pallet_formats::processors::ProcessorTrace]) {
+    for line in trace_lines(traces) {
+        eprintln!("{}", super::terminal::escape(&line));
+    }
+}
+
+/// One line per processor (what it changed, added and removed), then its notes.
+pub(super) fn trace_lines(traces: &[pallet_formats::processors::ProcessorTrace]) -> Vec<String> {
+    let mut lines = Vec::new();
     for trace in traces {
         let mut parts = Vec::new();
         for (what, list) in [
@@ -288,11 +296,16 @@ fn print_traces(traces: &[pallet_formats::processors::ProcessorTrace]) {
         if parts.is_empty() {
             parts.push("no change".to_string());
         }
-        eprintln!("processor {}: {}", trace.processor, parts.join("; "));
+        lines.push(format!(
+            "processor {}: {}",
+            trace.processor,
+            parts.join("; ")
+        ));
         for note in &trace.notes {
-            eprintln!("processor {}: {note}", trace.processor);
+            lines.push(format!("processor {}: {note}", trace.processor));
         }
     }
+    lines
 }
 
 /// `--config FILE` as `config.registryV1` (the API's defaults when no file is given).
