@@ -209,6 +209,8 @@ async fn generated_values_come_from_a_secret_key_and_survive_everything_but_recr
             manifest.to_str().unwrap(),
             "-o",
             "json",
+            // The fixture git server is on this machine.
+            "--allow-loopback-egress",
             "--cache-dir",
         ])
         .arg(dir.path().join("cache"))

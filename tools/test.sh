@@ -77,7 +77,7 @@ tools/controlplane.sh unit
 step "cargo test"
 # The two real-world helm corpora run in the next step, where their per-case lines and counts
 # are shown (a passing test's output is otherwise captured).
-cargo test --workspace --locked -- --test-threads="${PALLET_TEST_THREADS:-4}" \
+cargo test --workspace --locked --no-fail-fast -- --test-threads="${PALLET_TEST_THREADS:-4}" \
   --skip real_world_charts_render_as_helm_template_does \
   --skip kustomize_conformance --skip kustomize_krusty_suite
 
