@@ -214,13 +214,16 @@ pub async fn run(
     );
     let mut known = Known::default();
     let leaving = ctx.clone();
+    let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let first_list = listed.clone();
     let bundle_deployments = watcher(raw, watch)
         .backoff(WatchBackoff::default())
         .filter_map(|event| std::future::ready(event.map(decode_event).transpose()))
-        .inspect(|event| {
+        .inspect(move |event| {
             // The first complete list: /readyz may report ready (see `metrics`).
             if matches!(event, Ok(watcher::Event::InitDone)) {
                 METRICS.set_synced();
+                first_list.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         })
         .reflect(writer)
@@ -245,10 +248,11 @@ pub async fn run(
         })
         .applied_objects();
     let cache = reader.clone();
-    Controller::for_stream(bundle_deployments, reader)
+    let signal = futures::FutureExt::shared(Box::pin(termination_signal()));
+    let controller = Controller::for_stream(bundle_deployments, reader)
         .with_config(config)
         .reconcile_on(owned_events)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(signal.clone())
         .run(
             move |bd, ctx| reconcile(bd, ctx, cache.clone()),
             error_policy,
@@ -264,8 +268,44 @@ pub async fn run(
                 }
                 Err(error) => tracing::debug!(%error, "reconcile error"),
             }
-        })
-        .await;
+        });
+    // The controller drains its running passes after the signal. Before the first list of
+    // BundleDeployments has completed none has started, and the controller would wait for a
+    // list that its own shutdown has stopped: then there is nothing to wait for. A second
+    // signal stops waiting for passes still running.
+    let early_or_forced = async {
+        signal.clone().await;
+        tracing::info!(
+            "termination requested: finishing the passes in flight (a second signal stops at once)"
+        );
+        if !listed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        termination_signal().await;
+        tracing::warn!("second termination signal: not waiting for the passes in flight");
+    };
+    tokio::select! {
+        _ = controller => {}
+        _ = early_or_forced => {}
+    }
+}
+
+/// Resolves at SIGTERM or SIGINT.
+async fn termination_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let terminated = async {
+        match term.as_mut() {
+            Some(term) => {
+                term.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminated => {}
+    }
 }
 
 /// What a BundleDeployment asks for, hashed: a change to it is worth a pass. Status is left out:
