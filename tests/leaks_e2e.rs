@@ -32,10 +32,12 @@ use serde_json::json;
 
 const AGENT_NAMESPACE: &str = "pallet-system";
 
-async fn secret(client: &Client, name: &str, data: serde_json::Value) {
+/// A Secret of the agent's namespace, given to BundleDeployment `bd` by its access label.
+async fn secret(client: &Client, bd: &str, name: &str, data: serde_json::Value) {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
+        "metadata": {"name": name, "namespace": AGENT_NAMESPACE,
+            "labels": {format!("access.pallet.dev/{bd}"): "true"}},
         "stringData": data,
     });
     Api::<Secret>::namespaced(client.clone(), AGENT_NAMESPACE)
@@ -162,6 +164,7 @@ async fn a_slack_url_is_never_shown_when_it_cannot_be_reached() {
     let secret_name = format!("{name}-slack");
     secret(
         &client,
+        &name,
         &secret_name,
         json!({"address": format!("http://127.0.0.1:{dead}/services/{stored_secret}")}),
     )
@@ -247,6 +250,7 @@ async fn schema_errors_name_the_rule_not_a_value_from_a_secret() {
     let secret_name = format!("{name}-values");
     secret(
         &client,
+        &name,
         &secret_name,
         json!({"values.yaml": format!("password: {password}\n")}),
     )
