@@ -68,11 +68,17 @@ fn guide(tool: &str) -> Vec<(String, Option<String>, String)> {
         let what = words.next().expect("a step name").to_string();
         let file = words.next().map(str::to_string);
         let fence = lines.next().expect("a fenced block after the marker");
-        assert!(fence.starts_with("```"), "{marker}: expected a fenced block");
+        assert!(
+            fence.starts_with("```"),
+            "{marker}: expected a fenced block"
+        );
         let body: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
         blocks.push((what, file, body.join("\n") + "\n"));
     }
-    assert!(!blocks.is_empty(), "the README has no takeover guide for {tool}");
+    assert!(
+        !blocks.is_empty(),
+        "the README has no takeover guide for {tool}"
+    );
     blocks
 }
 
@@ -267,24 +273,33 @@ impl Drop for DeleteWatch {
     }
 }
 
-async fn watch_deletes<K>(api: Api<K>, mut version: String, kind: String, out: Arc<Mutex<Vec<String>>>)
-where
+async fn watch_deletes<K>(
+    api: Api<K>,
+    mut version: String,
+    kind: String,
+    out: Arc<Mutex<Vec<String>>>,
+) where
     K: Clone + serde::de::DeserializeOwned + Resource + std::fmt::Debug + Send + 'static,
 {
     loop {
         let mut stream = match api
-            .watch(&WatchParams::default().timeout(290).bookmarks(true), &version)
+            .watch(&WatchParams::default().timeout(290), &version)
             .await
         {
             Ok(stream) => stream.boxed(),
             Err(e) => panic!("watch {kind}: {e}"),
         };
-        while let Some(event) = stream.try_next().await.unwrap_or_else(|e| panic!("watch {kind}: {e}")) {
+        while let Some(event) = stream
+            .try_next()
+            .await
+            .unwrap_or_else(|e| panic!("watch {kind}: {e}"))
+        {
             match event {
                 WatchEvent::Deleted(object) => {
-                    out.lock()
-                        .unwrap()
-                        .push(format!("{kind}/{}", object.meta().name.clone().unwrap_or_default()));
+                    out.lock().unwrap().push(format!(
+                        "{kind}/{}",
+                        object.meta().name.clone().unwrap_or_default()
+                    ));
                     version = object.meta().resource_version.clone().unwrap_or(version);
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
@@ -302,16 +317,34 @@ where
 struct Snapshot {
     /// `Kind/name` → UID.
     uids: BTreeMap<String, String>,
-    deployment_generation: i64,
-    /// ReplicaSets and Pods (`name uid`), which a rollout would replace.
+    /// The Deployment's pod template (labels, annotations, containers).
+    template: Value,
+    /// ReplicaSets (named after the pod template's hash) and Pods (`name uid`), which a
+    /// rollout would replace.
     replica_sets: Vec<String>,
     pods: Vec<String>,
+}
+
+/// The Deployment's generation. The API server counts any change to a Deployment's annotations
+/// as a new generation (it copies them to the ReplicaSet), and an adoption changes them once:
+/// pallet's revision annotation in, the previous tool's markers out, in one write.
+async fn generation(client: &Client, namespace: &str, name: &str) -> i64 {
+    Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .generation
+        .unwrap()
 }
 
 async fn snapshot(client: &Client, namespace: &str, objects: &[(&str, &str)]) -> Snapshot {
     let mut uids = BTreeMap::new();
     for (kind, name) in objects {
-        uids.insert(format!("{kind}/{name}"), uid_of(client, namespace, kind, name).await);
+        uids.insert(
+            format!("{kind}/{name}"),
+            uid_of(client, namespace, kind, name).await,
+        );
     }
     let deployment = objects
         .iter()
@@ -319,13 +352,16 @@ async fn snapshot(client: &Client, namespace: &str, objects: &[(&str, &str)]) ->
         .map(|(_, name)| *name)
         .expect("a Deployment");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
-    let deployment_generation = deployments
-        .get(deployment)
-        .await
-        .unwrap()
-        .metadata
-        .generation
-        .unwrap();
+    let template = serde_json::to_value(
+        deployments
+            .get(deployment)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template,
+    )
+    .unwrap();
     let names = |list: Vec<(String, String)>| {
         let mut v: Vec<String> = list.into_iter().map(|(n, u)| format!("{n} {u}")).collect();
         v.sort();
@@ -335,7 +371,7 @@ async fn snapshot(client: &Client, namespace: &str, objects: &[(&str, &str)]) ->
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     Snapshot {
         uids,
-        deployment_generation,
+        template,
         replica_sets: names(
             rs.list(&ListParams::default())
                 .await
@@ -417,7 +453,9 @@ async fn assert_released(
         let labels = live.metadata.labels.clone().unwrap_or_default();
         let annotations = live.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
-            labels.get(pallet::apply::plan::OWNER_LABEL).map(String::as_str),
+            labels
+                .get(pallet::apply::plan::OWNER_LABEL)
+                .map(String::as_str),
             Some(owner),
             "{kind}/{name} is pallet's"
         );
@@ -459,7 +497,10 @@ async fn namespace_with_fake_kubelet(client: &Client, name: &str) {
         "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}
     }))
     .unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
 }
 
 async fn delete_namespace(client: &Client, name: &str) {
@@ -511,6 +552,7 @@ async fn a_helm_release_is_taken_over_in_place_and_helm_uninstall_then_deletes_n
     let hook = format!("{name}-installed");
     let hook_uid = uid_of(&client, &name, "ConfigMap", &hook).await;
     let before = snapshot(&client, &name, &objects).await;
+    let generation_before = generation(&client, &name, &name).await;
     let deletes = DeleteWatch::start(&client, &name).await;
 
     let (file, bd) = block(&steps, "file");
@@ -531,7 +573,10 @@ async fn a_helm_release_is_taken_over_in_place_and_helm_uninstall_then_deletes_n
         .find(|(c, _)| c.contains("status.takeover"))
         .expect("the guide shows status.takeover")
         .1;
-    assert!(takeover.contains("\"releaseRecords\":\"MarkedUninstalled\""), "{takeover}");
+    assert!(
+        takeover.contains("\"releaseRecords\":\"MarkedUninstalled\""),
+        "{takeover}"
+    );
     let listed = &out.last().expect("helm list").1;
     assert!(
         listed.contains(&name) && listed.contains("uninstalled"),
@@ -540,15 +585,30 @@ async fn a_helm_release_is_taken_over_in_place_and_helm_uninstall_then_deletes_n
 
     // The same objects, nothing rolled, nothing deleted.
     let after = snapshot(&client, &name, &objects).await;
-    assert_eq!(after, before, "objects, ReplicaSets and Pods are the same ones");
-    assert_eq!(uid_of(&client, &name, "ConfigMap", &hook).await, hook_uid, "install hooks did not run again");
+    assert_eq!(
+        after, before,
+        "objects, ReplicaSets and Pods are the same ones"
+    );
+    assert_eq!(
+        generation(&client, &name, &name).await,
+        generation_before + 1,
+        "one metadata write"
+    );
+    assert_eq!(
+        uid_of(&client, &name, "ConfigMap", &hook).await,
+        hook_uid,
+        "install hooks did not run again"
+    );
     assert_released(
         &client,
         &name,
         &objects,
         &name,
         &["helm"],
-        &["meta.helm.sh/release-name", "meta.helm.sh/release-namespace"],
+        &[
+            "meta.helm.sh/release-name",
+            "meta.helm.sh/release-namespace",
+        ],
     )
     .await;
     let records: Api<Secret> = Api::namespaced(client.clone(), &name);
@@ -619,7 +679,11 @@ async fn stand_in_crd(client: &Client, group: &str, version: &str, kind: &str, p
     }))
     .unwrap();
     let _ = crds
-        .patch(&name, &PatchParams::apply("takeover-test").force(), &Patch::Apply(&crd))
+        .patch(
+            &name,
+            &PatchParams::apply("takeover-test").force(),
+            &Patch::Apply(&crd),
+        )
         .await;
     cluster::poll_until(&format!("CRD {name} established"), TIMEOUT, || async {
         let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
@@ -629,7 +693,9 @@ async fn stand_in_crd(client: &Client, group: &str, version: &str, kind: &str, p
             .unwrap_or_default()
             .iter()
             .any(|c| c.type_ == "Established" && c.status == "True");
-        established.then_some(()).ok_or_else(|| "not yet".to_string())
+        established
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
     })
     .await;
 }
@@ -691,14 +757,24 @@ fn publish(fx: &support::Fixtures, name: &str, objects: &[Value]) {
 async fn a_flux_kustomizations_objects_are_taken_over_and_flux_then_prunes_nothing() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
-    stand_in_crd(&client, "kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations").await;
+    stand_in_crd(
+        &client,
+        "kustomize.toolkit.fluxcd.io",
+        "v1",
+        "Kustomization",
+        "kustomizations",
+    )
+    .await;
     let fx = support::Fixtures::load();
     let name = cluster::unique_name("web");
     let flux_ns = cluster::unique_name("flux");
     namespace_with_fake_kubelet(&client, &name).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": flux_ns}})).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": flux_ns}})).unwrap(),
+        )
         .await
         .unwrap();
     let objects = application(&name, &name);
@@ -711,9 +787,13 @@ async fn a_flux_kustomizations_objects_are_taken_over_and_flux_then_prunes_nothi
         let (kind, object_name) = kind_name(object);
         let api = Api::<DynamicObject>::namespaced_with(client.clone(), &name, &resource_of(&kind));
         let body = with_metadata(object, flux_labels.clone(), json!({}));
-        api.patch(&object_name, &PatchParams::apply("kustomize-controller").force(), &Patch::Apply(&body))
-            .await
-            .unwrap();
+        api.patch(
+            &object_name,
+            &PatchParams::apply("kustomize-controller").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
     }
     let kustomizations = Api::<DynamicObject>::namespaced_with(
         client.clone(),
@@ -730,16 +810,26 @@ async fn a_flux_kustomizations_objects_are_taken_over_and_flux_then_prunes_nothi
                  "sourceRef": {"kind": "GitRepository", "name": name}, "targetNamespace": name}
     }))
     .unwrap();
-    kustomizations.create(&PostParams::default(), &kustomization).await.unwrap();
+    kustomizations
+        .create(&PostParams::default(), &kustomization)
+        .await
+        .unwrap();
     wait_available(&client, &name, &name, 2).await;
 
     let kinds: Vec<(String, String)> = objects.iter().map(kind_name).collect();
-    let kinds: Vec<(&str, &str)> = kinds.iter().map(|(k, n)| (k.as_str(), n.as_str())).collect();
+    let kinds: Vec<(&str, &str)> = kinds
+        .iter()
+        .map(|(k, n)| (k.as_str(), n.as_str()))
+        .collect();
     let before = snapshot(&client, &name, &kinds).await;
+    let generation_before = generation(&client, &name, &name).await;
     let deletes = DeleteWatch::start(&client, &name).await;
     let agent = Agent::start(&name);
     let shell = Shell::new(
-        &[("https://files.example", fx.http_plain().url.as_str()), ("flux-system", flux_ns.as_str())],
+        &[
+            ("https://files.example", fx.http_plain().url.as_str()),
+            ("flux-system", flux_ns.as_str()),
+        ],
         &[("web", name.as_str())],
     );
     let steps = guide("flux");
@@ -748,25 +838,53 @@ async fn a_flux_kustomizations_objects_are_taken_over_and_flux_then_prunes_nothi
     let (_, moving) = block(&steps, "move");
     shell.run_block(&moving);
 
-    assert_eq!(snapshot(&client, &name, &kinds).await, before, "the same objects, nothing rolled");
+    assert_eq!(
+        snapshot(&client, &name, &kinds).await,
+        before,
+        "the same objects, nothing rolled"
+    );
+    assert_eq!(
+        generation(&client, &name, &name).await,
+        generation_before + 1,
+        "one metadata write"
+    );
     assert_released(
         &client,
         &name,
         &kinds,
         &name,
         &["kustomize-controller"],
-        &["kustomize.toolkit.fluxcd.io/name", "kustomize.toolkit.fluxcd.io/namespace"],
+        &[
+            "kustomize.toolkit.fluxcd.io/name",
+            "kustomize.toolkit.fluxcd.io/namespace",
+        ],
     )
     .await;
     // kustomize-controller's garbage collection deletes only objects matching this selector.
-    let selector = format!("kustomize.toolkit.fluxcd.io/name={name},kustomize.toolkit.fluxcd.io/namespace={flux_ns}");
+    let selector = format!(
+        "kustomize.toolkit.fluxcd.io/name={name},kustomize.toolkit.fluxcd.io/namespace={flux_ns}"
+    );
     for (kind, _) in &kinds {
         let api = Api::<DynamicObject>::namespaced_with(client.clone(), &name, &resource_of(kind));
-        let claimed = api.list(&ListParams::default().labels(&selector)).await.unwrap();
-        assert!(claimed.items.is_empty(), "Flux would still prune {kind}s: {:?}", claimed.items);
+        let claimed = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        assert!(
+            claimed.items.is_empty(),
+            "Flux would still prune {kind}s: {:?}",
+            claimed.items
+        );
     }
-    assert!(kustomizations.get_opt(&name).await.unwrap().is_none(), "the Kustomization is gone");
-    assert_eq!(deletes.deleted(), Vec::<String>::new(), "no object was deleted");
+    assert!(
+        kustomizations.get_opt(&name).await.unwrap().is_none(),
+        "the Kustomization is gone"
+    );
+    assert_eq!(
+        deletes.deleted(),
+        Vec::<String>::new(),
+        "no object was deleted"
+    );
 
     delete_bd(&client, &name).await;
     drop(agent);
@@ -778,14 +896,24 @@ async fn a_flux_kustomizations_objects_are_taken_over_and_flux_then_prunes_nothi
 async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_deletes_nothing() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
-    stand_in_crd(&client, "argoproj.io", "v1alpha1", "Application", "applications").await;
+    stand_in_crd(
+        &client,
+        "argoproj.io",
+        "v1alpha1",
+        "Application",
+        "applications",
+    )
+    .await;
     let fx = support::Fixtures::load();
     let name = cluster::unique_name("guestbook");
     let argo_ns = cluster::unique_name("argocd");
     namespace_with_fake_kubelet(&client, &name).await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": argo_ns}})).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": argo_ns}})).unwrap(),
+        )
         .await
         .unwrap();
     let objects = application(&name, &name);
@@ -795,7 +923,11 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
     // with the tracking annotation, the instance label and kubectl's last-applied record.
     for object in &objects {
         let (kind, object_name) = kind_name(object);
-        let group = object["apiVersion"].as_str().unwrap().rsplit_once('/').map_or("", |(g, _)| g);
+        let group = object["apiVersion"]
+            .as_str()
+            .unwrap()
+            .rsplit_once('/')
+            .map_or("", |(g, _)| g);
         let tracking = format!("{name}:{group}/{kind}:{name}/{object_name}");
         let body = with_metadata(
             object,
@@ -808,7 +940,9 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
             field_manager: Some("argocd-controller".into()),
             ..Default::default()
         };
-        api.create(&params, &serde_json::from_value(body).unwrap()).await.unwrap();
+        api.create(&params, &serde_json::from_value(body).unwrap())
+            .await
+            .unwrap();
     }
     let applications = Api::<DynamicObject>::namespaced_with(
         client.clone(),
@@ -827,12 +961,19 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
                  "source": {"repoURL": "https://git.example/guestbook.git", "path": "."}}
     }))
     .unwrap();
-    applications.create(&PostParams::default(), &application_object).await.unwrap();
+    applications
+        .create(&PostParams::default(), &application_object)
+        .await
+        .unwrap();
     wait_available(&client, &name, &name, 2).await;
 
     let kinds: Vec<(String, String)> = objects.iter().map(kind_name).collect();
-    let kinds: Vec<(&str, &str)> = kinds.iter().map(|(k, n)| (k.as_str(), n.as_str())).collect();
+    let kinds: Vec<(&str, &str)> = kinds
+        .iter()
+        .map(|(k, n)| (k.as_str(), n.as_str()))
+        .collect();
     let before = snapshot(&client, &name, &kinds).await;
+    let generation_before = generation(&client, &name, &name).await;
     let deletes = DeleteWatch::start(&client, &name).await;
     let agent = Agent::start(&name);
     let shell = Shell::new(
@@ -849,7 +990,16 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
     let (_, moving) = block(&steps, "move");
     shell.run_block(&moving);
 
-    assert_eq!(snapshot(&client, &name, &kinds).await, before, "the same objects, nothing rolled");
+    assert_eq!(
+        snapshot(&client, &name, &kinds).await,
+        before,
+        "the same objects, nothing rolled"
+    );
+    assert_eq!(
+        generation(&client, &name, &name).await,
+        generation_before + 1,
+        "one metadata write"
+    );
     assert_released(
         &client,
         &name,
@@ -863,8 +1013,15 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
         ],
     )
     .await;
-    assert!(applications.get_opt(&name).await.unwrap().is_none(), "the Application is gone");
-    assert_eq!(deletes.deleted(), Vec::<String>::new(), "no object was deleted");
+    assert!(
+        applications.get_opt(&name).await.unwrap().is_none(),
+        "the Application is gone"
+    );
+    assert_eq!(
+        deletes.deleted(),
+        Vec::<String>::new(),
+        "no object was deleted"
+    );
 
     delete_bd(&client, &name).await;
     drop(agent);
@@ -875,8 +1032,15 @@ async fn an_argo_cd_applications_objects_are_taken_over_and_deleting_it_then_del
 #[test]
 fn whole_words_are_replaced_and_longer_names_kept() {
     assert_eq!(
-        replace_word("helm install shop storefront -n shop -f shop.yaml bd/shop", "shop", "x-1"),
+        replace_word(
+            "helm install shop storefront -n shop -f shop.yaml bd/shop",
+            "shop",
+            "x-1"
+        ),
         "helm install x-1 storefront -n x-1 -f x-1.yaml bd/x-1"
     );
-    assert_eq!(replace_word("webshop shop-config", "shop", "x"), "webshop shop-config");
+    assert_eq!(
+        replace_word("webshop shop-config", "shop", "x"),
+        "webshop shop-config"
+    );
 }

@@ -17,10 +17,10 @@ pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
     NotificationTarget, SlackTarget, TargetKind, TransitionType, WebhookTarget,
 };
-pub use takeover::{ReleaseRecords, Takeover, TakeoverSource, TakeoverStatus};
 pub use processors::{
     FunctionProcessor, ProcessorSpec, SubstituteProcessor, VarsReference, DEFAULT_FUNCTION_TIMEOUT,
 };
+pub use takeover::{ReleaseRecords, Takeover, TakeoverSource, TakeoverStatus};
 
 use std::collections::BTreeMap;
 

@@ -94,7 +94,9 @@ impl Takeover {
 
     /// Whether `status` records this takeover as done.
     pub fn done_in(&self, status: Option<&TakeoverStatus>) -> bool {
-        status.is_some_and(|s| s.from == self.from && s.name == self.name && s.namespace == self.namespace)
+        status.is_some_and(|s| {
+            s.from == self.from && s.name == self.name && s.namespace == self.namespace
+        })
     }
 }
 

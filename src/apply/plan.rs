@@ -534,8 +534,14 @@ mod tests {
     #[test]
     fn a_takeover_adopts_what_its_previous_owner_marked_unless_a_bundle_owns_it() {
         use CollisionProtection::Prevent;
-        assert_eq!(ownership(Some(None), "me", Prevent, true), Ownership::TakeOver);
-        assert_eq!(ownership(Some(Some("me")), "me", Prevent, true), Ownership::Ours);
+        assert_eq!(
+            ownership(Some(None), "me", Prevent, true),
+            Ownership::TakeOver
+        );
+        assert_eq!(
+            ownership(Some(Some("me")), "me", Prevent, true),
+            Ownership::Ours
+        );
         assert_eq!(ownership(None, "me", Prevent, true), Ownership::Create);
         assert_eq!(
             ownership(Some(Some("other")), "me", Prevent, true),

@@ -7,19 +7,20 @@
 //! it.
 //!
 //! Before pallet's first write to it, one merge patch (guarded by the live resourceVersion)
-//! releases it from the previous tool:
-//! - the tool's markers that the bundle does not render are removed, so the tool no longer
-//!   counts the object as its own: `helm install` of the same release refuses it instead of
-//!   adopting it, Flux's garbage collection and Argo CD's cascading deletion skip it;
-//! - the tool's field manager entries are folded into pallet's apply entry and removed, as
-//!   `kubectl`'s client-side to server-side apply upgrade does (`csaupgrade`): pallet then owns
-//!   every field the tool set, so its next apply removes what the bundle no longer has (server
-//!   defaults among them, which the API server sets again to the same values), and the tool's
-//!   entries no longer keep fields alive that pallet drops later.
+//! releases it from the previous tool: the tool's field manager entries are folded into
+//! pallet's apply entry and removed, as `kubectl`'s client-side to server-side apply upgrade does
+//! (`csaupgrade`). pallet then owns every field the tool set, so the server-side apply that
+//! follows (forced, as every pallet write) removes what the bundle does not set: the tool's
+//! markers (so the tool no longer counts the object as its own: `helm install` of the same
+//! release refuses it instead of adopting it, Flux's garbage collection and Argo CD's cascading
+//! deletion skip it), and server defaults, which the API server sets again to the same values.
+//! The tool's entries no longer keep alive fields that pallet drops later.
 //!
-//! The server-side apply that follows (forced, as every pallet write) sets pallet's ownership
-//! label and the bundle's fields. An object whose spec did not change is not rolled: only its
-//! metadata changes.
+//! A marker the tool's entries do not own (set by hand) is removed by the merge patch itself.
+//! Leaving the others to the apply keeps the metadata change to one write: the API server counts
+//! every annotation change of a Deployment as a new generation (it copies a Deployment's
+//! annotations to its ReplicaSet). An object whose spec did not change is not rolled: its pod
+//! template, ReplicaSet and Pods stay.
 
 use std::collections::BTreeMap;
 
@@ -228,26 +229,6 @@ pub fn release_patch(
             .and_then(|m| m.get(key))
             .is_some()
     };
-    let labels = string_map(metadata, "labels");
-    let annotations = string_map(metadata, "annotations");
-    let (marker_labels, marker_annotations) = markers(takeover);
-    let mut remove_labels = Map::new();
-    for (key, value) in marker_labels {
-        let present = match (labels.get(key), value) {
-            (Some(have), Some(want)) => *have == want,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if present && !rendered("labels", key) {
-            remove_labels.insert(key.to_string(), Value::Null);
-        }
-    }
-    let mut remove_annotations = Map::new();
-    for key in marker_annotations {
-        if annotations.contains_key(key) && !rendered("annotations", key) {
-            remove_annotations.insert(key.to_string(), Value::Null);
-        }
-    }
     let mut tool_managers: Vec<String> = tool_field_managers(takeover.from)
         .iter()
         .map(|m| m.to_string())
@@ -260,13 +241,50 @@ pub fn release_patch(
         .map(Vec::as_slice)
         .unwrap_or_default();
     let folded = folded_managed_fields(managed_fields, &tool_managers, manager, api_version, now);
+    // The apply removes what pallet's entry owns and the bundle does not set.
+    let removed_by_apply = |field: &str, key: &str| {
+        folded
+            .as_ref()
+            .and_then(|entries| entries.first())
+            .and_then(|own| own.get("fieldsV1"))
+            .and_then(|f| f.get("f:metadata"))
+            .and_then(|m| m.get(format!("f:{field}")))
+            .and_then(|m| m.get(format!("f:{key}")))
+            .is_some()
+    };
+    let labels = string_map(metadata, "labels");
+    let annotations = string_map(metadata, "annotations");
+    let (marker_labels, marker_annotations) = markers(takeover);
+    let mut remove_labels = Map::new();
+    for (key, value) in marker_labels {
+        let present = match (labels.get(key), value) {
+            (Some(have), Some(want)) => *have == want,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if present && !rendered("labels", key) && !removed_by_apply("labels", key) {
+            remove_labels.insert(key.to_string(), Value::Null);
+        }
+    }
+    let mut remove_annotations = Map::new();
+    for key in marker_annotations {
+        if annotations.contains_key(key)
+            && !rendered("annotations", key)
+            && !removed_by_apply("annotations", key)
+        {
+            remove_annotations.insert(key.to_string(), Value::Null);
+        }
+    }
     if folded.is_none() && remove_labels.is_empty() && remove_annotations.is_empty() {
         return None;
     }
     let mut patch = Map::new();
     patch.insert(
         "resourceVersion".into(),
-        metadata.get("resourceVersion").cloned().unwrap_or(Value::Null),
+        metadata
+            .get("resourceVersion")
+            .cloned()
+            .unwrap_or(Value::Null),
     );
     if let Some(folded) = folded {
         patch.insert("managedFields".into(), Value::Array(folded));
@@ -299,7 +317,8 @@ mod tests {
     #[test]
     fn each_tool_claims_by_its_own_markers() {
         let helm = takeover(TakeoverSource::Helm, "shop", "prod");
-        let helm_meta = json!({"annotations": {HELM_RELEASE_NAME: "shop", HELM_RELEASE_NAMESPACE: "prod"}});
+        let helm_meta =
+            json!({"annotations": {HELM_RELEASE_NAME: "shop", HELM_RELEASE_NAMESPACE: "prod"}});
         assert!(claims(&helm, &helm_meta));
         assert!(!claims(
             &helm,
@@ -330,7 +349,10 @@ mod tests {
             &argo,
             &json!({"annotations": {ARGOCD_TRACKING_ID: "argocd_guestbook:/ConfigMap:web/x"}})
         ));
-        assert!(claims(&argo, &json!({"labels": {ARGOCD_INSTANCE: "guestbook"}})));
+        assert!(claims(
+            &argo,
+            &json!({"labels": {ARGOCD_INSTANCE: "guestbook"}})
+        ));
         assert!(!claims(
             &argo,
             &json!({"annotations": {ARGOCD_TRACKING_ID: "other:apps/Deployment:web/guestbook"}})
@@ -418,7 +440,8 @@ mod tests {
             "labels": {MANAGED_BY: "Helm", "app": "shop"},
             "annotations": {HELM_RELEASE_NAME: "shop", HELM_RELEASE_NAMESPACE: "prod", "keep": "me"},
             "managedFields": [entry("helm", "Update", json!({"f:data": {}}))]}});
-        let desired = json!({"apiVersion": "apps/v1", "metadata": {"labels": {MANAGED_BY: "Helm"}}});
+        let desired =
+            json!({"apiVersion": "apps/v1", "metadata": {"labels": {MANAGED_BY: "Helm"}}});
         let patch = release_patch(&helm, &live, &desired, "pallet", "now").unwrap();
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
         assert_eq!(
@@ -436,7 +459,23 @@ mod tests {
         assert_eq!(patch["metadata"]["labels"], json!({MANAGED_BY: null}));
 
         let released = json!({"metadata": {"resourceVersion": "43", "labels": {"app": "shop"}}});
-        assert_eq!(release_patch(&helm, &released, &desired, "pallet", "now"), None);
+        assert_eq!(
+            release_patch(&helm, &released, &desired, "pallet", "now"),
+            None
+        );
+
+        // Markers helm's entry owns are left to the apply, which removes them in the same write
+        // as its own changes.
+        let owned = json!({"metadata": {"resourceVersion": "44",
+            "annotations": {HELM_RELEASE_NAME: "shop", HELM_RELEASE_NAMESPACE: "prod"},
+            "managedFields": [entry("helm", "Update", json!({"f:metadata": {"f:annotations": {
+                "f:meta.helm.sh/release-name": {}, "f:meta.helm.sh/release-namespace": {}}}}))]}});
+        let patch = release_patch(&helm, &owned, &desired, "pallet", "now").unwrap();
+        assert!(patch["metadata"].get("annotations").is_none(), "{patch}");
+        assert_eq!(
+            patch["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:annotations"],
+            json!({"f:meta.helm.sh/release-name": {}, "f:meta.helm.sh/release-namespace": {}})
+        );
     }
 
     #[test]

@@ -130,7 +130,9 @@ async fn handle_records(
                 match secrets.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(status)) if status.code == 404 => {}
-                    Err(e) => return Err(kube_error(format!("delete Secret {namespace}/{name}"), e)),
+                    Err(e) => {
+                        return Err(kube_error(format!("delete Secret {namespace}/{name}"), e))
+                    }
                 }
             }
             Ok("Deleted")
@@ -140,7 +142,14 @@ async fn handle_records(
             let description = format!("Taken over by pallet BundleDeployment {owner}");
             for (index, (_, secret)) in records.into_iter().enumerate() {
                 if index == last {
-                    mark(&secrets, secret, "uninstalled", Some(&description), namespace).await?;
+                    mark(
+                        &secrets,
+                        secret,
+                        "uninstalled",
+                        Some(&description),
+                        namespace,
+                    )
+                    .await?;
                 } else {
                     // As `helm uninstall --keep-history` does: no earlier record stays deployed.
                     mark(&secrets, secret, "superseded", None, namespace).await?;
@@ -177,9 +186,11 @@ async fn mark(
         return Ok(());
     }
     let data = secret.data.get_or_insert_with(Default::default);
-    let encoded = data
-        .get("release")
-        .ok_or_else(|| failed(format!("Secret {namespace}/{name} holds no Helm release record")))?;
+    let encoded = data.get("release").ok_or_else(|| {
+        failed(format!(
+            "Secret {namespace}/{name} holds no Helm release record"
+        ))
+    })?;
     let mut record = decode_record(&encoded.0)
         .map_err(|why| failed(format!("Secret {namespace}/{name}: {why}")))?;
     set_status(&mut record, status, description, &now_rfc3339());
@@ -265,7 +276,12 @@ mod tests {
     #[test]
     fn marking_uninstalled_says_who_took_it_over_and_when() {
         let mut record = json!({"info": {"status": "deployed", "description": "Install complete"}});
-        set_status(&mut record, "uninstalled", Some("Taken over by pallet BundleDeployment shop"), "2025-01-01T00:00:00Z");
+        set_status(
+            &mut record,
+            "uninstalled",
+            Some("Taken over by pallet BundleDeployment shop"),
+            "2025-01-01T00:00:00Z",
+        );
         assert_eq!(
             record["info"],
             json!({"status": "uninstalled", "description": "Taken over by pallet BundleDeployment shop",
@@ -273,6 +289,9 @@ mod tests {
         );
         let mut old = json!({"info": {"status": "deployed", "description": "Install complete"}});
         set_status(&mut old, "superseded", None, "now");
-        assert_eq!(old["info"], json!({"status": "superseded", "description": "Install complete"}));
+        assert_eq!(
+            old["info"],
+            json!({"status": "superseded", "description": "Install complete"})
+        );
     }
 }
