@@ -273,6 +273,8 @@ impl Drop for DeleteWatch {
     }
 }
 
+/// Records each DELETED event of `api` from `version` on, as `Kind/name`; a watch that fails is
+/// recorded too (so the count of deletes can never pass by missing events).
 async fn watch_deletes<K>(
     api: Api<K>,
     mut version: String,
@@ -281,32 +283,36 @@ async fn watch_deletes<K>(
 ) where
     K: Clone + serde::de::DeserializeOwned + Resource + std::fmt::Debug + Send + 'static,
 {
+    let failed = |why: String| {
+        out.lock()
+            .unwrap()
+            .push(format!("{kind}: watch failed: {why}"))
+    };
     loop {
         let mut stream = match api
             .watch(&WatchParams::default().timeout(290), &version)
             .await
         {
             Ok(stream) => stream.boxed(),
-            Err(e) => panic!("watch {kind}: {e}"),
+            Err(e) => return failed(e.to_string()),
         };
-        while let Some(event) = stream
-            .try_next()
-            .await
-            .unwrap_or_else(|e| panic!("watch {kind}: {e}"))
-        {
+        loop {
+            let event = match stream.try_next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => break, // the server's timeout: watch again from where it was
+                Err(e) => return failed(e.to_string()),
+            };
             match event {
                 WatchEvent::Deleted(object) => {
-                    out.lock().unwrap().push(format!(
-                        "{kind}/{}",
-                        object.meta().name.clone().unwrap_or_default()
-                    ));
+                    let name = object.meta().name.clone().unwrap_or_default();
+                    out.lock().unwrap().push(format!("{kind}/{name}"));
                     version = object.meta().resource_version.clone().unwrap_or(version);
                 }
                 WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                     version = o.meta().resource_version.clone().unwrap_or(version);
                 }
                 WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
-                WatchEvent::Error(e) => panic!("watch {kind} from {version}: {e:?}"),
+                WatchEvent::Error(e) => return failed(format!("{e:?}")),
             }
         }
     }
