@@ -475,6 +475,8 @@ pub struct Target<'a> {
     pub install_namespace: Option<&'a str>,
     /// Its collision policy.
     pub collision_protection: CollisionProtection,
+    /// The previous owner it takes over from (`spec.takeover`).
+    pub takeover: Option<&'a crate::api::Takeover>,
 }
 
 async fn resolve(
@@ -661,7 +663,18 @@ async fn plan_one(
             .and_then(|m| m.get(OWNER_LABEL))
             .map(String::as_str)
     });
-    let adopts_from = match plan::ownership(live_owner, target.owner, target.collision_protection) {
+    let claimed = match (target.takeover, &live) {
+        (Some(takeover), Some(live)) => serde_json::to_value(&live.metadata)
+            .is_ok_and(|metadata| crate::apply::takeover::claims(takeover, &metadata)),
+        _ => false,
+    };
+    let ownership = plan::ownership(
+        live_owner,
+        target.owner,
+        target.collision_protection,
+        claimed,
+    );
+    let adopts_from = match ownership {
         Ownership::Conflict { owner } => {
             let owner = owner
                 .map(|o| format!("owned by BundleDeployment {o}"))
@@ -680,6 +693,7 @@ async fn plan_one(
                 .map(|o| format!("BundleDeployment {o}"))
                 .unwrap_or_else(|| "no owner".into()),
         ),
+        Ownership::TakeOver => target.takeover.map(ToString::to_string),
         Ownership::Create | Ownership::Ours => None,
     };
     // The agent writes the revision number with every change; keeping the live one here means

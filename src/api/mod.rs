@@ -10,6 +10,7 @@ pub mod conditions;
 mod health_checks;
 mod notifications;
 mod processors;
+mod takeover;
 
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use notifications::{
@@ -19,6 +20,7 @@ pub use notifications::{
 pub use processors::{
     FunctionProcessor, ProcessorSpec, SubstituteProcessor, VarsReference, DEFAULT_FUNCTION_TIMEOUT,
 };
+pub use takeover::{ReleaseRecords, Takeover, TakeoverSource, TakeoverStatus};
 
 use std::collections::BTreeMap;
 
@@ -136,6 +138,13 @@ pub struct BundleDeploymentSpec {
     /// What happens to the applied objects when the BundleDeployment is deleted. Default: Delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+
+    /// Take over, in place, the objects of an existing Helm release, Flux Kustomization or
+    /// HelmRelease, or Argo CD Application: objects carrying that owner's markers are adopted
+    /// whatever `collisionProtection` says, the previous tool's markers and field managers are
+    /// removed, and a Helm release's records are marked uninstalled or deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<Takeover>,
 
     /// Health checks besides the built-in rules: CEL expressions for a kind (Flux's
     /// `healthCheckExprs`; they replace the built-in rule for that kind) or HTTP probes.
@@ -810,6 +819,11 @@ pub struct BundleDeploymentStatus {
     /// notification recorded here is delivered even if the agent restarts before sending it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notifications: Vec<NotificationStatus>,
+
+    /// The takeover (`spec.takeover`) once done: every object applied and the previous owner's
+    /// records handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<TakeoverStatus>,
 }
 
 /// One revision of the rendered bundle.

@@ -7,6 +7,7 @@
 
 pub mod live;
 pub mod plan;
+pub mod takeover;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use pallet_formats::{Object, ObjectKey};
 use serde_json::Value;
 use tokio::sync::RwLock;
 
-use crate::api::CollisionProtection;
+use crate::api::{CollisionProtection, Takeover};
 use plan::{Ownership, Stage, OWNER_LABEL};
 
 /// The field manager of every write pallet makes.
@@ -99,7 +100,9 @@ pub struct Applied {
     pub api_version: String,
     /// What happened.
     pub outcome: Outcome,
-    /// Set when an existing object was taken over from another owner (or from nobody).
+    /// Set when an existing object was taken over from another owner (or from nobody): the
+    /// BundleDeployment that owned it, or the previous owner `spec.takeover` names ("Helm
+    /// release prod/shop").
     pub adopted_from: Option<Option<String>>,
     /// resourceVersion before the write (None for a create or when nothing existed).
     pub resource_version_before: Option<String>,
@@ -315,6 +318,8 @@ pub struct Applier {
     pub revision: Option<i64>,
     /// Live copies of pallet-owned objects, read instead of a GET each (None: always GET).
     pub live: Option<live::LiveObjects>,
+    /// The previous owner whose objects are taken over (`spec.takeover`).
+    pub takeover: Option<Takeover>,
 }
 
 /// An object resolved against the cluster, ready to read and write.
@@ -469,11 +474,14 @@ impl Applier {
                 .and_then(|m| m.get(OWNER_LABEL))
                 .map(String::as_str)
         });
-        let ownership = plan::ownership(live_owner, &self.owner, self.collision_protection);
+        let claimed = self.claimed(live.as_ref());
+        let ownership =
+            plan::ownership(live_owner, &self.owner, self.collision_protection, claimed);
         let revision_before = match ownership {
             Ownership::Ours => live.as_ref().and_then(|l| plan::revision_of(&l.metadata)),
             _ => None,
         };
+        let taking_over = ownership == Ownership::TakeOver;
         let adopted_from = match ownership {
             Ownership::Conflict { owner } => {
                 return Err(ApplyError::OwnershipConflict {
@@ -483,7 +491,12 @@ impl Applier {
                 })
             }
             Ownership::Adopt { previous_owner } => Some(previous_owner),
+            Ownership::TakeOver => Some(self.takeover.as_ref().map(ToString::to_string)),
             Ownership::Create | Ownership::Ours => None,
+        };
+        let live = match live {
+            Some(found) if taking_over => Some(self.release(&api, &key, found, &desired).await?),
+            live => live,
         };
         let before = live
             .as_ref()
@@ -546,6 +559,45 @@ impl Applier {
         }
         self.record(&applied);
         Ok(applied)
+    }
+
+    /// Whether `live` carries the markers of the previous owner `spec.takeover` names.
+    fn claimed(&self, live: Option<&DynamicObject>) -> bool {
+        let (Some(takeover), Some(live)) = (&self.takeover, live) else {
+            return false;
+        };
+        serde_json::to_value(&live.metadata)
+            .is_ok_and(|metadata| takeover::claims(takeover, &metadata))
+    }
+
+    /// Releases `live` from the previous owner (see [`takeover`]) before pallet's first write:
+    /// one merge patch guarded by its resourceVersion. Returns the object as it is afterwards.
+    async fn release(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+        live: DynamicObject,
+        desired: &Value,
+    ) -> Result<DynamicObject, ApplyError> {
+        let Some(takeover) = &self.takeover else {
+            return Ok(live);
+        };
+        let live_value = serde_json::to_value(&live).unwrap_or(Value::Null);
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let Some(patch) =
+            takeover::release_patch(takeover, &live_value, desired, FIELD_MANAGER, &now)
+        else {
+            return Ok(live);
+        };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..Default::default()
+        };
+        api.patch(&key.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| ApplyError::from_kube(key, e))
     }
 
     /// What the live copies know of `key` (Unknown without live copies).

@@ -247,6 +247,9 @@ pub enum Ownership {
         /// The BundleDeployment that owned it before, if any.
         previous_owner: Option<String>,
     },
+    /// The live object carries the markers of the previous owner `spec.takeover` names, and no
+    /// BundleDeployment owns it: it is taken over whatever the collision policy.
+    TakeOver,
     /// The collision policy forbids taking it over.
     Conflict {
         /// Its current owner: a BundleDeployment name, or `None` for an object nobody owns.
@@ -255,17 +258,20 @@ pub enum Ownership {
 }
 
 /// Decides whether `owner` may apply over a live object whose ownership label is `live_owner`
-/// (`None` for no live object, `Some(None)` for a live object without the label).
+/// (`None` for no live object, `Some(None)` for a live object without the label); `claimed`
+/// when the object carries the markers of the previous owner that `spec.takeover` names.
 pub fn ownership(
     live_owner: Option<Option<&str>>,
     owner: &str,
     policy: CollisionProtection,
+    claimed: bool,
 ) -> Ownership {
     let Some(live_owner) = live_owner else {
         return Ownership::Create;
     };
     match (live_owner, policy) {
         (Some(current), _) if current == owner => Ownership::Ours,
+        (None, _) if claimed => Ownership::TakeOver,
         (current, CollisionProtection::None) => Ownership::Adopt {
             previous_owner: current.map(str::to_string),
         },
@@ -498,6 +504,7 @@ mod tests {
     fn collision_policies() {
         use CollisionProtection::{IfNoOwner, Prevent};
         let take_all = CollisionProtection::None;
+        let ownership = |live, owner, policy| ownership(live, owner, policy, false);
         assert_eq!(ownership(None, "me", Prevent), Ownership::Create);
         assert_eq!(ownership(Some(Some("me")), "me", Prevent), Ownership::Ours);
         assert_eq!(
@@ -520,6 +527,26 @@ mod tests {
             ownership(Some(Some("other")), "me", take_all),
             Ownership::Adopt {
                 previous_owner: Some("other".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_takeover_adopts_what_its_previous_owner_marked_unless_a_bundle_owns_it() {
+        use CollisionProtection::Prevent;
+        assert_eq!(
+            ownership(Some(None), "me", Prevent, true),
+            Ownership::TakeOver
+        );
+        assert_eq!(
+            ownership(Some(Some("me")), "me", Prevent, true),
+            Ownership::Ours
+        );
+        assert_eq!(ownership(None, "me", Prevent, true), Ownership::Create);
+        assert_eq!(
+            ownership(Some(Some("other")), "me", Prevent, true),
+            Ownership::Conflict {
+                owner: Some("other".into())
             }
         );
     }

@@ -616,6 +616,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             owner: &args.name,
             install_namespace: bd.spec.install_namespace.as_deref(),
             collision_protection: bd.spec.collision_protection(),
+            takeover: bd.spec.takeover.as_ref(),
         };
         // Helm hooks are not kept in line with the bundle: resuming reverts none of them.
         let helm = bd.spec.format == crate::api::BundleFormat::Helm;

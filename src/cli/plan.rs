@@ -121,6 +121,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             owner: &name,
             install_namespace: bd.spec.install_namespace.as_deref(),
             collision_protection: bd.spec.collision_protection(),
+            takeover: bd.spec.takeover.as_ref(),
         };
         let planned = preview::plan_objects(&target, &objects).await?;
         let live = Api::<BundleDeployment>::all(client.clone())

@@ -616,6 +616,7 @@ impl Context {
             journal: Default::default(),
             revision: None,
             live: self.owned.as_ref().map(|owned| owned.live()),
+            takeover: bd.spec.takeover.clone(),
         }
     }
 }

@@ -5,7 +5,9 @@
 //!
 //! - A revision is an install when it is the BundleDeployment's first (number 1: numbers only
 //!   grow, and a re-created BundleDeployment starts again at 1), an upgrade otherwise, as
-//!   `helm upgrade --install` decides by whether the release has any history.
+//!   `helm upgrade --install` decides by whether the release has any history. A BundleDeployment
+//!   that takes over a Helm release (`spec.takeover`) continues that release's history: its
+//!   first revision is an upgrade too.
 //! - Order within an event: helm sorts hooks by kind in its install order (unknown kinds last,
 //!   alphabetically), then stably by weight and name; so weight, then name, then kind, then the
 //!   order the chart rendered them in.
@@ -76,6 +78,25 @@ impl Operation {
             Operation::Upgrade
         }
     }
+
+    /// The operation of revision `number` of a release that `continues_release` an existing
+    /// Helm release (see [`continues_release`]).
+    pub fn of_release(number: i64, continues_release: bool) -> Operation {
+        if continues_release {
+            Operation::Upgrade
+        } else {
+            Operation::of(number)
+        }
+    }
+}
+
+/// Whether `bd` takes over a Helm release (from Helm or a Flux HelmRelease): its chart was
+/// installed already, so its install hooks ran already.
+pub fn continues_release(bd: &crate::api::BundleDeployment) -> bool {
+    bd.spec
+        .takeover
+        .as_ref()
+        .is_some_and(|t| t.helm_release().is_some())
 }
 
 /// Before or after the release's objects.
@@ -211,7 +232,12 @@ pub fn skip_pending(runs: &mut [HookRun], why: &str) {
 /// Sets up the active revision's hook runs as it starts: a new revision plans its hooks; a
 /// revision made active again by a rollback skips those it had not run. Nothing else changes
 /// them here (a re-apply continues where the runs are).
-pub fn prepare(status: &mut BundleDeploymentStatus, hooks: &[HookObject], transition: &Transition) {
+pub fn prepare(
+    status: &mut BundleDeploymentStatus,
+    hooks: &[HookObject],
+    transition: &Transition,
+    continues_release: bool,
+) {
     let Some(number) = status.active_revision else {
         return;
     };
@@ -219,7 +245,9 @@ pub fn prepare(status: &mut BundleDeploymentStatus, hooks: &[HookObject], transi
         return;
     };
     match transition {
-        Transition::NewRevision => revision.hooks = plan(hooks, Operation::of(number)),
+        Transition::NewRevision => {
+            revision.hooks = plan(hooks, Operation::of_release(number, continues_release))
+        }
         Transition::Rollback { .. } => skip_pending(
             &mut revision.hooks,
             "not run: the revision was made active again by a rollback",
@@ -677,19 +705,25 @@ mod tests {
             );
         };
         start(&mut status, 1);
-        prepare(&mut status, &hooks, &Transition::NewRevision);
+        prepare(&mut status, &hooks, &Transition::NewRevision, false);
         let first: Vec<String> = status.revisions[0]
             .hooks
             .iter()
             .map(|r| format!("{} {}", r.event, r.object.name))
             .collect();
         assert_eq!(first, ["pre-install a"], "revision 1 installs");
+        prepare(&mut status, &hooks, &Transition::NewRevision, true);
+        assert_eq!(
+            status.revisions[0].hooks.len(),
+            2,
+            "a BundleDeployment taking over a Helm release upgrades it from its first revision"
+        );
         start(&mut status, 2);
-        prepare(&mut status, &hooks, &Transition::NewRevision);
+        prepare(&mut status, &hooks, &Transition::NewRevision, false);
         assert_eq!(status.revisions[0].hooks.len(), 2, "revision 2 upgrades");
         // A re-apply leaves the runs as they are.
         status.revisions[0].hooks[0].phase = HookPhase::Succeeded;
-        prepare(&mut status, &hooks, &Transition::Reapply);
+        prepare(&mut status, &hooks, &Transition::Reapply, false);
         assert_eq!(status.revisions[0].hooks[0].phase, HookPhase::Succeeded);
         assert_eq!(status.revisions[0].hooks[1].phase, HookPhase::Pending);
         let rollback = Transition::Rollback {
@@ -697,7 +731,7 @@ mod tests {
             reason: "RollbackRequested".into(),
             message: "back".into(),
         };
-        prepare(&mut status, &hooks, &rollback);
+        prepare(&mut status, &hooks, &rollback, false);
         assert_eq!(status.revisions[0].hooks[1].phase, HookPhase::Skipped);
     }
 

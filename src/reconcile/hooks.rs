@@ -119,7 +119,8 @@ async fn run_stage(
     let Some(number) = work.active_revision else {
         return Ok(Gate::Open);
     };
-    let event = hook_plan::event(hook_plan::Operation::of(number), stage);
+    let operation = hook_plan::Operation::of_release(number, hook_plan::continues_release(bd));
+    let event = hook_plan::event(operation, stage);
     loop {
         let Some(runs) = rollout::active_revision(work).map(|r| r.hooks.clone()) else {
             return Ok(Gate::Open);

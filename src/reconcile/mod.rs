@@ -36,6 +36,7 @@ pub mod rollout;
 pub mod scope;
 pub mod settle;
 pub mod status;
+pub mod takeover;
 pub mod unwritten_intent;
 pub mod values;
 pub mod values_watch;

@@ -152,7 +152,12 @@ pub(super) async fn apply_revision(
     applier.revision = work.active_revision;
     // Helm hooks run at their events, not as release objects (see `hooks`).
     let (objects, hook_objects) = &hook_plan::split(objects, is_helm(bd));
-    hook_plan::prepare(work, hook_objects, transition);
+    hook_plan::prepare(
+        work,
+        hook_objects,
+        transition,
+        hook_plan::continues_release(bd),
+    );
     let active = rollout::active_revision(work).cloned();
     let on_its_way = active.as_ref().is_some_and(|r| {
         matches!(
@@ -265,6 +270,8 @@ pub(super) async fn apply_revision(
         Err(error) => return Err(error.into()),
     };
     rollout::mark_applied(work);
+    // Every object is applied: the previous owner's records can go (see `takeover`).
+    super::takeover::finish(ctx, bd, &applier.client, work).await?;
 
     let inventory: Vec<ObjectReference> = applied
         .iter()

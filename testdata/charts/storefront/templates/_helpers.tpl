@@ -1,0 +1,6 @@
+{{- define "storefront.labels" -}}
+app.kubernetes.io/name: storefront
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
