@@ -177,8 +177,9 @@ for line in sys.stdin:
   wait_for "the drift report" '{.status.drift.count}' 1
   kubectl get bd hello -o jsonpath='{range .status.drift.objects[*]}  {.kind} {.namespace}/{.name}: {.message}{"\n"}{end}'
   kubectl get configmap hello-config -n hello -o jsonpath='  greeting: {.data.greeting}{"\n"}'
-  echo "\$ pallet resume hello --dry-run    # what resuming would revert; changes nothing"
-  "$pallet" resume hello --dry-run | sed 's/^/  /'
+  # The demo's git server listens on 127.0.0.1, which pallet refuses as a source unless allowed.
+  echo "\$ pallet resume hello --dry-run --allow-loopback-egress    # what resuming would revert; changes nothing"
+  "$pallet" resume hello --dry-run --allow-loopback-egress | sed 's/^/  /'
 
   say "demo 3/3: resume"
   echo "\$ pallet resume hello"
