@@ -4,7 +4,9 @@
 //! payloads from their lists and types. `pallet docs generate docs/reference` writes them; a
 //! test fails when a committed page differs from what the code generates.
 //!
-//! A test here also checks that every reason the code can write is documented (`reasons_scan`).
+//! The tests here also check the documentation as a whole: every relative link and anchor of
+//! `docs/` resolves (`links`), and every reason the code can write is documented
+//! (`reasons_scan`).
 
 mod api;
 mod cli;
@@ -12,6 +14,8 @@ mod markdown;
 mod pages;
 mod schema;
 
+#[cfg(test)]
+mod links;
 #[cfg(test)]
 mod reasons_scan;
 
