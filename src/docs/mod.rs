@@ -5,8 +5,9 @@
 //! test fails when a committed page differs from what the code generates.
 //!
 //! The tests here also check the documentation as a whole: every relative link and anchor of
-//! `docs/` resolves (`links`), and every reason the code can write is documented
-//! (`reasons_scan`).
+//! `docs/` resolves (`links`), every reason the code can write is documented
+//! (`reasons_scan`), and no file of the repository speaks of how it was made
+//! (`process_words`).
 
 mod api;
 mod cli;
@@ -16,6 +17,8 @@ mod schema;
 
 #[cfg(test)]
 mod links;
+#[cfg(test)]
+mod process_words;
 #[cfg(test)]
 mod reasons_scan;
 
