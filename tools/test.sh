@@ -42,8 +42,8 @@ cargo test --workspace --locked --no-run
 
 step "documentation: reference pages current, links and anchors, condition reasons, process words"
 # The same tests run again in the full `cargo test` below; here they fail early, with the
-# command that regenerates a stale page.
-cargo test --locked --lib docs:: -- --test-threads="${PALLET_TEST_THREADS:-4}"
+# command that regenerates a stale page (the same build as above: --workspace).
+cargo test --workspace --locked --lib -- docs:: --test-threads="${PALLET_TEST_THREADS:-4}"
 
 step "documentation site (mdBook, installed once into the cache)"
 tools/mdbook.sh build >/dev/null

@@ -216,18 +216,31 @@ fn description(schema: &Value) -> String {
 }
 
 /// The default a description states: the text after `Default:` (any case), up to the end of
-/// that sentence or parenthesis.
+/// that sentence, or of the parenthesis the statement is in.
 pub fn stated_default(description: &str) -> Option<String> {
     let lower = description.to_ascii_lowercase();
     let start = lower.find("default:")? + "default:".len();
     let rest = description[start..].trim_start();
+    let mut depth = 0usize;
     let mut end = rest.len();
-    for stop in [". ", "; ", ")"] {
-        if let Some(i) = rest.find(stop) {
-            end = end.min(i);
+    let mut chars = rest.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_space = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => {
+                end = i;
+                break;
+            }
+            ')' => depth -= 1,
+            '.' | ';' if depth == 0 && next_is_space => {
+                end = i;
+                break;
+            }
+            _ => {}
         }
     }
-    let text = rest[..end].trim().trim_end_matches('.').trim();
+    let text = rest[..end].trim();
     (!text.is_empty()).then(|| text.to_string())
 }
 
@@ -403,6 +416,11 @@ mod tests {
             stated_default("Follow redirects (default: only the URL's own origin).").as_deref(),
             Some("only the URL's own origin")
         );
+        assert_eq!(
+            stated_default("Default: none (the chart's values). More.").as_deref(),
+            Some("none (the chart's values)")
+        );
+        assert_eq!(stated_default("Default: 1.5h.").as_deref(), Some("1.5h"));
         assert_eq!(stated_default("No default here"), None);
     }
 
