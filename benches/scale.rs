@@ -1,4 +1,4 @@
-//! Scale benchmark (figures, not a test; issue 17). Many small apps created at once, pallet
+//! Scale benchmark (figures, not a test). Many small apps created at once, pallet
 //! against kubectl on the same objects, in one run, on control planes of its own (started from
 //! `tools/controlplane.sh` on another port and state directory, so the API server's CPU and
 //! audit log hold this benchmark's load only, and the shared control plane is left alone). Each
@@ -50,8 +50,8 @@
 //! `PALLET_BENCH_SCALE_ROUNDS=R` (default 1) measures a, b, b2, c and e R times per size, in
 //! turn (floors, pallet, floors, pallet, ...; each pallet round with a fresh agent and fresh
 //! namespaces), prints every round and the medians, and the summary shows medians: one floor
-//! measured once moved by up to half between runs on this machine (BENCHMARKS.md, session 9),
-//! and a ratio inherits that. The steady state runs in the first round; shards and peer once,
+//! measured once has moved by up to half between runs on a two-core machine, and a ratio
+//! inherits that. The steady state runs in the first round; shards and peer once,
 //! after the last.
 //!
 //! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile and allocation profiles of the control

@@ -1,24 +1,9 @@
 //! The change log: one JSON line for every create, update and delete the agent makes to a
 //! bundle's objects, with the why (reason, revision) next to the what.
 //!
-//! Schema (version 1; fields are only ever added):
-//!
-//! | field | meaning |
-//! | --- | --- |
-//! | `schema` | `pallet.dev/change/v1` |
-//! | `time` | RFC 3339 UTC time of the write |
-//! | `agent` | `{name, version}` of the agent that wrote |
-//! | `bundleDeployment` | name of the BundleDeployment |
-//! | `revision` | number of the revision being applied (an integer), when known |
-//! | `digest` | content digest (`sha256:…`) of that revision's rendered set, when known |
-//! | `operation` | `create`, `update` or `delete` |
-//! | `reason` | `new-revision`, `drift`, `rollback`, `prune`, `adoption`, `deletion`, `hook` or `certificate` |
-//! | `object` | `{apiVersion, kind, namespace?, name}` |
-//! | `resourceVersionBefore` / `resourceVersionAfter` | around the write, when known |
-//! | `fieldsChanged` | field paths that differed (never values: they may be secret) |
-//! | `result` | `success` or `failure` |
-//! | `error` | the error message, on failure |
-//! | `details` | free-form object (e.g. the previous owner on adoption) |
+//! Schema version 1 (`pallet.dev/change/v1`; fields are only ever added): a line is an [`Entry`]
+//! (a write) or a [`Marker`] (what the agent knows about gaps in its own log). Their fields'
+//! docs are the reference (`docs/reference/changelog.md` is generated from them).
 //!
 //! Lines go to stdout (the agent's logs go to stderr) and, with `--change-log FILE`, are appended
 //! to that file too.
@@ -28,18 +13,6 @@
 //! abort) loses at most the entries of the writes in flight at that moment: at most
 //! `--apply-parallelism` object writes, or one delete. The file is fsynced (`fdatasync`) once at
 //! the end of every pass that wrote, so a machine crash may also lose that pass's entries.
-//!
-//! Markers (added to schema version 1; lines with a `marker` field are not writes and carry no
-//! `operation`, `object` or `result`):
-//!
-//! | field | meaning |
-//! | --- | --- |
-//! | `marker` | `interrupted-pass`: written the first time an agent process looks at a BundleDeployment whose status records the intent to write (its active revision still `Applying`, see [`crate::reconcile`]), or whose deletion was requested before the process started, or whose objects (or stored snapshots) show a revision its status never recorded (see `reconcile::unwritten_intent`): the pass that recorded it may not have finished, so writes it had in flight may be missing from the log |
-//! | `bundleDeployment`, `revision`, `digest` | the interrupted pass's BundleDeployment and the revision it was applying (or, for a deletion, the active one) |
-//! | `details.phase` | `applying` or `deleting` |
-//! | `details.unloggedWritesAtMost` | how many writes that pass could have had in flight (the apply parallelism; 1 for a deletion) |
-//! | `details.intentSince` | when the revision entered `Applying`, when known |
-//! | `details.message` | the same in words |
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -53,7 +26,7 @@ use serde::Serialize;
 pub const SCHEMA: &str = "pallet.dev/change/v1";
 
 /// What kind of write.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Operation {
     /// The object was created.
@@ -65,7 +38,7 @@ pub enum Operation {
 }
 
 /// Why the write happened.
-#[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// A new rendered set (new sources or spec) is being applied.
@@ -89,10 +62,10 @@ pub enum Reason {
 }
 
 /// The object written.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
-    /// apiVersion.
+    /// The object's apiVersion.
     pub api_version: String,
     /// Kind.
     pub kind: String,
@@ -104,53 +77,54 @@ pub struct ObjectRef {
 }
 
 /// The agent that wrote.
-#[derive(Serialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Debug, PartialEq, Eq)]
 pub struct AgentRef {
-    /// Agent name (its field manager / reporter name).
+    /// The agent's name (its field manager and Event reporter).
     pub name: String,
-    /// Agent version.
+    /// The agent's version.
     pub version: String,
 }
 
 /// One change-log entry.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
-    /// Always [`SCHEMA`].
+    /// Always `pallet.dev/change/v1`.
     pub schema: &'static str,
-    /// RFC 3339 time.
+    /// When the write returned (RFC 3339, UTC).
     pub time: String,
-    /// Who wrote.
+    /// The agent that wrote.
     pub agent: AgentRef,
-    /// For which BundleDeployment.
+    /// Name of the BundleDeployment.
     pub bundle_deployment: String,
-    /// Number of the revision being applied.
+    /// Number of the revision being applied, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
-    /// Content digest of that revision.
+    /// Content digest (`sha256:…`) of that revision's rendered set, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// What kind of write.
     pub operation: Operation,
-    /// Why.
+    /// Why the write happened.
     pub reason: Reason,
-    /// The object.
+    /// The object written.
     pub object: ObjectRef,
-    /// resourceVersion before.
+    /// The object's resourceVersion before the write, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_version_before: Option<String>,
-    /// resourceVersion after.
+    /// The object's resourceVersion after the write, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_version_after: Option<String>,
-    /// Field paths that changed.
+    /// Field paths that differed (never values: they may be secret).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields_changed: Vec<String>,
     /// `success` or `failure`.
     pub result: &'static str,
-    /// Error message on failure.
+    /// The error message, on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Free-form details.
+    /// Free-form details: the previous owner on adoption, `hookEvent` and `deletePolicy` of a
+    /// hook.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
 }
@@ -159,26 +133,32 @@ pub struct Entry {
 pub const MARKER_INTERRUPTED: &str = "interrupted-pass";
 
 /// A line that is not a write: what the agent knows about gaps in its own log.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, schemars::JsonSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Marker {
-    /// Always [`SCHEMA`].
+    /// Always `pallet.dev/change/v1`.
     pub schema: &'static str,
-    /// RFC 3339 time.
+    /// When the marker was written (RFC 3339, UTC).
     pub time: String,
-    /// Who wrote the marker.
+    /// The agent that wrote the marker.
     pub agent: AgentRef,
-    /// What it marks, e.g. [`MARKER_INTERRUPTED`].
+    /// `interrupted-pass`: written the first time an agent process looks at a BundleDeployment
+    /// whose status records the intent to write (its active revision still `Applying`), whose
+    /// deletion was requested before the process started, or whose objects (or stored
+    /// snapshots) show a revision its status never recorded. The pass that recorded it may not
+    /// have finished, so writes it had in flight may be missing from the log.
     pub marker: &'static str,
-    /// For which BundleDeployment.
+    /// The interrupted pass's BundleDeployment.
     pub bundle_deployment: String,
-    /// The revision concerned.
+    /// The revision that pass was applying (for a deletion, the active one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<i64>,
     /// Its content digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// Free-form details.
+    /// `phase` (`applying` or `deleting`), `unloggedWritesAtMost` (how many writes that pass
+    /// could have had in flight: the apply parallelism, 1 for a deletion), `intentSince` (when
+    /// the revision entered `Applying`, when known) and `message` (the same in words).
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
 }

@@ -8,6 +8,7 @@ pub mod apply;
 pub mod changelog;
 pub mod cli;
 pub mod client_metrics;
+pub mod docs;
 pub mod egress;
 pub mod fault;
 pub mod health;

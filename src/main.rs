@@ -2,7 +2,7 @@
 
 /// mimalloc instead of glibc malloc: the agent allocates and frees many small JSON trees per
 /// watch event and pass, and glibc's malloc was 23% of its CPU at 1,000 bundles
-/// (mimalloc took 9-16% off the agent's CPU; BENCHMARKS.md, scale session 15).
+/// (mimalloc took 9-16% off the agent's CPU in the scale benchmark, benches/scale.rs).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -96,6 +96,193 @@ fn phase_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+/// What kind of series a metric is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up; exposed with `_total` appended.
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Observations in buckets: `_bucket`, `_sum` and `_count` series.
+    Histogram,
+}
+
+impl MetricKind {
+    /// The OpenMetrics type name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric the agent exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricDoc {
+    /// Name without the `pallet_` prefix (and, for a counter, without `_total`).
+    pub name: &'static str,
+    /// Its kind.
+    pub kind: MetricKind,
+    /// Its label names.
+    pub labels: &'static [&'static str],
+    /// Its help text, as `/metrics` shows it.
+    pub help: &'static str,
+}
+
+impl MetricDoc {
+    /// The name of its series as scraped (`pallet_reconciles_total`).
+    pub fn exposed_name(&self) -> String {
+        match self.kind {
+            MetricKind::Counter => format!("{PREFIX}_{}_total", self.name),
+            _ => format!("{PREFIX}_{}", self.name),
+        }
+    }
+}
+
+/// The prefix of every metric name.
+pub const PREFIX: &str = "pallet";
+
+/// `pallet_reconciles`.
+const RECONCILES: MetricDoc = MetricDoc {
+    name: "reconciles",
+    kind: MetricKind::Counter,
+    labels: &["result"],
+    help: "Reconciles finished, by result (success|error)",
+};
+/// `pallet_reconcile_duration_seconds`.
+const RECONCILE_DURATION_SECONDS: MetricDoc = MetricDoc {
+    name: "reconcile_duration_seconds",
+    kind: MetricKind::Histogram,
+    labels: &["result"],
+    help: "Duration of reconciles, by result (success|error)",
+};
+/// `pallet_fetches`.
+const FETCHES: MetricDoc = MetricDoc {
+    name: "fetches",
+    kind: MetricKind::Counter,
+    labels: &["kind", "result"],
+    help: "Source fetches, by source kind (image|git|http|helmRepository) and result \
+             (success|error)",
+};
+/// `pallet_applied_objects`.
+const APPLIED_OBJECTS: MetricDoc = MetricDoc {
+    name: "applied_objects",
+    kind: MetricKind::Counter,
+    labels: &["operation"],
+    help: "Objects written by applies, by operation (created|updated)",
+};
+/// `pallet_pruned_objects`.
+const PRUNED_OBJECTS: MetricDoc = MetricDoc {
+    name: "pruned_objects",
+    kind: MetricKind::Counter,
+    labels: &[],
+    help: "Objects deleted because a new revision no longer has them",
+};
+/// `pallet_revisions_created`.
+const REVISIONS_CREATED: MetricDoc = MetricDoc {
+    name: "revisions_created",
+    kind: MetricKind::Counter,
+    labels: &[],
+    help: "Revisions recorded (a new set of resolved sources and rendered objects applied)",
+};
+/// `pallet_renders`.
+const RENDERS: MetricDoc = MetricDoc {
+    name: "renders",
+    kind: MetricKind::Counter,
+    labels: &[],
+    help: "Bundle renders (a pass whose sources and settings are unchanged reuses the last one)",
+};
+/// `pallet_rollbacks`.
+const ROLLBACKS: MetricDoc = MetricDoc {
+    name: "rollbacks",
+    kind: MetricKind::Counter,
+    labels: &["trigger"],
+    help: "Rollbacks to an earlier revision, by trigger (apply-error|deadline|request)",
+};
+/// `pallet_drift_corrections`.
+const DRIFT_CORRECTIONS: MetricDoc = MetricDoc {
+    name: "drift_corrections",
+    kind: MetricKind::Counter,
+    labels: &[],
+    help: "Objects rewritten because they drifted from the applied revision",
+};
+/// `pallet_notifications`.
+const NOTIFICATIONS: MetricDoc = MetricDoc {
+    name: "notifications",
+    kind: MetricKind::Counter,
+    labels: &["kind", "result"],
+    help: "Notification outcomes, by target kind (webhook|cloudEvents|slack|commitStatus) and \
+             result (delivered|retrying|failed|dropped): one per attempt, plus deadlines reached \
+             and notifications dropped undelivered",
+};
+/// `pallet_phase_seconds`.
+const PHASE_SECONDS: MetricDoc = MetricDoc {
+    name: "phase_seconds",
+    kind: MetricKind::Histogram,
+    labels: &["phase"],
+    help: "Time spent in each phase of reconciles (fetch_render, snapshot_store, status_write, \
+             apply_prune, health), summed over passes",
+};
+/// `pallet_api_requests`.
+const API_REQUESTS: MetricDoc = MetricDoc {
+    name: "api_requests",
+    kind: MetricKind::Counter,
+    labels: &["verb", "resource"],
+    help: "Kubernetes API requests this agent sent, by verb and resource (counted in the client)",
+};
+/// `pallet_reconciles_in_flight`.
+const RECONCILES_IN_FLIGHT: MetricDoc = MetricDoc {
+    name: "reconciles_in_flight",
+    kind: MetricKind::Gauge,
+    labels: &[],
+    help: "Reconciles running now (the queue depth the agent can see: kube's controller does \
+             not expose the requests waiting in its scheduler)",
+};
+/// `pallet_leader`.
+const LEADER: MetricDoc = MetricDoc {
+    name: "leader",
+    kind: MetricKind::Gauge,
+    labels: &[],
+    help: "1 while this agent holds the leader Lease (or runs without leader election), else 0",
+};
+/// `pallet_agent_shard`.
+const AGENT_SHARD: MetricDoc = MetricDoc {
+    name: "agent_shard",
+    kind: MetricKind::Gauge,
+    labels: &["shard"],
+    help: "1, labelled with the shard this agent serves (--shard; \"\" when not sharded)",
+};
+
+/// Every metric the agent exports, in the order of `/metrics`: the one list the registry is
+/// built from and `docs/reference/metrics.md` is generated from.
+pub const METRIC_DOCS: [&MetricDoc; 15] = [
+    &RECONCILES,
+    &RECONCILE_DURATION_SECONDS,
+    &FETCHES,
+    &APPLIED_OBJECTS,
+    &PRUNED_OBJECTS,
+    &REVISIONS_CREATED,
+    &RENDERS,
+    &ROLLBACKS,
+    &DRIFT_CORRECTIONS,
+    &NOTIFICATIONS,
+    &PHASE_SECONDS,
+    &API_REQUESTS,
+    &RECONCILES_IN_FLIGHT,
+    &LEADER,
+    &AGENT_SHARD,
+];
+
+fn register<M: prometheus_client::registry::Metric>(
+    registry: &mut Registry,
+    doc: &MetricDoc,
+    metric: M,
+) {
+    registry.register(doc.name, doc.help, metric);
+}
+
 /// The agent's role, for readiness.
 const ROLE_STARTING: u8 = 0;
 const ROLE_STANDBY: u8 = 1;
@@ -125,7 +312,7 @@ pub struct Metrics {
 
 impl Metrics {
     fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("pallet");
+        let mut registry = Registry::with_prefix(PREFIX);
         let reconciles = Family::<ResultLabel, Counter>::default();
         let reconcile_duration: HistogramFamily<ResultLabel> =
             Family::new_with_constructor(duration_histogram);
@@ -140,87 +327,26 @@ impl Metrics {
         let api_requests = Family::<ApiRequestLabels, Counter>::default();
         let (in_flight, leader) = (Gauge::default(), Gauge::default());
         let shard = Family::<ShardLabel, Gauge>::default();
-        // Counters get `_total` appended by the encoder; names below are without it.
-        registry.register(
-            "reconciles",
-            "Reconciles finished, by result (success|error)",
-            reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of reconciles, by result (success|error)",
+        // Counters get `_total` appended by the encoder; names in the list are without it.
+        register(&mut registry, &RECONCILES, reconciles.clone());
+        register(
+            &mut registry,
+            &RECONCILE_DURATION_SECONDS,
             reconcile_duration.clone(),
         );
-        registry.register(
-            "fetches",
-            "Source fetches, by source kind (image|git|http|helmRepository) and result \
-             (success|error)",
-            fetches.clone(),
-        );
-        registry.register(
-            "applied_objects",
-            "Objects written by applies, by operation (created|updated)",
-            applied.clone(),
-        );
-        registry.register(
-            "pruned_objects",
-            "Objects deleted because a new revision no longer has them",
-            pruned.clone(),
-        );
-        registry.register(
-            "revisions_created",
-            "Revisions recorded (a new set of resolved sources and rendered objects applied)",
-            revisions.clone(),
-        );
-        registry.register(
-            "renders",
-            "Bundle renders (a pass whose sources and settings are unchanged reuses the last one)",
-            renders.clone(),
-        );
-        registry.register(
-            "rollbacks",
-            "Rollbacks to an earlier revision, by trigger (apply-error|deadline|request)",
-            rollbacks.clone(),
-        );
-        registry.register(
-            "drift_corrections",
-            "Objects rewritten because they drifted from the applied revision",
-            drift.clone(),
-        );
-        registry.register(
-            "notifications",
-            "Notification outcomes, by target kind (webhook|cloudEvents|slack|commitStatus) and \
-             result (delivered|retrying|failed|dropped): one per attempt, plus deadlines reached \
-             and notifications dropped undelivered",
-            notifications.clone(),
-        );
-        registry.register(
-            "phase_seconds",
-            "Time spent in each phase of reconciles (fetch_render, snapshot_store, status_write, \
-             apply_prune, health), summed over passes",
-            phases.clone(),
-        );
-        registry.register(
-            "api_requests",
-            "Kubernetes API requests this agent sent, by verb and resource (counted in the client)",
-            api_requests.clone(),
-        );
-        registry.register(
-            "reconciles_in_flight",
-            "Reconciles running now (the queue depth the agent can see: kube's controller does \
-             not expose the requests waiting in its scheduler)",
-            in_flight.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this agent holds the leader Lease (or runs without leader election), else 0",
-            leader.clone(),
-        );
-        registry.register(
-            "agent_shard",
-            "1, labelled with the shard this agent serves (--shard; \"\" when not sharded)",
-            shard.clone(),
-        );
+        register(&mut registry, &FETCHES, fetches.clone());
+        register(&mut registry, &APPLIED_OBJECTS, applied.clone());
+        register(&mut registry, &PRUNED_OBJECTS, pruned.clone());
+        register(&mut registry, &REVISIONS_CREATED, revisions.clone());
+        register(&mut registry, &RENDERS, renders.clone());
+        register(&mut registry, &ROLLBACKS, rollbacks.clone());
+        register(&mut registry, &DRIFT_CORRECTIONS, drift.clone());
+        register(&mut registry, &NOTIFICATIONS, notifications.clone());
+        register(&mut registry, &PHASE_SECONDS, phases.clone());
+        register(&mut registry, &API_REQUESTS, api_requests.clone());
+        register(&mut registry, &RECONCILES_IN_FLIGHT, in_flight.clone());
+        register(&mut registry, &LEADER, leader.clone());
+        register(&mut registry, &AGENT_SHARD, shard.clone());
         // Series for every known label value exist from the start (at 0), so that rates and
         // alerts work before the first event of a kind.
         for result in ["success", "error"] {
@@ -598,6 +724,52 @@ mod tests {
             );
         }
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn every_metric_exposed_is_in_the_list_with_its_type_help_and_labels() {
+        let metrics = Metrics::new();
+        metrics.api_request("get", "secrets".into());
+        metrics.set_shard("");
+        let text = metrics.encode();
+        let mut described = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').unwrap();
+                let doc = METRIC_DOCS
+                    .iter()
+                    .find(|d| format!("{PREFIX}_{}", d.name) == name)
+                    .unwrap_or_else(|| panic!("{name} is exported and not in METRIC_DOCS"));
+                // The encoder ends the help with a full stop.
+                assert_eq!(Some(doc.help), help.strip_suffix('.'), "{name}");
+                described.push(doc.name);
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                let doc = METRIC_DOCS
+                    .iter()
+                    .find(|d| format!("{PREFIX}_{}", d.name) == name)
+                    .unwrap();
+                assert_eq!(doc.kind.as_str(), kind, "{name}");
+            } else if !line.starts_with('#') {
+                let series = line.split([' ', '{']).next().unwrap();
+                let labels: Vec<&str> = line
+                    .split_once('{')
+                    .map(|(_, rest)| rest.split_once('}').unwrap().0)
+                    .into_iter()
+                    .flat_map(|l| l.split(','))
+                    .filter_map(|pair| pair.split_once('=').map(|(k, _)| k))
+                    .filter(|k| *k != "le")
+                    .collect();
+                let doc = METRIC_DOCS
+                    .iter()
+                    .filter(|d| series.starts_with(&format!("{PREFIX}_{}", d.name)))
+                    .max_by_key(|d| d.name.len())
+                    .unwrap_or_else(|| panic!("{series} is not in METRIC_DOCS"));
+                assert_eq!(doc.labels, labels.as_slice(), "{line}");
+            }
+        }
+        let listed: Vec<&str> = METRIC_DOCS.iter().map(|d| d.name).collect();
+        assert_eq!(described, listed, "METRIC_DOCS and the registry differ");
     }
 
     #[test]

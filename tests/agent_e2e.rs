@@ -617,7 +617,7 @@ async fn writes_impersonate_the_service_account_and_rbac_decides() {
     bds.delete(&test, &Default::default()).await.unwrap();
 }
 
-/// #15 item 7: deleting a BundleDeployment whose ServiceAccount was never allowed to create its
+/// Deleting a BundleDeployment whose ServiceAccount was never allowed to create its
 /// objects finishes (they need no deletion), and one whose ServiceAccount may not delete what
 /// it created says so in a condition until it may.
 #[tokio::test]
@@ -1044,7 +1044,7 @@ async fn secrets_from_the_agent_namespace_and_allow_listed_namespaces() {
     agent::wait_bd_gone(&client, &test).await;
 }
 
-/// #15 item 8: two agents reconciling the same BundleDeployment (no leader election, the same
+/// Two agents reconciling the same BundleDeployment (no leader election, the same
 /// selector) are told apart by `status.agent`, and the second writer is reported as an Event.
 #[tokio::test]
 async fn a_second_agent_writing_the_same_bundle_is_reported() {

@@ -1,4 +1,4 @@
-//! End-to-end: recovery after an API server outage (#15 item 9). The test runs a control plane
+//! End-to-end: recovery after an API server outage. The test runs a control plane
 //! of its own (the project's `tools/controlplane.sh` on another port and state directory), so
 //! stopping it disturbs no other test, and checks that the agent repairs drift within a few
 //! seconds of the API server's return, however long the outage made its retries back off.
@@ -84,7 +84,7 @@ async fn after_an_api_outage_the_agent_is_back_within_seconds() {
     agent::wait_bd_gone(&client, &test).await;
 }
 
-/// #15 fault injection: the API server restarted in the middle of an upgrade's apply. After it
+/// Fault injection: the API server restarted in the middle of an upgrade's apply. After it
 /// returns, the upgrade completes: every object has the new revision's content and the
 /// ownership label, the objects the new revision dropped are pruned, and every object the
 /// upgrade changed has its change-log entry.

@@ -1,4 +1,4 @@
-//! Fault injection (#15): the agent is aborted (`PALLET_FAULT_ABORT_AT`, as `kill -9` would leave
+//! Fault injection: the agent is aborted (`PALLET_FAULT_ABORT_AT`, as `kill -9` would leave
 //! things) at each phase boundary of an upgrade and of a requested rollback, then restarted with
 //! the same change log and cache. After each: the BundleDeployment reaches the documented state,
 //! no object is orphaned or lost, and the change log matches the writes the API server saw.

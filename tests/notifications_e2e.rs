@@ -1,4 +1,4 @@
-//! End-to-end: notifications (#16 part 2). A receiver of the test's own (`pallet-fixtures
+//! End-to-end: notifications. A receiver of the test's own (`pallet-fixtures
 //! receiver`, a real HTTP server on 127.0.0.1 that records every request) gets the notifications
 //! of a `pallet agent` for a BundleDeployment with a git source, driven only through the API:
 //!

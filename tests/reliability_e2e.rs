@@ -1,4 +1,4 @@
-//! End-to-end reliability under bad sources (#15 items 1 and 2): a source that hangs or drips
+//! End-to-end reliability under bad sources: a source that hangs or drips
 //! holds no reconcile worker and hits the fetch deadline with a condition that says so; a source
 //! outage never stops the agent enforcing the active revision from its snapshot.
 

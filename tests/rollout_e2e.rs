@@ -641,7 +641,7 @@ async fn requested_rollback_to_an_earlier_revision_and_forward_again() {
     assert_eq!(s.config_map_value("new").await.as_deref(), Some("2"));
 }
 
-/// #15 item 8: a rollback requested while paused is held (a rollback is a write), applied on
+/// A rollback requested while paused is held (a rollback is a write), applied on
 /// resume, and then stays in force like any requested rollback: the newest content does not
 /// replace it until the spec or the sources change.
 #[tokio::test]

@@ -40,6 +40,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build the tests"
 cargo test --workspace --locked --no-run
 
+step "documentation: reference pages current, links and anchors, condition reasons, process words"
+# The same tests run again in the full `cargo test` below; here they fail early, with the
+# command that regenerates a stale page (the same build as above: --workspace).
+cargo test --workspace --locked --lib -- docs:: --test-threads="${PALLET_TEST_THREADS:-4}"
+
+step "documentation site (mdBook, installed once into the cache)"
+tools/mdbook.sh build >/dev/null
+
 step "helm oracle (for the helm format's differential tests and helm push in the source tests)"
 tools/helm.sh build
 

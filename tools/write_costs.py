@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What one write of each kind an install makes costs the control plane, in CPU.
 
-A measurement aid for the scale benchmark's analysis (BENCHMARKS.md, "scale (session 13)"), not
+A measurement aid for the scale benchmark's analysis (benches/scale.rs), not
 a test. For each kind (a ConfigMap create for reference; a BundleDeployment created by server-side
 apply as `kubectl apply --server-side` does; the agent's finalizer patch, revision snapshot
 Secret, status patch and Event), it sends N requests over one keep-alive connection (one curl

@@ -32,9 +32,9 @@ impl Plane {
     /// Starts a private control plane of its own, with the BundleDeployment CRD, the audited
     /// users (their kubeconfigs under `work`, replacing the previous plane's: one plane runs at a
     /// time) and the agents' namespace. Each group of phases gets a fresh one, so that no phase
-    /// inherits what an earlier one left (BENCHMARKS.md, session 16: the same floor run four
-    /// times on one control plane cost it 82 to 111 CPU s; on fresh ones it still rose from
-    /// round to round, so part of that drift is the machine's).
+    /// inherits what an earlier one left (the same floor run four times on one control plane
+    /// cost it 82 to 111 CPU s; on fresh ones it still rose from round to round, so part of that
+    /// drift is the machine's).
     pub async fn start(work: &Path) -> Plane {
         let profiler = profile::Profiler::from_env();
         let plane = PrivateControlPlane::start_with_env(
@@ -111,8 +111,8 @@ impl Plane {
     }
 
     /// Applies `file` as its user would, in one invocation: `kubectl apply --server-side`, the
-    /// floor's method. (Client-side apply, used before session 7, sent a GET before each object
-    /// and stored a copy of it in an annotation that every later write and watch event carried.)
+    /// floor's method. (Client-side apply would send a GET before each object and store a copy
+    /// of it in an annotation that every later write and watch event carries.)
     /// kubectl sends one request at a time, each waiting behind the agent's, so at 1,000 apps
     /// this takes nearly the whole install: the agent follows the objects as they appear.
     pub fn apply_file(&self, file: &Path) {

@@ -5,9 +5,8 @@
 //! load, and the timestamps are read once after the phase, so the figures of the phase are
 //! those of a run without the timeline.
 //!
-//! Sessions 7-12 found the install's time following the machine's total CPU; a tenth where the
-//! cores idle while bundles are not yet Ready is time that does not follow CPU, which is what
-//! this shows.
+//! The install's time mostly follows the machine's total CPU; a tenth where the cores idle
+//! while bundles are not yet Ready is time that does not follow CPU, which is what this shows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -208,9 +207,9 @@ pub struct Timeline {
 ///   whether an agent made them sync more than the floor did for the same objects;
 /// - the Go runtime's counters: bytes allocated, garbage collection CPU (and its share taken from
 ///   goroutines as mark assists), time runnable goroutines waited for a core, time spent waiting
-///   on contended mutexes. Session 17 found each controller sync and each request costing more
-///   beside pallet than beside the least-work stand-in for the same work; these tell a busier
-///   heap from a longer run queue from lock contention;
+///   on contended mutexes. When each controller sync and each request costs more beside pallet
+///   than beside the least-work stand-in for the same work, these tell a busier heap from a
+///   longer run queue from lock contention;
 /// - watch events sent, per resource: what each write costs in fan-out to every watcher.
 #[derive(Clone, Default)]
 pub struct PlaneWork {
@@ -374,8 +373,8 @@ impl Timeline {
     }
 
     /// Bytes the control plane allocated in the phase: a measure of its work that, unlike its
-    /// CPU seconds, does not move with the shared machine's speed (the same floor b cost 81.6
-    /// and 107.4 CPU s in two runs of session 18, allocating 6.58 and 6.65 GiB).
+    /// CPU seconds, does not move with the shared machine's speed (the same floor b has cost
+    /// 81.6 and 107.4 CPU s in two runs, allocating 6.58 and 6.65 GiB).
     pub fn plane_allocated(&self) -> f64 {
         self.plane
             .runtime

@@ -19,11 +19,13 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheck {
     /// API version of the objects this CEL check is for (`group/version`, or `v1`).
+    /// Required for a CEL check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub api_version: Option<String>,
 
     /// Kind of the objects this CEL check is for. It replaces the built-in rule for them.
+    /// Required for a CEL check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub kind: Option<String>,
@@ -44,17 +46,20 @@ pub struct HealthCheck {
 
     /// CEL: true when the object has failed; the revision then fails at once (no wait for the
     /// progress deadline) and rolls back as any failed revision does.
+    /// Default: none (only the progress deadline fails the object).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub failed: Option<String>,
 
     /// CEL: true while the object is still on its way (checked first).
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub in_progress: Option<String>,
 
     /// An HTTP GET the agent makes; the revision is healthy once it answered as expected
     /// `successThreshold` times in a row, failed after `failureThreshold` failures in a row.
+    /// Required for an HTTP probe (which sets no kind or CEL expression).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_get: Option<HttpGetCheck>,
 

@@ -10,6 +10,7 @@ pub mod conditions;
 mod health_checks;
 mod notifications;
 mod processors;
+pub mod reasons;
 mod takeover;
 
 pub use health_checks::{HealthCheck, HttpGetCheck};
@@ -92,11 +93,13 @@ pub struct BundleDeploymentSpec {
     /// When true the agent makes no write to the bundle's objects (no apply, prune, drift
     /// correction or rollback) but still observes and reports them. The reason may be given in
     /// the annotation `pallet.dev/paused-reason`.
+    /// Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
     /// Namespace for namespaced objects that name none; the registry-v1 install namespace; helm's
     /// Release.Namespace. Created when missing.
+    /// Default: none (each object keeps the namespace it names).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub install_namespace: Option<String>,
@@ -117,17 +120,20 @@ pub struct BundleDeploymentSpec {
     pub format: BundleFormat,
 
     /// Format-specific settings.
+    /// Default: every setting of the format at its default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<FormatConfig>,
 
     /// Transformations run in order on the format's output (helm hooks included) before
     /// anything is applied: an inline kustomization, `${var}` substitution, or a KRM function.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new("self.all(p, !has(p.name) || self.exists_one(q, has(q.name) && q.name == p.name))").message("processor names must be unique"))]
     pub processors: Vec<ProcessorSpec>,
 
     /// How a new revision is rolled out and what happens when it fails.
+    /// Default: every rollout setting at its default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
 
@@ -148,6 +154,7 @@ pub struct BundleDeploymentSpec {
 
     /// Health checks besides the built-in rules: CEL expressions for a kind (Flux's
     /// `healthCheckExprs`; they replace the built-in rule for that kind) or HTTP probes.
+    /// Default: none (the built-in rules only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub health_checks: Vec<HealthCheck>,
@@ -155,6 +162,7 @@ pub struct BundleDeploymentSpec {
     /// Where to report transitions (revision Progressing, Healthy, Failed, RolledBack; Stalled;
     /// Drifted while paused): webhooks, CloudEvents, Slack, commit statuses. Delivery is off the
     /// reconcile path and never changes the outcome; `status.notifications` shows how it went.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
@@ -240,18 +248,22 @@ pub struct Source {
     pub destination: String,
 
     /// Settings for kind image.
+    /// Required with kind image, and not set with another kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageSource>,
 
     /// Settings for kind git.
+    /// Required with kind git, and not set with another kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
 
     /// Settings for kind http.
+    /// Required with kind http, and not set with another kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpSource>,
 
     /// Settings for kind helmRepository.
+    /// Required with kind helmRepository, and not set with another kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm_repository: Option<HelmRepositorySource>,
 
@@ -276,15 +288,18 @@ pub struct ImageSource {
 
     /// A semver range (Masterminds rules, as helm and Flux use them): the newest tag of the
     /// repository that satisfies it is taken. Pre-releases only when the range names one.
+    /// Default: none (the ref's tag or digest is taken).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub semver: Option<String>,
 
     /// Credentials for the registry.
+    /// Default: none (anonymous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
 
     /// Skip TLS certificate verification (test registries only).
+    /// Default: false.
     #[serde(
         default,
         skip_serializing_if = "std::ops::Not::not",
@@ -293,6 +308,7 @@ pub struct ImageSource {
     pub insecure_skip_tls_verify: bool,
 
     /// A Secret whose `ca.crt` key holds extra PEM CA certificates to trust for this registry.
+    /// Default: none (the system's CA certificates only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret: Option<SecretReference>,
 }
@@ -315,6 +331,7 @@ pub struct GitSource {
     pub directory: Option<String>,
 
     /// Credentials: basic-auth (username/password or token) or ssh-privatekey with known_hosts.
+    /// Default: none (anonymous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
 }
@@ -324,18 +341,22 @@ pub struct GitSource {
 #[x_kube(validation = Rule::new("(has(self.commit) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.branch) ? 1 : 0) + (has(self.semver) ? 1 : 0) == 1").message("exactly one of commit, tag, branch or semver must be set"))]
 pub struct GitReference {
     /// Full commit SHA (pinned).
+    /// One of commit, tag, branch or semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$"))]
     pub commit: Option<String>,
     /// Tag name (floating: tags can be moved).
+    /// One of commit, tag, branch or semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub tag: Option<String>,
     /// Branch name (floating).
+    /// One of commit, tag, branch or semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub branch: Option<String>,
     /// A semver range (Masterminds rules): the newest tag that satisfies it (floating).
+    /// One of commit, tag, branch or semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub semver: Option<String>,
@@ -350,11 +371,13 @@ pub struct HttpSource {
     pub url: String,
 
     /// Expected SHA-256 of the downloaded content (hex). Pins the source; a mismatch is an error.
+    /// Default: none (not pinned: the URL is fetched again at each poll).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
 
     /// Credentials: basic-auth or a bearer token.
+    /// Default: none (anonymous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
 
@@ -378,8 +401,8 @@ pub struct HelmRepositorySource {
     #[schemars(length(min = 1, max = 253))]
     pub chart: String,
 
-    /// An exact version (`1.17.2`) or a semver range (`1.x`, `>=1.14 <2`); default `*`, the newest
-    /// release. Pre-releases only when the range names one.
+    /// An exact version (`1.17.2`) or a semver range (`1.x`, `>=1.14 <2`). Pre-releases only
+    /// when the range names one. Default: `*`, the newest release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub version: Option<String>,
@@ -387,19 +410,23 @@ pub struct HelmRepositorySource {
     /// `sha256:<hex>` of the chart archive (HTTP repositories) or the chart's manifest digest
     /// (`oci://`). Pins the source with `version` exact (`pallet plan --pin` writes both); a
     /// mismatch is an error.
+    /// Default: none (not pinned: the version is resolved again at each poll).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub digest: Option<String>,
 
     /// Credentials: basic-auth or a bearer token (dockerconfigjson for `oci://`).
+    /// Default: none (anonymous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
 
     /// A Secret whose `ca.crt` key holds extra PEM CA certificates to trust for this repository.
+    /// Default: none (the system's CA certificates only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret: Option<SecretReference>,
 
     /// Skip TLS certificate verification (test repositories only).
+    /// Default: false.
     #[serde(
         default,
         skip_serializing_if = "std::ops::Not::not",
@@ -441,9 +468,11 @@ pub struct SecretReference {
 #[serde(rename_all = "camelCase")]
 pub struct FormatConfig {
     /// Settings for format helm.
+    /// Default: every helm setting at its default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmConfig>,
     /// Settings for format registry-v1.
+    /// Default: every registry-v1 setting at its default.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -451,6 +480,7 @@ pub struct FormatConfig {
     )]
     pub registry_v1: Option<RegistryV1Config>,
     /// Settings for format kustomize.
+    /// Default: every kustomize setting at its default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kustomize: Option<KustomizeConfig>,
 }
@@ -475,16 +505,19 @@ pub struct HelmConfig {
     #[schemars(length(min = 1, max = 53))]
     pub release_name: Option<String>,
     /// Values merged over the chart's values.yaml.
+    /// Default: none (the chart's values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form_object")]
     pub values: Option<serde_json::Value>,
     /// Values read from ConfigMaps and Secrets, merged in order after the chart's values files and
     /// before `values` (Flux's HelmRelease `valuesFrom`).
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub values_from: Vec<ValuesReference>,
     /// Values files inside the chart (paths relative to the chart's root), merged in order over
     /// its values.yaml and before `valuesFrom`.
+    /// Default: none (values.yaml only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub values_files: Vec<String>,
@@ -521,6 +554,7 @@ pub struct ValuesReference {
     #[schemars(length(min = 1, max = 253))]
     pub values_key: Option<String>,
     /// A missing object (or key) is skipped instead of an error.
+    /// Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }
@@ -529,8 +563,8 @@ pub struct ValuesReference {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RegistryV1Config {
-    /// "" (default): AllNamespaces; equal to installNamespace: OwnNamespace; another namespace:
-    /// SingleNamespace.
+    /// The namespace the operator watches: equal to installNamespace for OwnNamespace, another
+    /// namespace for SingleNamespace. Default: `""`, AllNamespaces.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(
         length(max = 63),
@@ -542,6 +576,7 @@ pub struct RegistryV1Config {
     pub certificate_provider: Option<CertificateProviderName>,
     /// OLM v1's deploymentConfig (OLM v0's Subscription `config`), merged into every
     /// Deployment of the CSV.
+    /// Default: none (the CSV's Deployments as they are).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_config: Option<DeploymentConfig>,
 }
@@ -579,6 +614,7 @@ fn strip_nested_descriptions(schema: &mut schemars::Schema) {
 }
 
 /// Certificate providers for registry+v1 webhooks.
+/// Default: BuiltIn.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum CertificateProviderName {
     /// The agent issues a CA and serving certificates itself (nothing needed in the cluster).
@@ -595,35 +631,45 @@ pub enum CertificateProviderName {
 #[schemars(transform = strip_nested_descriptions)]
 pub struct DeploymentConfig {
     /// Environment variables of every container; one with the same name is replaced.
+    /// Default: the containers' own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<Vec<k8s_openapi::api::core::v1::EnvVar>>,
     /// envFrom sources appended to every container (unless already there).
+    /// Default: the containers' own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_from: Option<Vec<k8s_openapi::api::core::v1::EnvFromSource>>,
     /// Replaces the resources of every container.
+    /// Default: the containers' own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
     /// Replaces the pod's nodeSelector (`{}` clears it).
+    /// Default: the pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
     /// Tolerations appended to the pod's (unless already there).
+    /// Default: the pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<k8s_openapi::api::core::v1::Toleration>>,
     /// `{}` removes the pod's affinity; each sub-affinity given replaces the pod's (an empty
     /// one removes it); those not given stay.
+    /// Default: the pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<k8s_openapi::api::core::v1::Affinity>,
     /// Volumes of the pod; one with the same name is replaced.
+    /// Default: the pod's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volumes: Option<Vec<k8s_openapi::api::core::v1::Volume>>,
     /// Volume mounts of every container; one with the same name is replaced.
+    /// Default: the containers' own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume_mounts: Option<Vec<k8s_openapi::api::core::v1::VolumeMount>>,
     /// Annotations added to the Deployment and its pod template (existing ones win).
+    /// Default: none added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
     /// OLM v0's pod selector: accepted so OLM configs carry over, and ignored, as OLM v1
     /// ignores it.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
@@ -679,6 +725,7 @@ impl Rollout {
 }
 
 /// What happens when a revision fails to apply or to become healthy in time.
+/// Default: Rollback.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum OnFailure {
     /// Re-apply the last healthy revision.
@@ -689,6 +736,7 @@ pub enum OnFailure {
 }
 
 /// What to do with objects that already exist on the cluster when first applying them.
+/// Default: IfNoOwner.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum CollisionProtection {
     /// Never take over an existing object.
@@ -701,6 +749,7 @@ pub enum CollisionProtection {
 }
 
 /// What happens to applied objects when the BundleDeployment is deleted.
+/// Default: Delete.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum DeletionPolicy {
     /// Delete them, in reverse stage order.

@@ -59,18 +59,22 @@ pub struct NotificationTarget {
     pub on: Vec<TransitionType>,
 
     /// A generic JSON webhook: POST of pallet's JSON body.
+    /// One of webhook, cloudEvents, slack or commitStatus is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<WebhookTarget>,
 
     /// CloudEvents 1.0 over HTTP (binary or structured content mode).
+    /// One of webhook, cloudEvents, slack or commitStatus is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_events: Option<CloudEventsTarget>,
 
     /// A Slack-compatible incoming webhook (`{"text": ...}`).
+    /// One of webhook, cloudEvents, slack or commitStatus is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slack: Option<SlackTarget>,
 
     /// A git forge commit status (GitHub/Gitea API) on the commit of the bundle's git source.
+    /// One of webhook, cloudEvents, slack or commitStatus is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit_status: Option<CommitStatusTarget>,
 }
@@ -145,11 +149,13 @@ pub struct WebhookTarget {
     pub url: String,
     /// Optional Secret: key `hmacKey` signs the body (header `X-Pallet-Signature: sha256=<hex>`),
     /// key `token` is sent as `Authorization: Bearer <token>`.
+    /// Default: none (unsigned, no token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretReference>,
 }
 
 /// CloudEvents content modes of the HTTP binding.
+/// Default: Binary.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum CloudEventsMode {
     /// Attributes in `ce-*` headers, the data as the body (`application/json`).
@@ -171,6 +177,7 @@ pub struct CloudEventsTarget {
     pub mode: Option<CloudEventsMode>,
     /// Optional Secret: key `hmacKey` signs the body (header `X-Pallet-Signature`), key `token`
     /// is sent as `Authorization: Bearer <token>`.
+    /// Default: none (unsigned, no token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretReference>,
 }
@@ -182,10 +189,12 @@ pub struct CloudEventsTarget {
 pub struct SlackTarget {
     /// The incoming webhook's URL. The Secret's key `address`, when present, takes its place (the
     /// URL of an incoming webhook is itself a credential).
+    /// Required unless the Secret has `address`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
     pub url: Option<String>,
     /// Optional Secret with key `address` (the webhook URL) and/or `token` (bearer token).
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretReference>,
 }
@@ -206,6 +215,7 @@ pub struct CommitStatusTarget {
     #[schemars(length(min = 1, max = 255))]
     pub context: Option<String>,
     /// Secret whose key `token` is sent as `Authorization: Bearer <token>`.
+    /// Default: none (most forges refuse a status without a token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretReference>,
 }

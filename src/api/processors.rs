@@ -24,15 +24,18 @@ pub struct ProcessorSpec {
     /// An inline kustomization over the objects rendered so far: `patches`, `images`,
     /// `namespace`, `labels`, `commonLabels`, `commonAnnotations`, `replicas`, `namePrefix`,
     /// `nameSuffix`, `replacements`, and `components` read from the bundle tree.
+    /// One of kustomize, substitute or function is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::free_form_object")]
     pub kustomize: Option<serde_json::Value>,
 
     /// `${var}` substitution in the objects' string values, as Flux's `postBuild.substitute`.
+    /// One of kustomize, substitute or function is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub substitute: Option<SubstituteProcessor>,
 
     /// A KRM function (Functions Specification, `config.kubernetes.io/v1` ResourceList).
+    /// One of kustomize, substitute or function is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionProcessor>,
 }
@@ -42,10 +45,12 @@ pub struct ProcessorSpec {
 #[serde(rename_all = "camelCase")]
 pub struct SubstituteProcessor {
     /// Variables and their values; they win over `varsFrom`.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub vars: BTreeMap<String, String>,
     /// ConfigMaps and Secrets whose keys are variables, read in order (a later one wins). An
     /// edit of one makes a new revision.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub vars_from: Vec<VarsReference>,
@@ -70,6 +75,7 @@ pub struct VarsReference {
     #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub namespace: Option<String>,
     /// A missing object is skipped instead of an error.
+    /// Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }
@@ -81,16 +87,19 @@ pub struct VarsReference {
 pub struct FunctionProcessor {
     /// URL the agent POSTs the ResourceList to (`http://` or `https://`), e.g. a function served
     /// in the cluster; the answer is a ResourceList (JSON or YAML).
+    /// One of url or exec is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
     pub url: Option<String>,
     /// Absolute path of an executable that reads the ResourceList on stdin and writes one on
     /// stdout; only paths the agent's operator allows with `--allow-function-exec` run.
+    /// One of url or exec is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub exec: Option<String>,
     /// The ResourceList's `functionConfig`: a Kubernetes object (with `kind`) as it is, or a map
     /// of settings, sent as a ConfigMap's `data`.
+    /// Default: none (no functionConfig).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::free_form_object")]
     pub config: Option<serde_json::Value>,
@@ -100,6 +109,7 @@ pub struct FunctionProcessor {
     pub timeout: Option<String>,
     /// A Secret whose `token` is sent as a bearer token (HTTP only), and whose `ca.crt` holds
     /// extra CA certificates. The secret-namespace rule applies.
+    /// Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<SecretReference>,
 }

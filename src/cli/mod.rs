@@ -68,6 +68,25 @@ pub enum Command {
     /// sandbox runs this in a child process; not for direct use).
     #[command(name = "render-sandbox", hide = true)]
     RenderSandbox(RenderSandboxArgs),
+    /// Write the generated reference pages or the man pages (the project's documentation and
+    /// release builds run this; not for direct use).
+    #[command(hide = true, subcommand)]
+    Docs(DocsCommand),
+}
+
+/// Subcommands of the hidden `pallet docs`.
+#[derive(Subcommand, Debug)]
+pub enum DocsCommand {
+    /// Write the reference pages generated from the code (`docs/reference/*.md`) into DIR.
+    Generate {
+        /// The directory, usually `docs/reference`.
+        dir: PathBuf,
+    },
+    /// Write a man page for `pallet` and each of its commands into DIR.
+    Man {
+        /// The directory.
+        dir: PathBuf,
+    },
 }
 
 /// Flags of the hidden `pallet render-sandbox`.
@@ -351,6 +370,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 0 => Ok(()),
                 code => std::process::exit(code.into()),
             }
+        }
+        Command::Docs(DocsCommand::Generate { dir }) => {
+            for path in crate::docs::write_pages(&dir)? {
+                eprintln!("wrote {}", path.display());
+            }
+            Ok(())
+        }
+        Command::Docs(DocsCommand::Man { dir }) => {
+            crate::docs::write_man_pages(&dir)?;
+            eprintln!("wrote the man pages into {}", dir.display());
+            Ok(())
         }
         Command::Completion(args) => {
             let argv0 = std::env::args_os().next();

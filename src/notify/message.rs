@@ -1,9 +1,12 @@
 //! Pure: the HTTP request each kind of target gets for one notification (URL, headers, body).
-//! Bodies are documented in the README (Notifications); tests here pin them.
+//! The bodies are the types below (`docs/reference/notifications.md` is generated from them);
+//! tests here pin them.
 
 use hmac::{Hmac, Mac};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 use sha2::Sha256;
 
 use crate::api::{
@@ -65,26 +68,112 @@ fn time_text(time: &Time) -> String {
         .unwrap_or_default()
 }
 
-/// The generic JSON body (also the CloudEvents `data`).
+/// The BundleDeployment a notification is about.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+pub struct BundleDeploymentRef {
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+}
+
+/// The JSON body a webhook target receives; also the `data` of a CloudEvent.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationBody {
+    /// The transition's id: the same on every attempt (a receiver deduplicates by it); the
+    /// CloudEvents `id`.
+    pub id: String,
+    /// The transition's type (also in the `X-Pallet-Event` header).
+    #[serde(rename = "type")]
+    pub type_: TransitionType,
+    /// What happened, as a reader says it: `revision 4 Healthy`.
+    pub transition: String,
+    /// The BundleDeployment it is about.
+    pub bundle_deployment: BundleDeploymentRef,
+    /// When the transition was recorded (RFC 3339, UTC).
+    pub time: String,
+    /// The target's name (`spec.notifications[].name`).
+    pub target: String,
+    /// The revision it is about; absent for a BundleDeployment without revisions yet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+    /// The detail: the condition or revision message (why it failed, what it waits for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The revision's sources as resolved (kind, ref as written, immutable ref, version);
+    /// absent when unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ResolvedSource>,
+}
+
+/// A CloudEvent in structured mode (`mode: Structured`): the whole event is the body, sent as
+/// `application/cloudevents+json`. In binary mode the same attributes are `ce-` headers and the
+/// body is the `data` alone.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+pub struct CloudEvent {
+    /// Always `1.0`.
+    pub specversion: String,
+    /// The transition's id.
+    pub id: String,
+    /// `/apis/pallet.dev/v1alpha1/bundledeployments/<name>`.
+    pub source: String,
+    /// `dev.pallet.bundledeployment.` followed by the transition's type in lower case
+    /// (`dev.pallet.bundledeployment.healthy`).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// When the transition was recorded (RFC 3339, UTC).
+    pub time: String,
+    /// `revision <N>`, when the transition is about a revision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Always `application/json`.
+    pub datacontenttype: String,
+    /// The same object a webhook receives.
+    pub data: NotificationBody,
+}
+
+/// The body a Slack-compatible incoming webhook receives.
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+pub struct SlackMessage {
+    /// An emoji for the transition's type, the BundleDeployment's name and the transition,
+    /// then the detail on a second line.
+    pub text: String,
+}
+
+/// The body of a commit status (GitHub's API; Gitea and Forgejo accept the same).
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+pub struct CommitStatus {
+    /// `pending` (Progressing), `success` (Healthy), `failure` (Failed, RolledBack) or `error`
+    /// (Stalled, Drifted).
+    pub state: String,
+    /// The target's `context`, default `pallet/<name>`.
+    pub context: String,
+    /// The transition and its detail, cut to 140 characters.
+    pub description: String,
+}
+
+/// The generic body (also the CloudEvents `data`).
+pub fn notification_body(subject: &Subject<'_>, entry: &NotificationStatus) -> NotificationBody {
+    NotificationBody {
+        id: entry.id.clone(),
+        type_: entry.type_,
+        transition: entry.transition.clone(),
+        bundle_deployment: BundleDeploymentRef {
+            name: subject.name.to_string(),
+            uid: subject.uid.to_string(),
+        },
+        time: time_text(&entry.occurred_at),
+        target: entry.name.clone(),
+        revision: entry.revision,
+        message: entry.detail.clone(),
+        sources: subject.sources.to_vec(),
+    }
+}
+
+/// The generic JSON body (also the CloudEvents `data`), as JSON.
 pub fn json_body(subject: &Subject<'_>, entry: &NotificationStatus) -> Value {
-    let mut body = json!({
-        "id": entry.id,
-        "type": entry.type_.as_str(),
-        "transition": entry.transition,
-        "bundleDeployment": {"name": subject.name, "uid": subject.uid},
-        "time": time_text(&entry.occurred_at),
-        "target": entry.name,
-    });
-    if let Some(revision) = entry.revision {
-        body["revision"] = json!(revision);
-    }
-    if let Some(detail) = &entry.detail {
-        body["message"] = json!(detail);
-    }
-    if !subject.sources.is_empty() {
-        body["sources"] = json!(subject.sources);
-    }
-    body
+    serde_json::to_value(notification_body(subject, entry)).unwrap_or_default()
 }
 
 /// The commit the revision's first git source resolved to.
@@ -153,9 +242,12 @@ pub fn build(
     };
     let (url, body) = if let Some(webhook) = &target.webhook {
         common(&mut headers);
-        (webhook.url.clone(), json_body(subject, entry))
+        (
+            webhook.url.clone(),
+            to_json(&notification_body(subject, entry))?,
+        )
     } else if let Some(ce) = &target.cloud_events {
-        let data = json_body(subject, entry);
+        let data = notification_body(subject, entry);
         let source = format!(
             "/apis/{}/{}/bundledeployments/{}",
             crate::api::GROUP,
@@ -178,23 +270,21 @@ pub fn build(
                 if let Some(s) = subject_attr {
                     headers.push(("ce-subject".into(), s));
                 }
-                (ce.url.clone(), data)
+                (ce.url.clone(), to_json(&data)?)
             }
             CloudEventsMode::Structured => {
                 headers[0].1 = "application/cloudevents+json; charset=utf-8".into();
-                let mut event = json!({
-                    "specversion": "1.0",
-                    "id": entry.id,
-                    "source": source,
-                    "type": type_,
-                    "time": time,
-                    "datacontenttype": "application/json",
-                    "data": data,
-                });
-                if let Some(s) = subject_attr {
-                    event["subject"] = json!(s);
-                }
-                (ce.url.clone(), event)
+                let event = CloudEvent {
+                    specversion: "1.0".into(),
+                    id: entry.id.clone(),
+                    source,
+                    type_,
+                    time,
+                    subject: subject_attr,
+                    datacontenttype: "application/json".into(),
+                    data,
+                };
+                (ce.url.clone(), to_json(&event)?)
             }
         }
     } else if let Some(slack) = &target.slack {
@@ -206,7 +296,10 @@ pub fn build(
             .ok_or_else(|| {
                 Unsendable("slack has no url and its Secret has no key `address`".into())
             })?;
-        (url, json!({"text": slack_text(subject, entry)}))
+        let message = SlackMessage {
+            text: slack_text(subject, entry),
+        };
+        (url, to_json(&message)?)
     } else if let Some(status) = &target.commit_status {
         common(&mut headers);
         headers.push(("Accept".into(), "application/json".into()));
@@ -233,11 +326,11 @@ pub fn build(
                 status.api.trim_end_matches('/'),
                 status.repository
             ),
-            json!({
-                "state": commit_state(entry.type_),
-                "context": context,
-                "description": description,
-            }),
+            to_json(&CommitStatus {
+                state: commit_state(entry.type_).into(),
+                context,
+                description,
+            })?,
         )
     } else {
         return Err(Unsendable("the target has no kind".into()));
@@ -245,6 +338,10 @@ pub fn build(
     let body = serde_json::to_vec(&body).map_err(|e| Unsendable(e.to_string()))?;
     signed(&mut headers, &body, secret);
     Ok(Request { url, headers, body })
+}
+
+fn to_json<T: Serialize>(body: &T) -> Result<Value, Unsendable> {
+    serde_json::to_value(body).map_err(|e| Unsendable(e.to_string()))
 }
 
 /// The text written where a secret value was.
@@ -295,6 +392,7 @@ pub fn redact(text: &str, secrets: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::api::DeliveryResult;
+    use serde_json::json;
 
     fn entry(type_: TransitionType) -> NotificationStatus {
         let at = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());

@@ -7,7 +7,7 @@
 //! Deployment whose Pods start at once is healthy within a second or two and the window stays
 //! at 2 s. When a thousand bundles roll out at once, every rollout waits for the cluster's
 //! controllers, revisions take a few seconds each, and a fixed 2 s window made almost every
-//! one of them write twice (BENCHMARKS.md, scale, session 17). A revision that takes longer than
+//! one of them write twice (measured with the scale benchmark). A revision that takes longer than
 //! the window still says so, at most 30 s after its apply; a failure is written at once, and
 //! until the progress write the stale `observedGeneration` already tells that the
 //! BundleDeployment is in progress.
