@@ -20,6 +20,8 @@ pub use context::Context;
 use revision_apply::*;
 use status_writer::*;
 pub mod controller;
+pub mod dependencies;
+pub mod dependency_watch;
 pub mod fetch;
 pub mod fetch_pool;
 pub mod functions;
@@ -325,6 +327,26 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     let requests = rollout::pending_requests(bd.annotations(), &work);
     if let Some(value) = &requests.reconcile {
         work.last_handled_reconcile = Some(value.clone());
+    }
+    // Before anything is fetched: a dependency not ready holds the whole pass (rollback and
+    // retry requests stay pending: they are writes).
+    if let dependencies::Gate::Wait {
+        reason,
+        message,
+        stalled,
+    } = dependencies::gate(bd, ctx).await?
+    {
+        tracing::info!(bundle_deployment = %name, reason, "{message}");
+        let outcome = Outcome::Waiting {
+            reason: reason.to_string(),
+            message,
+            stalled,
+        };
+        let written = writer.write(&mut work, &outcome).await;
+        keep_unwritten(ctx, bd, &writer);
+        written?;
+        // The dependencies' watches start the next pass; the requeue is the fallback.
+        return Ok(Next::RequeueAfter(ctx.requeue_interval));
     }
     let mut rollback_to = None;
     if let Some(request) = &requests.rollback {
