@@ -142,7 +142,10 @@ async fn a_signed_push_is_ready_in_seconds_bad_signatures_are_refused_and_a_floo
     let body = github_push(&url, &v2);
     let before = fx.git_requests(git, &test).await;
     let event = ("x-github-event", "push".to_string());
-    assert_eq!(post(&hook, &[event.clone()], body.clone()).await, 401);
+    assert_eq!(
+        post(&hook, std::slice::from_ref(&event), body.clone()).await,
+        401
+    );
     let forged = format!("sha256={}", sign(&body, b"not-the-token"));
     assert_eq!(
         post(

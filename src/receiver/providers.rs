@@ -138,7 +138,7 @@ pub fn sign(body: &[u8], token: &[u8]) -> String {
 }
 
 fn from_hex(text: &[u8]) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     text.chunks(2)

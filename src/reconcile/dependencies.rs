@@ -14,9 +14,11 @@
 //!
 //! Deletion goes the other way: a BundleDeployment being deleted keeps its objects (and its
 //! finalizer) while a BundleDeployment that depends on it is being deleted too, so the
-//! dependent's objects go first.
+//! dependent's objects go first. Deletions a few requests apart count as together: for its first
+//! seconds, a deletion also waits for dependents whose own deletion has not shown up yet.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
@@ -338,14 +340,27 @@ pub fn cycle_from(graph: &BTreeMap<String, Vec<String>>, start: &str) -> Option<
     visit(graph, start, &mut Vec::new(), &mut BTreeSet::new())
 }
 
+/// How long a BundleDeployment being deleted waits for its dependents' deletion to show up:
+/// "deleted together" (`kubectl delete -f dir/`) is a few requests apart, and the dependency's
+/// may come first.
+const DELETED_TOGETHER: Duration = Duration::from_secs(5);
+
 /// Deletion in reverse order: while a BundleDeployment that depends on `bd` is being deleted
-/// too, `bd` keeps its objects. Watches those dependents, so that their going starts `bd`'s
-/// deletion at once.
+/// too (or, for [`DELETED_TOGETHER`] after `bd`'s deletion began, exists at all), `bd` keeps its
+/// objects. Watches those dependents, so that their going starts `bd`'s deletion at once.
 pub async fn wait_for_dependents(
     bd: &BundleDeployment,
     ctx: &Context,
 ) -> Result<(), ReconcileError> {
     let name = bd.name_any();
+    let just_deleted = bd
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .is_some_and(|since| {
+            let age = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
+            Duration::try_from(age).is_ok_and(|age| age < DELETED_TOGETHER)
+        });
     let all = Api::<BundleDeployment>::all(ctx.client.clone())
         .list(&Default::default())
         .await
@@ -357,7 +372,7 @@ pub async fn wait_for_dependents(
         .items
         .iter()
         .filter(|other| {
-            other.metadata.deletion_timestamp.is_some()
+            (other.metadata.deletion_timestamp.is_some() || just_deleted)
                 && other.name_any() != name
                 && other
                     .spec

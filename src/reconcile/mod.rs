@@ -330,23 +330,8 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     }
     // Before anything is fetched: a dependency not ready holds the whole pass (rollback and
     // retry requests stay pending: they are writes).
-    if let dependencies::Gate::Wait {
-        reason,
-        message,
-        stalled,
-    } = dependencies::gate(bd, ctx).await?
-    {
-        tracing::info!(bundle_deployment = %name, reason, "{message}");
-        let outcome = Outcome::Waiting {
-            reason: reason.to_string(),
-            message,
-            stalled,
-        };
-        let written = writer.write(&mut work, &outcome).await;
-        keep_unwritten(ctx, bd, &writer);
-        written?;
-        // The dependencies' watches start the next pass; the requeue is the fallback.
-        return Ok(Next::RequeueAfter(ctx.requeue_interval));
+    if let Some(next) = wait_for_dependencies(bd, ctx, &mut writer, &mut work).await? {
+        return Ok(next);
     }
     let mut rollback_to = None;
     if let Some(request) = &requests.rollback {
@@ -430,6 +415,35 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             Err(error)
         }
     }
+}
+
+/// `spec.dependsOn`: when a dependency is not ready (or they form a cycle), records that and
+/// says when to look again; None when the pass may go on.
+async fn wait_for_dependencies(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+) -> Result<Option<Next>, ReconcileError> {
+    let dependencies::Gate::Wait {
+        reason,
+        message,
+        stalled,
+    } = dependencies::gate(bd, ctx).await?
+    else {
+        return Ok(None);
+    };
+    tracing::info!(bundle_deployment = %bd.name_any(), reason, "{message}");
+    let outcome = Outcome::Waiting {
+        reason: reason.to_string(),
+        message,
+        stalled,
+    };
+    let written = writer.write(work, &outcome).await;
+    keep_unwritten(ctx, bd, writer);
+    written?;
+    // The dependencies' watches start the next pass; the requeue is the fallback.
+    Ok(Some(Next::RequeueAfter(ctx.requeue_interval)))
 }
 
 /// `--require-service-account`: a BundleDeployment naming no ServiceAccount is refused before
