@@ -94,12 +94,15 @@ fn git_spec(
     poll: &str,
     depends_on: serde_json::Value,
 ) -> serde_json::Value {
-    json!({
+    let mut spec = json!({
         "installNamespace": namespace,
         "sources": [{"kind": "git", "git": {"repository": url, "ref": {"branch": "main"}}, "pollInterval": poll}],
         "format": "plain",
-        "dependsOn": depends_on,
-    })
+    });
+    if depends_on.as_array().is_some_and(|d| !d.is_empty()) {
+        spec["dependsOn"] = depends_on;
+    }
+    spec
 }
 
 fn summary(label: &str, values: &[f64]) {
@@ -198,9 +201,12 @@ async fn main() {
 
     println!("receiver benchmark  run={run}");
     println!("{}", common::machine());
-    println!(
-        "agent: release build, --requeue-seconds 3600; source: fixture git server (smart HTTP)\n"
-    );
+    let build = if cfg!(debug_assertions) {
+        "debug build (cargo test --bench)"
+    } else {
+        "release build"
+    };
+    println!("agent: {build}, --requeue-seconds 3600; source: fixture git server (smart HTTP)\n");
 
     // ---- 1. push to Ready ----
     let push_bd = format!("{run}-push");
@@ -312,6 +318,8 @@ async fn main() {
     dep_repo.commit_files("main", &[("app.yaml", config_map("dep").as_bytes())], "dep");
     let dep_url = dep_repo.url(git);
     for round in 0..ROUNDS {
+        // Other programs on the shared control plane may apply an older CRD in between.
+        cluster::install_crd(&client).await;
         let (dep, app) = (format!("{run}-d{round}"), format!("{run}-a{round}"));
         apply_bd(
             &bds,
