@@ -229,7 +229,58 @@ async fn a_signed_push_is_ready_in_seconds_bad_signatures_are_refused_and_a_floo
         .filter(|l| l.contains("notification accepted") && l.contains(&v3))
         .count();
     assert_eq!(accepted, 1, "acted on once");
+
+    // A notification for a repository that did not move: a poll, and no render.
+    let renders = metric(&agent.metrics().await, "pallet_renders_total");
+    let reconciles = metric(
+        &agent.metrics().await,
+        "pallet_reconciles_total{result=\"success\"}",
+    );
+    let before = fx.git_requests(git, &test).await;
+    let generic =
+        serde_json::to_vec(&json!({"repository": url, "revision": "nothing-new"})).unwrap();
+    let signature = format!("sha256={}", sign(&generic, TOKEN.as_bytes()));
+    let status = post(
+        &format!("{base}/hook/generic"),
+        &[("x-signature", signature)],
+        generic,
+    )
+    .await;
+    assert_eq!(status, 202);
+    cluster::poll_until(
+        "the notified pass to finish",
+        Duration::from_secs(30),
+        || async {
+            let now = metric(
+                &agent.metrics().await,
+                "pallet_reconciles_total{result=\"success\"}",
+            );
+            if now > reconciles {
+                Ok(())
+            } else {
+                Err(format!("{now} reconciles"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        fx.git_requests(git, &test).await > before,
+        "the source was polled"
+    );
+    assert_eq!(
+        metric(&agent.metrics().await, "pallet_renders_total"),
+        renders,
+        "nothing rendered for an unchanged source"
+    );
     cleanup(&client, &test).await;
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric {name} not found in {text}"))
 }
 
 use futures::StreamExt;
