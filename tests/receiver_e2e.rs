@@ -354,6 +354,15 @@ async fn gitlab_gitea_and_generic_notifications_each_move_the_branch() {
     )
     .await;
     assert_eq!(status, 401);
+    // No such provider, not a POST, a body over 1 MiB.
+    assert_eq!(
+        post(&format!("{base}/hook/bitbucket"), &[], b"{}".to_vec()).await,
+        404
+    );
+    let get = reqwest::get(format!("{base}/hook/github")).await.unwrap();
+    assert_eq!(get.status().as_u16(), 405);
+    let big = vec![b' '; 2 << 20];
+    assert_eq!(post(&format!("{base}/hook/generic"), &[], big).await, 413);
     cleanup(&client, &test).await;
 }
 
