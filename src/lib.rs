@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod notify;
 pub mod preview;
 pub mod push;
+pub mod receiver;
 pub mod reconcile;
 pub mod render_sandbox;
 pub mod revision;

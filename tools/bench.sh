@@ -68,6 +68,7 @@ benchmarks=(
   # Starts a control plane of its own (the shared one stays up for the other programs).
   "scale|cargo bench --locked --bench scale"
   "source|cargo bench --locked --bench source"
+  "receiver|cargo bench --locked --bench receiver"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
   "helm_cold|cargo bench --locked --bench helm_cold"
   "changelog|cargo bench --locked --bench changelog"

@@ -7,12 +7,16 @@
 //! object, and the documented default lives in one place.
 
 pub mod conditions;
+mod dependencies;
 mod health_checks;
 mod notifications;
 mod processors;
 pub mod reasons;
 mod takeover;
 
+pub use dependencies::{
+    DependencyReference, BUNDLE_DEPLOYMENT_API_VERSION, BUNDLE_DEPLOYMENT_KIND,
+};
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
@@ -83,6 +87,7 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[kube(validation = Rule::new("!has(self.spec.dependsOn) || !self.spec.dependsOn.exists(d, d.name == self.metadata.name && (!has(d.kind) || (d.apiVersion == 'pallet.dev/v1alpha1' && d.kind == 'BundleDeployment')))").message("a BundleDeployment cannot depend on itself"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.kustomize) || self.format == 'kustomize'").message("config.kustomize is only valid with format: kustomize"))]
@@ -167,6 +172,14 @@ pub struct BundleDeploymentSpec {
     #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub notifications: Vec<NotificationTarget>,
+
+    /// What must be ready before anything is applied (Flux's `dependsOn`): other
+    /// BundleDeployments (Ready=True at their current generation) or any object with a CEL
+    /// `readyExpr`. While one is not, Ready=False with reason `DependencyNotReady` and nothing
+    /// is fetched or applied; a cycle is `Stalled` with reason `DependencyCycle`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub depends_on: Vec<DependencyReference>,
 }
 
 impl BundleDeploymentSpec {
@@ -768,6 +781,8 @@ impl BundleDeploymentSpec {
         if let Some(map) = value.as_object_mut() {
             map.remove("paused");
             map.remove("notifications");
+            // When to apply, not what: waiting for a dependency changes no content.
+            map.remove("dependsOn");
         }
         // serde_json's maps are sorted by key, so the text is canonical.
         let hash = Sha256::digest(value.to_string().as_bytes());

@@ -13,6 +13,7 @@ use crate::api::ServiceAccountReference;
 use crate::changelog::ChangeLog;
 use crate::leader::{self, Attempt, Elector, LeaseConfig};
 use crate::metrics::METRICS;
+use crate::reconcile::dependency_watch::DependencyWatches;
 use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::owned::OwnedWatches;
 use crate::reconcile::values_watch::ValuesWatches;
@@ -194,6 +195,18 @@ pub struct AgentArgs {
     /// Address (ip:port) of the /metrics, /healthz and /readyz server; "" disables it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: String,
+    /// Address (ip:port) of the notification receiver (`POST /hook/<provider>`: github,
+    /// gitlab, gitea, harbor, registry, generic). Off by default ("").
+    #[arg(long, default_value = "")]
+    pub receiver_addr: String,
+    /// The Secret in the agent's namespace holding the receiver's tokens: key `<provider>`, else
+    /// `token`. A provider without one refuses every request.
+    #[arg(long, default_value = "pallet-receiver")]
+    pub receiver_secret: String,
+    /// Requests a second the receiver answers (bursts of twice that); more are answered 429
+    /// before any signature is checked.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub receiver_requests_per_second: u32,
 }
 
 /// `--default-service-account NAMESPACE/NAME`.
@@ -289,7 +302,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let fetch_done = owned_tx.clone();
         let owned = OwnedWatches::spawn(client.clone(), owned_tx.clone());
         // Edits of valuesFrom objects reach the controller on the same channel.
-        let values_watches = ValuesWatches::spawn(client.clone(), owned_tx);
+        let receiver_trigger = owned_tx.clone();
+        let values_watches = ValuesWatches::spawn(client.clone(), owned_tx.clone());
+        // So do changes of what dependsOn names.
+        let dependency_watches = DependencyWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
             client,
             config,
@@ -312,6 +328,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
+        .with_dependency_watches(dependency_watches)
         .with_function_policy(crate::reconcile::functions::FunctionPolicy {
             allowed_exec: args.allow_function_exec.clone(),
         })
@@ -339,6 +356,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             identity = %ctx.identity,
             "pallet agent starting"
         );
+        if !args.receiver_addr.is_empty() {
+            let settings = crate::receiver::Settings {
+                secret: args.receiver_secret.clone(),
+                namespace: args.namespace.clone(),
+                requests_per_second: args.receiver_requests_per_second,
+            };
+            let receiver = crate::receiver::Receiver::new(ctx.clone(), receiver_trigger, settings);
+            let bound = receiver.serve(&args.receiver_addr).await?;
+            tracing::info!(address = %bound, secret = %args.receiver_secret, "notification receiver listening");
+        }
         controller::run(ctx, owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.

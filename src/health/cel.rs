@@ -304,5 +304,7 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+pub mod ready;
+
 #[cfg(test)]
 mod tests;

@@ -29,6 +29,8 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.renders.forget(uid);
     ctx.probes.forget(&name);
     ctx.notifier.forget(&name);
+    // Reverse order: a dependent being deleted too goes first.
+    super::dependencies::wait_for_dependents(bd, ctx).await?;
     let mut inventory = bd
         .status
         .as_ref()

@@ -161,6 +161,8 @@ pub struct Context {
     pub probes: health::probe::Probes,
     /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
     pub values_watches: Option<values_watch::ValuesWatches>,
+    /// Watches on what `spec.dependsOn` names (None: dependencies are seen at the requeue).
+    pub dependency_watches: Option<super::dependency_watch::DependencyWatches>,
     /// Consecutive transient failures per BundleDeployment, for exponential backoff.
     pub(super) failures: Mutex<HashMap<String, u32>>,
     /// When each floating source was last resolved: polled at its `pollInterval`.
@@ -319,6 +321,15 @@ impl Context {
         self
     }
 
+    /// The same context watching what `spec.dependsOn` names through `watches`.
+    pub fn with_dependency_watches(
+        mut self,
+        watches: super::dependency_watch::DependencyWatches,
+    ) -> Self {
+        self.dependency_watches = Some(watches);
+        self
+    }
+
     /// A context with no failures recorded.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -378,6 +389,7 @@ impl Context {
             health: health::HealthOptions::default(),
             probes: health::probe::Probes::new(None, egress),
             values_watches: None,
+            dependency_watches: None,
             failures: Mutex::new(HashMap::new()),
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),

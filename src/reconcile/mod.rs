@@ -20,6 +20,8 @@ pub use context::Context;
 use revision_apply::*;
 use status_writer::*;
 pub mod controller;
+pub mod dependencies;
+pub mod dependency_watch;
 pub mod fetch;
 pub mod fetch_pool;
 pub mod functions;
@@ -327,6 +329,11 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
     if let Some(value) = &requests.reconcile {
         work.last_handled_reconcile = Some(value.clone());
     }
+    // Before anything is fetched: a dependency not ready holds the whole pass (rollback and
+    // retry requests stay pending: they are writes).
+    if let Some(next) = wait_for_dependencies(bd, ctx, &mut writer, &mut work).await? {
+        return Ok(next);
+    }
     let mut rollback_to = None;
     if let Some(request) = &requests.rollback {
         work.last_handled_rollback = Some(request.value.clone());
@@ -409,6 +416,35 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             Err(error)
         }
     }
+}
+
+/// `spec.dependsOn`: when a dependency is not ready (or they form a cycle), records that and
+/// says when to look again; None when the pass may go on.
+async fn wait_for_dependencies(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    writer: &mut StatusWriter<'_>,
+    work: &mut BundleDeploymentStatus,
+) -> Result<Option<Next>, ReconcileError> {
+    let dependencies::Gate::Wait {
+        reason,
+        message,
+        stalled,
+    } = dependencies::gate(bd, ctx).await?
+    else {
+        return Ok(None);
+    };
+    tracing::info!(bundle_deployment = %bd.name_any(), reason, "{message}");
+    let outcome = Outcome::Waiting {
+        reason: reason.to_string(),
+        message,
+        stalled,
+    };
+    let written = writer.write(work, &outcome).await;
+    keep_unwritten(ctx, bd, writer);
+    written?;
+    // The dependencies' watches start the next pass; the requeue is the fallback.
+    Ok(Some(Next::RequeueAfter(ctx.requeue_interval)))
 }
 
 /// `--require-service-account`: a BundleDeployment naming no ServiceAccount is refused before

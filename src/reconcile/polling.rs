@@ -63,6 +63,8 @@ struct Polled {
 /// The last resolution of every floating source, by BundleDeployment uid and source index.
 pub struct SourcePolls {
     polled: Mutex<HashMap<(String, usize), Polled>>,
+    /// When a notification said a source changed: a resolution made before is not fresh.
+    expired: Mutex<HashMap<(String, usize), Instant>>,
     default_interval: Duration,
 }
 
@@ -71,6 +73,7 @@ impl SourcePolls {
     pub fn new(default_interval: Duration) -> Self {
         SourcePolls {
             polled: Mutex::new(HashMap::new()),
+            expired: Mutex::new(HashMap::new()),
             default_interval,
         }
     }
@@ -79,10 +82,13 @@ impl SourcePolls {
     /// within its poll interval at `now`, and its cached content is still on disk.
     pub fn fresh(&self, uid: &str, index: usize, source: &Source, now: Instant) -> Option<Fetched> {
         let interval = poll_interval(source, self.default_interval)?;
+        let key = (uid.to_string(), index);
+        let expired = self.expired_lock().get(&key).copied();
         let polled = self.lock();
-        let entry = polled.get(&(uid.to_string(), index))?;
+        let entry = polled.get(&key)?;
         let fresh = entry.spec == *source
             && now.saturating_duration_since(entry.at) < interval
+            && expired.is_none_or(|expired| entry.at > expired)
             && entry.fetched.path.is_dir();
         fresh.then(|| entry.fetched.clone())
     }
@@ -131,6 +137,17 @@ impl SourcePolls {
     /// Forgets every resolution of `uid` (the BundleDeployment is gone).
     pub fn forget(&self, uid: &str) {
         self.lock().retain(|(u, _), _| u != uid);
+        self.expired_lock().retain(|(u, _), _| u != uid);
+    }
+
+    /// A notification at `now` said source `index` of `uid` changed: a resolution begun before
+    /// is not fresh any more (one begun after is).
+    pub fn expire(&self, uid: &str, index: usize, now: Instant) {
+        self.expired_lock().insert((uid.to_string(), index), now);
+    }
+
+    fn expired_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, usize), Instant>> {
+        self.expired.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, usize), Polled>> {
@@ -231,6 +248,18 @@ mod tests {
         // Content evicted from the cache: resolve again.
         polls.record("uid", 1, &src, &fetched(tmp.path().join("gone")), t0);
         assert!(polls.fresh("uid", 1, &src, t5).is_none());
+
+        // A notification expires a resolution made before it, not one made after.
+        polls.expire("uid", 0, t0 + Duration::from_secs(1));
+        assert!(polls.fresh("uid", 0, &src, t5).is_none());
+        polls.record(
+            "uid",
+            0,
+            &src,
+            &fetched(tmp.path().to_path_buf()),
+            t0 + Duration::from_secs(2),
+        );
+        assert!(polls.fresh("uid", 0, &src, t5).is_some());
 
         polls.forget("uid");
         assert!(polls.fresh("uid", 0, &src, t5).is_none());

@@ -52,6 +52,9 @@ impl Context {
         if let Some(watches) = &self.values_watches {
             watches.set(name, Vec::new());
         }
+        if let Some(watches) = &self.dependency_watches {
+            watches.set(name, Vec::new());
+        }
         self.reset_backoff(name);
         self.unwritten_intents.forget(name, uid);
         self.last_written

@@ -51,6 +51,16 @@ pub enum Outcome {
         /// could not be computed (a source or the render failed), leaving the last list as is.
         drift: Option<Vec<ObjectReference>>,
     },
+    /// Nothing was fetched or applied: a dependency (`spec.dependsOn`) is not ready, or the
+    /// dependencies form a cycle (`stalled`: no dependency can ever become ready by itself).
+    Waiting {
+        /// CamelCase reason (`DependencyNotReady`, `DependencyCycle`, `InvalidDependency`).
+        reason: String,
+        /// What it waits for, or the cycle.
+        message: String,
+        /// True when it cannot end without a change to a spec.
+        stalled: bool,
+    },
     /// A phase failed.
     Failed {
         /// Which phase: Unpacked (fetch), Installed (render, apply).
@@ -497,6 +507,36 @@ pub fn next_status(
                 "Paused",
                 "paused: no writes until spec.paused is false".into(),
             );
+        }
+        Outcome::Waiting {
+            reason,
+            message,
+            stalled,
+        } => {
+            set(types::READY, false, reason, message.clone());
+            set(
+                types::PAUSED,
+                false,
+                "Active",
+                "reconciling normally".into(),
+            );
+            if *stalled {
+                set(
+                    types::RECONCILING,
+                    false,
+                    reason,
+                    "waiting for a change to the dependencies".into(),
+                );
+                set(types::STALLED, true, reason, message.clone());
+            } else {
+                set(types::RECONCILING, true, reason, message.clone());
+                set(
+                    types::STALLED,
+                    false,
+                    reason,
+                    "waiting for dependencies; starts when they are ready".into(),
+                );
+            }
         }
         Outcome::Failed {
             phase,

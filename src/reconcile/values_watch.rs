@@ -45,22 +45,30 @@ pub enum Seen {
     Version(String),
 }
 
-/// Which BundleDeployments read which objects, and what each saw. Pure.
-#[derive(Debug, Default)]
-pub struct Registry {
-    readers: BTreeMap<ObjectId, BTreeMap<String, Seen>>,
+/// Which BundleDeployments read which objects (by `Id`), and what each saw. Pure.
+#[derive(Debug)]
+pub struct Registry<Id = ObjectId> {
+    readers: BTreeMap<Id, BTreeMap<String, Seen>>,
 }
 
-impl Registry {
+impl<Id> Default for Registry<Id> {
+    fn default() -> Self {
+        Registry {
+            readers: BTreeMap::new(),
+        }
+    }
+}
+
+impl<Id: Clone + Ord> Registry<Id> {
     /// Records that `bundle_deployment` now reads exactly `observed` (an object named twice
     /// keeps the last observation). Returns the objects to start watching (newly referenced) and
     /// to stop watching (referenced by nobody any more).
     pub fn set(
         &mut self,
         bundle_deployment: &str,
-        observed: Vec<(ObjectId, Seen)>,
-    ) -> (Vec<ObjectId>, Vec<ObjectId>) {
-        let wanted: BTreeMap<ObjectId, Seen> = observed.into_iter().collect();
+        observed: Vec<(Id, Seen)>,
+    ) -> (Vec<Id>, Vec<Id>) {
+        let wanted: BTreeMap<Id, Seen> = observed.into_iter().collect();
         let mut start = Vec::new();
         let mut stop = Vec::new();
         for (id, readers) in self.readers.iter_mut() {
@@ -84,7 +92,7 @@ impl Registry {
 
     /// The watch saw `id` as `now`: the readers that saw something else must reconcile. They are
     /// marked as having seen `now`, so a repeated event does not trigger them again.
-    pub fn observe(&mut self, id: &ObjectId, now: &Seen) -> Vec<String> {
+    pub fn observe(&mut self, id: &Id, now: &Seen) -> Vec<String> {
         let Some(readers) = self.readers.get_mut(id) else {
             return Vec::new();
         };
@@ -99,7 +107,7 @@ impl Registry {
     }
 
     /// The objects watched now.
-    pub fn watched(&self) -> impl Iterator<Item = &ObjectId> {
+    pub fn watched(&self) -> impl Iterator<Item = &Id> {
         self.readers.keys()
     }
 }

@@ -23,6 +23,19 @@ pub struct ScratchRegistry {
 impl ScratchRegistry {
     /// Starts a registry on a free port and waits until it answers.
     pub fn start() -> ScratchRegistry {
+        ScratchRegistry::start_with("")
+    }
+
+    /// Like [`ScratchRegistry::start`], sending its notifications (distribution's event
+    /// envelope, manifests only) to `url` with `Authorization: Bearer <token>`, as an operator
+    /// configures a registry to notify pallet's receiver.
+    pub fn start_notifying(url: &str, token: &str) -> ScratchRegistry {
+        ScratchRegistry::start_with(&format!(
+            "notifications:\n  endpoints:\n  - name: pallet\n    url: {url}\n    headers: {{Authorization: [Bearer {token}]}}\n    timeout: 2s\n    threshold: 3\n    backoff: 1s\n    ignoredmediatypes: [application/octet-stream]\n"
+        ))
+    }
+
+    fn start_with(extra_config: &str) -> ScratchRegistry {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port_below_ephemeral();
         let host = format!("127.0.0.1:{port}");
@@ -30,7 +43,7 @@ impl ScratchRegistry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {host}\n  secret: scratch\n",
+                "version: 0.1\nlog: {{level: warn}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n  delete: {{enabled: true}}\nhttp:\n  addr: {host}\n  secret: scratch\n{extra_config}",
                 dir.path().join("data").display()
             ),
         )
