@@ -510,6 +510,7 @@ mod tests {
             reference: "main".into(),
             resolved: "abc123".into(),
             version: None,
+            verified: None,
         }];
         let request = build(
             &t,

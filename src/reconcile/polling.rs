@@ -160,6 +160,7 @@ mod tests {
             http: None,
             helm_repository: None,
             poll_interval: poll.map(str::to_string),
+            verify: None,
         }
     }
 
@@ -171,6 +172,7 @@ mod tests {
             destination: String::new(),
             path,
             version: None,
+            verified: None,
         }
     }
 

@@ -53,6 +53,7 @@ fn source(kind: SourceKind) -> Source {
         http: None,
         helm_repository: None,
         poll_interval: None,
+        verify: None,
     }
 }
 
