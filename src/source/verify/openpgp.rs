@@ -177,11 +177,14 @@ pub fn provenance_files(text: &str) -> Result<std::collections::BTreeMap<String,
     struct Files {
         files: std::collections::BTreeMap<String, String>,
     }
-    let files_part = text
-        .split("\n...\n")
-        .nth(1)
-        .ok_or("the provenance file has no files section (after a `...` line)")?;
-    let files: Files = serde_saphyr::from_str(files_part)
+    // The signed text is in canonical form (CRLF line ends).
+    let text = text.replace("\r\n", "\n");
+    let mut lines = text.lines();
+    if !lines.by_ref().any(|line| line.trim_end() == "...") {
+        return Err("the provenance file has no files section (after a `...` line)".into());
+    }
+    let files_part = lines.collect::<Vec<_>>().join("\n");
+    let files: Files = serde_saphyr::from_str(&files_part)
         .map_err(|e| format!("the provenance file's files section does not parse: {e}"))?;
     Ok(files.files)
 }
@@ -192,7 +195,7 @@ mod tests {
 
     #[test]
     fn provenance_files_are_read_after_the_separator() {
-        let text = "apiVersion: v2\nname: demo\nversion: 0.1.0\n\n...\nfiles:\n  demo-0.1.0.tgz: sha256:abc\n";
+        let text = "apiVersion: v2\r\nname: demo\r\nversion: 0.1.0\r\n\r\n...\r\nfiles:\r\n  demo-0.1.0.tgz: sha256:abc\r\n";
         let files = provenance_files(text).unwrap();
         assert_eq!(files["demo-0.1.0.tgz"], "sha256:abc");
         assert!(provenance_files("name: demo\n").is_err());
