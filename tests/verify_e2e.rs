@@ -8,6 +8,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/signing.rs"]
@@ -222,13 +224,43 @@ async fn images_signed_with_a_key_install_and_unsigned_or_foreign_ones_do_not() 
             "verify": {"cosign": {"publicKeys": {"name": format!("{name}-keys")}}},
         }],
     });
-    apply_bd_labelled(&client, &name, &name, spec).await;
+    apply_bd_labelled(&client, &name, &name, spec.clone()).await;
     let bd = wait_revision(&client, &agent, &name, 1).await;
     assert_eq!(live_value(&client, &name).await.as_deref(), Some("one"));
     let by = signer(&bd);
     assert_eq!(by.method, "cosign");
     assert_eq!(by.signed.as_deref(), Some("bundle"));
     assert_eq!(by.key.as_deref(), Some(trusted.fingerprint().as_str()));
+    let shown = format!("verified: cosign key {} (bundle)", trusted.fingerprint());
+    let traced = cli::pallet_ok(&["trace", "configmap/app", "-n", &name]);
+    assert!(traced.contains(&shown), "{traced}");
+
+    // `pallet plan --pin` verifies too, shows who signed, and keeps `verify` in the pin.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let doc = json!({"apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+                     "metadata": {"name": name}, "spec": spec});
+    std::fs::write(file.path(), serde_json::to_string(&doc).unwrap()).unwrap();
+    let planned = cli::pallet(&[
+        "plan",
+        "-f",
+        file.path().to_str().unwrap(),
+        "--pin",
+        "--plain-http-registry",
+        &reg.host,
+        "--allow-loopback-egress",
+    ]);
+    let (table, pinned) = (
+        String::from_utf8_lossy(&planned.stderr),
+        String::from_utf8_lossy(&planned.stdout),
+    );
+    assert!(
+        planned.status.success() && table.contains(&shown),
+        "{table}"
+    );
+    assert!(
+        pinned.contains(v1.as_str()) && pinned.contains("publicKeys"),
+        "{pinned}"
+    );
 
     // Verified once: later polls resolve the tag (a manifest HEAD each) and look for no
     // signature again.
@@ -567,6 +599,9 @@ async fn keyless_signatures_install_for_allowed_identities_only() {
     assert_eq!(by.subject.as_deref(), Some("release@pallet.invalid"));
     assert_eq!(by.log_index, Some(4242));
     assert_eq!(live_value(&client, &name).await.as_deref(), Some("keyless"));
+    let traced = cli::pallet_ok(&["trace", "configmap/app", "-n", &name]);
+    let shown = "verified: cosign issuer https://issuer.pallet.invalid subject release@pallet.invalid log index 4242 (signature tag)";
+    assert!(traced.contains(shown), "{traced}");
     let message = wait_refused(&client, &agent, &mismatched, "identity mismatch", None).await;
     assert!(message.contains("release@pallet.invalid"), "{message}");
 

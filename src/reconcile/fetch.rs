@@ -114,7 +114,7 @@ pub async fn fetch_sources(
             .await
         {
             FetchState::Done(result) => {
-                let one = result?;
+                let one = (*result)?;
                 ctx.polls.record(uid, index, source, &one, started);
                 fetched.push(one);
             }

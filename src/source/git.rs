@@ -329,10 +329,12 @@ impl Remote {
             .tag_object
             .as_deref()
             .and_then(|t| Oid::from_str(t).ok());
+        let started = Instant::now();
         let signer = git_objects::verify(&fetched.repo, fetched.oid, tag, spec.mode(), &keys)
             .map_err(|reason| {
                 super::verify::failed(&check.what, fetched.oid.to_string(), reason)
             })?;
+        tracing::info!(source = %check.what, commit = %fetched.oid, signer = %signer.summary(), took_ms = started.elapsed().as_millis() as u64, "verified");
         *self.verified.lock().unwrap_or_else(|p| p.into_inner()) = Some(signer);
         Ok(())
     }

@@ -183,5 +183,6 @@ pub fn with_creds(c: Credentials) -> SourceSecrets {
     SourceSecrets {
         credentials: Some(c),
         ca_pem: None,
+        verify: None,
     }
 }

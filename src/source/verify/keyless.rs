@@ -531,7 +531,7 @@ pub fn entry_from_cosign_annotation(text: &str) -> Result<LogEntry, String> {
 }
 
 pub(super) fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
