@@ -433,6 +433,29 @@ async fn signed_git_tags_and_commits_install_and_an_unsigned_commit_does_not() {
         Some("two")
     );
 
+    // Verified commits are not fetched again: the polls that follow are ref advertisements only
+    // (GET info/refs), no pack request (POST git-upload-pack).
+    let repo = format!("{name}.git");
+    let requests = |method: &'static str| {
+        let repo = repo.clone();
+        async move {
+            fx.requests(&[("server", &server.name), ("repo", &repo), ("method", method)])
+                .await
+                .len()
+        }
+    };
+    let (packs, adverts) = (requests("POST").await, requests("GET").await);
+    cluster::poll_until("ten more ref advertisements", Duration::from_secs(60), || async {
+        let now = requests("GET").await;
+        if now >= adverts + 10 {
+            Ok(())
+        } else {
+            Err(format!("{now} GET requests, from {adverts}"))
+        }
+    })
+    .await;
+    assert_eq!(requests("POST").await, packs);
+
     // An unsigned commit pushed to the branch: refused, "two" stays enforced.
     let unsigned = work.commit("three", false);
     let message = wait_refused(&client, &agent, &by_commit, "signature missing", Some(2)).await;
