@@ -439,20 +439,28 @@ async fn signed_git_tags_and_commits_install_and_an_unsigned_commit_does_not() {
     let requests = |method: &'static str| {
         let repo = repo.clone();
         async move {
-            fx.requests(&[("server", &server.name), ("repo", &repo), ("method", method)])
-                .await
-                .len()
+            fx.requests(&[
+                ("server", &server.name),
+                ("repo", &repo),
+                ("method", method),
+            ])
+            .await
+            .len()
         }
     };
     let (packs, adverts) = (requests("POST").await, requests("GET").await);
-    cluster::poll_until("ten more ref advertisements", Duration::from_secs(60), || async {
-        let now = requests("GET").await;
-        if now >= adverts + 10 {
-            Ok(())
-        } else {
-            Err(format!("{now} GET requests, from {adverts}"))
-        }
-    })
+    cluster::poll_until(
+        "ten more ref advertisements",
+        Duration::from_secs(60),
+        || async {
+            let now = requests("GET").await;
+            if now >= adverts + 10 {
+                Ok(())
+            } else {
+                Err(format!("{now} GET requests, from {adverts}"))
+            }
+        },
+    )
     .await;
     assert_eq!(requests("POST").await, packs);
 

@@ -161,16 +161,10 @@ pub(crate) async fn fetch(
         .await;
     let result = match (path, check) {
         (Ok(path), Some(check)) if remote.signer().is_none() => {
-            // The tree was cached already (or written by a concurrent fetch): the objects are
-            // fetched once more for their signatures.
-            let (r, c, s) = (remote.clone(), commit.clone(), scratch.clone());
-            let refname = refname.clone();
-            blocking(opts.timeout, &remote.url, move || {
-                let fetched = r.fetch_commit(&c, refname.as_deref(), &s.join("verify"))?;
-                r.check_signatures(&fetched, &check)
-            })
-            .await
-            .map(|_| path)
+            let target = (commit.clone(), refname.clone(), scratch.join("verify"));
+            check_cached(&remote, target, check, opts.timeout)
+                .await
+                .map(|_| path)
         }
         (result, _) => result,
     };
@@ -195,6 +189,22 @@ pub(crate) async fn fetch(
         version,
         verified,
     })
+}
+
+/// Checks the signatures of a commit whose tree was cached already (or written by a concurrent
+/// fetch): its objects are fetched once more, into `scratch`, for their signatures.
+async fn check_cached(
+    remote: &Remote,
+    (commit, refname, scratch): (String, Option<String>, PathBuf),
+    check: SignatureCheck,
+    timeout: std::time::Duration,
+) -> Result<(), SourceError> {
+    let r = remote.clone();
+    blocking(timeout, &remote.url, move || {
+        let fetched = r.fetch_commit(&commit, refname.as_deref(), &scratch)?;
+        r.check_signatures(&fetched, &check)
+    })
+    .await
 }
 
 /// What a git signature check needs inside the blocking task.

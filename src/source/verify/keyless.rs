@@ -654,6 +654,159 @@ mod tests {
         assert!(!matches(None, Some("(unclosed"), "x"));
     }
 
+    /// A CA, a signing certificate for `release@example.test` from `https://issuer.example.test`,
+    /// and a log key; the trusted root naming the CA and the log.
+    struct World {
+        root: TrustRoot,
+        certificate: Vec<u8>,
+        certificate_pem: String,
+        log_key: rcgen::KeyPair,
+        log_id: Vec<u8>,
+    }
+
+    fn world() -> World {
+        use base64::Engine;
+        let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_der = ca.self_signed(&ca_key).unwrap().der().to_vec();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let mut leaf = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        leaf.subject_alt_names = vec![rcgen::SanType::Rfc822Name(
+            "release@example.test".try_into().unwrap(),
+        )];
+        leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        let issuer = b"https://issuer.example.test";
+        let mut value = vec![0x0c, issuer.len() as u8];
+        value.extend_from_slice(issuer);
+        leaf.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+            &[1, 3, 6, 1, 4, 1, 57264, 1, 8],
+            value,
+        )];
+        let cert = leaf
+            .signed_by(&leaf_key, &rcgen::Issuer::from_params(&ca, &ca_key))
+            .unwrap();
+        let log_key = rcgen::KeyPair::generate().unwrap();
+        let log_spki = rcgen::PublicKeyData::subject_public_key_info(&log_key);
+        let log_id = Sha256::digest(&log_spki).to_vec();
+        let json = serde_json::json!({
+            "tlogs": [{"baseUrl": "https://log.example.test",
+                       "publicKey": {"rawBytes": b64(&log_spki)},
+                       "logId": {"keyId": b64(&log_id)}}],
+            "certificateAuthorities": [{"certChain": {"certificates": [{"rawBytes": b64(&ca_der)}]}}]
+        });
+        World {
+            root: TrustRoot::parse(json.to_string().as_bytes()).unwrap(),
+            certificate: cert.der().to_vec(),
+            certificate_pem: cert.pem(),
+            log_key,
+            log_id,
+        }
+    }
+
+    /// A log entry naming `signature` of `payload` by the world's certificate, signed by `key`.
+    fn entry(world: &World, key: &rcgen::KeyPair, signature: &[u8], payload: &[u8]) -> LogEntry {
+        use base64::Engine;
+        let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+        let body = serde_json::json!({"kind": "hashedrekord", "spec": {
+            "data": {"hash": {"value": crate::source::sha256_hex(payload)}},
+            "signature": {"content": b64(signature),
+                          "publicKey": {"content": b64(world.certificate_pem.as_bytes())}}}});
+        let body = b64(body.to_string().as_bytes());
+        let time = k8s_openapi::jiff::Timestamp::now().as_second();
+        let promise = serde_json::json!({"body": body, "integratedTime": time,
+            "logID": crate::source::hex(&world.log_id), "logIndex": 7});
+        let set = rcgen::SigningKey::sign(key, &serde_json::to_vec(&promise).unwrap()).unwrap();
+        LogEntry {
+            body,
+            integrated_time: time,
+            log_index: 7,
+            log_id: world.log_id.clone(),
+            signed_entry_timestamp: Some(set),
+            inclusion_proof: None,
+        }
+    }
+
+    fn check(
+        world: &World,
+        entry: Option<&LogEntry>,
+        identity: IdentityMatch,
+    ) -> Result<Identity, String> {
+        let keyless = Keyless {
+            certificate: &world.certificate,
+            chain: &[],
+            log_entry: entry,
+        };
+        let names = |body: &serde_json::Value| {
+            body_names(
+                body,
+                b"sig",
+                &world.certificate,
+                &crate::source::sha256_hex(b"payload"),
+            )
+        };
+        verify_certificate(&world.root, &keyless, &[identity], names).map(|(id, _)| id)
+    }
+
+    fn allowed() -> IdentityMatch {
+        IdentityMatch {
+            issuer: Some("https://issuer.example.test".into()),
+            subject_regexp: Some("^release@".into()),
+            issuer_regexp: None,
+            subject: None,
+        }
+    }
+
+    #[test]
+    fn keyless_certificates_verify_with_their_log_entry_and_identity_only() {
+        let world = world();
+        let good = entry(&world, &world.log_key, b"sig", b"payload");
+        let identity = check(&world, Some(&good), allowed()).unwrap();
+        assert_eq!(identity.subject, "release@example.test");
+        assert_eq!(identity.log_index, Some(7));
+
+        let other = IdentityMatch {
+            subject: Some("else@example.test".into()),
+            subject_regexp: None,
+            ..allowed()
+        };
+        let err = check(&world, Some(&good), other).unwrap_err();
+        assert!(err.starts_with("identity mismatch"), "{err}");
+
+        let err = check(&world, None, allowed()).unwrap_err();
+        assert!(err.starts_with("log entry invalid"), "{err}");
+
+        // Signed by a key that is not the log's.
+        let forged = entry(
+            &world,
+            &rcgen::KeyPair::generate().unwrap(),
+            b"sig",
+            b"payload",
+        );
+        let err = check(&world, Some(&forged), allowed()).unwrap_err();
+        assert!(
+            err.contains("signed entry timestamp does not verify"),
+            "{err}"
+        );
+
+        // The log's entry is for another signature.
+        let elsewhere = entry(&world, &world.log_key, b"other", b"payload");
+        let err = check(&world, Some(&elsewhere), allowed()).unwrap_err();
+        assert!(err.contains("another signature"), "{err}");
+
+        // A certificate from another CA.
+        let other_world = self::world();
+        let stranger = World {
+            certificate: other_world.certificate,
+            certificate_pem: other_world.certificate_pem,
+            ..world
+        };
+        let logged = entry(&stranger, &stranger.log_key, b"sig", b"payload");
+        let err = check(&stranger, Some(&logged), allowed()).unwrap_err();
+        assert!(err.starts_with("certificate not trusted"), "{err}");
+    }
+
     #[test]
     fn hex_decodes() {
         assert_eq!(decode_hex("0aff"), Some(vec![0x0a, 0xff]));
