@@ -358,11 +358,11 @@ fn verify_signed(
             .iter()
             .find(|k| k.verifies(signed.message, signed.signature))
         {
+            // A log entry next to a key signature is not checked, so it is not recorded.
             return Ok(VerifiedSignature {
                 method: "cosign".into(),
                 signed: Some(signed.label.into()),
                 key: Some(key.fingerprint.clone()),
-                log_index: log_entry.map(|e| e.log_index),
                 ..Default::default()
             });
         }
