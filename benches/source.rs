@@ -120,6 +120,7 @@ fn image(reference: &str) -> Source {
         http: None,
         helm_repository: None,
         poll_interval: None,
+        verify: None,
     }
 }
 
@@ -137,6 +138,7 @@ fn http(url: &str, sha256: Option<String>) -> Source {
         }),
         helm_repository: None,
         poll_interval: None,
+        verify: None,
     }
 }
 

@@ -118,7 +118,7 @@ pub fn parse_bundle_deployment(
 
 /// The Secret a source names (credentials or CA), as `namespace/name` or `name`.
 pub fn named_secret(source: &Source) -> Option<String> {
-    let reference = match (&source.image, &source.git, &source.http) {
+    let auth = match (&source.image, &source.git, &source.http) {
         (Some(image), _, _) => image
             .auth
             .as_ref()
@@ -127,7 +127,20 @@ pub fn named_secret(source: &Source) -> Option<String> {
         (_, Some(git), _) => git.auth.as_ref().map(|a| &a.secret),
         (_, _, Some(http)) => http.auth.as_ref().map(|a| &a.secret),
         _ => None,
-    }?;
+    };
+    // The keys (and trusted root) a `verify` names are read from the cluster too.
+    let verify = source.verify.as_ref().and_then(|v| {
+        v.cosign
+            .as_ref()
+            .and_then(|c| c.public_keys.as_ref())
+            .or(v.provenance.as_ref().map(|p| &p.keyring))
+            .or(v.git.as_ref().map(|g| &g.keys))
+    });
+    let reference = match (auth, verify, &source.verify) {
+        (Some(reference), _, _) | (None, Some(reference), _) => reference,
+        (None, None, Some(_)) => return Some("the trusted root of verify.cosign.keyless".into()),
+        (None, None, None) => return None,
+    };
     Some(match &reference.namespace {
         Some(ns) => format!("{ns}/{}", reference.name),
         None => reference.name.clone(),
@@ -390,6 +403,26 @@ pub fn pin(doc: &mut Value, fetched: &[Fetched]) -> Result<(), PreviewError> {
                 }
             }
             SourceKind::Git => {
+                // A tag's signature is checked on the tag: with verify.git.mode Tag the ref
+                // stays the tag; TagAndHEAD keeps checking the commit's own signature.
+                let mode = source
+                    .get("verify")
+                    .and_then(|v| v.pointer("/git/mode"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                match mode.as_deref() {
+                    Some("Tag") => continue,
+                    Some("TagAndHEAD") => {
+                        if let Some(git) = source
+                            .get_mut("verify")
+                            .and_then(|v| v.get_mut("git"))
+                            .and_then(Value::as_object_mut)
+                        {
+                            git.insert("mode".into(), Value::String("HEAD".into()));
+                        }
+                    }
+                    _ => {}
+                }
                 if let Some(git) = source.get_mut("git").and_then(Value::as_object_mut) {
                     git.insert(
                         "ref".into(),
@@ -1084,6 +1117,7 @@ mod tests {
             destination: String::new(),
             path: PathBuf::new(),
             version: None,
+            verified: None,
         }
     }
 

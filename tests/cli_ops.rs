@@ -494,6 +494,7 @@ async fn trace_falls_back_to_the_revision_store() {
                 reference: "v7".into(),
                 resolved: "f".repeat(40),
                 version: None,
+                verified: None,
             }],
             objects: vec![
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "old"}}),

@@ -59,6 +59,7 @@ fn chart_source(repo: &str, chart: &str, cross_host: bool) -> Source {
             allow_cross_host_redirects: cross_host,
         }),
         poll_interval: None,
+        verify: None,
     }
 }
 

@@ -68,12 +68,14 @@ fn record(
                 reference: "main".into(),
                 resolved: "3f9c2e1d3f9c2e1d3f9c2e1d3f9c2e1d3f9c2e1d".into(),
                 version: None,
+                verified: None,
             },
             ResolvedSource {
                 kind: SourceKind::Image,
                 reference: "registry.example/bundle:v1".into(),
                 resolved: format!("registry.example/bundle@sha256:{:064x}", seed),
                 version: None,
+                verified: None,
             },
         ],
         objects: (0..config_maps)

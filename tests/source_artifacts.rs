@@ -136,6 +136,7 @@ fn helm_oci_source(url: &str, chart: &str, version: Option<&str>, digest: Option
             allow_cross_host_redirects: false,
         }),
         poll_interval: None,
+        verify: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn chart_source(url: &str, version: Option<&str>, digest: Option<&str>) -> Sourc
             allow_cross_host_redirects: false,
         }),
         poll_interval: None,
+        verify: None,
     }
 }
 
@@ -255,6 +256,7 @@ async fn basic_and_bearer_auth_and_auth_without_a_secret() {
             kind: CredentialKind::Token(token),
         }),
         ca_pem: None,
+        verify: None,
     };
     let got = fetch(
         &fetcher,
@@ -300,6 +302,7 @@ async fn tls_with_the_repository_ca_or_without_verification() {
     let with_ca = SourceSecrets {
         credentials: None,
         ca_pem: Some(fx.ca_pem()),
+        verify: None,
     };
     assert_eq!(
         chart_version_in(&fetch(&fetcher, &source, &with_ca).await),

@@ -204,6 +204,7 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
     let secrets = |c: Option<Credentials>| SourceSecrets {
         credentials: c,
         ca_pem: Some(fx.ca_pem()),
+        verify: None,
     };
 
     let got = fetcher
@@ -254,6 +255,7 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
             &SourceSecrets {
                 credentials: Some(basic(reg, "secret ns/basic")),
                 ca_pem: None,
+                verify: None,
             },
         )
         .await
@@ -267,6 +269,7 @@ async fn tls_registry_auth_good_bad_missing_and_dockerconfig() {
             &SourceSecrets {
                 credentials: Some(basic(reg, "secret ns/basic")),
                 ca_pem: None,
+                verify: None,
             },
         )
         .await

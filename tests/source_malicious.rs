@@ -217,6 +217,7 @@ fn chart_repository(name: &str, archive: &[u8]) -> Source {
             allow_cross_host_redirects: false,
         }),
         poll_interval: None,
+        verify: None,
     }
 }
 

@@ -6,8 +6,10 @@ set -euo pipefail
 # docker-registry: the OCI registry fixture. openssl: the test CA. git: the git fixture and
 # libgit2's tests. pkg-config + libssl-dev: libgit2's HTTPS support links OpenSSL. python3 is
 # used by small fixture scripts. gnupg: a signing key for the signed chart `helm push` uploads
-# with its provenance (tests/source_artifacts.rs). time: GNU time's peak memory in benchmarks.
-packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg time)
+# with its provenance (tests/source_artifacts.rs), and the keys `helm package --sign` and signed
+# git tags use (tests/verify_git_charts_e2e.rs). openssh-client: ssh-keygen signs git commits
+# there. time: GNU time's peak memory in benchmarks.
+packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg openssh-client time)
 
 missing=()
 for p in "${packages[@]}"; do

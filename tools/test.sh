@@ -57,6 +57,9 @@ tools/extra-charts.sh
 step "oras CLI (pushes ORAS artifacts in tests/source_artifacts.rs)"
 tools/oras.sh build
 
+step "cosign CLI (signs images and charts in tests/verify_e2e.rs)"
+tools/cosign.sh build
+
 step "kustomize oracle, and kustomize's own end-to-end suite recorded as cases (formats/tests/kustomize_krusty.rs)"
 tools/kustomize.sh build
 tools/kustomize-cases.sh

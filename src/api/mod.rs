@@ -13,6 +13,7 @@ mod notifications;
 mod processors;
 pub mod reasons;
 mod takeover;
+mod verify;
 
 pub use dependencies::{
     DependencyReference, BUNDLE_DEPLOYMENT_API_VERSION, BUNDLE_DEPLOYMENT_KIND,
@@ -26,6 +27,10 @@ pub use processors::{
     FunctionProcessor, ProcessorSpec, SubstituteProcessor, VarsReference, DEFAULT_FUNCTION_TIMEOUT,
 };
 pub use takeover::{ReleaseRecords, Takeover, TakeoverSource, TakeoverStatus};
+pub use verify::{
+    CosignVerification, GitVerification, GitVerifyMode, IdentityMatch, KeylessVerification,
+    ProvenanceVerification, SourceVerification, TrustedRootReference, VerifiedSignature,
+};
 
 use std::collections::BTreeMap;
 
@@ -247,6 +252,10 @@ pub enum SourceKind {
 /// One place the bundle's content comes from.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(validation = Rule::new("(has(self.image) ? 1 : 0) + (has(self.git) ? 1 : 0) + (has(self.http) ? 1 : 0) + (has(self.helmRepository) ? 1 : 0) == 1 && (self.kind == 'image' ? has(self.image) : self.kind == 'git' ? has(self.git) : self.kind == 'http' ? has(self.http) : has(self.helmRepository))").message("the source's settings must match its kind: kind image takes `image`, git takes `git`, http takes `http`, helmRepository takes `helmRepository`, and no other"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || !has(self.verify.cosign) || self.kind == 'image' || (self.kind == 'helmRepository' && has(self.helmRepository) && self.helmRepository.url.startsWith('oci://'))").message("verify.cosign is for image sources and oci:// chart repositories"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || !has(self.verify.provenance) || (self.kind == 'helmRepository' && has(self.helmRepository) && !self.helmRepository.url.startsWith('oci://'))").message("verify.provenance is for http(s) chart repositories (oci:// ones take verify.cosign)"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || !has(self.verify.git) || self.kind == 'git'").message("verify.git is for git sources"))]
+#[x_kube(validation = Rule::new("!has(self.verify) || !has(self.verify.git) || !has(self.verify.git.mode) || self.verify.git.mode == 'HEAD' || (has(self.git) && (has(self.git.ref.tag) || has(self.git.ref.semver)))").message("verify.git.mode Tag and TagAndHEAD need a tag or semver ref"))]
 #[x_kube(validation = Rule::new("!has(self.pollInterval) || (has(self.image) && (!self.image.ref.contains('@') || has(self.image.semver))) || (has(self.git) && !has(self.git.ref.commit)) || (has(self.http) && !has(self.http.sha256)) || (has(self.helmRepository) && !has(self.helmRepository.digest))").message("pollInterval is only valid for floating refs (image tag or semver range, git branch, tag or semver range, http without sha256, helm repository without digest); a pinned ref never changes"))]
 #[serde(rename_all = "camelCase")]
 pub struct Source {
@@ -285,6 +294,11 @@ pub struct Source {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64), regex(pattern = DURATION_PATTERN))]
     pub poll_interval: Option<String>,
+
+    /// Who must have signed the content: checked at every resolution, before anything of it is
+    /// unpacked or applied; content that fails it never becomes a revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<SourceVerification>,
 }
 
 /// An OCI artifact holding the bundle: an image's layers, a Helm chart pushed by `helm push`, a
@@ -981,6 +995,9 @@ pub struct ResolvedSource {
     /// The version a range or a chart repository resolved to (the tag or chart version chosen).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Who signed the content, for a source with `verify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<VerifiedSignature>,
 }
 
 /// A `valuesFrom` reference as read for a revision.

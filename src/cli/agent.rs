@@ -47,6 +47,18 @@ pub struct AgentArgs {
     /// `ServiceAccountRequired`): nothing is ever installed as the agent itself.
     #[arg(long)]
     pub require_service_account: bool,
+    /// Refuse every source without `verify` (condition Unpacked=False, reason
+    /// `VerificationRequired`): nothing unsigned is ever installed.
+    #[arg(long)]
+    pub require_verification: bool,
+    /// With --require-verification: a server (`host` or `host:port`, as the source names it)
+    /// whose sources may go without `verify`, e.g. a local development registry (repeatable).
+    #[arg(
+        long = "allow-unverified-host",
+        value_name = "HOST",
+        requires = "require_verification"
+    )]
+    pub allow_unverified_hosts: Vec<String>,
     /// Directory of the source cache (content-addressed, survives restarts).
     #[arg(long, env = "PALLET_AGENT_CACHE", default_value = "/var/cache/pallet")]
     pub cache_dir: PathBuf,
@@ -334,6 +346,10 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         })
         .with_webhook_cert_validity(args.webhook_cert_validity)
         .with_require_service_account(args.require_service_account)
+        .with_verification_policy(crate::reconcile::context::VerificationPolicy {
+            require: args.require_verification,
+            unverified_hosts: args.allow_unverified_hosts.clone(),
+        })
         .with_render_sandbox(RenderSandbox::new(sandbox_limits(&args)), render_budgets(&args))
         .with_workers(match args.concurrency {
             Concurrency::Fixed(n) => Workers::fixed(n.into()),

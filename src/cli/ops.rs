@@ -839,6 +839,9 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                             .unwrap_or_default();
                         let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
                         let _ = writeln!(out, "  {kind} {line}");
+                        if let Some(signer) = &s.verified {
+                            let _ = writeln!(out, "    verified: {}", signer.summary());
+                        }
                     }
                     if !r.values_from.is_empty() {
                         let _ = writeln!(out, "Values from:");
@@ -847,36 +850,42 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
                         }
                     }
                 }
-                Err(_) => {
-                    match report["storedRevision"].as_object() {
-                        Some(stored) => {
-                            let _ = writeln!(out, "Phase:            (not in status.revisions; from the revision store)");
-                            let _ = writeln!(
-                                out,
-                                "Content digest:   {}",
-                                stored["digest"].as_str().unwrap_or("")
+                Err(_) => match report["storedRevision"].as_object() {
+                    Some(stored) => {
+                        let _ = writeln!(
+                            out,
+                            "Phase:            (not in status.revisions; from the revision store)"
+                        );
+                        let _ = writeln!(
+                            out,
+                            "Content digest:   {}",
+                            stored["digest"].as_str().unwrap_or("")
+                        );
+                        let _ = writeln!(out, "Generation:       {}", stored["generation"]);
+                        let _ = writeln!(out, "Sources:");
+                        for s in stored["sources"].as_array().into_iter().flatten() {
+                            let line = resolved_line(
+                                s["ref"].as_str().unwrap_or(""),
+                                s["resolved"].as_str().unwrap_or(""),
+                                s["version"].as_str(),
                             );
-                            let _ = writeln!(out, "Generation:       {}", stored["generation"]);
-                            let _ = writeln!(out, "Sources:");
-                            for s in stored["sources"].as_array().into_iter().flatten() {
-                                let line = resolved_line(
-                                    s["ref"].as_str().unwrap_or(""),
-                                    s["resolved"].as_str().unwrap_or(""),
-                                    s["version"].as_str(),
-                                );
-                                let _ =
-                                    writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
+                            let _ = writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
+                            if let Ok(signer) = serde_json::from_value::<
+                                crate::api::VerifiedSignature,
+                            >(s["verified"].clone())
+                            {
+                                let _ = writeln!(out, "    verified: {}", signer.summary());
                             }
                         }
-                        None => {
-                            let _ = writeln!(
+                    }
+                    None => {
+                        let _ = writeln!(
                             out,
                             "                  revision {n} is neither in status.revisions nor in the revision store (namespace {})",
                             args.store_namespace
                         );
-                        }
                     }
-                }
+                },
             }
         }
     }

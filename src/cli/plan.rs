@@ -195,6 +195,9 @@ fn format_table(report: &Report) -> String {
         let line =
             super::ops::resolved_line(&source.label(), &source.resolved, source.version.as_deref());
         let _ = writeln!(out, "  {line}");
+        if let Some(signer) = &source.verified {
+            let _ = writeln!(out, "    verified: {}", signer.summary());
+        }
     }
     if !report.values_from.is_empty() {
         let _ = writeln!(out, "Values from:");

@@ -608,6 +608,7 @@ mod tests {
             reference: "main".into(),
             resolved: "abc123".into(),
             version: None,
+            verified: None,
         }];
         let request = build(
             &t,

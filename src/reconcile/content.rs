@@ -98,6 +98,7 @@ pub(super) async fn fetch_and_render(
             reference: f.reference.clone(),
             resolved: f.resolved.clone(),
             version: f.version.clone(),
+            verified: f.verified.clone(),
         })
         .collect();
     let mut config = render::render_config(bd, capabilities, Some(values.values));

@@ -187,6 +187,8 @@ pub struct Context {
     pub render_keys: super::render_key::RenderKeys,
     /// Refuse BundleDeployments that name no ServiceAccount (`--require-service-account`).
     pub require_service_account: bool,
+    /// Whether sources must have `verify` (`--require-verification`).
+    pub verification: VerificationPolicy,
     /// Snapshots read or written by this process, by BundleDeployment and number: a held or
     /// rolled-back revision is re-applied at every pass without reading its Secrets again.
     pub(super) snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
@@ -293,6 +295,12 @@ impl Context {
         self
     }
 
+    /// The same context requiring `verify` on sources as `policy` says.
+    pub fn with_verification_policy(mut self, policy: VerificationPolicy) -> Self {
+        self.verification = policy;
+        self
+    }
+
     /// The same context delivering notifications with `settings`.
     pub fn with_notification_settings(mut self, settings: crate::notify::Settings) -> Self {
         self.notifier = self.notifier.with_settings(settings);
@@ -365,6 +373,7 @@ impl Context {
                 &secret_policy.agent_namespace,
             ),
             require_service_account: false,
+            verification: VerificationPolicy::default(),
             snapshots: Mutex::new(HashMap::new()),
             agent_namespace_ready: tokio::sync::OnceCell::new(),
             last_written: Mutex::new(HashMap::new()),
@@ -716,5 +725,44 @@ mod tests {
         written.wrote(Some("9".into()), bd("10", 2).as_ref().clone(), None);
         assert!(written.newest(&bd("2", 1)).is_none());
         assert_eq!(version(written.newest(&bd("9", 2))).as_deref(), Some("10"));
+    }
+}
+
+/// Whether every source must say who signed it (`--require-verification`), and the servers
+/// exempt from it (`--allow-unverified-host`, for local development).
+#[derive(Clone, Debug, Default)]
+pub struct VerificationPolicy {
+    /// Sources without `verify` are refused.
+    pub require: bool,
+    /// Servers (`host` or `host:port`) whose sources may go without `verify`.
+    pub unverified_hosts: Vec<String>,
+}
+
+impl VerificationPolicy {
+    /// Why `source` may not be fetched as it is: it has no `verify` while one is required and
+    /// its server is not exempt.
+    pub fn refusal(&self, source: &crate::api::Source) -> Option<String> {
+        if !self.require || source.verify.is_some() {
+            return None;
+        }
+        let host = crate::source::source_host(source);
+        let exempt = host.as_deref().is_some_and(|host| {
+            self.unverified_hosts.iter().any(|allowed| {
+                allowed == host
+                    || host
+                        .split_once(':')
+                        .is_some_and(|(name, _)| name == allowed)
+            })
+        });
+        (!exempt).then(|| {
+            format!(
+                "{} has no verify block, and this agent requires one on every source (--require-verification){}",
+                crate::source::describe_source(source),
+                match host {
+                    Some(host) => format!("; {host} is not among the --allow-unverified-host servers"),
+                    None => String::new(),
+                }
+            )
+        })
     }
 }

@@ -13,11 +13,17 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 
 use super::ReconcileError;
-use crate::api::{BundleDeployment, SecretReference, ServiceAccountReference, Source};
+use crate::api::{
+    BundleDeployment, SecretReference, ServiceAccountReference, Source, SourceVerification,
+    TrustedRootReference, ValuesSourceKind,
+};
+use crate::source::verify::VerifyMaterial;
 use std::time::Instant;
 
 use super::fetch_pool::FetchState;
-use crate::source::{assemble, describe_source, Credentials, Fetched, Fetcher, SourceSecrets};
+use crate::source::{
+    assemble, describe_source, Credentials, Fetched, Fetcher, SourceError, SourceSecrets,
+};
 
 /// Where Secrets and ConfigMaps named by a BundleDeployment may be read from, and as whom it
 /// acts (api.md, "Secret references"; docs/security.md).
@@ -86,6 +92,11 @@ pub async fn fetch_sources(
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let mut fetched = Vec::with_capacity(bd.spec.sources.len());
     let mut pending = Vec::new();
+    for source in &bd.spec.sources {
+        if let Some(refusal) = ctx.verification.refusal(source) {
+            return Err(SourceError::VerificationRequired(refusal).into());
+        }
+    }
     for (index, source) in bd.spec.sources.iter().enumerate() {
         if !force_poll {
             if let Some(polled) = ctx.polls.fresh(uid, index, source, Instant::now()) {
@@ -103,7 +114,7 @@ pub async fn fetch_sources(
             .await
         {
             FetchState::Done(result) => {
-                let one = result?;
+                let one = (*result)?;
                 ctx.polls.record(uid, index, source, &one, started);
                 fetched.push(one);
             }
@@ -177,7 +188,151 @@ pub async fn source_secrets(
             })?;
         secrets.ca_pem = Some(pem);
     }
+    if let Some(verify) = &source.verify {
+        secrets.verify = Some(verify_material(client, policy, requester, verify).await?);
+    }
     Ok(secrets)
+}
+
+/// Reads what a source's `verify` names: the Secret of keys (every entry) and, keyless, the
+/// trusted root from its ConfigMap or Secret, under the policy.
+pub async fn verify_material(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    verify: &SourceVerification,
+) -> Result<VerifyMaterial, ReconcileError> {
+    let keys_secret = match (&verify.cosign, &verify.provenance, &verify.git) {
+        (Some(cosign), _, _) => cosign.public_keys.as_ref(),
+        (_, Some(provenance), _) => Some(&provenance.keyring),
+        (_, _, Some(git)) => Some(&git.keys),
+        _ => None,
+    };
+    let mut keys = Vec::new();
+    if let Some(reference) = keys_secret {
+        let (origin, secret) = read_secret(client, policy, requester, reference).await?;
+        keys = secret_data(&secret)
+            .into_iter()
+            .map(|(key, data)| (format!("{origin} key {key}"), data))
+            .collect();
+        if keys.is_empty() {
+            return Err(ReconcileError::Secret {
+                reason: "SecretKeyMissing",
+                message: format!("{origin} holds no keys to verify signatures with"),
+            });
+        }
+    }
+    let trusted_root = match verify.cosign.as_ref().and_then(|c| c.keyless.as_ref()) {
+        Some(keyless) => {
+            Some(read_trusted_root(client, policy, requester, &keyless.trusted_root).await?)
+        }
+        None => None,
+    };
+    Ok(VerifyMaterial {
+        spec: verify.clone(),
+        keys,
+        trusted_root,
+    })
+}
+
+/// The trusted root JSON a keyless `verify` names, with where it came from.
+async fn read_trusted_root(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    reference: &TrustedRootReference,
+) -> Result<(String, Vec<u8>), ReconcileError> {
+    let key = reference.key();
+    let (origin, mut data) = match reference.kind {
+        ValuesSourceKind::Secret => {
+            let secret_ref = SecretReference {
+                name: reference.name.clone(),
+                namespace: reference.namespace.clone(),
+            };
+            let (origin, secret) = read_secret(client, policy, requester, &secret_ref).await?;
+            (origin, secret_data(&secret))
+        }
+        ValuesSourceKind::ConfigMap => {
+            read_config_map(client, policy, requester, reference).await?
+        }
+    };
+    let json = data.remove(key).ok_or_else(|| ReconcileError::Secret {
+        reason: "SecretKeyMissing",
+        message: format!("{origin} has no key {key} (the trusted root)"),
+    })?;
+    Ok((format!("{origin} key {key}"), json))
+}
+
+/// Reads a ConfigMap under the policy (see [`may_use`]): its `data` and `binaryData`.
+async fn read_config_map(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    reference: &TrustedRootReference,
+) -> Result<(String, BTreeMap<String, Vec<u8>>), ReconcileError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let namespace = reference
+        .namespace
+        .as_deref()
+        .unwrap_or(&policy.agent_namespace);
+    let origin = format!("configmap {namespace}/{}", reference.name);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let read = || async {
+        maps.get_opt(&reference.name)
+            .await
+            .map_err(|e| ReconcileError::Kube {
+                context: format!("read {origin}"),
+                source: e,
+            })
+    };
+    let not_allowed = |why: String| ReconcileError::Secret {
+        reason: "SecretNotAllowed",
+        message: format!("{origin} {why}"),
+    };
+    let name = &reference.name;
+    let found = if namespace == policy.agent_namespace {
+        let found = read().await?;
+        let object = found.as_ref().map(|m| Found::new(&m.metadata, None));
+        may_use(
+            client,
+            policy,
+            requester,
+            "configmaps",
+            namespace,
+            name,
+            object,
+        )
+        .await?
+        .map_err(not_allowed)?;
+        found
+    } else {
+        may_use(
+            client,
+            policy,
+            requester,
+            "configmaps",
+            namespace,
+            name,
+            None,
+        )
+        .await?
+        .map_err(not_allowed)?;
+        read().await?
+    };
+    let map = found.ok_or_else(|| ReconcileError::Secret {
+        reason: "SecretNotFound",
+        message: format!("{origin} not found"),
+    })?;
+    let mut data: BTreeMap<String, Vec<u8>> = map
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in map.data.iter().flatten() {
+        data.insert(k.clone(), v.clone().into_bytes());
+    }
+    Ok((origin, data))
 }
 
 /// A Secret's `data` and `stringData` (which wins), as bytes.

@@ -32,8 +32,8 @@ pub fn per_server(slots: usize) -> usize {
 /// Where a fetch stands.
 #[derive(Debug)]
 pub enum FetchState {
-    /// Finished, with its result.
-    Done(Result<Fetched, SourceError>),
+    /// Finished, with its result (boxed: a fetched source is much larger than `Pending`).
+    Done(Box<Result<Fetched, SourceError>>),
     /// Still running (or waiting for a slot) since this instant.
     Pending {
         /// When the fetch was started.
@@ -133,7 +133,7 @@ impl FetchPool {
         match finished {
             Some(finished) => {
                 self.lock().remove(&key);
-                FetchState::Done(finished)
+                FetchState::Done(Box::new(finished))
             }
             None => FetchState::Pending { since: started },
         }

@@ -177,6 +177,7 @@ mod tests {
             http: None,
             helm_repository: None,
             poll_interval: poll.map(str::to_string),
+            verify: None,
         }
     }
 
@@ -188,6 +189,7 @@ mod tests {
             destination: String::new(),
             path,
             version: None,
+            verified: None,
         }
     }
 

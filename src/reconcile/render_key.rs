@@ -309,6 +309,7 @@ mod tests {
             destination: String::new(),
             path: std::path::PathBuf::new(),
             version: None,
+            verified: None,
         }]
     }
 

@@ -185,6 +185,7 @@ mod tests {
             destination: String::new(),
             path: PathBuf::new(),
             version: None,
+            verified: None,
         }
     }
 

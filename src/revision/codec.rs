@@ -211,6 +211,7 @@ mod tests {
                 reference: "main".into(),
                 resolved: "3f9c2e1".into(),
                 version: None,
+                verified: None,
             }],
             objects: (0..objects)
                 .map(|i| {

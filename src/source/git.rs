@@ -19,8 +19,10 @@ use pallet_formats::archive::SharedAllowance;
 
 use super::budget::{Budget, Cancel, TOTAL_BUDGET};
 use super::unpack;
+use super::verify::git_objects::{self, GitKeys};
+use super::verify::VerifyMaterial;
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
-use crate::api::{GitReference, GitSource};
+use crate::api::{GitReference, GitSource, VerifiedSignature};
 
 /// The ref as written, for status and messages.
 pub fn ref_as_written(r: &GitReference) -> String {
@@ -32,14 +34,25 @@ pub fn ref_as_written(r: &GitReference) -> String {
         .unwrap_or_default()
 }
 
-/// Resolves and fetches a git source; returns the commit SHA, the cached content (only
-/// `directory` when one is given) and, for a semver range, the tag it chose.
+/// A git source resolved and fetched.
+pub(crate) struct GitFetched {
+    /// The commit SHA.
+    pub commit: String,
+    /// The cached content (only `directory` when one is given).
+    pub path: PathBuf,
+    /// The tag a semver range chose.
+    pub version: Option<String>,
+    /// Who signed the commit or tag, for a source with `verify`.
+    pub verified: Option<VerifiedSignature>,
+}
+
+/// Resolves and fetches a git source, verifying its signatures first when it has `verify`.
 pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &GitSource,
     secrets: &SourceSecrets,
     cancel: &Cancel,
-) -> Result<(String, PathBuf, Option<String>), SourceError> {
+) -> Result<GitFetched, SourceError> {
     let wanted = Wanted::from_spec(&spec.reference)?;
     let directory = spec.directory.clone().unwrap_or_default();
     let key = |commit: &str| {
@@ -49,8 +62,17 @@ pub(crate) async fn fetch(
         )
     };
     if let Wanted::Commit(c) = &wanted {
-        if let Some(path) = fetcher.cache().lookup(&key(c)) {
-            return Ok((c.clone(), path, None));
+        let verified = match &secrets.verify {
+            None => Some(None),
+            Some(material) => fetcher.verified().get(material, c).map(Some),
+        };
+        if let (Some(verified), Some(path)) = (verified, fetcher.cache().lookup(&key(c))) {
+            return Ok(GitFetched {
+                commit: c.clone(),
+                path,
+                version: None,
+                verified,
+            });
         }
     }
     let opts = fetcher.options().clone();
@@ -64,11 +86,20 @@ pub(crate) async fn fetch(
         allowance: fetcher.cache().unpack_allowance(),
         max_pack_bytes: opts.limits.max_total_bytes,
         pack_bytes: Arc::new(AtomicU64::new(0)),
+        verified: Arc::default(),
     };
     let cache = fetcher.cache().clone();
     let scratch = cache.scratch_dir()?;
-    let (commit, chosen_tag) = match &wanted {
-        Wanted::Commit(c) => (c.clone(), None),
+    let Listed {
+        commit,
+        tag: chosen_tag,
+        tag_object,
+    } = match &wanted {
+        Wanted::Commit(c) => Listed {
+            commit: c.clone(),
+            tag: None,
+            tag_object: None,
+        },
         _ => {
             let (r, w, s) = (remote.clone(), wanted.clone(), scratch.join("ls-remote"));
             let listed = blocking(opts.timeout, &remote.url, move || r.ls_remote(&w, &s)).await;
@@ -81,6 +112,31 @@ pub(crate) async fn fetch(
             }
         }
     };
+    let refname = match (&wanted, &chosen_tag) {
+        (Wanted::Branch(b), _) => Some(format!("refs/heads/{b}")),
+        (Wanted::Tag(t), _) | (Wanted::Semver(_), Some(t)) => Some(format!("refs/tags/{t}")),
+        (Wanted::Commit(_), _) | (Wanted::Semver(_), None) => None,
+    };
+    // What must be verified and is not remembered: checked on the fetched objects before the
+    // tree is written, so nothing unverified reaches the cache.
+    let check = secrets.verify.as_ref().and_then(|material| {
+        let memo_key = signed_ref(&commit, tag_object.as_deref());
+        match fetcher.verified().get(material, &memo_key) {
+            Some(known) => {
+                *remote.verified.lock().unwrap_or_else(|p| p.into_inner()) = Some(known);
+                None
+            }
+            None => Some(SignatureCheck {
+                material: material.clone(),
+                tag_object: tag_object.clone(),
+                what: format!(
+                    "git repository {} ref {}",
+                    spec.repository,
+                    ref_as_written(&spec.reference)
+                ),
+            }),
+        }
+    });
     let path = cache
         .get_or_populate(&key(&commit), |tree| {
             let (r, c, dir, s) = (
@@ -90,24 +146,93 @@ pub(crate) async fn fetch(
                 scratch.clone(),
             );
             let limits = opts.limits;
-            let refname = match (&wanted, &chosen_tag) {
-                (Wanted::Branch(b), _) => Some(format!("refs/heads/{b}")),
-                (Wanted::Tag(t), _) | (Wanted::Semver(_), Some(t)) => {
-                    Some(format!("refs/tags/{t}"))
-                }
-                (Wanted::Commit(_), _) | (Wanted::Semver(_), None) => None,
-            };
+            let (refname, check) = (refname.clone(), check.clone());
             async move {
                 blocking(opts.timeout, &r.url.clone(), move || {
-                    r.fetch_into(&c, refname.as_deref(), &s.join("repo"), &dir, &tree, limits)
+                    let fetched = r.fetch_commit(&c, refname.as_deref(), &s.join("repo"))?;
+                    if let Some(check) = &check {
+                        r.check_signatures(&fetched, check)?;
+                    }
+                    r.write_commit_tree(&fetched, &c, &dir, &tree, limits)
                 })
                 .await
             }
         })
         .await;
+    let result = match (path, check) {
+        (Ok(path), Some(check)) if remote.signer().is_none() => {
+            let target = (commit.clone(), refname.clone(), scratch.join("verify"));
+            check_cached(&remote, target, check, opts.timeout)
+                .await
+                .map(|_| path)
+        }
+        (result, _) => result,
+    };
     let _ = std::fs::remove_dir_all(&scratch);
+    let path = result?;
+    let verified = remote.signer();
+    if let Some(material) = &secrets.verify {
+        let Some(signer) = &verified else {
+            return Err(super::verify::failed(
+                format!("git repository {}", spec.repository),
+                &commit,
+                "the signatures were not checked",
+            ));
+        };
+        let memo_key = signed_ref(&commit, tag_object.as_deref());
+        fetcher.verified().record(material, &memo_key, signer);
+    }
     let version = chosen_tag.filter(|_| matches!(wanted, Wanted::Semver(_)));
-    Ok((commit, path?, version))
+    Ok(GitFetched {
+        commit,
+        path,
+        version,
+        verified,
+    })
+}
+
+/// Checks the signatures of a commit whose tree was cached already (or written by a concurrent
+/// fetch): its objects are fetched once more, into `scratch`, for their signatures.
+async fn check_cached(
+    remote: &Remote,
+    (commit, refname, scratch): (String, Option<String>, PathBuf),
+    check: SignatureCheck,
+    timeout: std::time::Duration,
+) -> Result<(), SourceError> {
+    let r = remote.clone();
+    blocking(timeout, &remote.url, move || {
+        let fetched = r.fetch_commit(&commit, refname.as_deref(), &scratch)?;
+        r.check_signatures(&fetched, &check)
+    })
+    .await
+}
+
+/// What a git signature check needs inside the blocking task.
+#[derive(Clone)]
+struct SignatureCheck {
+    material: VerifyMaterial,
+    /// The tag object a tag ref pointed at (the commit itself for a lightweight tag).
+    tag_object: Option<String>,
+    /// How the source is named in a refusal.
+    what: String,
+}
+
+/// The memo key of verified git content: the commit, and the tag object when there is one.
+fn signed_ref(commit: &str, tag_object: Option<&str>) -> String {
+    match tag_object {
+        Some(tag) => format!("{tag}^{commit}"),
+        None => commit.to_string(),
+    }
+}
+
+/// What one ref advertisement resolved.
+struct Listed {
+    /// The commit.
+    commit: String,
+    /// The tag a range chose.
+    tag: Option<String>,
+    /// The object a tag ref points at (a tag object when annotated).
+    tag_object: Option<String>,
 }
 
 /// Refuses a local repository (path or `file://`) or a server whose host resolves to an address
@@ -184,9 +309,46 @@ struct Remote {
     max_pack_bytes: u64,
     /// Pack bytes received by the last transfer that went over `max_pack_bytes` (0: none did).
     pack_bytes: Arc<AtomicU64>,
+    /// Who signed the fetched commit or tag, once checked.
+    verified: Arc<std::sync::Mutex<Option<VerifiedSignature>>>,
 }
 
 impl Remote {
+    /// Who signed the commit or tag, once checked.
+    fn signer(&self) -> Option<VerifiedSignature> {
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Checks the fetched objects' signatures against the source's `verify`; the signer is kept.
+    fn check_signatures(
+        &self,
+        fetched: &FetchedCommit,
+        check: &SignatureCheck,
+    ) -> Result<(), SourceError> {
+        let Some(spec) = &check.material.spec.git else {
+            return Err(SourceError::Invalid(
+                "verify: a git source takes verify.git".into(),
+            ));
+        };
+        let keys = GitKeys::read(&check.material.keys)
+            .map_err(|e| super::verify::unusable("verify.git.keys", e))?;
+        let tag = check
+            .tag_object
+            .as_deref()
+            .and_then(|t| Oid::from_str(t).ok());
+        let started = Instant::now();
+        let signer = git_objects::verify(&fetched.repo, fetched.oid, tag, spec.mode(), &keys)
+            .map_err(|reason| {
+                super::verify::failed(&check.what, fetched.oid.to_string(), reason)
+            })?;
+        tracing::info!(source = %check.what, commit = %fetched.oid, signer = %signer.summary(), took_ms = started.elapsed().as_millis() as u64, "verified");
+        *self.verified.lock().unwrap_or_else(|p| p.into_inner()) = Some(signer);
+        Ok(())
+    }
+
     fn origin(&self) -> String {
         self.credentials
             .as_ref()
@@ -336,11 +498,7 @@ impl Remote {
     /// and for a range the newest tag satisfying it.
     /// `scratch` holds an empty repository whose configuration refuses redirects to another
     /// host (a remote without a repository follows them on the first request).
-    fn ls_remote(
-        &self,
-        wanted: &Wanted,
-        scratch: &Path,
-    ) -> Result<(String, Option<String>), SourceError> {
+    fn ls_remote(&self, wanted: &Wanted, scratch: &Path) -> Result<Listed, SourceError> {
         let repo = scratch_repository(scratch)?;
         let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
@@ -357,7 +515,13 @@ impl Remote {
                 format!("refs/tags/{t}"),
                 Some(format!("refs/tags/{t}^{{}}")),
             ),
-            Wanted::Commit(c) => return Ok((c.clone(), None)),
+            Wanted::Commit(c) => {
+                return Ok(Listed {
+                    commit: c.clone(),
+                    tag: None,
+                    tag_object: None,
+                })
+            }
             Wanted::Semver(range) => {
                 let tags: Vec<&str> = heads
                     .iter()
@@ -379,27 +543,29 @@ impl Remote {
                 .find(|h| h.name() == n)
                 .map(|h| h.oid().to_string())
         };
-        peeled
+        let commit = peeled
             .as_deref()
             .and_then(find)
             .or_else(|| find(&name))
-            .map(|commit| (commit, chosen))
             .ok_or_else(|| SourceError::NotFound {
                 what: format!("{name} in git repository {}", self.url),
-            })
+            })?;
+        // What the tag ref itself points at: the tag object of an annotated tag.
+        let tag_object = peeled.as_ref().and_then(|_| find(&name));
+        Ok(Listed {
+            commit,
+            tag: chosen,
+            tag_object,
+        })
     }
 
-    /// Fetches `commit` into a scratch bare repository and writes its tree (or `directory` of
-    /// it) into `tree`.
-    fn fetch_into(
+    /// Fetches `commit` (through `refname` when given) into a scratch bare repository.
+    fn fetch_commit(
         &self,
         commit: &str,
         refname: Option<&str>,
         repo_dir: &Path,
-        directory: &str,
-        tree: &Path,
-        limits: super::Limits,
-    ) -> Result<(), SourceError> {
+    ) -> Result<FetchedCommit, SourceError> {
         let oid = Oid::from_str(commit)
             .map_err(|_| SourceError::Invalid(format!("git commit {commit} is not a SHA")))?;
         let repo = scratch_repository(repo_dir)?;
@@ -449,9 +615,30 @@ impl Remote {
                 )
                 .map_err(|e| self.map_err(tried.get(), &e))?;
         }
-        let commit_obj = repo.find_commit(oid).map_err(|_| SourceError::NotFound {
-            what: format!("commit {commit} in git repository {}", self.url),
-        })?;
+        drop(remote);
+        if repo.find_commit(oid).is_err() {
+            return Err(SourceError::NotFound {
+                what: format!("commit {commit} in git repository {}", self.url),
+            });
+        }
+        Ok(FetchedCommit { repo, oid })
+    }
+
+    /// Writes the fetched commit's tree (or `directory` of it) into `tree`.
+    fn write_commit_tree(
+        &self,
+        fetched: &FetchedCommit,
+        commit: &str,
+        directory: &str,
+        tree: &Path,
+        limits: super::Limits,
+    ) -> Result<(), SourceError> {
+        let repo = &fetched.repo;
+        let commit_obj = repo
+            .find_commit(fetched.oid)
+            .map_err(|_| SourceError::NotFound {
+                what: format!("commit {commit} in git repository {}", self.url),
+            })?;
         let root = commit_obj.tree().map_err(|e| SourceError::Server {
             what: self.url.clone(),
             detail: e.message().to_string(),
@@ -464,7 +651,7 @@ impl Remote {
                 .map_err(|_| SourceError::NotFound {
                     what: format!("directory {directory} at commit {commit} of {}", self.url),
                 })?;
-            let obj = entry.to_object(&repo).map_err(|e| SourceError::Server {
+            let obj = entry.to_object(repo).map_err(|e| SourceError::Server {
                 what: self.url.clone(),
                 detail: e.message().to_string(),
             })?;
@@ -475,9 +662,15 @@ impl Remote {
         };
         let mut budget = Budget::drawing_on(limits, &self.cancel, Some(self.allowance.clone()));
         let mut links = Vec::new();
-        write_tree(&repo, &start, Path::new(""), tree, &mut budget, &mut links)?;
+        write_tree(repo, &start, Path::new(""), tree, &mut budget, &mut links)?;
         unpack::verify_tree_symlinks(tree, &links)
     }
+}
+
+/// A commit fetched into a scratch repository.
+struct FetchedCommit {
+    repo: git2::Repository,
+    oid: Oid,
 }
 
 /// The longest symlink target read from a blob (the system's PATH_MAX).

@@ -29,8 +29,9 @@ use super::http::{
     authorize, check_status, client, conditional, display_url, download_to, not_modified_unasked,
     send, validators_of,
 };
+use super::verify::{self, openpgp, VerifyMaterial};
 use super::{Fetcher, SourceError, SourceSecrets};
-use crate::api::HelmRepositorySource;
+use crate::api::{HelmRepositorySource, VerifiedSignature};
 
 /// How many of the newest versions a "no version matches" error lists.
 const VERSIONS_SHOWN: usize = 5;
@@ -290,14 +291,25 @@ fn pinned_in_cache(
     Some((sha.clone(), path, version.clone()))
 }
 
-/// Resolves and fetches a chart from an HTTP(S) chart repository; returns the resolved ref
-/// (`sha256:` of the chart archive), the cached chart and the chosen chart version.
+/// A chart fetched from an HTTP(S) chart repository.
+pub(crate) struct RepoChart {
+    /// `sha256:` of the chart archive.
+    pub resolved: String,
+    /// The cached chart.
+    pub path: PathBuf,
+    /// The chart version chosen.
+    pub version: String,
+    /// Who signed its provenance file, for a source with `verify`.
+    pub verified: Option<VerifiedSignature>,
+}
+
+/// Resolves and fetches a chart from an HTTP(S) chart repository.
 pub(crate) async fn fetch(
     fetcher: &Fetcher,
     spec: &HelmRepositorySource,
     secrets: &SourceSecrets,
     cancel: &Cancel,
-) -> Result<(String, PathBuf, String), SourceError> {
+) -> Result<RepoChart, SourceError> {
     let repo = url::Url::parse(&spec.url)
         .map_err(|e| SourceError::Invalid(format!("helmRepository url {}: {e}", spec.url)))?;
     if !matches!(repo.scheme(), "http" | "https") {
@@ -316,7 +328,20 @@ pub(crate) async fn fetch(
         .and_then(|raw| serde_json::from_slice(&raw).ok())
         .unwrap_or_default();
     if let Some((sha, path, version)) = pinned_in_cache(fetcher, spec, &meta) {
-        return Ok((format!("sha256:{sha}"), path, version));
+        let resolved = format!("sha256:{sha}");
+        let verified = match &secrets.verify {
+            None => Some(None),
+            Some(material) => fetcher.verified().get(material, &resolved).map(Some),
+        };
+        // Verified before (or nothing to verify): no request at all.
+        if let Some(verified) = verified {
+            return Ok(RepoChart {
+                resolved,
+                path,
+                version,
+                verified,
+            });
+        }
     }
 
     let opts = fetcher.options();
@@ -357,10 +382,16 @@ pub(crate) async fn fetch(
             },
         },
     })?;
-    let (sha, path) = fetch_chart(&client, fetcher, spec, secrets, &repo, entry, cancel).await?;
+    let (sha, path, verified) =
+        fetch_chart(&client, fetcher, spec, secrets, &repo, entry, cancel).await?;
     meta.downloaded.insert(entry.version.clone(), sha.clone());
     save_meta(&meta);
-    Ok((format!("sha256:{sha}"), path, entry.version.clone()))
+    Ok(RepoChart {
+        resolved: format!("sha256:{sha}"),
+        path,
+        version: entry.version.clone(),
+        verified,
+    })
 }
 
 /// Reads the index with a conditional GET; returns the chart's entries (`None`: not listed) and
@@ -427,7 +458,8 @@ async fn read_index(
 }
 
 /// Downloads (unless cached) the chart of `entry`, checks its digest against the index and the
-/// spec, and unpacks it into the cache. Returns its hex SHA-256 and cached tree.
+/// spec (and its provenance file, for a source with `verify`), and unpacks it into the cache.
+/// Returns its hex SHA-256, cached tree and signer.
 async fn fetch_chart(
     client: &reqwest::Client,
     fetcher: &Fetcher,
@@ -436,7 +468,7 @@ async fn fetch_chart(
     repo: &url::Url,
     entry: &ChartEntry,
     cancel: &Cancel,
-) -> Result<(String, PathBuf), SourceError> {
+) -> Result<(String, PathBuf, Option<VerifiedSignature>), SourceError> {
     let cache = fetcher.cache();
     let label = format!("chart {} {}", spec.chart, entry.version);
     let listed = entry.digest.as_deref().map(hex_digest);
@@ -463,7 +495,16 @@ async fn fetch_chart(
             }
         }
         if let Some(path) = cache.lookup(&cache_key(listed)) {
-            return Ok((listed.clone(), path));
+            let prov = Provenance {
+                client,
+                fetcher,
+                secrets,
+                repo,
+                url: &url,
+                label: &label,
+            };
+            let verified = prov.verify(listed).await?;
+            return Ok((listed.clone(), path, verified));
         }
     }
 
@@ -499,6 +540,16 @@ async fn fetch_chart(
                 return Err(mismatch(expected, &sha));
             }
         }
+        // Verified before it is unpacked: nothing unverified reaches the cache.
+        let prov = Provenance {
+            client,
+            fetcher,
+            secrets,
+            repo,
+            url: &url,
+            label: &label,
+        };
+        let verified = prov.verify(&sha).await?;
         let file = download.clone();
         let cancel = cancel.clone();
         let allowance = cache.unpack_allowance();
@@ -512,11 +563,131 @@ async fn fetch_chart(
                 .map_err(|e| SourceError::io("unpack task", std::io::Error::other(e.to_string())))?
             })
             .await?;
-        Ok((sha, path))
+        Ok((sha, path, verified))
     }
     .await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
+}
+
+/// The largest provenance file read (helm's are a few KiB).
+const MAX_PROVENANCE_BYTES: usize = 256 * 1024;
+
+/// A chart's provenance file, next to its archive (`<chart URL>.prov`).
+struct Provenance<'a> {
+    client: &'a reqwest::Client,
+    fetcher: &'a Fetcher,
+    secrets: &'a SourceSecrets,
+    repo: &'a url::Url,
+    /// The chart archive's URL.
+    url: &'a url::Url,
+    /// `chart <name> <version>`.
+    label: &'a str,
+}
+
+impl Provenance<'_> {
+    /// The signer of the archive whose hex SHA-256 is `sha`, for a source with `verify`: the
+    /// provenance file is signed by a key of the keyring and names that digest for the archive.
+    /// Remembered once verified.
+    async fn verify(&self, sha: &str) -> Result<Option<VerifiedSignature>, SourceError> {
+        let Some(material) = &self.secrets.verify else {
+            return Ok(None);
+        };
+        let resolved = format!("sha256:{sha}");
+        if let Some(known) = self.fetcher.verified().get(material, &resolved) {
+            return Ok(Some(known));
+        }
+        let started = std::time::Instant::now();
+        let signer = self.check(material, &resolved).await?;
+        tracing::info!(source = %self.label, digest = %resolved, signer = %signer.summary(), took_ms = started.elapsed().as_millis() as u64, "verified");
+        self.fetcher.verified().record(material, &resolved, &signer);
+        Ok(Some(signer))
+    }
+
+    async fn check(
+        &self,
+        material: &VerifyMaterial,
+        resolved: &str,
+    ) -> Result<VerifiedSignature, SourceError> {
+        let what = format!("{} at {}", self.label, display_url(self.url));
+        let refuse = |reason: String| verify::failed(&what, resolved, reason);
+        let keyring = openpgp::Keyring::read(&material.keys)
+            .map_err(|e| verify::unusable("verify.provenance.keyring", e))?;
+        let mut prov_url = self.url.clone();
+        prov_url.set_path(&format!("{}.prov", self.url.path()));
+        let text = match self.download(&prov_url).await {
+            Ok(text) => text,
+            Err(SourceError::NotFound { .. }) => {
+                return Err(refuse(format!(
+                    "signature missing: no provenance file at {}",
+                    display_url(&prov_url)
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        let (signed, fingerprint) = keyring.verify_cleartext(&text).map_err(refuse)?;
+        let files = openpgp::provenance_files(&signed).map_err(refuse)?;
+        let name = self
+            .url
+            .path_segments()
+            .and_then(|mut s| s.next_back())
+            .unwrap_or_default()
+            .to_string();
+        let named = files.get(&name).ok_or_else(|| {
+            refuse(format!(
+                "the provenance file names no archive {name:?} (it names {})",
+                files.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        if named.trim() != resolved {
+            return Err(refuse(format!(
+                "archive digest mismatch: the provenance file names {named} for {name}, the archive is {resolved}"
+            )));
+        }
+        Ok(VerifiedSignature {
+            method: "provenance".into(),
+            signed: Some("provenance file".into()),
+            key: Some(fingerprint),
+            ..Default::default()
+        })
+    }
+
+    /// The provenance file's text, with credentials on the repository's own origin only.
+    async fn download(&self, url: &url::Url) -> Result<String, SourceError> {
+        let what = display_url(url);
+        let same_origin = url.origin() == self.repo.origin();
+        let credentials = self.secrets.credentials.as_ref().filter(|_| same_origin);
+        let (request, cred_origin) = authorize(
+            self.client.get(url.clone()),
+            credentials,
+            "a helmRepository source",
+        )?;
+        let mut response = send(&self.fetcher.options().egress, request, &what).await?;
+        check_status(&what, response.status(), &cred_origin)?;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| SourceError::Unreachable {
+                what: what.clone(),
+                detail: super::http::describe(&e),
+            })?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_PROVENANCE_BYTES {
+                return Err(SourceError::limit(
+                    what,
+                    format!("more than {MAX_PROVENANCE_BYTES} bytes"),
+                    "the provenance file's size",
+                    format!("{MAX_PROVENANCE_BYTES} bytes"),
+                ));
+            }
+        }
+        String::from_utf8(body).map_err(|_| SourceError::NotABundle {
+            what,
+            reason: "the provenance file is not text".into(),
+        })
+    }
 }
 
 fn unpack(file: &Path, tree: &Path, budget: &mut Budget, what: &str) -> Result<(), SourceError> {

@@ -25,8 +25,9 @@ use pallet_formats::semver::{self, Range};
 use super::budget::{Cancel, TOTAL_BUDGET};
 use super::http::describe;
 use super::oci_layers::{self, Downloaded, LayerDesc};
+use super::verify::{cosign, VerifyMaterial};
 use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
-use crate::api::{HelmRepositorySource, ImageSource};
+use crate::api::{HelmRepositorySource, ImageSource, VerifiedSignature};
 
 /// Chooses linux/amd64 from an index, or its only entry.
 fn choose_platform(entries: &[ImageIndexEntry]) -> Option<String> {
@@ -345,6 +346,8 @@ pub(crate) struct Pulled {
     pub path: PathBuf,
     /// The tag a range chose.
     pub tag: Option<String>,
+    /// Who signed it, for a source with `verify`.
+    pub verified: Option<VerifiedSignature>,
 }
 
 /// Resolves and fetches an image source; returns the resolved digest reference, the cached
@@ -391,6 +394,8 @@ pub(crate) struct HelmOciChart {
     pub path: PathBuf,
     /// The chart version chosen (from the tag, `_` read as `+`).
     pub version: Option<String>,
+    /// Who signed it, for a source with `verify`.
+    pub verified: Option<VerifiedSignature>,
 }
 
 /// Fetches a chart from an `oci://` chart repository: the chart is the repository
@@ -450,6 +455,7 @@ pub(crate) async fn fetch_helm_oci(
         resolved: pulled.resolved,
         path: pulled.path,
         version,
+        verified: pulled.verified,
     })
 }
 
@@ -499,14 +505,21 @@ async fn fetch_from_registry(
     let prefix = if expect_chart { "ocichart" } else { "image" };
     let pinned_key = |digest: &str| format!("{prefix}-{}", digest.replace(':', "-"));
 
-    // Pinned and cached: no client, no request.
+    // Pinned and cached (and verified before, when it must be): no client, no request.
     if let Selector::Exact(r) = &selector {
         if let Some(d) = r.digest() {
-            if let Some(path) = fetcher.cache().lookup(&pinned_key(d)) {
+            let resolved = format!("{registry}/{repo}@{d}");
+            let verified = match &secrets.verify {
+                None => Some(None),
+                Some(material) => fetcher.verified().get(material, &resolved).map(Some),
+            };
+            if let (Some(verified), Some(path)) = (verified, fetcher.cache().lookup(&pinned_key(d)))
+            {
                 return Ok(Pulled {
-                    resolved: format!("{registry}/{repo}@{d}"),
+                    resolved,
                     path,
                     tag: None,
+                    verified,
                 });
             }
         }
@@ -531,6 +544,25 @@ async fn fetch_from_registry(
     };
     let digest = resolve(&ctx, &exact, what).await?;
     let resolved = format!("{registry}/{repo}@{digest}");
+    // Verified before a byte of it is downloaded; nothing unverified reaches the cache.
+    let verified = match &secrets.verify {
+        None => None,
+        Some(material) => {
+            let what = match &tag {
+                Some(tag) => format!("{what} (tag {tag})"),
+                None => what.to_string(),
+            };
+            let signed = Signed {
+                ctx: &ctx,
+                registry: &registry,
+                repo: &repo,
+                digest: &digest,
+                resolved: &resolved,
+                what: &what,
+            };
+            Some(verify_signed(fetcher, material, &signed).await?)
+        }
+    };
     let key = pinned_key(&digest);
     let limits = fetcher.options().limits;
     let by_digest = Reference::with_digest(registry.clone(), repo.clone(), digest.clone());
@@ -554,7 +586,48 @@ async fn fetch_from_registry(
         resolved,
         path,
         tag,
+        verified,
     })
+}
+
+/// An artifact whose signatures are to be checked.
+struct Signed<'a> {
+    ctx: &'a Ctx,
+    registry: &'a str,
+    repo: &'a str,
+    digest: &'a str,
+    /// `registry/repo@digest`, the memo's key.
+    resolved: &'a str,
+    what: &'a str,
+}
+
+/// The artifact's cosign signer under `material`: remembered, or verified now and remembered.
+async fn verify_signed(
+    fetcher: &Fetcher,
+    material: &VerifyMaterial,
+    signed: &Signed<'_>,
+) -> Result<VerifiedSignature, SourceError> {
+    if let Some(known) = fetcher.verified().get(material, signed.resolved) {
+        return Ok(known);
+    }
+    let policy = cosign::CosignPolicy::from_material(material)?;
+    let map_error = |e| map_oci(signed.what, &signed.ctx.cred_origin, e);
+    let target = cosign::Target {
+        client: &signed.ctx.client,
+        auth: &signed.ctx.auth,
+        registry: signed.registry,
+        repository: signed.repo,
+        digest: signed.digest,
+        what: signed.what,
+        map_error: &map_error,
+    };
+    let started = std::time::Instant::now();
+    let signer = cosign::verify(&target, &policy).await?;
+    tracing::info!(source = %signed.what, digest = %signed.digest, signer = %signer.summary(), took_ms = started.elapsed().as_millis() as u64, "verified");
+    fetcher
+        .verified()
+        .record(material, signed.resolved, &signer);
+    Ok(signer)
 }
 
 /// Where a pulled artifact goes and under which limits.

@@ -20,6 +20,7 @@ pub mod image;
 pub mod oci_layers;
 pub mod oci_reference;
 pub mod unpack;
+pub mod verify;
 
 use std::collections::HashMap;
 use std::fs;
@@ -140,6 +141,20 @@ pub enum SourceError {
         /// The source that wrote it again.
         second: String,
     },
+    /// Content whose signatures do not satisfy the source's `verify`: no signature, no key
+    /// matched, an identity mismatch, an invalid log entry, a tampered archive.
+    #[error("verification failed for {what} at {digest}: {reason}")]
+    VerificationFailed {
+        /// The source.
+        what: String,
+        /// The digest or commit that was checked.
+        digest: String,
+        /// What did not match.
+        reason: String,
+    },
+    /// A source without `verify` while the agent requires one (`--require-verification`).
+    #[error("{0}")]
+    VerificationRequired(String),
     /// A source spec the fetchers cannot act on.
     #[error("invalid source: {0}")]
     Invalid(String),
@@ -190,6 +205,8 @@ impl SourceError {
             SourceError::DigestMismatch { .. } => "DigestMismatch",
             SourceError::NoMatchingVersion { .. } => "NoMatchingVersion",
             SourceError::Conflict { .. } => "SourceConflict",
+            SourceError::VerificationFailed { .. } => "VerificationFailed",
+            SourceError::VerificationRequired(_) => "VerificationRequired",
             SourceError::Invalid(_) => "InvalidSource",
             SourceError::Refused(_) => "EgressRefused",
             SourceError::Unreachable { .. } => "Unreachable",
@@ -320,6 +337,8 @@ pub struct SourceSecrets {
     pub credentials: Option<Credentials>,
     /// Extra PEM CA certificates to trust (image `caSecret`).
     pub ca_pem: Option<Vec<u8>>,
+    /// The source's `verify` with its keys and trusted root, if it has one.
+    pub verify: Option<verify::VerifyMaterial>,
 }
 
 /// A source resolved to an immutable ref, with its content in the cache.
@@ -337,6 +356,8 @@ pub struct Fetched {
     pub path: PathBuf,
     /// The version a range or chart repository resolved to (tag or chart version), if any.
     pub version: Option<String>,
+    /// Who signed the content, for a source with `verify`.
+    pub verified: Option<crate::api::VerifiedSignature>,
 }
 
 impl Fetched {
@@ -407,6 +428,8 @@ pub struct Fetcher {
     options: FetchOptions,
     /// Registry clients, reused across fetches (see [`image`]).
     registry_clients: image::RegistryClients,
+    /// Content verified under a source's `verify`, not verified again.
+    verified: verify::VerifiedMemo,
 }
 
 impl Fetcher {
@@ -417,12 +440,18 @@ impl Fetcher {
             cache,
             options,
             registry_clients: image::RegistryClients::default(),
+            verified: verify::VerifiedMemo::default(),
         }
     }
 
     /// The registry clients this fetcher reuses.
     pub(crate) fn registry_clients(&self) -> &image::RegistryClients {
         &self.registry_clients
+    }
+
+    /// The verifications this fetcher remembers.
+    pub(crate) fn verified(&self) -> &verify::VerifiedMemo {
+        &self.verified
     }
 
     /// The cache this fetcher fills.
@@ -471,8 +500,16 @@ impl Fetcher {
         secrets: &SourceSecrets,
         cancel: &Cancel,
     ) -> Result<Fetched, SourceError> {
+        if source.verify.is_some() != secrets.verify.is_some() {
+            // The caller reads the keys a `verify` names; content is never taken unchecked.
+            return Err(SourceError::Invalid(format!(
+                "{}: its verify block and the keys read for it do not agree",
+                describe_source(source)
+            )));
+        }
         // The version a range resolved to, for the kinds that take one.
         let mut version = None;
+        let mut verified = None;
         let (reference, resolved, path) = match source.kind {
             SourceKind::Image => {
                 let spec = source
@@ -481,6 +518,7 @@ impl Fetcher {
                     .ok_or_else(|| SourceError::Invalid("kind image without `image`".into()))?;
                 let pulled = image::fetch(self, spec, secrets, cancel).await?;
                 version = pulled.tag;
+                verified = pulled.verified;
                 (spec.reference.clone(), pulled.resolved, pulled.path)
             }
             SourceKind::Git => {
@@ -488,15 +526,25 @@ impl Fetcher {
                     .git
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind git without `git`".into()))?;
-                let (resolved, path, chosen) = git::fetch(self, spec, secrets, cancel).await?;
-                version = chosen;
-                (git::ref_as_written(&spec.reference), resolved, path)
+                let fetched = git::fetch(self, spec, secrets, cancel).await?;
+                version = fetched.version;
+                verified = fetched.verified;
+                (
+                    git::ref_as_written(&spec.reference),
+                    fetched.commit,
+                    fetched.path,
+                )
             }
             SourceKind::Http => {
                 let spec = source
                     .http
                     .as_ref()
                     .ok_or_else(|| SourceError::Invalid("kind http without `http`".into()))?;
+                if secrets.verify.is_some() {
+                    return Err(SourceError::Invalid(
+                        "http sources have no signature to verify; pin them with sha256".into(),
+                    ));
+                }
                 let (resolved, path) = http::fetch(self, spec, secrets, cancel).await?;
                 (spec.url.clone(), resolved, path)
             }
@@ -507,12 +555,13 @@ impl Fetcher {
                 if spec.url.starts_with("oci://") {
                     let chart = image::fetch_helm_oci(self, spec, secrets, cancel).await?;
                     version = chart.version;
+                    verified = chart.verified;
                     (chart.reference, chart.resolved, chart.path)
                 } else {
-                    let (resolved, path, chosen) =
-                        helm_repo::fetch(self, spec, secrets, cancel).await?;
-                    version = Some(chosen);
-                    (helm_repo::reference(spec), resolved, path)
+                    let chart = helm_repo::fetch(self, spec, secrets, cancel).await?;
+                    version = Some(chart.version);
+                    verified = chart.verified;
+                    (helm_repo::reference(spec), chart.resolved, chart.path)
                 }
             }
         };
@@ -523,6 +572,7 @@ impl Fetcher {
             destination: source.destination.clone(),
             path,
             version,
+            verified,
         })
     }
 }
@@ -707,6 +757,7 @@ mod tests {
             destination: destination.into(),
             path: dir.to_path_buf(),
             version: None,
+            verified: None,
         }
     }
 

@@ -53,6 +53,7 @@ fn source(kind: SourceKind) -> Source {
         http: None,
         helm_repository: None,
         poll_interval: None,
+        verify: None,
     }
 }
 
@@ -182,5 +183,6 @@ pub fn with_creds(c: Credentials) -> SourceSecrets {
     SourceSecrets {
         credentials: Some(c),
         ca_pem: None,
+        verify: None,
     }
 }
