@@ -2,6 +2,8 @@
 //! installs, objects round-trip, and the API server itself refuses invalid objects with a message
 //! a user can act on.
 
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
 
@@ -289,26 +291,21 @@ async fn printer_columns_show_format_and_paused() {
     api.delete(&name, &Default::default()).await.unwrap();
 }
 
-/// Every BundleDeployment in the README is one the API server accepts (server-side dry run).
+/// Every BundleDeployment of the documentation (README.md, `docs/`) and of `examples/` is one
+/// the API server accepts (server-side dry run).
 #[tokio::test]
-async fn readme_bundle_deployment_examples_are_accepted() {
+async fn documented_bundle_deployment_examples_are_accepted() {
     let client = ready_client().await;
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let examples: Vec<&str> = readme
-        .split("```yaml\n")
-        .skip(1)
-        .filter_map(|block| block.split("```").next())
-        .filter(|block| block.contains("kind: BundleDeployment"))
-        .collect();
+    let examples = docs::bundle_deployment_examples();
     assert!(
-        !examples.is_empty(),
-        "the README shows at least one BundleDeployment"
+        examples.len() >= 10,
+        "the documentation shows BundleDeployments ({} found)",
+        examples.len()
     );
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
-    for example in examples {
+    for (origin, example) in &examples {
         let object: Value = serde_saphyr::from_str(example)
-            .unwrap_or_else(|e| panic!("README example does not parse: {e}\n{example}"));
+            .unwrap_or_else(|e| panic!("an example of {origin} does not parse: {e}\n{example}"));
         let name = object["metadata"]["name"].as_str().unwrap().to_string();
         api.patch(
             &name,
@@ -316,7 +313,7 @@ async fn readme_bundle_deployment_examples_are_accepted() {
             &Patch::Apply(&object),
         )
         .await
-        .unwrap_or_else(|e| panic!("the API server refused a README example: {e}\n{example}"));
+        .unwrap_or_else(|e| panic!("the API server refused an example of {origin}: {e}\n{example}"));
     }
 }
 
@@ -402,12 +399,9 @@ async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
             "{what}: {message}"
         );
     }
-    // The README's example (both kinds of check) is accepted.
-    let readme = include_str!("../README.md");
-    let (_, after) = readme
-        .split_once("<!-- example: health-checks -->\n```yaml\n")
-        .expect("the README has the health-checks example");
-    let (block, _) = after.split_once("\n```").unwrap();
+    // The documented example (both kinds of check) is accepted.
+    let block = docs::example("health-checks");
+    let block = block.as_str();
     let example: Value = serde_saphyr::from_str(block).unwrap();
     let mut spec = valid_spec();
     spec["healthChecks"] = example["healthChecks"].clone();
@@ -428,7 +422,7 @@ async fn health_checks_must_be_either_cel_for_a_kind_or_an_http_probe() {
 }
 
 /// `spec.notifications`: exactly one kind per target, known transitions, unique names, and a
-/// commit status only with a git source; the README's example is accepted.
+/// commit status only with a git source; the documented example is accepted.
 #[tokio::test]
 async fn notifications_are_checked_by_the_schema() {
     let client = ready_client().await;
@@ -491,12 +485,9 @@ async fn notifications_are_checked_by_the_schema() {
         message.contains("a commitStatus notification reports on the commit of the bundle's git source, and this BundleDeployment has no git source"),
         "{message}"
     );
-    // The README's example is accepted.
-    let readme = include_str!("../README.md");
-    let (_, after) = readme
-        .split_once("<!-- example: notifications -->\n```yaml\n")
-        .expect("the README has the notifications example");
-    let (block, _) = after.split_once("\n```").unwrap();
+    // The documented example is accepted.
+    let block = docs::example("notifications");
+    let block = block.as_str();
     let example: Value = serde_saphyr::from_str(block).unwrap();
     let mut spec = valid_spec();
     spec["notifications"] = example["notifications"].clone();
@@ -508,12 +499,12 @@ async fn notifications_are_checked_by_the_schema() {
         &Patch::Apply(&bd(&name, spec)),
     )
     .await
-    .expect("the README's notifications are accepted");
+    .expect("the documented notifications are accepted");
 }
 
 /// `spec.processors` and `config.kustomize`: one kind per processor, one way to reach a
 /// function, unique names, kustomize settings only for the kustomize format and inside the
-/// tree; the README's example is accepted.
+/// tree; the documented example is accepted.
 #[tokio::test]
 async fn processors_and_kustomize_config_are_checked_by_the_schema() {
     let client = ready_client().await;
@@ -560,12 +551,9 @@ async fn processors_and_kustomize_config_are_checked_by_the_schema() {
         message.contains("config.kustomize.path must stay inside the bundle tree"),
         "{message}"
     );
-    // The README's example is accepted.
-    let readme = include_str!("../README.md");
-    let (_, after) = readme
-        .split_once("<!-- example: processors -->\n```yaml\n")
-        .expect("the README has the processors example");
-    let (block, _) = after.split_once("\n```").unwrap();
+    // The documented example is accepted.
+    let block = docs::example("processors");
+    let block = block.as_str();
     let example: Value = serde_saphyr::from_str(block).unwrap();
     let mut spec = valid_spec();
     spec["format"] = json!("helm");
@@ -578,5 +566,5 @@ async fn processors_and_kustomize_config_are_checked_by_the_schema() {
         &Patch::Apply(&bd(&name, spec)),
     )
     .await
-    .expect("the README's processors are accepted");
+    .expect("the documented processors are accepted");
 }

@@ -5,6 +5,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/kubelet.rs"]
@@ -423,13 +425,9 @@ async fn the_schema_refuses_self_reference_unbounded_lists_and_objects_without_r
         "a valid dependency is admitted"
     );
 
-    // The README's example is admitted as it is, and its readyExpr compiles.
-    let readme = include_str!("../README.md");
-    let (_, rest) = readme
-        .split_once("<!-- example: depends-on -->\n```yaml\n")
-        .expect("the README has the dependsOn example");
-    let (block, _) = rest.split_once("```").unwrap();
-    let example: serde_json::Value = serde_saphyr::from_str(block).unwrap();
+    // The documented example is admitted as it is, and its readyExpr compiles.
+    let block = docs::example("depends-on");
+    let example: serde_json::Value = serde_saphyr::from_str(&block).unwrap();
     assert_eq!(create(example["spec"]["dependsOn"].clone()).await, "");
     for dependency in example["spec"]["dependsOn"].as_array().unwrap() {
         if let Some(text) = dependency["readyExpr"].as_str() {

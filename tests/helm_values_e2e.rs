@@ -7,6 +7,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
 mod support;
@@ -181,23 +183,16 @@ async fn cleanup(
     }
 }
 
-/// The fenced YAML block right after `<!-- example: {marker} -->` in the README.
-fn readme_example(marker: &str) -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find(&format!("<!-- example: {marker} -->\n```yaml\n"))
-        .unwrap_or_else(|| panic!("the README lost its example {marker:?}"));
-    let block = &readme[start..];
-    let body = &block[block.find("```yaml\n").unwrap() + "```yaml\n".len()..];
-    body[..body.find("```").unwrap()].to_string()
+/// The fenced YAML block right after `<!-- example: {marker} -->` in the documentation.
+fn documented_example(marker: &str) -> String {
+    docs::example(marker)
 }
 
-/// The README's example, applied with unique names: the ConfigMap and the Secret it names, the
+/// The documented example, applied with unique names: the ConfigMap and the Secret it names, the
 /// BundleDeployment reading them (an optional third reference missing) and a values file of the
 /// chart; then an edit of the ConfigMap makes revision 2 within seconds.
 #[tokio::test]
-async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revision_promptly() {
+async fn the_documented_example_installs_and_an_edited_configmap_makes_a_new_revision_promptly() {
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
     let name = support::unique_name("vf");
@@ -215,7 +210,7 @@ async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revisio
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), AGENT_NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), AGENT_NAMESPACE);
     let config_map: Value =
-        serde_saphyr::from_str(&substitute(&readme_example("values-from configmap"))).unwrap();
+        serde_saphyr::from_str(&substitute(&documented_example("values-from configmap"))).unwrap();
     assert_eq!(config_map["metadata"]["name"], json!(values_name));
     apply(&maps, &values_name, config_map).await;
     // As the README's `kubectl create secret generic … --from-literal=values.yaml=…`.
@@ -232,7 +227,7 @@ async fn the_readme_example_installs_and_an_edited_configmap_makes_a_new_revisio
         .await
         .unwrap();
     let mut bd: Value =
-        serde_saphyr::from_str(&substitute(&readme_example("values-from bundle"))).unwrap();
+        serde_saphyr::from_str(&substitute(&documented_example("values-from bundle"))).unwrap();
     assert_eq!(bd["metadata"]["name"], json!(name));
     bd["metadata"]["labels"] = json!({TEST_LABEL: name});
     let agent = start_agent(&name);

@@ -47,11 +47,14 @@ use agent::Agent;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The README's guide blocks for one tool: `<!-- takeover: TOOL WHAT [FILE] -->` before a fenced
-/// block. Returns (what, file, body) in README order.
+/// The adoption guide's blocks for one tool: `<!-- takeover: TOOL WHAT [FILE] -->` before a
+/// fenced block. Returns (what, file, body) in the guide's order.
 fn guide(tool: &str) -> Vec<(String, Option<String>, String)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/guides/adopting.md"
+    ))
+    .expect("docs/guides/adopting.md");
     let mut blocks = Vec::new();
     let mut lines = readme.lines();
     while let Some(line) = lines.next() {
@@ -77,7 +80,7 @@ fn guide(tool: &str) -> Vec<(String, Option<String>, String)> {
     }
     assert!(
         !blocks.is_empty(),
-        "the README has no takeover guide for {tool}"
+        "the adoption guide has no steps for {tool}"
     );
     blocks
 }

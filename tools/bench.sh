@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark program and writes BENCHMARKS.md: each program's figures and ratios (they
+# Runs every benchmark program and writes one report: each program's figures and ratios (they
 # measure pallet and its reference side by side in one run), the machine they ran on, the commit.
 #
 #   tools/bench.sh            # full run (the reconcile benchmark's steady state lasts 300 s, the
@@ -11,8 +11,9 @@
 #                             # controllers on the same apps (built by tools/flux.sh)
 #
 # Starts the local control plane and the fixture servers when they are not running (and stops
-# only what it started). Output: BENCHMARKS.md at the repository root (override with
-# PALLET_BENCH_OUT), plus each program's raw output under .pallet/bench/.
+# only what it started). Output: .pallet/bench/report-<UTC time>-<commit>.md, one per run
+# (override with PALLET_BENCH_OUT), plus each program's raw output under .pallet/bench/. Reports
+# are not committed: docs/performance.md states the current figures and how to reproduce them.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +23,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PALLET_CACHE_DIR/target}
 export CARGO_TERM_COLOR=never
 export PATH="$PALLET_CACHE_DIR/bin:$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
 state=${PALLET_STATE_DIR:-$root/.pallet}
-out=${PALLET_BENCH_OUT:-$root/BENCHMARKS.md}
+out=${PALLET_BENCH_OUT:-$state/bench/report-$(date -u +%Y%m%dT%H%MZ)-$(git rev-parse --short HEAD).md}
 
 if [ "${1:-}" = "--quick" ]; then
   export PALLET_BENCH_STEADY_SECONDS=${PALLET_BENCH_STEADY_SECONDS:-30}
@@ -71,6 +72,7 @@ benchmarks=(
   "receiver|cargo bench --locked --bench receiver"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
   "helm_cold|cargo bench --locked --bench helm_cold"
+  "kustomize_render|cargo bench --locked --bench kustomize_render"
   "changelog|cargo bench --locked --bench changelog"
   "soak|cargo bench --locked --bench soak"
   "render_bench|cargo run --locked --release -q -p pallet-formats --example render_bench"

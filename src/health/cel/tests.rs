@@ -252,9 +252,9 @@ fn http_probes_are_not_cel_checks() {
     assert!(compile(&[probe]).unwrap().is_empty());
 }
 
-/// The `healthChecks` example of the README (the YAML block after `<!-- example: health-checks -->`).
+/// The `healthChecks` example of the health-checks guide (the YAML block after `<!-- example: health-checks -->`).
 fn readme_example() -> Vec<HealthCheck> {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/guides/health-checks.md");
     let (_, after) = readme
         .split_once("<!-- example: health-checks -->\n```yaml\n")
         .expect("the README has the health-checks example");

@@ -1,7 +1,8 @@
-//! The README's examples, run: every ```console block is executed and its output compared, so
-//! the documented commands and what they print cannot drift from the code.
+//! The documentation's examples, run: every ```console block of the getting-started guide, then
+//! of every other page (README.md and `docs/`), is executed and its output compared, so the
+//! documented commands and what they print cannot drift from the code.
 //!
-//! The mechanism (also described in the README, "A walk through the commands"): `$ ` starts a
+//! The mechanism (also described in the getting-started guide): `$ ` starts a
 //! command (run with bash in a scratch directory), the lines after it are its expected stdout,
 //! `...` matches any number of lines and `[..]` any text within a line. A fenced block right
 //! after `<!-- file: PATH -->` is written to PATH first. `localhost:5000` becomes the fixture
@@ -11,6 +12,8 @@
 mod agent;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/docs.rs"]
+mod docs;
 mod support;
 
 use std::path::Path;
@@ -20,7 +23,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams};
 use pallet::api::BundleDeployment;
 
-/// One step of a README example.
+/// One step of a documented example.
 #[derive(Debug)]
 enum Step {
     /// Write a file (path, content).
@@ -29,11 +32,11 @@ enum Step {
     Run(String, Vec<String>),
 }
 
-/// The steps of every example in `readme`, in order.
-fn steps(readme: &str) -> Vec<Step> {
+/// The steps of every example in `text`, in order.
+fn steps(text: &str) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut pending_file: Option<String> = None;
-    let mut lines = readme.lines();
+    let mut lines = text.lines();
     while let Some(line) = lines.next() {
         if let Some(path) = line
             .strip_prefix("<!-- file: ")
@@ -116,9 +119,15 @@ fn the_matcher_understands_its_wildcards() {
 }
 
 #[tokio::test]
-async fn readme_examples_run_and_print_what_the_readme_shows() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+async fn documented_commands_run_and_print_what_the_documentation_shows() {
+    // The getting-started guide first (its steps build on each other), then every other page.
+    let mut pages = docs::pages();
+    pages.sort_by_key(|(path, _)| !path.ends_with("docs/getting-started.md"));
+    let text: String = pages
+        .iter()
+        .map(|(_, text)| text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     let fx = support::Fixtures::load();
     let registry = fx.registry_plain();
     let name = support::unique_name("demo");
@@ -126,18 +135,18 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
         text.replace("localhost:5000", &registry.host)
             .replace("demo", &name)
     };
-    let steps = steps(&readme);
+    let steps = steps(&text);
     assert!(
         steps
             .iter()
             .any(|s| matches!(s, Step::File(_, c) if c.contains("labels: {team: demo}"))),
-        "the README's BundleDeployment no longer has `labels: {{team: demo}}`, which this test \
+        "the getting-started guide's BundleDeployment no longer has `labels: {{team: demo}}`, which this test \
          labels pallet.dev/test so that a running demo agent leaves it alone"
     );
     let runs = steps.iter().filter(|s| matches!(s, Step::Run(..))).count();
     assert!(
         runs >= 15,
-        "the README walk-through lost its examples: {runs} commands"
+        "the getting-started guide lost its examples: {runs} commands"
     );
 
     let client = cluster::client().await;
@@ -192,14 +201,14 @@ async fn readme_examples_run_and_print_what_the_readme_shows() {
                     let stderr = String::from_utf8_lossy(&out.stderr);
                     assert!(
                         out.status.success(),
-                        "README command failed: {command}\nstderr: {stderr}\nstdout: {stdout}\nagent log:\n{}",
+                        "documented command failed: {command}\nstderr: {stderr}\nstdout: {stdout}\nagent log:\n{}",
                         agent.log_tail()
                     );
                     let expected: Vec<String> = expected.iter().map(|l| substitute(l)).collect();
                     let actual: Vec<&str> = stdout.lines().collect();
                     assert!(
                         output_matches(&expected, &actual),
-                        "README output differs for: {command}\nexpected:\n{}\nactual:\n{stdout}",
+                        "documented output differs for: {command}\nexpected:\n{}\nactual:\n{stdout}",
                         expected.join("\n")
                     );
                 }
