@@ -20,6 +20,9 @@ cd "$root"
 export PALLET_CACHE_DIR=${PALLET_CACHE_DIR:-$HOME/.cache/pallet}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PALLET_CACHE_DIR/target}
 export PATH="$PALLET_CACHE_DIR/bin:$HOME/.cargo/bin:/usr/local/go/bin:$PATH"
+# Incremental compilation state for the workspace's many test binaries grows past 15 GiB and
+# a clean clone never reuses it; up.sh and test.sh agree so the binaries they share build once.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 state=${PALLET_STATE_DIR:-$root/.pallet}
 
 say() { printf '\n==> %s\n' "$*"; }
