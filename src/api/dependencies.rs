@@ -35,6 +35,7 @@ pub struct DependencyReference {
     pub kind: Option<String>,
 
     /// Namespace of a namespaced object (not for BundleDeployments, which are cluster-scoped).
+    /// Default: the BundleDeployment's `installNamespace`, else `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 63),

@@ -158,7 +158,8 @@ pub struct BundleDeploymentSpec {
     /// Take over, in place, the objects of an existing Helm release, Flux Kustomization or
     /// HelmRelease, or Argo CD Application: objects carrying that owner's markers are adopted
     /// whatever `collisionProtection` says, the previous tool's markers and field managers are
-    /// removed, and a Helm release's records are marked uninstalled or deleted.
+    /// removed, and a Helm release's records are marked uninstalled or deleted. Default: none
+    /// (existing objects are taken over only as `collisionProtection` allows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takeover: Option<Takeover>,
 
@@ -181,7 +182,7 @@ pub struct BundleDeploymentSpec {
     /// What must be ready before anything is applied (Flux's `dependsOn`): other
     /// BundleDeployments (Ready=True at their current generation) or any object with a CEL
     /// `readyExpr`. While one is not, Ready=False with reason `DependencyNotReady` and nothing
-    /// is fetched or applied; a cycle is `Stalled` with reason `DependencyCycle`.
+    /// is fetched or applied; a cycle is `Stalled` with reason `DependencyCycle`. Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub depends_on: Vec<DependencyReference>,
@@ -296,7 +297,8 @@ pub struct Source {
     pub poll_interval: Option<String>,
 
     /// Who must have signed the content: checked at every resolution, before anything of it is
-    /// unpacked or applied; content that fails it never becomes a revision.
+    /// unpacked or applied; content that fails it never becomes a revision. Default: none (used
+    /// unverified, unless the agent runs with `--require-verification`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<SourceVerification>,
 }

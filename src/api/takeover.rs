@@ -24,7 +24,7 @@ pub enum TakeoverSource {
 }
 
 /// What happens to a Helm release's records (its `sh.helm.release.v1.*` Secrets) once its
-/// objects are taken over.
+/// objects are taken over. Default: MarkUninstalled.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum ReleaseRecords {
     /// Keep the history, with the last record marked uninstalled (as `helm uninstall
@@ -66,7 +66,7 @@ pub struct Takeover {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_records: Option<ReleaseRecords>,
     /// More field managers whose fields pallet takes over, besides the tool's own (a `helm`
-    /// binary run under another name, a `kubectl` hotfix).
+    /// binary run under another name, a `kubectl` hotfix). Default: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub field_managers: Vec<String>,

@@ -18,14 +18,17 @@ use super::{SecretReference, ValuesSourceKind, DNS_LABEL_PATTERN};
 #[serde(rename_all = "camelCase")]
 pub struct SourceVerification {
     /// cosign signatures of the artifact's manifest digest: signed with one of the public keys,
-    /// or keyless with a certificate from the trusted root naming an allowed identity.
+    /// or keyless with a certificate from the trusted root naming an allowed identity. Exactly
+    /// one of cosign, provenance and git is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cosign: Option<CosignVerification>,
     /// The chart's provenance file (`<chart>.tgz.prov`, as `helm package --sign` writes it),
-    /// signed by a key of the keyring and naming the archive's SHA-256.
+    /// signed by a key of the keyring and naming the archive's SHA-256. Exactly one of cosign,
+    /// provenance and git is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<ProvenanceVerification>,
-    /// OpenPGP or SSH signatures of the commit, the tag, or both.
+    /// OpenPGP or SSH signatures of the commit, the tag, or both. Exactly one of cosign,
+    /// provenance and git is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitVerification>,
 }
@@ -39,10 +42,11 @@ pub struct SourceVerification {
 #[serde(rename_all = "camelCase")]
 pub struct CosignVerification {
     /// A Secret whose every key holds PEM public keys (`cosign.pub`): ECDSA P-256, Ed25519 or
-    /// RSA.
+    /// RSA. At least one of publicKeys and keyless is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_keys: Option<SecretReference>,
-    /// Keyless signatures: short-lived certificates from a Fulcio-like CA.
+    /// Keyless signatures: short-lived certificates from a Fulcio-like CA. At least one of
+    /// publicKeys and keyless is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keyless: Option<KeylessVerification>,
 }
@@ -97,11 +101,13 @@ impl TrustedRootReference {
 #[x_kube(validation = Rule::new("has(self.subject) != has(self.subjectRegExp)").message("give exactly one of subject or subjectRegExp"))]
 #[serde(rename_all = "camelCase")]
 pub struct IdentityMatch {
-    /// The OIDC issuer, exactly (`https://token.actions.githubusercontent.com`).
+    /// The OIDC issuer, exactly (`https://token.actions.githubusercontent.com`). Exactly one of
+    /// issuer and issuerRegExp is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub issuer: Option<String>,
-    /// A regular expression the OIDC issuer must match.
+    /// A regular expression the OIDC issuer must match. Exactly one of issuer and issuerRegExp
+    /// is required.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -109,11 +115,13 @@ pub struct IdentityMatch {
     )]
     #[schemars(length(min = 1, max = 1024))]
     pub issuer_regexp: Option<String>,
-    /// The subject, exactly (an email, or a workflow URI).
+    /// The subject, exactly (an email, or a workflow URI). Exactly one of subject and
+    /// subjectRegExp is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub subject: Option<String>,
-    /// A regular expression the subject must match.
+    /// A regular expression the subject must match. Exactly one of subject and subjectRegExp is
+    /// required.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -132,7 +140,7 @@ pub struct ProvenanceVerification {
     pub keyring: SecretReference,
 }
 
-/// Which git signatures must verify.
+/// Which git signatures must verify. Default: HEAD.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum GitVerifyMode {
     /// The resolved commit's signature.
