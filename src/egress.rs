@@ -120,7 +120,10 @@ impl std::fmt::Display for EgressRefused {
                 self.host, self.address
             )?;
         }
-        write!(f, ": refused (the agent flag {flag} allows it)")
+        write!(
+            f,
+            ": refused ({flag} allows it, on the agent and on the commands that fetch)"
+        )
     }
 }
 
@@ -396,7 +399,7 @@ pub fn check_git_location(
         GitLocation::Local if policy.allow_local_git => Ok(None),
         GitLocation::Local => Err(format!(
             "git repository {repository:?} is a local path or file:// URL: refused \
-             (the agent flag --allow-local-git allows it)"
+             (--allow-local-git allows it, on the agent and on the commands that fetch)"
         )),
     }
 }

@@ -149,6 +149,14 @@ pub fn named_secret(source: &Source) -> Option<String> {
 
 /// How a source is named in messages before it is fetched: kind and ref as written.
 pub fn source_label(source: &Source) -> String {
+    if let Some(repo) = &source.helm_repository {
+        return format!(
+            "helmRepository {} {} {}",
+            repo.url,
+            repo.chart,
+            repo.version.as_deref().unwrap_or("*")
+        );
+    }
     match (&source.image, &source.git, &source.http) {
         (Some(image), _, _) => format!("image {}", image.reference),
         (_, Some(git), _) => format!(

@@ -2,10 +2,10 @@
 //! installs, objects round-trip, and the API server itself refuses invalid objects with a message
 //! a user can act on.
 
-#[path = "support/docs.rs"]
-mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/docs.rs"]
+mod docs;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -313,7 +313,9 @@ async fn documented_bundle_deployment_examples_are_accepted() {
             &Patch::Apply(&object),
         )
         .await
-        .unwrap_or_else(|e| panic!("the API server refused an example of {origin}: {e}\n{example}"));
+        .unwrap_or_else(|e| {
+            panic!("the API server refused an example of {origin}: {e}\n{example}")
+        });
     }
 }
 

@@ -5,10 +5,10 @@
 
 #[path = "support/agent.rs"]
 mod agent;
-#[path = "support/docs.rs"]
-mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/docs.rs"]
+mod docs;
 #[path = "support/kubelet.rs"]
 mod kubelet;
 mod support;

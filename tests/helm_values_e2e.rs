@@ -7,10 +7,10 @@
 
 #[path = "support/agent.rs"]
 mod agent;
-#[path = "support/docs.rs"]
-mod docs;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/docs.rs"]
+mod docs;
 mod support;
 
 use std::collections::BTreeMap;

@@ -533,6 +533,9 @@ fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         // Colour codes only on a terminal: not in log files or a container's log stream.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A log line that cannot be written (a full disk, a closed pipe) is dropped; reporting
+        // it would print to stderr again, and that print panics.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Plain => builder.init(),

@@ -569,48 +569,25 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             tprintln!("resumed {}", args.name);
             return Ok(());
         }
-        let fetcher = args.fetch.fetcher()?;
-        let policy = SecretPolicy {
-            agent_namespace: args.namespace.clone(),
-            ..Default::default()
-        };
-        let progress = Progress::stderr();
-        let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
-            progress.event(e)
-        })
-        .await?;
-        drop(progress);
-        let capabilities = match bd.spec.format {
-            crate::api::BundleFormat::Helm => {
-                // Rendered without the agent's render key: generated values differ from its own.
-                eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
-                Some(preview::helm_capabilities(&client).await?)
+        let objects = match rolled_back_to(&bd) {
+            // After a rollback the agent stays on the revision it rolled back to until the spec
+            // or the sources move again: that revision is what resuming applies.
+            Some(active) => {
+                let store =
+                    crate::revision::RevisionStore::new(client.clone(), args.namespace.clone());
+                let record = store.load(&args.name, active).await.map_err(|e| {
+                    anyhow!(
+                        "reading revision {active} of {} from the store: {e}",
+                        args.name
+                    )
+                })?;
+                if args.output == Output::Table {
+                    tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
+                }
+                crate::reconcile::context::snapshot_objects(&record)?
             }
-            _ => None,
+            None => render_for_resume(&args, &client, &bd).await?,
         };
-        let values = preview::read_values(&client, &policy, &bd).await?;
-        let processors = preview::read_processors(&client, &policy, &bd).await?;
-        let exec_policy = args.fetch.function_policy();
-        let caller = crate::reconcile::functions::FunctionCaller {
-            client: Some(&client),
-            secret_policy: &policy,
-            exec_policy: &exec_policy,
-            egress: fetcher.options().egress,
-        };
-        let (rendered, _) = preview::assemble_and_render(
-            &fetcher,
-            &bd,
-            &fetched,
-            capabilities,
-            Some(values.values),
-            &processors,
-            &caller,
-        )
-        .await?;
-        let mut rendered = rendered;
-        // The BuiltIn provider's caBundle, as the agent injects it (read-only).
-        crate::reconcile::webhook_certs::inject_existing(&client, &args.name, &mut rendered)
-            .await?;
         let target = preview::Target {
             client: &client,
             owner: &args.name,
@@ -620,7 +597,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         };
         // Helm hooks are not kept in line with the bundle: resuming reverts none of them.
         let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-        let (objects, _) = crate::reconcile::hook_plan::split(&rendered.object_list(), helm);
+        let (objects, _) = crate::reconcile::hook_plan::split(&objects, helm);
         let drifted = preview::drift(&target, &objects).await?;
         if args.output != Output::Table {
             let list: Vec<Value> = drifted
@@ -662,6 +639,72 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The revision a rollback left active, while the `RolledBack` condition holds.
+fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
+    let status = bd.status.as_ref()?;
+    let rolled_back = crate::api::conditions::find(
+        &status.conditions,
+        crate::api::conditions::types::ROLLED_BACK,
+    )
+    .is_some_and(|c| c.status == "True");
+    if rolled_back {
+        status.active_revision
+    } else {
+        None
+    }
+}
+
+/// What the live BundleDeployment's sources render now, as the agent would apply them after a
+/// resume (without the agent's render key: generated values differ, and the note says so).
+async fn render_for_resume(
+    args: &ResumeArgs,
+    client: &Client,
+    bd: &BundleDeployment,
+) -> anyhow::Result<Vec<pallet_formats::Object>> {
+    let fetcher = args.fetch.fetcher()?;
+    let policy = SecretPolicy {
+        agent_namespace: args.namespace.clone(),
+        ..Default::default()
+    };
+    let progress = Progress::stderr();
+    let fetched = preview::fetch_sources(Some((client, &policy)), &fetcher, bd, &|e| {
+        progress.event(e)
+    })
+    .await?;
+    drop(progress);
+    let capabilities = match bd.spec.format {
+        crate::api::BundleFormat::Helm => {
+            // Rendered without the agent's render key: generated values differ from its own.
+            eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
+            Some(preview::helm_capabilities(client).await?)
+        }
+        _ => None,
+    };
+    let values = preview::read_values(client, &policy, bd).await?;
+    let processors = preview::read_processors(client, &policy, bd).await?;
+    let exec_policy = args.fetch.function_policy();
+    let caller = crate::reconcile::functions::FunctionCaller {
+        client: Some(client),
+        secret_policy: &policy,
+        exec_policy: &exec_policy,
+        egress: fetcher.options().egress,
+    };
+    let (rendered, _) = preview::assemble_and_render(
+        &fetcher,
+        bd,
+        &fetched,
+        capabilities,
+        Some(values.values),
+        &processors,
+        &caller,
+    )
+    .await?;
+    let mut rendered = rendered;
+    // The BuiltIn provider's caBundle, as the agent injects it (read-only).
+    crate::reconcile::webhook_certs::inject_existing(client, &args.name, &mut rendered).await?;
+    Ok(rendered.object_list())
 }
 
 /// Finds the API resource for a kubectl-style kind (`configmap`, `configmaps`, `ConfigMap`,

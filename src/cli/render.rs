@@ -141,6 +141,23 @@ derives them from a secret key it keeps in the cluster for each BundleDeployment
 
 /// Runs `pallet render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
+    let default_kube_version = args.kube_version.is_none();
+    render(args).map_err(|e| {
+        // helm's own message, which does not say that the version is only render's default.
+        if default_kube_version
+            && format!("{e:#}").contains("which is incompatible with Kubernetes")
+        {
+            e.context(
+                "the chart's kubeVersion does not accept render's default Kubernetes version (helm \
+                 template's, v1.20.0): name the cluster's with --kube-version",
+            )
+        } else {
+            e
+        }
+    })
+}
+
+fn render(args: RenderArgs) -> anyhow::Result<()> {
     let capabilities = capabilities(&args)?;
     let rendered = match (&args.file, args.format, &args.dir) {
         (Some(file), _, _) => {

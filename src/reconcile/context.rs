@@ -644,7 +644,8 @@ impl Context {
 
 /// A stored revision's objects, ready to apply again (an entry that is not an object is an
 /// error naming the snapshot, never skipped).
-pub(super) fn snapshot_objects(
+/// The objects of a stored revision, as the agent applies them again.
+pub fn snapshot_objects(
     record: &RevisionRecord,
 ) -> Result<Vec<Object>, pallet_formats::RenderError> {
     record

@@ -27,7 +27,39 @@ use crate::metrics::METRICS;
 #[error(transparent)]
 pub struct ControllerError(#[from] Box<kube::runtime::finalizer::Error<ReconcileError>>);
 
+/// How long after a pass that panicked its BundleDeployment is tried again.
+const AFTER_PANIC: Duration = Duration::from_secs(30);
+
+/// One pass over `bd`, never ending the agent: kube-runtime runs each pass as a task and unwraps
+/// its result, so a panic in one pass (a bug, or a write to a full disk's log) would end the
+/// whole process and every other BundleDeployment's reconciles with it. A panicking pass is
+/// logged and tried again later; the objects it was writing keep their last applied state.
 async fn reconcile(
+    bd: Arc<BundleDeployment>,
+    ctx: Arc<Context>,
+    cache: reflector::Store<BundleDeployment>,
+) -> Result<Action, ControllerError> {
+    use futures::FutureExt;
+    let name = bd.name_any();
+    match std::panic::AssertUnwindSafe(reconcile_pass(bd, ctx, cache))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            METRICS.reconciled(false, Duration::ZERO);
+            tracing::error!(bundle_deployment = %name, retry_in = ?AFTER_PANIC, "reconcile pass panicked: {why}");
+            Ok(Action::requeue(AFTER_PANIC))
+        }
+    }
+}
+
+async fn reconcile_pass(
     bd: Arc<BundleDeployment>,
     ctx: Arc<Context>,
     cache: reflector::Store<BundleDeployment>,

@@ -54,9 +54,7 @@ pub fn example(marker: &str) -> String {
     let start = format!("<!-- example: {marker} -->\n```yaml\n");
     for (_, text) in pages() {
         if let Some((_, after)) = text.split_once(&start) {
-            let (block, _) = after
-                .split_once("```")
-                .expect("a fenced block is closed");
+            let (block, _) = after.split_once("```").expect("a fenced block is closed");
             return block.to_string();
         }
     }
