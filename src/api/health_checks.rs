@@ -18,12 +18,14 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("has(self.httpGet) || !(has(self.periodSeconds) || has(self.successThreshold) || has(self.failureThreshold))").message("periodSeconds, successThreshold and failureThreshold are only valid with httpGet"))]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheck {
-    /// API version of the objects this CEL check is for (`group/version`, or `v1`).
+    /// API version of the objects this CEL check is for (`group/version`, or `v1`). Required for
+    /// a CEL check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub api_version: Option<String>,
 
     /// Kind of the objects this CEL check is for. It replaces the built-in rule for them.
+    /// Required for a CEL check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub kind: Option<String>,
@@ -43,12 +45,13 @@ pub struct HealthCheck {
     pub current: Option<String>,
 
     /// CEL: true when the object has failed; the revision then fails at once (no wait for the
-    /// progress deadline) and rolls back as any failed revision does.
+    /// progress deadline) and rolls back as any failed revision does. Default: none, only the
+    /// progress deadline fails it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub failed: Option<String>,
 
-    /// CEL: true while the object is still on its way (checked first).
+    /// CEL: true while the object is still on its way (checked first). Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub in_progress: Option<String>,

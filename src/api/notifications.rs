@@ -149,7 +149,7 @@ pub struct WebhookTarget {
     pub secret: Option<SecretReference>,
 }
 
-/// CloudEvents content modes of the HTTP binding.
+/// CloudEvents content mode of the HTTP binding. Default: Binary.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum CloudEventsMode {
     /// Attributes in `ce-*` headers, the data as the body (`application/json`).
@@ -181,7 +181,7 @@ pub struct CloudEventsTarget {
 #[serde(rename_all = "camelCase")]
 pub struct SlackTarget {
     /// The incoming webhook's URL. The Secret's key `address`, when present, takes its place (the
-    /// URL of an incoming webhook is itself a credential).
+    /// URL of an incoming webhook is itself a credential). Required unless the Secret has it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
     pub url: Option<String>,

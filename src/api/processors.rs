@@ -69,7 +69,7 @@ pub struct VarsReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub namespace: Option<String>,
-    /// A missing object is skipped instead of an error.
+    /// A missing object is skipped instead of an error. Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }
@@ -80,12 +80,14 @@ pub struct VarsReference {
 #[serde(rename_all = "camelCase")]
 pub struct FunctionProcessor {
     /// URL the agent POSTs the ResourceList to (`http://` or `https://`), e.g. a function served
-    /// in the cluster; the answer is a ResourceList (JSON or YAML).
+    /// in the cluster; the answer is a ResourceList (JSON or YAML). Exactly one of url and exec
+    /// is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
     pub url: Option<String>,
     /// Absolute path of an executable that reads the ResourceList on stdin and writes one on
-    /// stdout; only paths the agent's operator allows with `--allow-function-exec` run.
+    /// stdout; only paths the agent's operator allows with `--allow-function-exec` run. Exactly
+    /// one of url and exec is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub exec: Option<String>,
