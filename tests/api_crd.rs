@@ -227,12 +227,12 @@ async fn other_invalid_specs_are_refused() {
         (
             "malformed duration",
             Box::new(|s| s["rollout"] = json!({"progressDeadline": "ten minutes"})),
-            "spec.rollout.progressDeadline: Invalid value: \"string\": must be a duration: numbers with units, such as 90s, 10m or 1h30m",
+            "spec.rollout.progressDeadline: Invalid value: \"ten minutes\": must be a duration: numbers with units, such as 90s, 10m or 1h30m",
         ),
         (
             "a duration without a unit",
             Box::new(|s| s["sources"][0]["pollInterval"] = json!("300")),
-            "spec.sources[0].pollInterval: Invalid value: \"string\": must be a duration",
+            "spec.sources[0].pollInterval: Invalid value: \"300\": must be a duration",
         ),
         (
             "helm config on a plain bundle",
