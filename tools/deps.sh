@@ -7,12 +7,19 @@ set -euo pipefail
 # libgit2's tests. pkg-config + libssl-dev: libgit2's HTTPS support links OpenSSL. python3 is
 # used by small fixture scripts. gnupg: a signing key for the signed chart `helm push` uploads
 # with its provenance (tests/source_artifacts.rs). time: GNU time's peak memory in benchmarks.
-packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg time)
+# musl-tools, perl, make: the static release binary (tools/release.sh; OpenSSL is built from
+# source for it). binutils: objcopy strips it.
+packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg time
+  musl-tools perl make binutils)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The release binary's target (tools/release.sh falls back to a glibc build without it).
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  rustup target add x86_64-unknown-linux-musl || echo "warning: no musl target; releases are built for glibc" >&2
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages present"
   exit 0
