@@ -126,7 +126,9 @@ fn helm_and_pallet_render_the_chart_alike() {
 /// The labels helm charts add, and the CRD's keep policy: the chart's only differences from
 /// deploy/.
 fn without_helm_marks(mut object: Value) -> Value {
-    let metadata = object["metadata"].as_object_mut().expect("an object's metadata");
+    let metadata = object["metadata"]
+        .as_object_mut()
+        .expect("an object's metadata");
     if let Some(labels) = metadata.get_mut("labels").and_then(Value::as_object_mut) {
         for key in [
             "app.kubernetes.io/instance",
@@ -137,7 +139,10 @@ fn without_helm_marks(mut object: Value) -> Value {
             labels.remove(key);
         }
     }
-    if let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+    if let Some(annotations) = metadata
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
         annotations.remove("helm.sh/resource-policy");
     }
     object
