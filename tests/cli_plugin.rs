@@ -36,6 +36,36 @@ fn completion_scripts_for_bash_zsh_and_fish_call_the_binary_back() {
     );
 }
 
+#[test]
+fn completion_as_kubectl_pallet_registers_and_calls_back_that_program() {
+    let bin = tempfile::tempdir().unwrap();
+    let plugin = bin.path().join("kubectl-pallet");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_pallet"), &plugin).unwrap();
+    let script = Command::new(&plugin)
+        .args(["completion", "bash"])
+        .output()
+        .unwrap();
+    assert!(script.status.success());
+    let script = String::from_utf8(script.stdout).unwrap();
+    // A name with a space ("kubectl pallet") could be neither registered nor run by the shell.
+    assert!(!script.contains("kubectl pallet"), "{script}");
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            &format!(
+                "source <({} completion bash) && complete -p kubectl-pallet",
+                plugin.display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("_clap_complete_kubectl_pallet"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// What bash's completion function gets for the line `words`, completing the last word.
 fn complete(words: &[&str]) -> Vec<String> {
     let out = Command::new(env!("CARGO_BIN_EXE_pallet"))

@@ -35,12 +35,10 @@ pub fn print_registration(shell: CompletionShell) -> anyhow::Result<()> {
     let argv0 = std::env::args_os().next();
     let command = super::command_for(argv0.as_deref());
     let name = command.get_name().to_string();
-    let bin = command.get_bin_name().unwrap_or(&name).to_string();
-    // The completer is the program the shell runs: the name it finds on PATH.
-    let completer = if bin.contains(' ') {
-        name.clone()
-    } else {
-        bin.clone()
+    // Run as the kubectl plugin, the program the shell completes and runs is `kubectl-pallet`.
+    let bin = match command.get_bin_name() {
+        Some(bin) if !bin.contains(' ') => bin.to_string(),
+        _ => name.clone(),
     };
     let shell_name = shell.to_string();
     let shells = Shells::builtins();
@@ -48,7 +46,7 @@ pub fn print_registration(shell: CompletionShell) -> anyhow::Result<()> {
         .completer(&shell_name)
         .ok_or_else(|| anyhow::anyhow!("no completion for shell {shell_name}"))?;
     let mut script = Vec::new();
-    completer_for.write_registration(COMPLETE_VAR, &name, &bin, &completer, &mut script)?;
+    completer_for.write_registration(COMPLETE_VAR, &name, &bin, &bin, &mut script)?;
     super::write_stdout(&String::from_utf8_lossy(&script))
 }
 
