@@ -51,7 +51,7 @@ pub struct ExitError {
 
 impl ExitError {
     /// An error with `message` and exit status `exit`.
-    pub fn new(exit: Exit, message: impl Into<String>) -> anyhow::Error {
+    pub fn error(exit: Exit, message: impl Into<String>) -> anyhow::Error {
         anyhow::Error::new(ExitError {
             exit,
             message: message.into(),
@@ -60,7 +60,7 @@ impl ExitError {
 
     /// Exit status `exit` without a message.
     pub fn quiet(exit: Exit) -> anyhow::Error {
-        ExitError::new(exit, "")
+        ExitError::error(exit, "")
     }
 }
 
@@ -74,17 +74,17 @@ impl std::error::Error for ExitError {}
 
 /// `message` as a not-found error (exit status 3).
 pub fn not_found(message: impl Into<String>) -> anyhow::Error {
-    ExitError::new(Exit::NotFound, message)
+    ExitError::error(Exit::NotFound, message)
 }
 
 /// `message` as a timed-out error (exit status 4).
 pub fn timed_out(message: impl Into<String>) -> anyhow::Error {
-    ExitError::new(Exit::TimedOut, message)
+    ExitError::error(Exit::TimedOut, message)
 }
 
 /// `message` as a usage error (exit status 2).
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    ExitError::new(Exit::Usage, message)
+    ExitError::error(Exit::Usage, message)
 }
 
 /// The exit status `err` calls for: the first [`ExitError`] in its chain, else a Kubernetes
