@@ -19,6 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
 
+/// Annotation on the Lease: the version of the agent that holds it (`pallet version` reads it).
+pub const AGENT_VERSION_ANNOTATION: &str = "pallet.dev/agent-version";
 /// Where the Lease is and who this process is.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -196,6 +198,10 @@ impl Elector {
             metadata: ObjectMeta {
                 name: Some(self.config.name.clone()),
                 namespace: Some(self.config.namespace.clone()),
+                annotations: Some(std::collections::BTreeMap::from([(
+                    AGENT_VERSION_ANNOTATION.to_string(),
+                    env!("CARGO_PKG_VERSION").to_string(),
+                )])),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -229,6 +235,10 @@ impl Elector {
         spec.lease_duration_seconds = Some(self.duration_seconds());
         spec.renew_time = Some(now());
         lease.spec = Some(spec);
+        lease.metadata.annotations.get_or_insert_default().insert(
+            AGENT_VERSION_ANNOTATION.to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        );
         match self
             .api
             .replace(&self.config.name, &PostParams::default(), &lease)
@@ -302,13 +312,16 @@ pub fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Parses a duration given as whole seconds, with or without an `s` suffix (`15s`, `15`).
+/// Parses a duration of whole seconds, at least one: a Go duration (`15s`, `1m`) or a bare
+/// number of seconds (`15`).
 pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let digits = text.strip_suffix('s').unwrap_or(text);
-    match digits.parse::<u64>() {
-        Ok(0) => Err("must be at least 1s".into()),
-        Ok(n) => Ok(Duration::from_secs(n)),
-        Err(_) => Err(format!("{text:?} is not whole seconds like 15s")),
+    let duration = crate::cli::parse_duration_arg(text)?;
+    if duration.subsec_nanos() != 0 {
+        return Err(format!("{text:?} is not whole seconds like 15s"));
+    }
+    match duration.as_secs() {
+        0 => Err("must be at least 1s".into()),
+        _ => Ok(duration),
     }
 }
 
@@ -359,7 +372,8 @@ mod tests {
         assert_eq!(parse_seconds("15s"), Ok(Duration::from_secs(15)));
         assert_eq!(parse_seconds("4"), Ok(Duration::from_secs(4)));
         assert!(parse_seconds("0s").is_err());
-        assert!(parse_seconds("1m").is_err());
+        assert_eq!(parse_seconds("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_seconds("1500ms").is_err());
         let record = Record {
             holder: Some("x".into()),
             renew_time: None,

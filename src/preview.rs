@@ -497,6 +497,12 @@ pub struct Planned {
     pub change: Change,
     /// Set when an existing object would be taken over from another owner (or from nobody).
     pub adopts_from: Option<String>,
+    /// The live object and the server's dry-run result, both without the fields that say
+    /// nothing about content (managed fields, resourceVersion, status...): what a diff shows.
+    /// `None` where there is no such object.
+    pub live: Option<Value>,
+    /// See `live`.
+    pub dry_run: Option<Value>,
 }
 
 /// An object resolved against the cluster.
@@ -669,6 +675,8 @@ async fn plan_one(
         api_version: api_version.clone(),
         change,
         adopts_from,
+        live: None,
+        dry_run: None,
     };
     let resolved = match resolve(target, kinds, object).await? {
         Ok(resolved) => resolved,
@@ -775,12 +783,12 @@ async fn plan_one(
         }
         Err(e) => return Err(kube_error(format!("dry-run apply {key}"))(e)),
     };
-    let change = match live {
+    let after = serde_json::to_value(&after).unwrap_or(Value::Null);
+    let live = live.map(|live| serde_json::to_value(&live).unwrap_or(Value::Null));
+    let change = match &live {
         None => Change::Create,
         Some(live) => {
-            let after = serde_json::to_value(&after).unwrap_or(Value::Null);
-            let live = serde_json::to_value(&live).unwrap_or(Value::Null);
-            let paths = changed_paths(&after, &live, PATHS_LIMIT);
+            let paths = changed_paths(&after, live, PATHS_LIMIT);
             if paths.is_empty() {
                 Change::Unchanged
             } else {
@@ -788,7 +796,11 @@ async fn plan_one(
             }
         }
     };
-    Ok(planned(key, change, adopts_from))
+    Ok(Planned {
+        live: live.map(comparable),
+        dry_run: Some(comparable(after)),
+        ..planned(key, change, adopts_from)
+    })
 }
 
 /// Objects of a live BundleDeployment's inventory that the new render no longer has: what the
@@ -1298,6 +1310,8 @@ mod tests {
             api_version: "v1".into(),
             change: Change::Unchanged,
             adopts_from: None,
+            live: None,
+            dry_run: None,
         }];
         let inventory = [
             reference("ConfigMap", "a", "keep"),

@@ -229,7 +229,12 @@ async fn other_invalid_specs_are_refused() {
         (
             "malformed duration",
             Box::new(|s| s["rollout"] = json!({"progressDeadline": "ten minutes"})),
-            "spec.rollout.progressDeadline",
+            "spec.rollout.progressDeadline: Invalid value: \"ten minutes\": must be a duration: numbers with units, such as 90s, 10m or 1h30m",
+        ),
+        (
+            "a duration without a unit",
+            Box::new(|s| s["sources"][0]["pollInterval"] = json!("300")),
+            "spec.sources[0].pollInterval: Invalid value: \"300\": must be a duration",
         ),
         (
             "helm config on a plain bundle",
@@ -254,7 +259,7 @@ async fn other_invalid_specs_are_refused() {
 }
 
 #[tokio::test]
-async fn printer_columns_show_format_and_paused() {
+async fn printer_columns_show_format_reason_paused_and_message() {
     let client = ready_client().await;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
     let name = cluster::unique_name("columns");
@@ -266,6 +271,12 @@ async fn printer_columns_show_format_and_paused() {
     )
     .await
     .unwrap();
+    let status = json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+        "reason": "SourceUnavailable", "message": "git: connection refused",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
     // Ask for the server-side table, as `kubectl get bd` does.
     let request = http::Request::get(format!(
         "/apis/pallet.dev/v1alpha1/bundledeployments/{name}"
@@ -282,12 +293,38 @@ async fn printer_columns_show_format_and_paused() {
         .collect();
     assert_eq!(
         columns,
-        ["Name", "Format", "Active", "Ready", "Paused", "Age"]
+        ["Name", "Format", "Active", "Ready", "Reason", "Paused", "Age", "Message"]
     );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], json!(name));
     assert_eq!(cells[1], json!("plain"));
-    assert_eq!(cells[4], json!(true));
+    assert_eq!(cells[3], json!("False"));
+    assert_eq!(cells[4], json!("SourceUnavailable"));
+    assert_eq!(cells[5], json!(true));
+    assert_eq!(cells[7], json!("git: connection refused"));
+    api.delete(&name, &Default::default()).await.unwrap();
+}
+
+/// Optional fields are not nullable: an explicit null is dropped by the API server, as if the
+/// field were not set, instead of being stored.
+#[tokio::test]
+async fn an_explicit_null_on_an_optional_field_is_dropped() {
+    let client = ready_client().await;
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let name = cluster::unique_name("nulls");
+    let mut spec = valid_spec();
+    spec["rollout"] = Value::Null;
+    spec["installNamespace"] = Value::Null;
+    let created = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bd(&name, spec)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let stored = &created.data["spec"];
+    assert!(stored.get("rollout").is_none(), "{stored}");
+    assert!(stored.get("installNamespace").is_none(), "{stored}");
     api.delete(&name, &Default::default()).await.unwrap();
 }
 

@@ -58,6 +58,8 @@ fn deploy_applies_with_a_server_side_dry_run() {
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/pallet-bundle-deployment-author",
         "deployment.apps/pallet-agent",
         "service/pallet-agent-metrics",
+        "poddisruptionbudget.policy/pallet-agent",
+        "networkpolicy.networking.k8s.io/pallet-agent",
     ] {
         assert!(
             out.lines()
@@ -69,7 +71,11 @@ fn deploy_applies_with_a_server_side_dry_run() {
 
 #[test]
 fn every_rbac_rule_has_a_comment_saying_why() {
-    for file in ["rbac.yaml", "rbac-install.yaml"] {
+    for file in [
+        "rbac.yaml",
+        "rbac-install.yaml",
+        "components/least-privilege/rbac-read.yaml",
+    ] {
         let text = std::fs::read_to_string(deploy_dir().join(file)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let mut rules = 0;
@@ -186,7 +192,11 @@ fn each_shard_overlay_renders_an_agent_of_its_own() {
     let mut pod_labels = vec![main_labels.clone()];
     for shard in ["a", "b"] {
         let objects = rendered(&format!("shards/shard-{shard}"));
-        assert_eq!(objects.len(), 2, "a Deployment and its metrics Service");
+        assert_eq!(
+            objects.len(),
+            4,
+            "a Deployment, its metrics Service, PodDisruptionBudget and NetworkPolicy"
+        );
         let name = format!("pallet-agent-shard-{shard}");
         let deployment = find(&objects, "Deployment", &name);
         assert_eq!(deployment["metadata"]["namespace"], "pallet-system");
@@ -224,6 +234,10 @@ fn each_shard_overlay_renders_an_agent_of_its_own() {
             &format!("pallet-agent-metrics-shard-{shard}"),
         );
         assert_eq!(&service["spec"]["selector"], selector);
+        let budget = find(&objects, "PodDisruptionBudget", &name);
+        assert_eq!(&budget["spec"]["selector"]["matchLabels"], selector);
+        let policy = find(&objects, "NetworkPolicy", &name);
+        assert_eq!(&policy["spec"]["podSelector"]["matchLabels"], selector);
         pod_labels.push(selector.clone());
     }
     // No Deployment selects another's pods (each differs in app.kubernetes.io/name).
@@ -257,5 +271,203 @@ fn each_shard_overlay_renders_an_agent_of_its_own() {
             out.lines().any(|l| l.starts_with(&format!("{object} "))),
             "{object} missing from the dry run:\n{out}"
         );
+    }
+}
+
+/// The kustomize oracle (tools/kustomize.sh): kustomize v5.5.0, whose output pallet's
+/// kustomize format reproduces.
+fn kustomize_path() -> PathBuf {
+    let out = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/kustomize.sh"))
+        .arg("build")
+        .output()
+        .expect("tools/kustomize.sh runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// `kustomize build` of a kustomization beside a copy of deploy/ (`resources: [../deploy]`,
+/// plus `extra`), as objects keyed by kind, namespace and name.
+fn kustomize_build(extra: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = Command::new("cp")
+        .arg("-r")
+        .arg(deploy_dir())
+        .arg(dir.path().join("deploy"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    std::fs::create_dir(dir.path().join("release")).unwrap();
+    std::fs::write(
+        dir.path().join("release/kustomization.yaml"),
+        format!("resources:\n- ../deploy\n{extra}"),
+    )
+    .unwrap();
+    let out = Command::new(kustomize_path())
+        .arg("build")
+        .arg(dir.path().join("release"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    keyed(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn keyed(yaml: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml).unwrap();
+    objects
+        .into_iter()
+        .map(|o| {
+            let key = format!(
+                "{} {}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap()
+            );
+            (key, o)
+        })
+        .collect()
+}
+
+fn export(args: &[&str]) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args(["install", "--export"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    keyed(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `pallet install --export` prints exactly what kustomize builds from deploy/ with the image
+/// set: the release manifests have one source. So do the least-privilege component and shards.
+#[test]
+fn install_export_equals_kustomize_build_of_deploy() {
+    let digest = format!("sha256:{}", "e".repeat(64));
+    let image = format!("registry.example/pallet@{digest}");
+    let images = format!(
+        "images:\n- name: pallet\n  newName: registry.example/pallet\n  digest: {digest}\n"
+    );
+    let cases = [
+        (vec![], String::new()),
+        (
+            vec!["--least-privilege"],
+            "components:\n- ../deploy/components/least-privilege\n".to_string(),
+        ),
+        (vec!["--shards", "a,b"], "- ../deploy/shards\n".to_string()),
+    ];
+    for (flags, extra) in cases {
+        let mut args = vec!["--image", image.as_str()];
+        args.extend(flags.iter().copied());
+        let exported = export(&args);
+        let built = kustomize_build(&format!("{extra}{images}"));
+        assert_eq!(
+            exported.keys().collect::<Vec<_>>(),
+            built.keys().collect::<Vec<_>>(),
+            "{flags:?}"
+        );
+        for (key, object) in &exported {
+            assert_eq!(object, &built[key], "{flags:?}: {key}");
+        }
+    }
+}
+
+/// The least-privilege component applies (server-side dry run) and leaves no broad grant.
+#[test]
+fn the_least_privilege_component_applies_with_a_server_side_dry_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("least-privilege.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args([
+            "install",
+            "--export",
+            "--least-privilege",
+            "--image",
+            "pallet:0.1.0",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&manifests, &out.stdout).unwrap();
+    kubectl(&[
+        "apply",
+        "-f",
+        deploy_dir().join("namespace.yaml").to_str().unwrap(),
+    ]);
+    let applied = kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "--field-manager",
+        "pallet-tests-dry-run",
+        "-f",
+        manifests.to_str().unwrap(),
+    ]);
+    assert!(
+        applied.contains("clusterrole.rbac.authorization.k8s.io/pallet-agent-read"),
+        "{applied}"
+    );
+    assert!(!applied.contains("pallet-agent-install"), "{applied}");
+}
+
+/// deploy/monitoring's alert rules name only metrics the agent exports, and its ServiceMonitor
+/// scrapes the agents' metrics port.
+#[test]
+fn the_alert_rules_use_only_exported_metrics() {
+    // As the agent does at start: the shard's series exists from then on.
+    pallet::metrics::METRICS.set_shard("");
+    let exported = pallet::metrics::METRICS.encode();
+    let rules =
+        std::fs::read_to_string(deploy_dir().join("monitoring/prometheusrule.yaml")).unwrap();
+    let rule: serde_json::Value = serde_saphyr::from_str(&rules).unwrap();
+    let mut checked = 0;
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for alert in group["rules"].as_array().unwrap() {
+            let expr = alert["expr"].as_str().unwrap();
+            let names: Vec<&str> = expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("pallet_"))
+                .collect();
+            assert!(!names.is_empty(), "{expr}");
+            for name in names {
+                assert!(
+                    exported.lines().any(|l| l.starts_with(name)),
+                    "{}: {name} is not a metric the agent exports",
+                    alert["alert"]
+                );
+                checked += 1;
+            }
+            assert!(alert["annotations"]["description"].is_string());
+        }
+    }
+    assert!(checked >= 7, "{checked}");
+    let monitor: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy_dir().join("monitoring/servicemonitor.yaml")).unwrap(),
+    )
+    .unwrap();
+    let service: serde_json::Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(deploy_dir().join("agent/service.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][key], value);
     }
 }

@@ -8,13 +8,19 @@ set -euo pipefail
 # used by small fixture scripts. gnupg: a signing key for the signed chart `helm push` uploads
 # with its provenance (tests/source_artifacts.rs), and the keys `helm package --sign` and signed
 # git tags use (tests/verify_git_charts_e2e.rs). openssh-client: ssh-keygen signs git commits
-# there. time: GNU time's peak memory in benchmarks.
-packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg openssh-client time)
+# there. time: GNU time's peak memory in benchmarks. musl-tools, perl, make: the static release
+# binary (tools/release.sh; OpenSSL is built from source for it). binutils: objcopy strips it.
+packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg openssh-client
+  time musl-tools perl make binutils)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The release binary's target (tools/release.sh falls back to a glibc build without it).
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  rustup target add x86_64-unknown-linux-musl || echo "warning: no musl target; releases are built for glibc" >&2
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "system packages present"
   exit 0

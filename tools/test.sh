@@ -63,6 +63,9 @@ tools/oras.sh build
 step "cosign CLI (signs images and charts in tests/verify_e2e.rs)"
 tools/cosign.sh build
 
+step "crane (tools/release.sh pushes the agent's image with it)"
+tools/crane.sh build
+
 step "kustomize oracle, and kustomize's own end-to-end suite recorded as cases (formats/tests/kustomize_krusty.rs)"
 tools/kustomize.sh build
 tools/kustomize-cases.sh
@@ -81,6 +84,14 @@ tools/fixtures.sh start
 # Running fixtures are not rebuilt by start; tests also run pallet-fixtures' receiver mode as a
 # process of their own (tests/support/receiver.rs), which must be current.
 tools/fixtures.sh build
+
+step "release: the static binary and the agent's image, pushed to the fixture registry"
+# tests/release_image.rs pulls this image back by digest and runs it (PALLET_RELEASE_DIR); the
+# release build shares the cargo target dir, so only a changed source rebuilds it.
+eval "$(tools/fixtures.sh env)"
+release_registry=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["servers"]["registry-plain"]["host"])' "$PALLET_FIXTURES")
+export PALLET_RELEASE_DIR="$PALLET_CACHE_DIR/release"
+tools/release.sh "$release_registry/pallet" --plain-http --default-image "" --out "$PALLET_RELEASE_DIR"
 
 step "control plane self-test"
 tools/controlplane.sh selftest

@@ -85,11 +85,21 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
     printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused"),
     printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
     )
 )]
 #[kube(validation = Rule::new("!has(self.spec.dependsOn) || !self.spec.dependsOn.exists(d, d.name == self.metadata.name && (!has(d.kind) || (d.apiVersion == 'pallet.dev/v1alpha1' && d.kind == 'BundleDeployment')))").message("a BundleDeployment cannot depend on itself"))]
@@ -102,14 +112,14 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 pub struct BundleDeploymentSpec {
     /// When true the agent makes no write to the bundle's objects (no apply, prune, drift
     /// correction or rollback) but still observes and reports them. The reason may be given in
-    /// the annotation `pallet.dev/paused-reason`.
-    /// Default: false.
+    /// the annotation `pallet.dev/paused-reason`. Default: false. Leave it out of manifests kept
+    /// in git: a sync writing `false` would resume a BundleDeployment paused for a hotfix.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
 
     /// Namespace for namespaced objects that name none; the registry-v1 install namespace; helm's
-    /// Release.Namespace. Created when missing.
-    /// Default: none (each object keeps the namespace it names).
+    /// Release.Namespace. Created when missing. Default: none, and every namespaced object must
+    /// name its namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub install_namespace: Option<String>,
@@ -317,7 +327,7 @@ pub struct ImageSource {
 
     /// A semver range (Masterminds rules, as helm and Flux use them): the newest tag of the
     /// repository that satisfies it is taken. Pre-releases only when the range names one.
-    /// Default: none (the ref's tag or digest is taken).
+    /// Default: none, the tag or digest in `ref` is taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub semver: Option<String>,
@@ -327,8 +337,7 @@ pub struct ImageSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SourceAuth>,
 
-    /// Skip TLS certificate verification (test registries only).
-    /// Default: false.
+    /// Skip TLS certificate verification (test registries only). Default: false.
     #[serde(
         default,
         skip_serializing_if = "std::ops::Not::not",
@@ -369,23 +378,21 @@ pub struct GitSource {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[x_kube(validation = Rule::new("(has(self.commit) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.branch) ? 1 : 0) + (has(self.semver) ? 1 : 0) == 1").message("exactly one of commit, tag, branch or semver must be set"))]
 pub struct GitReference {
-    /// Full commit SHA (pinned).
-    /// One of commit, tag, branch or semver is required.
+    /// Full commit SHA (pinned). Exactly one of commit, tag, branch and semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9a-f]{40}|[0-9a-f]{64})$"))]
     pub commit: Option<String>,
-    /// Tag name (floating: tags can be moved).
-    /// One of commit, tag, branch or semver is required.
+    /// Tag name (floating: tags can be moved). Exactly one of commit, tag, branch and semver is
+    /// required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub tag: Option<String>,
-    /// Branch name (floating).
-    /// One of commit, tag, branch or semver is required.
+    /// Branch name (floating). Exactly one of commit, tag, branch and semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub branch: Option<String>,
-    /// A semver range (Masterminds rules): the newest tag that satisfies it (floating).
-    /// One of commit, tag, branch or semver is required.
+    /// A semver range (Masterminds rules): the newest tag that satisfies it (floating). Exactly
+    /// one of commit, tag, branch and semver is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub semver: Option<String>,
@@ -400,7 +407,7 @@ pub struct HttpSource {
     pub url: String,
 
     /// Expected SHA-256 of the downloaded content (hex). Pins the source; a mismatch is an error.
-    /// Default: none (not pinned: the URL is fetched again at each poll).
+    /// Default: none, the URL floats (its content is polled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9a-f]{64}$"))]
     pub sha256: Option<String>,
@@ -438,8 +445,7 @@ pub struct HelmRepositorySource {
 
     /// `sha256:<hex>` of the chart archive (HTTP repositories) or the chart's manifest digest
     /// (`oci://`). Pins the source with `version` exact (`pallet plan --pin` writes both); a
-    /// mismatch is an error.
-    /// Default: none (not pinned: the version is resolved again at each poll).
+    /// mismatch is an error. Default: none, the chart version floats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
     pub digest: Option<String>,
@@ -454,8 +460,7 @@ pub struct HelmRepositorySource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_secret: Option<SecretReference>,
 
-    /// Skip TLS certificate verification (test repositories only).
-    /// Default: false.
+    /// Skip TLS certificate verification (test repositories only). Default: false.
     #[serde(
         default,
         skip_serializing_if = "std::ops::Not::not",
@@ -582,8 +587,7 @@ pub struct ValuesReference {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub values_key: Option<String>,
-    /// A missing object (or key) is skipped instead of an error.
-    /// Default: false.
+    /// A missing object (or key) is skipped instead of an error. Default: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
 }
@@ -642,8 +646,7 @@ fn strip_nested_descriptions(schema: &mut schemars::Schema) {
     }
 }
 
-/// Certificate providers for registry+v1 webhooks.
-/// Default: BuiltIn.
+/// Who provides the certificates of a registry+v1 bundle's webhooks. Default: BuiltIn.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum CertificateProviderName {
     /// The agent issues a CA and serving certificates itself (nothing needed in the cluster).
@@ -753,8 +756,7 @@ impl Rollout {
     }
 }
 
-/// What happens when a revision fails to apply or to become healthy in time.
-/// Default: Rollback.
+/// What happens when a revision fails to apply or to become healthy in time. Default: Rollback.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum OnFailure {
     /// Re-apply the last healthy revision.
@@ -777,8 +779,7 @@ pub enum CollisionProtection {
     None,
 }
 
-/// What happens to applied objects when the BundleDeployment is deleted.
-/// Default: Delete.
+/// What happens to applied objects when the BundleDeployment is deleted. Default: Delete.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum DeletionPolicy {
     /// Delete them, in reverse stage order.
@@ -1084,9 +1085,79 @@ fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     })
 }
 
+/// Annotation on the CRD: the pallet version that generated it (`pallet version`, `pallet check`).
+pub const CRD_VERSION_ANNOTATION: &str = "pallet.dev/version";
+
+/// What the API server reports for a duration field that does not parse.
+const DURATION_MESSAGE: &str =
+    "must be a duration: numbers with units, such as 90s, 10m or 1h30m (units ns, us, ms, s, m, h)";
+
+/// The CustomResourceDefinition: the derived one, annotated with this version, with optional
+/// fields not `nullable` (an explicit null is dropped by the API server, as for any field that
+/// is not set), and duration fields checked by a rule whose message shows the accepted form.
+pub fn crd(
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = BundleDeployment::crd();
+    crd.metadata.annotations.get_or_insert_default().insert(
+        CRD_VERSION_ANNOTATION.into(),
+        env!("CARGO_PKG_VERSION").into(),
+    );
+    // As every object pallet installs (`pallet uninstall` finds them by it).
+    crd.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("app.kubernetes.io/part-of".into(), "pallet".into());
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let Ok(mut value) = serde_json::to_value(&*schema) else {
+            continue;
+        };
+        polish_schema(&mut value);
+        if let Ok(polished) = serde_json::from_value(value) {
+            *schema = polished;
+        }
+    }
+    crd
+}
+
+/// Drops `nullable` and turns the duration pattern into a validation rule with a message, in
+/// every nested schema.
+fn polish_schema(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.remove("nullable");
+            if map.get("pattern").and_then(|p| p.as_str()) == Some(DURATION_PATTERN) {
+                map.remove("pattern");
+                // The rule's cost is bounded by the length: every duration field has one.
+                map.entry("maxLength").or_insert(serde_json::json!(64));
+                let rule = serde_json::json!({
+                    "rule": format!("self.matches(r'{DURATION_PATTERN}')"),
+                    "message": DURATION_MESSAGE,
+                });
+                match map
+                    .entry("x-kubernetes-validations")
+                    .or_insert(serde_json::json!([]))
+                {
+                    serde_json::Value::Array(rules) => rules.push(rule),
+                    other => *other = serde_json::json!([rule]),
+                }
+            }
+            map.values_mut().for_each(polish_schema);
+        }
+        serde_json::Value::Array(list) => list.iter_mut().for_each(polish_schema),
+        _ => {}
+    }
+}
+
 /// The CustomResourceDefinition as YAML, exactly as `pallet crd` prints it and `deploy/crd.yaml` holds it.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    serde_saphyr::to_string(&BundleDeployment::crd())
+    serde_saphyr::to_string(&crd())
 }
 
 #[cfg(test)]
@@ -1100,6 +1171,75 @@ mod tests {
         assert!(
             committed == generated,
             "deploy/crd.yaml is stale: regenerate it with `cargo run -q -- crd > deploy/crd.yaml`"
+        );
+        assert!(
+            include_str!("../../deploy/chart/crd.yaml") == generated,
+            "deploy/chart/crd.yaml is stale: `cargo run -q -- crd > deploy/chart/crd.yaml`"
+        );
+    }
+
+    /// Optional settings (scalars and enums) of `schema` at `path` whose description states no
+    /// default; Kubernetes' own types inside deploymentConfig are documented upstream.
+    fn without_default(schema: &serde_json::Value, path: &str, missing: &mut Vec<String>) {
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str())
+            .collect();
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let path = format!("{path}.{name}");
+            if path.starts_with("spec.config.registryV1.deploymentConfig.") {
+                continue;
+            }
+            let scalar = matches!(
+                property["type"].as_str(),
+                Some("string" | "integer" | "boolean")
+            ) || property.get("enum").is_some();
+            let description = property["description"].as_str().unwrap_or_default();
+            // A default, or the rule that makes it required in some cases.
+            let lower = description.to_lowercase();
+            if scalar
+                && !required.contains(&name.as_str())
+                && !lower.contains("default")
+                && !lower.contains("required")
+            {
+                missing.push(path.clone());
+            }
+            without_default(property, &path, missing);
+            if let Some(items) = property.get("items") {
+                without_default(items, &format!("{path}[]"), missing);
+            }
+        }
+    }
+
+    #[test]
+    fn every_optional_setting_states_its_default() {
+        let crd = serde_json::to_value(crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let mut missing = Vec::new();
+        without_default(spec, "spec", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "`kubectl explain` shows no default for: {missing:#?}"
+        );
+    }
+
+    #[test]
+    fn the_crd_has_no_nullable_and_checks_durations_with_a_message() {
+        let yaml = crd_yaml().unwrap();
+        assert!(!yaml.contains("nullable"));
+        assert!(!yaml.contains(&format!("pattern: {DURATION_PATTERN}")));
+        let crd = serde_json::to_value(crd()).unwrap();
+        let deadline = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"]["rollout"]["properties"]["progressDeadline"];
+        assert_eq!(
+            deadline["x-kubernetes-validations"][0]["message"],
+            DURATION_MESSAGE
+        );
+        assert_eq!(
+            crd["metadata"]["annotations"][CRD_VERSION_ANNOTATION],
+            env!("CARGO_PKG_VERSION")
         );
     }
 

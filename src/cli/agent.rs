@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Config;
 
 use crate::api::ServiceAccountReference;
@@ -29,7 +28,8 @@ pub struct AgentArgs {
     /// Kubeconfig file; default: in-cluster config, else $KUBECONFIG or ~/.kube/config.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
+    /// Kubeconfig context to use (looked up in --kubeconfig, else $KUBECONFIG or
+    /// ~/.kube/config; an unknown one is an error).
     #[arg(long)]
     pub context: Option<String>,
     /// The agent's own namespace: default namespace of source Secrets.
@@ -82,9 +82,10 @@ pub struct AgentArgs {
     /// Objects applied at once within a stage.
     #[arg(long, default_value_t = 8)]
     pub apply_parallelism: usize,
-    /// Seconds between reconciles of an unchanged BundleDeployment (drift checks, floating refs).
-    #[arg(long, default_value_t = controller::DEFAULT_REQUEUE.as_secs())]
-    pub requeue_seconds: u64,
+    /// Time between reconciles of an unchanged BundleDeployment (drift checks, floating refs),
+    /// as a Go duration (a bare number is seconds).
+    #[arg(long, alias = "requeue-seconds", default_value = "5m", value_parser = parse_positive_duration)]
+    pub requeue_interval: Duration,
     /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
     /// these, never a worker); at most half of them from one server.
     // 16, so that 8 may come from one registry: with 4 per server, a thousand bundles from one
@@ -185,9 +186,10 @@ pub struct AgentArgs {
     /// deploy/'s 1Gi).
     #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(16..))]
     pub render_memory_mib: u64,
-    /// CPU time one render may use, in seconds (SIGXCPU ends it).
-    #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_CPU_SECONDS, value_parser = clap::value_parser!(u64).range(1..))]
-    pub render_cpu_seconds: u64,
+    /// CPU time one render may use, as a Go duration of whole seconds (a bare number is
+    /// seconds; SIGXCPU ends it).
+    #[arg(long, alias = "render-cpu-seconds", default_value = "20s", value_parser = crate::leader::parse_seconds)]
+    pub render_cpu_time: Duration,
     /// Wall-clock time one render may take, as a Go duration; its process is killed past it.
     /// Waiting for a turn (--render-concurrency) does not count.
     #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
@@ -323,7 +325,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             config,
             fetcher,
             policy,
-            Duration::from_secs(args.requeue_seconds.max(1)),
+            args.requeue_interval,
             args.apply_parallelism.max(1),
             changelog,
             Some(owned),
@@ -407,7 +409,7 @@ fn sandbox_limits(args: &AgentArgs) -> SandboxLimits {
     let output_bytes = usize::try_from(args.render_output_mib << 20).unwrap_or(usize::MAX);
     SandboxLimits {
         memory_bytes: args.render_memory_mib << 20,
-        cpu_seconds: args.render_cpu_seconds,
+        cpu_seconds: args.render_cpu_time.as_secs(),
         timeout: args.render_timeout,
         reply_bytes: crate::render_sandbox::reply_bytes_for(output_bytes),
         concurrency: args.render_concurrency.into(),
@@ -510,18 +512,7 @@ async fn keep_renewing(mut elector: Elector) {
 }
 
 async fn client_config(args: &AgentArgs) -> anyhow::Result<Config> {
-    let options = KubeConfigOptions {
-        context: args.context.clone(),
-        ..Default::default()
-    };
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &options).await?
-        }
-        None => Config::infer().await?,
-    };
+    let config = super::kube_config(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
     Ok(super::identified(config, "pallet"))
 }
 
@@ -553,7 +544,7 @@ fn parse_absolute_path(text: &str) -> Result<PathBuf, String> {
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match crate::api::parse_duration(text)? {
+    match super::parse_duration_arg(text)? {
         d if d.is_zero() => Err("the duration must be positive".into()),
         d => Ok(d),
     }
@@ -584,6 +575,27 @@ fn parse_concurrency(value: &str) -> Result<Concurrency, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_flags_default_to_the_library_defaults_and_take_durations() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            agent: AgentArgs,
+        }
+        let args = Wrapper::parse_from(["agent"]).agent;
+        assert_eq!(args.requeue_interval, controller::DEFAULT_REQUEUE);
+        assert_eq!(
+            args.render_cpu_time.as_secs(),
+            crate::render_sandbox::DEFAULT_CPU_SECONDS
+        );
+        let args =
+            Wrapper::parse_from(["agent", "--requeue-seconds", "2", "--render-cpu-time", "1m"])
+                .agent;
+        assert_eq!(args.requeue_interval, Duration::from_secs(2));
+        assert_eq!(args.render_cpu_time, Duration::from_secs(60));
+    }
 
     #[test]
     fn a_default_service_account_is_namespace_slash_name() {

@@ -7,12 +7,20 @@
 #[macro_use]
 pub mod terminal;
 mod agent;
+mod completion;
+mod diff;
+mod events;
+pub mod exit;
 mod fetch;
+mod get;
+mod help;
+pub mod install;
 mod ops;
 mod plan;
 mod progress;
 mod push;
 mod render;
+mod tree;
 
 use std::path::PathBuf;
 
@@ -30,11 +38,27 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// pallet's subcommands.
+/// pallet's subcommands (grouped in `--help` by [`help::GROUPS`]).
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Install the agent, the CRD and RBAC in the cluster (`--export` prints them instead).
+    Install(install::InstallArgs),
+    /// Remove the agent and the CRD; every bundle's objects stay unless `--delete-bundles`.
+    Uninstall(install::uninstall::UninstallArgs),
+    /// Check the installation: Kubernetes version, CRD, agent, RBAC, certificates, stuck bundles.
+    Check(install::check::CheckArgs),
+    /// Show the versions of this CLI, the running agent and the installed CRD.
+    Version(install::version::VersionArgs),
     /// Print the BundleDeployment CustomResourceDefinition as YAML (the same as deploy/crd.yaml).
     Crd,
+    /// List BundleDeployments with their Ready condition's reason and message (`-w` watches).
+    Get(get::GetArgs),
+    /// Show how the cluster differs from what the agent would apply (exit status 5 when it does).
+    Diff(diff::DiffArgs),
+    /// Show a BundleDeployment's objects and their Pods, each with its health.
+    Tree(tree::TreeArgs),
+    /// Show the Events of a BundleDeployment and of its objects, oldest first.
+    Events(events::EventsArgs),
     /// Fetch a BundleDeployment's sources into DIR and print the immutable ref of each.
     Fetch(fetch::FetchArgs),
     /// Run the agent: watch BundleDeployments and keep their bundles applied.
@@ -107,7 +131,7 @@ pub struct RenderSandboxArgs {
 #[derive(Args, Debug)]
 pub struct CompletionArgs {
     /// The shell.
-    pub shell: clap_complete::Shell,
+    pub shell: completion::CompletionShell,
 }
 
 /// kubectl-style cluster flags, on every command that talks to a cluster.
@@ -133,35 +157,61 @@ pub fn identified(mut config: Config, program: &'static str) -> Config {
     config
 }
 
+/// The client configuration of a kubeconfig file and context: the file given, else
+/// `$KUBECONFIG` or `~/.kube/config`, else (with no context named) the in-cluster
+/// configuration. A context that is named is always looked up, and its absence is an error: a
+/// command never falls back to another cluster than the one asked for.
+pub async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<Config> {
+    crate::tls::install_crypto_provider();
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    match (kubeconfig, context) {
+        (Some(path), _) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            Ok(Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?)
+        }
+        (None, Some(context)) => Ok(Config::from_kubeconfig(&options)
+            .await
+            .with_context(|| format!("context {context:?} ($KUBECONFIG or ~/.kube/config)"))?),
+        (None, None) => Ok(Config::infer()
+            .await
+            .context("no cluster configured (--kubeconfig, $KUBECONFIG or ~/.kube/config)")?),
+    }
+}
+
 impl KubeArgs {
     /// The client configuration these flags select.
     pub async fn config(&self) -> anyhow::Result<Config> {
-        Ok(identified(self.selected_config().await?, "pallet-cli"))
-    }
-
-    async fn selected_config(&self) -> anyhow::Result<Config> {
-        crate::tls::install_crypto_provider();
-        let options = KubeConfigOptions {
-            context: self.context.clone(),
-            ..Default::default()
-        };
-        match &self.kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-                Ok(Config::from_custom_kubeconfig(kubeconfig, &options).await?)
-            }
-            None if self.context.is_some() => Ok(Config::from_kubeconfig(&options).await?),
-            None => Ok(Config::infer()
-                .await
-                .context("no cluster configured (--kubeconfig, $KUBECONFIG or ~/.kube/config)")?),
-        }
+        let config = kube_config(self.kubeconfig.as_deref(), self.context.as_deref()).await?;
+        Ok(identified(config, "pallet-cli"))
     }
 
     /// A client for the selected cluster.
     pub async fn client(&self) -> anyhow::Result<Client> {
         Ok(Client::try_from(self.config().await?)?)
     }
+}
+
+/// A time given on the command line: a Go duration (`90s`, `5m`, `1h30m`) or a bare number of
+/// seconds (`300`).
+pub fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<u64>()
+            .map(std::time::Duration::from_secs)
+            .map_err(|e| format!("{text:?}: {e}"));
+    }
+    crate::api::parse_duration(text).map_err(|_| {
+        format!("{text:?} is not a duration (examples: 90s, 5m, 1h30m; a bare number is seconds)")
+    })
 }
 
 /// How data is printed.
@@ -322,12 +372,17 @@ pub fn command_for(argv0: Option<&std::ffi::OsStr>) -> clap::Command {
         .and_then(|p| p.file_name())
         .and_then(|n| n.to_str())
         .unwrap_or("pallet");
-    let command = Cli::command();
+    let command = help::grouped(Cli::command());
     if invoked.starts_with("kubectl-pallet") {
         command.bin_name("kubectl pallet").name("kubectl-pallet")
     } else {
         command
     }
+}
+
+/// Answers a shell's completion request and exits, when the process was started for one.
+pub fn complete_from_env() {
+    completion::complete_from_env();
 }
 
 /// Parses the process's arguments (see [`command_for`]).
@@ -344,6 +399,14 @@ pub fn parse() -> Cli {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Install(args) => install::run(args),
+        Command::Uninstall(args) => install::uninstall::run(args),
+        Command::Check(args) => install::check::run(args),
+        Command::Version(args) => install::version::run(args),
+        Command::Get(args) => get::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::Tree(args) => tree::run(args),
+        Command::Events(args) => events::run(args),
         Command::Crd => {
             print!("{}", crate::api::crd_yaml()?);
             Ok(())
@@ -382,13 +445,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("wrote the man pages into {}", dir.display());
             Ok(())
         }
-        Command::Completion(args) => {
-            let argv0 = std::env::args_os().next();
-            let mut command = command_for(argv0.as_deref());
-            let name = command.get_bin_name().unwrap_or("pallet").replace(' ', "-");
-            clap_complete::generate(args.shell, &mut command, name, &mut std::io::stdout());
-            Ok(())
-        }
+        Command::Completion(args) => completion::print_registration(args.shell),
     }
 }
 

@@ -16,7 +16,6 @@ use kube::discovery::Scope;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::progress::Progress;
 use super::{print_data, FetchFlags, KubeArgs, Output};
 use crate::api::{
     BundleDeployment, BundleDeploymentStatus, RevisionStatus, REQUESTED_RECONCILE_ANNOTATION,
@@ -24,7 +23,6 @@ use crate::api::{
 };
 use crate::apply::plan::{OWNER_LABEL, REVISION_ANNOTATION};
 use crate::preview;
-use crate::reconcile::fetch::SecretPolicy;
 use crate::reconcile::PAUSED_REASON_ANNOTATION;
 
 /// Field manager of the CLI's own writes to BundleDeployments.
@@ -34,6 +32,7 @@ const CLI_FIELD_MANAGER: &str = "pallet-cli";
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The BundleDeployment.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -47,13 +46,14 @@ pub struct StatusArgs {
 #[derive(Args, Debug)]
 pub struct RequestArgs {
     /// The BundleDeployment.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Wait until the agent has handled the request, then report.
     #[arg(long)]
     pub wait: bool,
-    /// How long `--wait` waits (seconds).
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
+    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
     pub kube: KubeArgs,
@@ -63,6 +63,7 @@ pub struct RequestArgs {
 #[derive(Args, Debug)]
 pub struct RollbackArgs {
     /// The BundleDeployment.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// The stored revision to return to.
     #[arg(long = "to", value_name = "N")]
@@ -70,9 +71,9 @@ pub struct RollbackArgs {
     /// Wait until the agent has handled the request, then report.
     #[arg(long)]
     pub wait: bool,
-    /// How long `--wait` waits (seconds).
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
+    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
     pub kube: KubeArgs,
@@ -82,6 +83,7 @@ pub struct RollbackArgs {
 #[derive(Args, Debug)]
 pub struct PauseArgs {
     /// The BundleDeployment.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Why (shown in the Paused condition and `pallet status`).
     #[arg(long)]
@@ -95,6 +97,7 @@ pub struct PauseArgs {
 #[derive(Args, Debug)]
 pub struct ResumeArgs {
     /// The BundleDeployment.
+    #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Change nothing: print the objects that differ from the bundle (what resuming would
     /// revert) and their differing field paths.
@@ -144,12 +147,13 @@ pub enum Request {
     Reconcile,
 }
 
-async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
+/// The BundleDeployment `name`; its absence is a not-found error (exit status 3).
+pub(super) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
     Api::<BundleDeployment>::all(client.clone())
         .get_opt(name)
         .await
         .with_context(|| format!("reading BundleDeployment {name}"))?
-        .ok_or_else(|| anyhow!("BundleDeployment {name} not found"))
+        .ok_or_else(|| super::exit::not_found(format!("BundleDeployment {name} not found")))
 }
 
 async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
@@ -169,7 +173,8 @@ fn token() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
-fn age(time: Option<&Time>) -> String {
+/// How long ago `time` was, kubectl-style (`45s`, `3m`, `5h`, `2d`); `-` when unset.
+pub(super) fn age(time: Option<&Time>) -> String {
     let Some(time) = time else {
         return "-".into();
     };
@@ -214,11 +219,11 @@ async fn wait_handled(
             return Ok(bd);
         }
         if Instant::now() >= deadline {
-            bail!(
+            return Err(super::exit::timed_out(format!(
                 "timed out after {}s waiting for the agent to handle the {what} request {value:?} on {name} (last handled: {:?}); is the agent running?",
                 timeout.as_secs(),
                 handled(&status)
-            );
+            )));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -453,12 +458,12 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|r| r.number.to_string())
                 .collect();
-            bail!(
+            return Err(super::exit::not_found(format!(
                 "BundleDeployment {} has no stored revision {}; stored: {}",
                 args.name,
                 args.to,
                 known.join(", ")
-            );
+            )));
         }
         let value = format!("{}@{}", args.to, token());
         patch_bd(
@@ -473,14 +478,9 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
             args.to
         );
         if args.wait {
-            let bd = wait_handled(
-                &client,
-                &args.name,
-                &value,
-                Duration::from_secs(args.timeout),
-                "rollback",
-                |s| s.last_handled_rollback.as_ref(),
-            )
+            let bd = wait_handled(&client, &args.name, &value, args.timeout, "rollback", |s| {
+                s.last_handled_rollback.as_ref()
+            })
             .await?;
             tprintln!("handled: {}", ready_line(&bd));
             let active = bd.status.as_ref().and_then(|s| s.active_revision);
@@ -520,15 +520,7 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
         .await?;
         tprintln!("requested {what} of {} ({annotation}={value})", args.name);
         if args.wait {
-            let bd = wait_handled(
-                &client,
-                &args.name,
-                &value,
-                Duration::from_secs(args.timeout),
-                what,
-                handled,
-            )
-            .await?;
+            let bd = wait_handled(&client, &args.name, &value, args.timeout, what, handled).await?;
             tprintln!("handled: {}", ready_line(&bd));
         }
         Ok(())
@@ -556,7 +548,7 @@ pub fn pause(args: PauseArgs) -> anyhow::Result<()> {
 pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let config = args.kube.config().await?;
-        let client = Client::try_from(config)?;
+        let client = Client::try_from(config.clone())?;
         let bd = get_bd(&client, &args.name).await?;
         if !args.dry_run {
             patch_bd(
@@ -584,9 +576,11 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
                 if args.output == Output::Table {
                     tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
                 }
-                crate::reconcile::context::snapshot_objects(&record)?
+                let helm = bd.spec.format == crate::api::BundleFormat::Helm;
+                let stored = crate::reconcile::context::snapshot_objects(&record)?;
+                crate::reconcile::hook_plan::split(&stored, helm).0
             }
-            None => render_for_resume(&args, &client, &bd).await?,
+            None => super::diff::render_bundle(&config, &bd, &args.fetch, &args.namespace).await?,
         };
         let target = preview::Target {
             client: &client,
@@ -595,9 +589,8 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             collision_protection: bd.spec.collision_protection(),
             takeover: bd.spec.takeover.as_ref(),
         };
-        // Helm hooks are not kept in line with the bundle: resuming reverts none of them.
-        let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-        let (objects, _) = crate::reconcile::hook_plan::split(&objects, helm);
+        // Helm hooks are not kept in line with the bundle: resuming reverts none of them (they
+        // are not among the objects compared).
         let drifted = preview::drift(&target, &objects).await?;
         if args.output != Output::Table {
             let list: Vec<Value> = drifted
@@ -656,57 +649,6 @@ fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
     }
 }
 
-/// What the live BundleDeployment's sources render now, as the agent would apply them after a
-/// resume (without the agent's render key: generated values differ, and the note says so).
-async fn render_for_resume(
-    args: &ResumeArgs,
-    client: &Client,
-    bd: &BundleDeployment,
-) -> anyhow::Result<Vec<pallet_formats::Object>> {
-    let fetcher = args.fetch.fetcher()?;
-    let policy = SecretPolicy {
-        agent_namespace: args.namespace.clone(),
-        ..Default::default()
-    };
-    let progress = Progress::stderr();
-    let fetched = preview::fetch_sources(Some((client, &policy)), &fetcher, bd, &|e| {
-        progress.event(e)
-    })
-    .await?;
-    drop(progress);
-    let capabilities = match bd.spec.format {
-        crate::api::BundleFormat::Helm => {
-            // Rendered without the agent's render key: generated values differ from its own.
-            eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
-            Some(preview::helm_capabilities(client).await?)
-        }
-        _ => None,
-    };
-    let values = preview::read_values(client, &policy, bd).await?;
-    let processors = preview::read_processors(client, &policy, bd).await?;
-    let exec_policy = args.fetch.function_policy();
-    let caller = crate::reconcile::functions::FunctionCaller {
-        client: Some(client),
-        secret_policy: &policy,
-        exec_policy: &exec_policy,
-        egress: fetcher.options().egress,
-    };
-    let (rendered, _) = preview::assemble_and_render(
-        &fetcher,
-        bd,
-        &fetched,
-        capabilities,
-        Some(values.values),
-        &processors,
-        &caller,
-    )
-    .await?;
-    let mut rendered = rendered;
-    // The BuiltIn provider's caBundle, as the agent injects it (read-only).
-    crate::reconcile::webhook_certs::inject_existing(client, &args.name, &mut rendered).await?;
-    Ok(rendered.object_list())
-}
-
 /// Finds the API resource for a kubectl-style kind (`configmap`, `configmaps`, `ConfigMap`,
 /// `deployments.apps`, `Deployment.apps`).
 async fn find_resource(
@@ -733,7 +675,9 @@ async fn find_resource(
             }
         }
     }
-    bail!("the cluster serves no kind {kind:?}")
+    Err(super::exit::not_found(format!(
+        "the cluster serves no kind {kind:?}"
+    )))
 }
 
 /// Runs `pallet trace`.
@@ -741,7 +685,7 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let (kind, name) = args
         .object
         .split_once('/')
-        .ok_or_else(|| anyhow!("give the object as KIND/NAME, e.g. configmap/app"))?;
+        .ok_or_else(|| super::exit::usage("give the object as KIND/NAME, e.g. configmap/app"))?;
     let report = super::block_on(async {
         let config = args.kube.config().await?;
         let default_namespace = config.default_namespace.clone();
@@ -758,7 +702,7 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
         let object = api
             .get_opt(name)
             .await?
-            .ok_or_else(|| anyhow!("{} {name} not found", resource.kind))?;
+            .ok_or_else(|| super::exit::not_found(format!("{} {name} not found", resource.kind)))?;
         let namespace = object.metadata.namespace.clone();
         let what = match &namespace {
             Some(ns) => format!("{} {ns}/{name}", resource.kind),

@@ -39,6 +39,7 @@
 use serde_json::Value;
 
 pub mod cel;
+pub mod pods;
 pub mod probe;
 
 pub use self::cel::{CelChecks, CheckError};

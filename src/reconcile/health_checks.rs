@@ -28,11 +28,20 @@ pub fn assess_health(
     options: &health::HealthOptions,
     checks: &health::CelChecks,
 ) -> HealthReport {
+    let (assessed, failed_check) = assess_objects(applied, options, checks);
+    report(assessed, failed_check)
+}
+
+/// Each applied object that was not skipped, in order, with its health (the user's CEL checks
+/// first, else the built-in rules); and the first object a CEL check found failed. Pure.
+pub fn assess_objects(
+    applied: &[Applied],
+    options: &health::HealthOptions,
+    checks: &health::CelChecks,
+) -> (Vec<(String, health::Health)>, Option<String>) {
     let _phase = crate::metrics::METRICS.phase("health");
     let mut failed_check = None;
-    let assessed: Vec<(String, health::Health)> = applied
-        .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+    let assessed: Vec<(String, health::Health)> = assessed_objects(applied)
         .map(|a| {
             let health = match &a.live {
                 Some(live) => match checks.assess(live) {
@@ -52,6 +61,22 @@ pub fn assess_health(
             (a.key.to_string(), health)
         })
         .collect();
+    (assessed, failed_check)
+}
+
+/// The applied objects whose health counts (those not skipped), in the order
+/// [`assess_objects`] lists them.
+pub fn assessed_objects(applied: &[Applied]) -> impl Iterator<Item = &Applied> {
+    applied
+        .iter()
+        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+}
+
+/// The report on `assessed` objects. Pure.
+pub fn report(
+    assessed: Vec<(String, health::Health)>,
+    failed_check: Option<String>,
+) -> HealthReport {
     let unhealthy: Vec<(String, health::Health)> = assessed
         .iter()
         .filter(|(_, h)| !h.is_healthy())
@@ -63,11 +88,14 @@ pub fn assess_health(
             .iter()
             .any(|(_, h)| h.state == health::HealthState::Failed),
         total: assessed.len(),
-        message: health::summarize(&unhealthy, 5),
+        message: health::summarize(&unhealthy, SUMMARIZED),
         waiting: unhealthy.iter().map(|(name, _)| name.clone()).collect(),
         failed_check,
     }
 }
+
+/// How many unhealthy objects a health message names.
+pub const SUMMARIZED: usize = 5;
 
 /// Adds the HTTP probes' health to `report`: a probe that is not healthy makes the revision
 /// unhealthy, one that failed fails it as a failed CEL check does. Pure.
@@ -91,7 +119,7 @@ pub fn add_probes(report: &mut HealthReport, probes: Vec<(String, health::Health
                 .get_or_insert_with(|| format!("{name}: {}", health.message));
         }
     }
-    let probes = health::summarize(&unhealthy, 5);
+    let probes = health::summarize(&unhealthy, SUMMARIZED);
     report.message = if report.message.is_empty() {
         probes
     } else {

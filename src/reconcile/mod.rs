@@ -29,6 +29,7 @@ pub mod health_checks;
 pub mod hook_plan;
 pub mod hooks;
 pub mod owned;
+pub mod pod_problems;
 pub mod polling;
 pub mod processors;
 pub mod render;

@@ -14,7 +14,9 @@ use kube::{Client, ResourceExt};
 use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
-use super::health_checks::{add_probes, assess_health, health_checks, REASON_HEALTH_CHECK_FAILED};
+use super::health_checks::{
+    add_probes, assess_objects, health_checks, report, REASON_HEALTH_CHECK_FAILED,
+};
 use crate::api::{
     parse_duration, BundleDeployment, BundleDeploymentStatus, HookPhase, ObjectReference,
     OnFailure, RevisionPhase,
@@ -309,7 +311,11 @@ pub(super) async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let mut health = assess_health(&applied, &ctx.health, &health_checks(bd)?);
+    let (mut assessed, failed_check) = assess_objects(&applied, &ctx.health, &health_checks(bd)?);
+    // A workload that does not progress is reported with its Pods' reasons, not only its
+    // controller's counters.
+    super::pod_problems::explain(&ctx.client, &applied, &mut assessed).await;
+    let mut health = report(assessed, failed_check);
     let probes = ctx.probes.assess(
         &bd.name_any(),
         work.active_revision.unwrap_or_default(),
