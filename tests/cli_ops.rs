@@ -396,6 +396,118 @@ async fn resume_dry_run_lists_what_resuming_would_revert_and_changes_nothing() {
     let _ = namespaces.delete(&name, &DeleteParams::default()).await;
 }
 
+/// After a rollback the agent stays on the revision it rolled back to, whatever the sources
+/// render: resume --dry-run compares the cluster with that revision's snapshot, not with a
+/// render of the sources (which would list the failed upgrade's changes as reverts).
+#[tokio::test]
+async fn resume_dry_run_after_a_rollback_compares_with_the_revision_rolled_back_to() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let name = support::unique_name("cli-resume-rb");
+    let repo = fx.git_repo(&name);
+    // What the sources render now: the failed upgrade's content.
+    repo.commit_files(
+        "main",
+        &[(
+            "manifests/cms.yaml",
+            config_map_yaml("app", "2-broken").as_bytes(),
+        )],
+        "upgrade",
+    );
+    let namespaces = create_namespace(&client, &name).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
+    // Revision 1 as the rollback left it.
+    let live = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app", "namespace": name, "labels": {"pallet.dev/bundle-deployment": name}},
+        "data": {"value": "1"}});
+    cms.patch(
+        "app",
+        &PatchParams::apply("pallet").force(),
+        &Patch::Apply(&live),
+    )
+    .await
+    .unwrap();
+    let stored = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app", "namespace": name}, "data": {"value": "1"}});
+    pallet::revision::RevisionStore::new(client.clone(), name.clone())
+        .save(&pallet::revision::RevisionRecord {
+            bundle_deployment: name.clone(),
+            number: 1,
+            generation: 1,
+            digest: "sha256:0000000000000000000000000000000000000000000000000000000000000001"
+                .into(),
+            sources: Vec::new(),
+            objects: vec![stored],
+            processors: Vec::new(),
+        })
+        .await
+        .unwrap();
+    create_bd(
+        &client,
+        &name,
+        json!({"format": "plain", "installNamespace": name, "paused": true,
+               "sources": [{"kind": "git", "git": {"repository": repo.url(fx.git_plain()), "ref": {"branch": "main"}}}]}),
+        json!({}),
+    )
+    .await;
+    write_status(
+        &client,
+        &name,
+        json!({"observedGeneration": 1, "activeRevision": 1, "lastHealthyRevision": 1,
+               "conditions": [condition("RolledBack", "True", "RolledBack", "revision 2 failed; rolled back to revision 1")]}),
+    )
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let out = pallet_ok(&[
+        "resume",
+        &name,
+        "--dry-run",
+        "--namespace",
+        &name,
+        "--allow-loopback-egress",
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+    ]);
+    assert!(out.contains("compared with revision 1"), "{out}");
+    // The sources render `2-broken`; resuming keeps revision 1, which the cluster holds.
+    assert!(
+        out.contains(&format!("resuming {name} would revert nothing")),
+        "{out}"
+    );
+    // A hotfix during the pause is what resuming reverts.
+    let hotfix = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app", "namespace": name}, "data": {"value": "hotfix"}});
+    cms.patch(
+        "app",
+        &PatchParams::apply("kubectl-edit").force(),
+        &Patch::Apply(&hotfix),
+    )
+    .await
+    .unwrap();
+    let json: Value = serde_json::from_str(&pallet_ok(&[
+        "resume",
+        &name,
+        "--dry-run",
+        "-o",
+        "json",
+        "--namespace",
+        &name,
+    ]))
+    .unwrap();
+    let reverts = json["wouldRevert"].as_array().unwrap();
+    assert_eq!(reverts.len(), 1, "{json}");
+    assert_eq!(reverts[0]["fields"], json!([".data.value"]), "{json}");
+    // A dry run writes nothing.
+    assert_eq!(
+        cms.get("app").await.unwrap().data.unwrap()["value"],
+        "hotfix"
+    );
+
+    delete_bd(&client, &name).await;
+    let _ = namespaces.delete(&name, &DeleteParams::default()).await;
+}
+
 /// Creates namespace `name` for a test; the Api to delete it afterwards.
 async fn create_namespace(client: &Client, name: &str) -> Api<Namespace> {
     let namespaces: Api<Namespace> = Api::all(client.clone());

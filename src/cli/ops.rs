@@ -303,6 +303,13 @@ pub fn format_status(name: &str, bd: &BundleDeployment, paused_reason: Option<&s
     let _ = writeln!(out, "\nConditions:");
     if status.conditions.is_empty() {
         let _ = writeln!(out, "  none yet");
+        if status.observed_generation.is_none() {
+            let _ = writeln!(
+                out,
+                "  (no agent has reconciled it yet: is one running (`pallet check`), and do its \
+                 --selector and --shard include this BundleDeployment?)"
+            );
+        }
     } else {
         let _ = writeln!(
             out,
