@@ -36,6 +36,7 @@ mod paths;
 mod random;
 mod regexp;
 mod registry;
+mod rsa_prime;
 mod strings;
 mod templates;
 mod toml;
