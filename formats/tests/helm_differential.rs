@@ -694,7 +694,7 @@ fn ignores_chart_helmignore_scope_matches_helm_template() {
 /// ordinary objects; test, delete and rollback hooks are left out; hooks with an event helm
 /// does not know are dropped by helm itself (absent from `helm template` too).
 #[test]
-fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
+fn hook_policy_keeps_release_objects_and_the_hooks_the_agent_runs() {
     use pallet_formats::{render, Format, HelmOptions, RenderConfig};
     for name in ["documents", "starter"] {
         let chart = testdata().join("charts").join(name);
@@ -721,7 +721,17 @@ fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
         };
         let all = helm_with(&[]);
         let mut want: Vec<String> = helm_with(&["--no-hooks"]).iter().map(key).collect();
-        let install_events = ["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+        // Every hook but those only for rollbacks: install, upgrade, delete and test.
+        let install_events = [
+            "pre-install",
+            "post-install",
+            "pre-upgrade",
+            "post-upgrade",
+            "pre-delete",
+            "post-delete",
+            "test",
+            "test-success",
+        ];
         let mut hooks_seen = 0;
         for o in &all {
             let Some(h) = o["metadata"]["annotations"]["helm.sh/hook"].as_str() else {

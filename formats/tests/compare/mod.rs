@@ -185,6 +185,7 @@ fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Va
             }),
             now,
             seed: [0; 32],
+            lookups: Default::default(),
         },
         ..RenderConfig::default()
     };
@@ -192,7 +193,12 @@ fn pallet_render(chart: &Path, values: Option<&Path>, now: i64) -> Result<Vec<Va
         .map(|r| {
             r.objects
                 .into_iter()
-                .map(|o| Value::Object(o.object.into_body()))
+                .map(|o| {
+                    // The agent's marker on the objects of `crds/`, which it takes off itself.
+                    let mut body = o.object.into_body();
+                    helm::unmark_chart_crd(&mut body);
+                    Value::Object(body)
+                })
                 .collect()
         })
         .map_err(|e| e.to_string())

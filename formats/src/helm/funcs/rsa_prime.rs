@@ -269,7 +269,10 @@ impl TrialDivisors {
     fn divides(&self, n: &[u64]) -> bool {
         self.groups.iter().any(|group| {
             let remainder = group.remainder(n);
-            group.primes.iter().any(|prime| remainder.is_multiple_of(*prime))
+            group
+                .primes
+                .iter()
+                .any(|prime| remainder.is_multiple_of(*prime))
         })
     }
 }
