@@ -1070,7 +1070,7 @@ pub fn is_chart_crd(body: &serde_json::Map<String, serde_json::Value>) -> bool {
         == Some("true")
 }
 
-/// Takes the [`CHART_CRD_ANNOTATION`] off `body` (an emptied annotations map goes too).
+/// Takes the [`CHART_CRD_ANNOTATION`] off `body` (an annotations map it empties goes too).
 pub fn unmark_chart_crd(body: &mut serde_json::Map<String, serde_json::Value>) {
     let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
         return;
@@ -1079,9 +1079,9 @@ pub fn unmark_chart_crd(body: &mut serde_json::Map<String, serde_json::Value>) {
         .get_mut("annotations")
         .and_then(|a| a.as_object_mut())
     {
+        // Only a map the marker was the last of goes: an empty one the chart wrote stays.
         Some(annotations) => {
-            annotations.remove(CHART_CRD_ANNOTATION);
-            annotations.is_empty()
+            annotations.remove(CHART_CRD_ANNOTATION).is_some() && annotations.is_empty()
         }
         None => false,
     };
@@ -1233,5 +1233,19 @@ mod tests {
             split_manifests("x: a---b\n  ---\n----\ny: 1"),
             vec!["x: a---b\n  ---", "-\ny: 1"]
         );
+    }
+
+    #[test]
+    fn unmarking_keeps_an_empty_annotations_map_the_chart_wrote() {
+        let mut written = serde_json::json!({"metadata": {"name": "a", "annotations": {}}});
+        let map = written.as_object_mut().unwrap();
+        super::unmark_chart_crd(map);
+        assert_eq!(map["metadata"]["annotations"], serde_json::json!({}));
+        let mut marked = serde_json::json!({"metadata": {"name": "b",
+            "annotations": {super::CHART_CRD_ANNOTATION: "true"}}});
+        let map = marked.as_object_mut().unwrap();
+        assert!(super::is_chart_crd(map));
+        super::unmark_chart_crd(map);
+        assert_eq!(marked, serde_json::json!({"metadata": {"name": "b"}}));
     }
 }
