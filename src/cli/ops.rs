@@ -144,7 +144,7 @@ pub enum Request {
     Reconcile,
 }
 
-async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
+pub(super) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
     Api::<BundleDeployment>::all(client.clone())
         .get_opt(name)
         .await
@@ -152,7 +152,7 @@ async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment>
         .ok_or_else(|| anyhow!("BundleDeployment {name} not found"))
 }
 
-async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
+pub(super) async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
     Api::<BundleDeployment>::all(client.clone())
         .patch(
             name,
@@ -165,7 +165,7 @@ async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<
 }
 
 /// An RFC 3339 UTC timestamp: the token that makes each request distinct.
-fn token() -> String {
+pub(super) fn token() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
@@ -597,6 +597,13 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             exec_policy: &exec_policy,
             egress: fetcher.options().egress,
         };
+        // `lookup` is answered from the cluster, read with this command's credentials.
+        let lookups = crate::reconcile::lookups::Reader {
+            acting: &client,
+            agent: &client,
+            policy: &policy,
+            bd: &bd,
+        };
         let (rendered, _) = preview::assemble_and_render(
             &fetcher,
             &bd,
@@ -605,6 +612,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
             Some(values.values),
             &processors,
             &caller,
+            Some(&lookups),
         )
         .await?;
         let mut rendered = rendered;
@@ -619,7 +627,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
         };
         // Helm hooks are not kept in line with the bundle: resuming reverts none of them.
         let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-        let (objects, _) = crate::reconcile::hook_plan::split(&rendered.object_list(), helm);
+        let objects = crate::reconcile::hook_plan::split(&rendered.object_list(), helm).release;
         let drifted = preview::drift(&target, &objects).await?;
         if args.output != Output::Table {
             let list: Vec<Value> = drifted

@@ -176,6 +176,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<()> {
                     values,
                     &processors,
                     &caller,
+                    None,
                 )
                 .await?)
             })?;
