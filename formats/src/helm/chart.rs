@@ -858,6 +858,11 @@ fn coalesce_into(chart: &Chart, v: &mut Map<String, Json>, merge: bool) {
 
 /// `dst` wins; `src` fills in; a null in `dst` deletes the key.
 fn coalesce_tables(dst: &mut Map<String, Json>, src: &Map<String, Json>, merge: bool) {
+    // helm deletes a null at a level where both sides are tables also when the defaults have
+    // no such key (a user's `tcpSocket: null` beside a default `httpGet`).
+    if !merge {
+        dst.retain(|k, val| !val.is_null() || src.contains_key(k));
+    }
     for (k, val) in src {
         match dst.get_mut(k) {
             Some(Json::Null) => {
