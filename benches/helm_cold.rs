@@ -1,5 +1,7 @@
 //! Benchmark: a cold render of the corpus's three largest charts (kube-prometheus-stack, argo-cd,
-//! kyverno, each with its corpus values file) by `pallet render` and by `helm template`, side by
+//! kyverno, each with its corpus values file) and of an umbrella chart whose four components
+//! generate their webhook certificates at render time (`benches/charts/webhook-umbrella`: eight
+//! RSA keys, where key generation is most of the work) by `pallet render` and by `helm template`, side by
 //! side in one run, each a new process with no cache (process start-up included for both). Then
 //! what the agent pays to re-render an unchanged chart in-process: the first render (translation
 //! included) against later ones (translation cached by content digest; the translation counter
@@ -134,9 +136,23 @@ fn main() {
         "helm/pallet"
     );
     let mut warm_rows = Vec::new();
-    for name in CHARTS {
-        let chart = corpus::chart_dir(&root, name, &scratch.path().join(name));
-        let values = root.join("values").join(format!("{name}.yaml"));
+    let mut charts: Vec<(&str, PathBuf, PathBuf)> = CHARTS
+        .iter()
+        .map(|name| {
+            (
+                *name,
+                corpus::chart_dir(&root, name, &scratch.path().join(name)),
+                root.join("values").join(format!("{name}.yaml")),
+            )
+        })
+        .collect();
+    let umbrella = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/charts/webhook-umbrella");
+    charts.push((
+        "webhook-umbrella",
+        umbrella.clone(),
+        umbrella.join("values.yaml"),
+    ));
+    for (name, chart, values) in charts {
         // One untimed run of each: page cache and the binaries loaded, as for every later run.
         for cmd in [pallet_cmd(&chart, &values), helm_cmd(&chart, &values)] {
             if let Err(e) = timed(cmd) {

@@ -249,6 +249,10 @@ pub async fn fetch_sources(
 /// the inline `values` alone), then runs its `processors` (see [`read_processors`] and
 /// [`offline_processors`]); the tree is removed afterwards. Returns the objects and what each
 /// processor did.
+///
+/// With `lookups` (a cluster to read), a helm chart's `lookup`s are answered from it, as the
+/// agent answers them; without, they are empty, as in `helm template`.
+#[allow(clippy::too_many_arguments)]
 pub async fn assemble_and_render(
     fetcher: &Fetcher,
     bd: &BundleDeployment,
@@ -257,26 +261,68 @@ pub async fn assemble_and_render(
     values: Option<Value>,
     processors: &ProcessorInputs,
     caller: &FunctionCaller<'_>,
+    lookups: Option<&crate::reconcile::lookups::Reader<'_>>,
 ) -> Result<(Rendered, Vec<ProcessorTrace>), PreviewError> {
     let tree: PathBuf = fetcher.cache().scratch_dir()?;
-    let result = render_tree(&tree, fetched, bd, capabilities, values, processors, caller).await;
+    let inputs = RenderInputs {
+        capabilities,
+        values,
+        processors,
+        caller,
+        lookups,
+    };
+    let result = render_tree(&tree, fetched, bd, inputs).await;
     crate::reconcile::fetch::remove_tree(&tree);
     result
+}
+
+/// What [`render_tree`] renders with besides the tree.
+struct RenderInputs<'a> {
+    capabilities: Option<pallet_formats::HelmCapabilities>,
+    values: Option<Value>,
+    processors: &'a ProcessorInputs,
+    caller: &'a FunctionCaller<'a>,
+    lookups: Option<&'a crate::reconcile::lookups::Reader<'a>>,
 }
 
 async fn render_tree(
     tree: &Path,
     fetched: &[Fetched],
     bd: &BundleDeployment,
-    capabilities: Option<pallet_formats::HelmCapabilities>,
-    values: Option<Value>,
-    processors: &ProcessorInputs,
-    caller: &FunctionCaller<'_>,
+    inputs: RenderInputs<'_>,
 ) -> Result<(Rendered, Vec<ProcessorTrace>), PreviewError> {
-    use crate::reconcile::render;
+    use crate::reconcile::{lookups, render};
+    let RenderInputs {
+        capabilities,
+        values,
+        processors,
+        caller,
+        lookups: reader,
+    } = inputs;
     assemble(fetched, tree)?;
-    let config = render::render_config(bd, capabilities, values);
-    let rendered = render::render_format(bd, tree, &config)?;
+    let mut config = render::render_config(bd, capabilities, values);
+    if reader.is_some() {
+        config.helm.lookups = pallet_formats::Lookups::Answers(Vec::new());
+    }
+    let mut rounds = 0;
+    let rendered = loop {
+        match (render::render_format(bd, tree, &config), reader) {
+            (Err(pallet_formats::RenderError::LookupsNeeded { keys }), Some(reader))
+                if rounds < lookups::MAX_ROUNDS =>
+            {
+                rounds += 1;
+                let more = reader
+                    .read(&keys)
+                    .await
+                    .map_err(|e| PreviewError::Values(Box::new(e)))?;
+                if let pallet_formats::Lookups::Answers(answers) = &mut config.helm.lookups {
+                    lookups::extend(answers, more)
+                        .map_err(|e| PreviewError::Values(Box::new(e)))?;
+                }
+            }
+            (result, _) => break result?,
+        }
+    };
     let (rendered, traces) =
         crate::reconcile::processors::run(caller, bd, rendered, &processors.processors, Some(tree))
             .await?;

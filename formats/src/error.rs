@@ -194,6 +194,13 @@ pub enum RenderError {
         /// What went wrong.
         message: String,
     },
+    /// A helm chart's `lookup` asked the cluster for objects the render was given no answer for
+    /// ([`crate::Lookups::Answers`]): the caller reads them and renders again with their answers.
+    #[error("the chart looks up {} objects not read yet", keys.len())]
+    LookupsNeeded {
+        /// Every lookup of the render without an answer, in the order first asked.
+        keys: Vec<crate::LookupKey>,
+    },
     /// A kustomization kustomize would refuse, naming the kustomization file and field.
     #[error("{0}")]
     Kustomize(crate::kustomize::KustomizeError),
@@ -264,6 +271,7 @@ impl RenderError {
             Self::Kustomize(error) => error.kind.category(),
             Self::Processor { reason, .. } => reason,
             Self::ProcessorUnavailable { .. } => "FunctionUnavailable",
+            Self::LookupsNeeded { .. } => "LookupsNeeded",
         }
     }
 }

@@ -72,6 +72,57 @@ pub struct HelmOptions {
     /// given seed and cannot be recomputed without it. The agent derives it from a secret key of
     /// the BundleDeployment and the render's inputs; all zeros outside a cluster.
     pub seed: RandomSeed,
+    /// How `lookup` is answered: empty without a cluster (`helm template`), or from what the
+    /// caller read of the cluster.
+    #[serde(default)]
+    pub lookups: Lookups,
+}
+
+/// One `lookup` of a chart: `lookup apiVersion kind namespace name` (an empty name lists the
+/// kind, in the namespace or, when that is empty too, in all namespaces).
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct LookupKey {
+    /// `apps/v1`, `v1`.
+    pub api_version: String,
+    /// `Deployment`.
+    pub kind: String,
+    /// The namespace ("" for cluster-scoped kinds, or all namespaces in a list).
+    pub namespace: String,
+    /// The object's name ("" for a list).
+    pub name: String,
+}
+
+/// A `lookup` and what the cluster answered: the object, a list (`{items: [...]}`) or an empty
+/// map when nothing was found, as helm returns them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LookupAnswer {
+    /// What was looked up.
+    pub key: LookupKey,
+    /// What the chart gets.
+    pub answer: serde_json::Value,
+}
+
+/// How a render answers helm's `lookup`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Lookups {
+    /// No cluster: every lookup is an empty map, as in `helm template`.
+    #[default]
+    Offline,
+    /// What the caller read of the cluster. A lookup without an answer here is an empty map for
+    /// the rest of the render, and the render then fails with [`RenderError::LookupsNeeded`]
+    /// listing each, so that the caller reads them and renders again.
+    Answers(Vec<LookupAnswer>),
 }
 
 /// The seed of a render's random functions: 256 bits.

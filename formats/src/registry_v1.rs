@@ -366,6 +366,8 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
     }
     webhooks::check_conversion_crds(&webhooks, &crds, &csv_label)?;
     webhooks::wire_conversion(&webhooks, &mut crds, &install_namespace, provider);
+    // The objects the bundle ships (CRDs and others), between the generated ones.
+    let shipped_start = out.len();
     for (body, crd) in crds.into_iter().zip(&bundle.crds) {
         out.push((body, crd.origin().clone(), Scope::Cluster));
     }
@@ -389,6 +391,7 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         ));
     }
 
+    let shipped = shipped_start..out.len();
     let csv_annotations = csv_annotations(&bundle)?;
     for deployment in deployments(
         &bundle.csv,
@@ -441,26 +444,47 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         CertificateProvider::None => {}
     }
 
-    let mut rendered = Vec::with_capacity(out.len());
-    let mut seen: HashMap<crate::object::ObjectKey, Origin> = HashMap::new();
-    for (body, origin, scope) in out {
-        let object = Object::new(body, origin)?;
-        let key = object.key();
-        if let Some(first) = seen.get(&key) {
-            return Err(RenderError::DuplicateObject {
-                object: key.to_string(),
-                first: Box::new(first.location()),
-                second: Box::new(object.origin().location()),
-            });
-        }
-        seen.insert(key, object.origin().clone());
-        rendered.push(RenderedObject { object, scope });
-    }
     Ok(Rendered {
-        objects: rendered,
+        objects: without_shadowed(out, &shipped)?,
         install_namespace,
         webhook_certificates,
     })
+}
+
+/// The rendered objects, each key once. A bundle may ship an object the conversion also
+/// generates (the webhook Service, a ServiceAccount of the install strategy): OLM v1's renderer
+/// emits both, in this order, and applying them in that order leaves the later one on the
+/// cluster, so the later one is kept (the generated Service, which the webhook configurations
+/// and the certificate provider rely on, wins over a shipped one; a shipped ServiceAccount
+/// over the generated one). The same key twice among the shipped objects, or among the
+/// generated ones, is refused. `shipped` is the index range of the objects from the bundle's
+/// files.
+fn without_shadowed(
+    out: Vec<(Value, Origin, Scope)>,
+    shipped: &std::ops::Range<usize>,
+) -> Result<Vec<RenderedObject>, RenderError> {
+    let mut rendered: Vec<Option<RenderedObject>> = Vec::with_capacity(out.len());
+    let mut seen: HashMap<crate::object::ObjectKey, usize> = HashMap::new();
+    for (index, (body, origin, scope)) in out.into_iter().enumerate() {
+        let object = Object::new(body, origin)?;
+        let key = object.key();
+        if let Some(&first) = seen.get(&key) {
+            if shipped.contains(&first) == shipped.contains(&index) {
+                let first_at = rendered[first]
+                    .as_ref()
+                    .map(|entry| entry.object.origin().location());
+                return Err(RenderError::DuplicateObject {
+                    object: key.to_string(),
+                    first: Box::new(first_at.unwrap_or_else(|| object.origin().location())),
+                    second: Box::new(object.origin().location()),
+                });
+            }
+            rendered[first] = None;
+        }
+        seen.insert(key, index);
+        rendered.push(Some(RenderedObject { object, scope }));
+    }
+    Ok(rendered.into_iter().flatten().collect())
 }
 
 /// Replaces every `caBundle` already set on a webhook client config among `objects` (a stored
@@ -548,7 +572,9 @@ fn load(tree: &Path) -> Result<Bundle, RenderError> {
         let text = read_text(&path, &relative)?;
         for object in parse_manifests(&relative, &text)? {
             match (object.group(), object.kind()) {
-                ("operators.coreos.com", "ClusterServiceVersion") => csvs.push(object),
+                // By kind alone, as OLM v1 reads a bundle: a CSV whose apiVersion names no
+                // group (`v1alpha1`) is still the bundle's CSV.
+                (_, "ClusterServiceVersion") => csvs.push(object),
                 ("apiextensions.k8s.io", "CustomResourceDefinition") => crds.push(object),
                 _ => others.push(object),
             }

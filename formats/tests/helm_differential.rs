@@ -267,6 +267,38 @@ fn language_chart_matches_helm_template() {
     check_chart("language");
 }
 
+/// Nulls for subchart keys: a user's null deletes the subchart's default (and a null the
+/// parent's values.yaml sets for a key the subchart defaults), while a null for a key the
+/// subchart has no default for stays null, two levels of subcharts deep.
+#[test]
+fn subchart_nulls_chart_matches_helm_template() {
+    check_chart("nulls");
+}
+
+/// Sprig's `merge`/`mustMerge` skip a source key whose value is null where both sides are maps
+/// (at every level), `mergeOverwrite` sets it; a source map copied whole keeps its nulls, an
+/// empty destination map left empty by the merge is replaced by the source's.
+#[test]
+fn merge_of_null_values_gives_helms_output() {
+    let cases = [
+        r#"{{ merge (dict) (dict "a" nil "b" 1) | toJson }} {{ mustMerge (dict) (dict "a" nil "b" 1) | toJson }} {{ merge (dict "a" nil) (dict "a" nil "b" nil) | toJson }} {{ mustMerge (dict "a" "") (dict "a" nil "b" (list)) | toJson }}"#,
+        r#"{{ merge (dict "x" (dict "k" 1)) (dict "x" (dict "a" nil "b" 1)) | toJson }} {{ merge (dict "x" (dict "y" (dict "z" 1))) (dict "x" (dict "y" (dict "n" nil "m" 2) "w" nil)) | toJson }} {{ merge (dict) (dict "x" (dict "a" nil "b" 1)) | toJson }}"#,
+        r#"{{ merge (dict "x" (dict)) (dict "x" (dict "a" nil "b" 1)) | toJson }} {{ merge (dict "x" (dict)) (dict "x" (dict "a" nil)) | toJson }} {{ merge (dict "x" "s") (dict "x" (dict "a" nil)) | toJson }} {{ merge (dict "x" "" "y" 0 "z" (list)) (dict "x" (dict "a" nil) "y" (list 1) "z" (list 2)) | toJson }}"#,
+        r#"{{ mergeOverwrite (dict "a" 1) (dict "a" nil "b" 1) | toJson }} {{ mustMergeOverwrite (dict "x" (dict "k" 1 "a" 2)) (dict "x" (dict "a" nil "b" 1)) | toJson }} {{ mergeOverwrite (dict "x" "s") (dict "x" (dict "a" nil)) | toJson }}"#,
+        // The destination shares the source's map where it took it whole, as in Go.
+        r#"{{ $s := dict "a" nil }}{{ $d := merge (dict "x" (dict)) (dict "x" $s) }}{{ $_ := set $d.x "c" 3 }}{{ toJson $s }} {{ $t := dict "a" nil "b" 1 }}{{ $e := merge (dict "x" (dict)) (dict "x" $t) }}{{ $_ := set $e.x "c" 3 }}{{ toJson $t }}"#,
+        r#"{{ merge (dict "k" 1) .Values.nested (dict "a" (dict "b" nil "c" 2)) | toJson }} {{ merge (dict) (fromYaml "a: null\nb: {c: null, d: 1}") | toJson }}"#,
+    ];
+    let mut wrong = Vec::new();
+    for expr in cases {
+        let (ours, helm) = probe_both(expr, PROBE_VALUES);
+        if ours != helm || helm.is_err() {
+            wrong.push(format!("{expr}\n  pallet: {ours:?}\n  helm: {helm:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// A one-template chart in a temp dir: `out: <expr>` with `values`.
 fn probe_chart(expr: &str, values: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -662,7 +694,7 @@ fn ignores_chart_helmignore_scope_matches_helm_template() {
 /// ordinary objects; test, delete and rollback hooks are left out; hooks with an event helm
 /// does not know are dropped by helm itself (absent from `helm template` too).
 #[test]
-fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
+fn hook_policy_keeps_release_objects_and_the_hooks_the_agent_runs() {
     use pallet_formats::{render, Format, HelmOptions, RenderConfig};
     for name in ["documents", "starter"] {
         let chart = testdata().join("charts").join(name);
@@ -689,7 +721,17 @@ fn hook_policy_keeps_release_objects_and_install_upgrade_hooks() {
         };
         let all = helm_with(&[]);
         let mut want: Vec<String> = helm_with(&["--no-hooks"]).iter().map(key).collect();
-        let install_events = ["pre-install", "post-install", "pre-upgrade", "post-upgrade"];
+        // Every hook but those only for rollbacks: install, upgrade, delete and test.
+        let install_events = [
+            "pre-install",
+            "post-install",
+            "pre-upgrade",
+            "post-upgrade",
+            "pre-delete",
+            "post-delete",
+            "test",
+            "test-success",
+        ];
         let mut hooks_seen = 0;
         for o in &all {
             let Some(h) = o["metadata"]["annotations"]["helm.sh/hook"].as_str() else {

@@ -68,8 +68,18 @@ fn check_case(case: &str, install_namespace: &str, watch_namespace: &str) {
 /// configurations, which the API server drops on a cluster-scoped kind; pallet writes none (its
 /// apply step refuses a namespace on a cluster-scoped object), so the expected ones lose it.
 fn check_against_golden(bundle: &str, case: &str, config: &RenderConfig) -> usize {
+    check_tree_against_golden(&conformance_dir().join(bundle), bundle, case, config)
+}
+
+/// [`check_against_golden`] for the bundle tree at `tree` (a modified copy of `bundle`).
+fn check_tree_against_golden(
+    tree: &Path,
+    bundle: &str,
+    case: &str,
+    config: &RenderConfig,
+) -> usize {
     let root = conformance_dir();
-    let rendered = render(Format::RegistryV1, &root.join(bundle), config)
+    let rendered = render(Format::RegistryV1, tree, config)
         .unwrap_or_else(|error| panic!("{case}: render failed: {error}"));
     let mut actual = BTreeMap::new();
     for entry in &rendered.objects {
@@ -402,4 +412,106 @@ fn builtin_provider_lists_certificates_and_takes_a_ca_bundle() {
         0,
         "no caBundle, nothing replaced"
     );
+}
+
+/// A copy of conformance bundle `bundle` in a temporary directory, to modify.
+fn bundle_copy(bundle: &str) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    let from = conformance_dir().join(bundle);
+    for dir in ["manifests", "metadata"] {
+        std::fs::create_dir_all(copy.path().join(dir)).unwrap();
+        for entry in std::fs::read_dir(from.join(dir)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), copy.path().join(dir).join(entry.file_name())).unwrap();
+        }
+    }
+    copy
+}
+
+/// OLM v1 recognises the ClusterServiceVersion by its kind: one whose apiVersion names no group
+/// renders as the golden does.
+#[test]
+fn csv_whose_api_version_has_no_group_is_recognised_by_kind() {
+    let copy = bundle_copy("argocd-operator.v0.6.0");
+    let csv = copy
+        .path()
+        .join("manifests/argocd-operator.v0.6.0.clusterserviceversion.yaml");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("apiVersion: operators.coreos.com/v1alpha1\n"));
+    std::fs::write(
+        &csv,
+        text.replacen("operators.coreos.com/v1alpha1", "v1alpha1", 1),
+    )
+    .unwrap();
+    let config = RenderConfig {
+        install_namespace: "argocd-system".to_owned(),
+        ..RenderConfig::default()
+    };
+    let count = check_tree_against_golden(
+        copy.path(),
+        "argocd-operator.v0.6.0",
+        "all-namespaces",
+        &config,
+    );
+    assert_eq!(count, 14);
+}
+
+/// A bundle shipping objects the conversion also generates: the webhook Service (as the
+/// OpenTelemetry operator's bundle does) and the install strategy's ServiceAccount. OLM v1's
+/// renderer emits both of each pair, the later one stays on the cluster: the generated Service
+/// (the golden's), and the shipped ServiceAccount. Two shipped objects with one key stay
+/// refused.
+#[test]
+fn shipped_object_named_like_a_generated_one_gives_way_in_render_order() {
+    let copy = bundle_copy("webhook-operator.v0.0.5");
+    let manifests = copy.path().join("manifests");
+    std::fs::write(
+        manifests.join("webhook-service.yaml"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: webhook-operator-controller-manager-service\n  labels: {shipped: \"true\"}\nspec:\n  ports: [{port: 443, protocol: TCP, targetPort: 9443}]\n  selector: {control-plane: controller-manager}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        manifests.join("service-account.yaml"),
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: webhook-operator-controller-manager\nimagePullSecrets: [{name: registry}]\n",
+    )
+    .unwrap();
+    let config = RenderConfig {
+        install_namespace: "webhook-system".to_owned(),
+        ..RenderConfig::default()
+    };
+    let rendered = render(Format::RegistryV1, copy.path(), &config).unwrap();
+    let services = find(&rendered, "Service");
+    assert_eq!(services.len(), 1, "{services:?}");
+    assert!(
+        services[0]["metadata"].get("labels").is_none(),
+        "the generated Service is kept: {}",
+        services[0]
+    );
+    assert_eq!(services[0]["spec"]["ports"][0]["name"], "443");
+    let accounts = find(&rendered, "ServiceAccount");
+    assert_eq!(
+        accounts,
+        [json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "webhook-operator-controller-manager", "namespace": "webhook-system"},
+                "imagePullSecrets": [{"name": "registry"}]})],
+        "the shipped ServiceAccount is kept"
+    );
+    // Everything else is the golden's.
+    std::fs::remove_file(manifests.join("service-account.yaml")).unwrap();
+    let count = check_tree_against_golden(
+        copy.path(),
+        "webhook-operator.v0.0.5",
+        "all-webhook-types",
+        &config,
+    );
+    assert_eq!(count, 10);
+
+    // The same Service shipped twice is still a duplicate.
+    std::fs::copy(
+        manifests.join("webhook-service.yaml"),
+        manifests.join("webhook-service-again.yaml"),
+    )
+    .unwrap();
+    let error = render(Format::RegistryV1, copy.path(), &config).unwrap_err();
+    assert_eq!(error.category(), "DuplicateObject", "{error}");
 }

@@ -9,6 +9,7 @@
 pub mod conditions;
 mod dependencies;
 mod health_checks;
+mod helm_runs;
 mod notifications;
 mod processors;
 pub mod reasons;
@@ -19,6 +20,7 @@ pub use dependencies::{
     DependencyReference, BUNDLE_DEPLOYMENT_API_VERSION, BUNDLE_DEPLOYMENT_KIND,
 };
 pub use health_checks::{HealthCheck, HttpGetCheck};
+pub use helm_runs::{CrdPolicy, HookRequest, REQUESTED_TEST_ANNOTATION};
 pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
     NotificationTarget, SlackTarget, TargetKind, TransitionType, WebhookTarget,
@@ -555,6 +557,11 @@ pub struct HelmConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub values_files: Vec<String>,
+    /// What is done with the objects of the chart's `crds/` directories: `Skip`, `Create` or
+    /// `CreateReplace` (Flux's meaning). Default: `Create` on the first revision, `Skip` on later
+    /// ones, as `helm install` and `helm upgrade` (and Flux) do. They are never deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crds: Option<CrdPolicy>,
 }
 
 /// Kinds of object values can be read from.
@@ -895,6 +902,16 @@ pub struct BundleDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
 
+    /// The last run of the chart's test hooks (`pallet test`, annotation
+    /// `pallet.dev/requested-test`) and each hook's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test: Option<HookRequest>,
+
+    /// While the BundleDeployment is deleted: its chart's pre-delete and post-delete hooks and
+    /// how each went. A failed one stops the deletion (see the README's Helm section).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_hooks: Option<HookRequest>,
+
     /// Per notification target: the last transition sent and any still to be sent, each with
     /// its delivery result, attempts and time. Written with the transition itself, so a
     /// notification recorded here is delivered even if the agent restarts before sending it.
@@ -954,7 +971,8 @@ pub struct RevisionStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookRun {
-    /// The event it runs for: `pre-install`, `post-install`, `pre-upgrade` or `post-upgrade`.
+    /// The event it runs for: `pre-install`, `post-install`, `pre-upgrade`, `post-upgrade`,
+    /// `pre-delete`, `post-delete` or `test`.
     pub event: String,
     /// The hook object, as rendered (its namespace filled in when it names none).
     pub object: ObjectReference,

@@ -79,6 +79,13 @@ pub(super) async fn render_bundle(
         exec_policy: &exec_policy,
         egress: fetcher.options().egress,
     };
+    // `lookup` is answered from the cluster, read with this command's credentials.
+    let lookups = crate::reconcile::lookups::Reader {
+        acting: &client,
+        agent: &client,
+        policy: &policy,
+        bd,
+    };
     let (mut rendered, _) = preview::assemble_and_render(
         &fetcher,
         bd,
@@ -87,13 +94,14 @@ pub(super) async fn render_bundle(
         Some(values.values),
         &processors,
         &caller,
+        Some(&lookups),
     )
     .await?;
     let name = bd.metadata.name.clone().unwrap_or_default();
     // The BuiltIn provider's caBundle, as the agent injects it (read-only).
     crate::reconcile::webhook_certs::inject_existing(&client, &name, &mut rendered).await?;
     let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-    let (objects, _) = crate::reconcile::hook_plan::split(&rendered.object_list(), helm);
+    let objects = crate::reconcile::hook_plan::split(&rendered.object_list(), helm).release;
     Ok(objects)
 }
 

@@ -20,6 +20,7 @@ mod plan;
 mod progress;
 mod push;
 mod render;
+mod test;
 mod tree;
 
 use std::path::PathBuf;
@@ -78,6 +79,8 @@ pub enum Command {
     Retry(ops::RequestArgs),
     /// Ask the agent to reconcile now (re-resolve floating refs, correct drift).
     Reconcile(ops::RequestArgs),
+    /// Run a helm chart's test hooks against the active revision and print their results.
+    Test(test::TestArgs),
     /// Pause a BundleDeployment: the agent stops writing to its objects.
     Pause(ops::PauseArgs),
     /// Resume a paused BundleDeployment (`--dry-run`: show what resuming would revert).
@@ -419,6 +422,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::History(args) => ops::history(args),
         Command::Rollback(args) => ops::rollback(args),
         Command::Retry(args) => ops::request(ops::Request::Retry, args),
+        Command::Test(args) => test::run(args),
         Command::Reconcile(args) => ops::request(ops::Request::Reconcile, args),
         Command::Pause(args) => ops::pause(args),
         Command::Resume(args) => ops::resume(args),

@@ -156,7 +156,7 @@ pub(super) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<Bundle
         .ok_or_else(|| super::exit::not_found(format!("BundleDeployment {name} not found")))
 }
 
-async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
+pub(super) async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<()> {
     Api::<BundleDeployment>::all(client.clone())
         .patch(
             name,
@@ -169,7 +169,7 @@ async fn patch_bd(client: &Client, name: &str, patch: &Value) -> anyhow::Result<
 }
 
 /// An RFC 3339 UTC timestamp: the token that makes each request distinct.
-fn token() -> String {
+pub(super) fn token() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
@@ -585,7 +585,7 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
                 }
                 let helm = bd.spec.format == crate::api::BundleFormat::Helm;
                 let stored = crate::reconcile::context::snapshot_objects(&record)?;
-                crate::reconcile::hook_plan::split(&stored, helm).0
+                crate::reconcile::hook_plan::split(&stored, helm).release
             }
             None => super::diff::render_bundle(&config, &bd, &args.fetch, &args.namespace).await?,
         };

@@ -91,6 +91,13 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             exec_policy: &exec_policy,
             egress: fetcher.options().egress,
         };
+        // `lookup` is answered from the cluster, read with this command's credentials.
+        let lookups = crate::reconcile::lookups::Reader {
+            acting: &client,
+            agent: &client,
+            policy: &policy,
+            bd: &bd,
+        };
         let (rendered, traces) = preview::assemble_and_render(
             &fetcher,
             &bd,
@@ -99,6 +106,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             Some(values.values),
             &processors,
             &caller,
+            Some(&lookups),
         )
         .await?;
         let mut rendered = rendered;

@@ -193,6 +193,7 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                     values,
                     &processors,
                     &caller,
+                    None,
                 )
                 .await?)
             })?;

@@ -2,9 +2,10 @@
 //! its finalizer is removed.
 
 use super::{
-    api_version_of, changes, key_of, unwritten_intent, webhook_certs, Context, Next,
+    api_version_of, changes, delete_hooks, key_of, unwritten_intent, webhook_certs, Context, Next,
     ReconcileError, StatusWriter, FINALIZER,
 };
+use pallet_formats::helm::hooks::HookEvent;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.polls.forget(uid);
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
+    ctx.lookups.forget(uid);
     ctx.probes.forget(&name);
     ctx.notifier.forget(&name);
     // Reverse order: a dependent being deleted too goes first.
@@ -47,6 +49,12 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .iter()
         .map(|r| (key_of(r), api_version_of(r)))
         .collect();
+    // A helm chart's pre-delete hooks run before its objects are deleted (not when they are
+    // orphaned: the release goes on running).
+    let delete_hooks = super::is_helm(bd) && bd.spec.deletion_policy() == DeletionPolicy::Delete;
+    if delete_hooks {
+        delete_hooks::run(bd, ctx, HookEvent::PreDelete).await?;
+    }
     let applier = changes::logging_deletion(ctx, bd, ctx.applier(bd, ctx.writer(bd)?));
     let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
@@ -109,6 +117,10 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         ctx.changelog.sync();
     }
     result?;
+    // Then its post-delete hooks (they need the revision snapshot: before it goes).
+    if delete_hooks {
+        delete_hooks::run(bd, ctx, HookEvent::PostDelete).await?;
+    }
     // The objects are gone (or orphaned): their revision snapshots go with the BundleDeployment.
     ctx.store
         .delete_all(&name)

@@ -1,8 +1,8 @@
 //! Phases 1 and 2 (fetch and render, or reuse the last render), and drift observed while paused.
 
 use super::{
-    fetch, hook_plan, is_helm, processors, reference, render, render_key, render_memo, rollout,
-    values, webhook_certs, Context, ReconcileError,
+    fetch, hook_plan, is_helm, lookups, processors, reference, render, render_key, render_memo,
+    rollout, values, webhook_certs, Context, ReconcileError,
 };
 
 use kube::ResourceExt;
@@ -45,7 +45,7 @@ pub(super) async fn observe_drift(
         _ => rendered.object_list(),
     };
     // Hooks are not kept in line with the bundle: helm leaves them alone once they ran.
-    let (objects, _) = hook_plan::split(&objects, is_helm(bd));
+    let objects = hook_plan::split(&objects, is_helm(bd)).release;
     // Reads go through the agent's own client: observing is not acting on the user's behalf.
     let drifted = ctx.applier(bd, ctx.client.clone()).drift(&objects).await?;
     Ok(drifted
@@ -115,20 +115,60 @@ pub(super) async fn fetch_and_render(
         config.helm.seed = render_key::seed(&key, &config, &fetched);
     }
     let allow_empty = bd.spec.rollout().allow_empty();
-    let inputs = render_memo::inputs_digest(
-        format,
-        &config,
-        &processor_inputs.processors,
-        allow_empty,
-        &fetched,
-    );
-    let kept = match ctx.renders.get(uid, &inputs) {
-        Some(kept) => kept,
-        None => {
-            let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-            let result = render_contained(ctx, bd, format, &tree, &config, &processor_inputs).await;
-            fetch::remove_tree(&tree);
-            METRICS.rendered();
+    // A chart's lookups are answered from the cluster: those its last render made are read
+    // before this one, and the answers are part of the inputs (see `lookups`).
+    let reader = match format {
+        pallet_formats::Format::Helm => Some(ctx.writer(bd)?),
+        _ => None,
+    };
+    let reader = reader.as_ref().map(|acting| lookups::Reader {
+        acting,
+        agent: &ctx.client,
+        policy: &ctx.secret_policy,
+        bd,
+    });
+    if let Some(reader) = &reader {
+        let answers = reader.read(&ctx.lookups.get(uid)).await?;
+        config.helm.lookups = pallet_formats::Lookups::Answers(answers);
+    }
+    let mut rounds = 0;
+    let kept = loop {
+        let inputs = render_memo::inputs_digest(
+            format,
+            &config,
+            &processor_inputs.processors,
+            allow_empty,
+            &fetched,
+        );
+        if let Some(kept) = ctx.renders.get(uid, &inputs) {
+            break kept;
+        }
+        let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
+        let result = render_contained(ctx, bd, format, &tree, &config, &processor_inputs).await;
+        fetch::remove_tree(&tree);
+        METRICS.rendered();
+        let result = match (result, &reader) {
+            (Ok(Contained::Lookups(keys)), Some(reader)) if rounds < lookups::MAX_ROUNDS => {
+                rounds += 1;
+                let more = reader.read(&keys).await?;
+                if let pallet_formats::Lookups::Answers(answers) = &mut config.helm.lookups {
+                    lookups::extend(answers, more)?;
+                }
+                continue;
+            }
+            (Ok(Contained::Lookups(keys)), _) => Err(SandboxError::Refused {
+                category: lookups::LOOKUP_FAILED,
+                message: format!(
+                    "the chart still looks up {} objects after {} renders (each lookup depending on the last)",
+                    keys.len(),
+                    lookups::MAX_ROUNDS
+                ),
+            }),
+            (Ok(Contained::Rendered(rendered, traces)), _) => Ok((rendered, traces)),
+            (Err(error), _) => Err(error),
+        };
+        ctx.lookups.set(uid, lookups::keys(&config.helm.lookups));
+        {
             let kept = match result {
                 Ok((rendered, traces)) => render_memo::KeptRender::Objects {
                     digest: rendered.digest(),
@@ -154,7 +194,7 @@ pub(super) async fn fetch_and_render(
                 }
             };
             ctx.renders.put(uid, inputs, kept.clone());
-            kept
+            break kept;
         }
     };
     match kept {
@@ -191,7 +231,7 @@ async fn render_contained(
     tree: &std::path::Path,
     config: &pallet_formats::RenderConfig,
     inputs: &processors::ProcessorInputs,
-) -> Result<(pallet_formats::Rendered, Vec<ProcessorTrace>), SandboxError> {
+) -> Result<Contained, SandboxError> {
     let allow_empty = bd.spec.rollout().allow_empty();
     let mut resume = None;
     loop {
@@ -228,7 +268,10 @@ async fn render_contained(
             }
         };
         match step {
-            render::RenderStep::Done { rendered, traces } => return Ok((rendered, traces)),
+            render::RenderStep::Done { rendered, traces } => {
+                return Ok(Contained::Rendered(rendered, traces))
+            }
+            render::RenderStep::Lookups { keys } => return Ok(Contained::Lookups(keys)),
             render::RenderStep::Function {
                 index,
                 request,
@@ -246,6 +289,12 @@ async fn render_contained(
             }
         }
     }
+}
+
+/// What a contained render came to: objects, or the lookups it needs answered first.
+enum Contained {
+    Rendered(pallet_formats::Rendered, Vec<ProcessorTrace>),
+    Lookups(Vec<pallet_formats::LookupKey>),
 }
 
 /// What phases 1 and 2 produce: the rendered set, its digest, the resolved sources and the

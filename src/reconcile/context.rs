@@ -171,6 +171,8 @@ pub struct Context {
     pub fetches: fetch_pool::FetchPool,
     /// The last render of each BundleDeployment, reused while its inputs are unchanged.
     pub renders: render_memo::RenderMemo,
+    /// The lookups each BundleDeployment's chart made in its last render.
+    pub lookups: super::lookups::LastLookups,
     /// Where renders run: in a sandboxed child process (the agent), else in this process on a
     /// blocking thread (see [`Context::with_render_sandbox`]).
     pub render_sandbox: Option<std::sync::Arc<crate::render_sandbox::RenderSandbox>>,
@@ -403,6 +405,7 @@ impl Context {
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
             renders: render_memo::RenderMemo::default(),
+            lookups: Default::default(),
             render_sandbox: None,
             render_budgets: pallet_formats::RenderBudgets::default(),
             webhook_cert_policy: webhook_certs::CertPolicy::default(),

@@ -102,7 +102,13 @@ async fn reconcile_pass(
         // it after the watch event dropped them: drop them again.
         ctx.release(&name, &uid);
     }
-    METRICS.reconciled(result.is_ok(), started.elapsed());
+    let waiting = matches!(
+        &result,
+        Err(FinalizerError::CleanupFailed(
+            ReconcileError::DeleteHookRunning { .. }
+        ))
+    );
+    METRICS.reconciled(result.is_ok() || waiting, started.elapsed());
     let throttled = matches!(&result, Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) if e.throttled());
     ctx.workers.finished(throttled);
     result.map_err(|e| ControllerError(Box::new(e)))
@@ -160,6 +166,10 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Con
     let permanent =
         matches!(&*error.0, F::ApplyFailed(e) | F::CleanupFailed(e) if !e.is_transient());
     let name = bd.name_any();
+    if let F::CleanupFailed(ReconcileError::DeleteHookRunning { after, .. }) = &*error.0 {
+        // Not a failure: the deletion waits for a helm delete hook to finish.
+        return Action::requeue(*after);
+    }
     if permanent {
         // A bad spec or bad content: nothing changes until the user changes something, which the
         // watch delivers; the long requeue only re-checks floating sources.

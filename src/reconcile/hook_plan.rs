@@ -34,22 +34,42 @@ pub struct HookObject {
     pub hook: Hook,
 }
 
-/// Splits a revision's objects into the release's objects and its install/upgrade hooks.
-/// Only helm charts have hooks (`helm`); other formats' objects are all release objects, even
-/// with a `helm.sh/hook` annotation (`helm template` output committed as plain manifests).
-/// Hooks only for other events (test, delete, rollback) or for events helm does not know are
-/// neither: the agent never applies them.
-pub fn split(objects: &[Object], helm: bool) -> (Vec<Object>, Vec<HookObject>) {
+/// A revision's objects, split by what the agent does with them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Split {
+    /// The release's objects, applied and pruned.
+    pub release: Vec<Object>,
+    /// Its install/upgrade hooks, run at their events.
+    pub hooks: Vec<HookObject>,
+    /// The objects of the chart's `crds/` directories, their marker taken off: applied by
+    /// `config.helm.crds`, never pruned or deleted.
+    pub chart_crds: Vec<Object>,
+}
+
+/// Splits a revision's objects into the release's objects, its install/upgrade hooks and its
+/// chart CRDs. Only helm charts have hooks (`helm`); other formats' objects are all release
+/// objects, even with a `helm.sh/hook` annotation (`helm template` output committed as plain
+/// manifests). Hooks only for other events (test, delete: run on request; rollback) or for
+/// events helm does not know are neither: see [`request_hooks`].
+pub fn split(objects: &[Object], helm: bool) -> Split {
     if !helm {
-        return (objects.to_vec(), Vec::new());
+        return Split {
+            release: objects.to_vec(),
+            ..Split::default()
+        };
     }
-    let mut release = Vec::new();
-    let mut hooks = Vec::new();
+    let mut split = Split::default();
     for object in objects {
+        if pallet_formats::helm::is_chart_crd(object.body()) {
+            let mut object = object.clone();
+            pallet_formats::helm::unmark_chart_crd(object.body_mut());
+            split.chart_crds.push(object);
+            continue;
+        }
         match parse_hook(object.body()) {
-            Ok(None) => release.push(object.clone()),
+            Ok(None) => split.release.push(object.clone()),
             Ok(Some(hook)) if hook.events.iter().any(|e| e.is_install_or_upgrade()) => {
-                hooks.push(HookObject {
+                split.hooks.push(HookObject {
                     object: object.clone(),
                     hook,
                 })
@@ -57,7 +77,38 @@ pub fn split(objects: &[Object], helm: bool) -> (Vec<Object>, Vec<HookObject>) {
             Ok(Some(_)) | Err(_) => {}
         }
     }
-    (release, hooks)
+    split
+}
+
+/// The hooks among a revision's `objects` that run on any of `events` (delete or test hooks).
+pub fn request_hooks(objects: &[Object], events: &[HookEvent]) -> Vec<HookObject> {
+    objects
+        .iter()
+        .filter(|o| !pallet_formats::helm::is_chart_crd(o.body()))
+        .filter_map(|object| match parse_hook(object.body()) {
+            Ok(Some(hook)) if events.iter().any(|e| hook.runs_on(*e)) => Some(HookObject {
+                object: object.clone(),
+                hook,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The runs of `events`' hooks, each event's in helm's order, all Pending.
+pub fn plan_events(hooks: &[HookObject], events: &[HookEvent]) -> Vec<HookRun> {
+    events
+        .iter()
+        .flat_map(|event| {
+            ordered(hooks, *event).into_iter().map(move |h| HookRun {
+                event: event.name().to_string(),
+                object: reference(&h.object),
+                phase: HookPhase::Pending,
+                message: None,
+                deleted: false,
+            })
+        })
+        .collect()
 }
 
 /// Whether a revision installs the release or upgrades it.
@@ -489,12 +540,22 @@ mod tests {
             hook("Job", "cleanup", "pre-delete", "0", None),
             hook("Job", "old", "crd-install", "0", None),
         ];
-        let (release, hooks) = split(&objects, true);
+        let Split { release, hooks, .. } = split(&objects, true);
         assert_eq!(release.len(), 1);
         assert_eq!(release[0].name(), "plain");
         assert_eq!(hooks.len(), 1);
         assert_eq!(hooks[0].object.name(), "migrate");
-        let (release, hooks) = split(&objects, false);
+        // Test and delete hooks are run on request.
+        let tests = request_hooks(&objects, &[HookEvent::Test]);
+        assert_eq!(tests.len(), 1);
+        assert_eq!(tests[0].object.name(), "test");
+        let deletes = request_hooks(&objects, &[HookEvent::PreDelete, HookEvent::PostDelete]);
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(
+            plan_events(&deletes, &[HookEvent::PreDelete, HookEvent::PostDelete])[0].event,
+            "pre-delete"
+        );
+        let Split { release, hooks, .. } = split(&objects, false);
         assert_eq!(release.len(), objects.len());
         assert!(hooks.is_empty());
     }
@@ -512,7 +573,7 @@ mod tests {
             hook("Job", "c", "pre-install", "not-a-number", None),
             hook("Job", "up", "pre-upgrade", "-10", None),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         assert_eq!(
             names(&ordered(&hooks, HookEvent::PreInstall)),
             [
@@ -538,7 +599,7 @@ mod tests {
             hook("Job", "post", "post-install", "0", None),
             hook("Job", "up", "post-upgrade", "0", None),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         let events = |op| {
             plan(&hooks, op)
                 .into_iter()
@@ -578,7 +639,7 @@ mod tests {
             ),
             hook("Job", "p", "post-install", "0", None),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         let mut runs = plan(&hooks, Operation::Install);
         let pre = HookEvent::PreInstall;
         assert_eq!(next(&runs, &hooks, pre), Next::Run(0));
@@ -606,7 +667,7 @@ mod tests {
             hook("Job", "c", "pre-upgrade", "3", Some("hook-failed")),
             hook("Job", "d", "pre-upgrade", "4", Some("hook-succeeded")),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         let mut runs = plan(&hooks, Operation::Upgrade);
         set(&mut runs, 0, HookPhase::Succeeded);
         set(&mut runs, 1, HookPhase::Succeeded);
@@ -644,7 +705,7 @@ mod tests {
             },
         )
         .unwrap();
-        let (_, hooks) = split(&[crd], true);
+        let hooks = split(&[crd], true).hooks;
         assert!(!delete_before_creation(&hooks[0]));
         let mut runs = plan(&hooks, Operation::Install);
         runs[0].phase = HookPhase::Succeeded;
@@ -653,12 +714,13 @@ mod tests {
 
     #[test]
     fn default_policy_deletes_before_creation_only() {
-        let (_, hooks) = split(&[hook("Job", "a", "pre-install", "0", None)], true);
+        let hooks = split(&[hook("Job", "a", "pre-install", "0", None)], true).hooks;
         assert!(delete_before_creation(&hooks[0]));
-        let (_, hooks) = split(
+        let hooks = split(
             &[hook("Job", "a", "pre-install", "0", Some("hook-succeeded"))],
             true,
-        );
+        )
+        .hooks;
         assert!(!delete_before_creation(&hooks[0]));
     }
 
@@ -668,7 +730,7 @@ mod tests {
             hook("Job", "a", "pre-upgrade", "1", None),
             hook("Job", "b", "post-upgrade", "1", None),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         let mut runs = plan(&hooks, Operation::Upgrade);
         runs[0].phase = HookPhase::Succeeded;
         skip_pending(&mut runs, "rolled back");
@@ -684,7 +746,7 @@ mod tests {
             hook("Job", "a", "pre-install,pre-upgrade", "0", None),
             hook("Job", "b", "post-upgrade", "0", None),
         ];
-        let (_, hooks) = split(&objects, true);
+        let hooks = split(&objects, true).hooks;
         let mut status = BundleDeploymentStatus::default();
         let start = |status: &mut BundleDeploymentStatus, number| {
             rollout::start_revision(

@@ -54,7 +54,7 @@ pub enum Gate {
 }
 
 /// Where one hook got to in this pass.
-enum Progress {
+pub(super) enum Progress {
     Running(String),
     Succeeded,
     Failed(String),
@@ -152,7 +152,7 @@ async fn run_stage(
             Next::Run(i) => {
                 let run = runs[i].clone();
                 let progress = match hook_plan::find(hooks, &run) {
-                    Some(hook) => step(ctx, bd, applier, &run, hook, number).await?,
+                    Some(hook) => step(ctx, bd, applier, &run, hook, Some(number)).await?,
                     None => Progress::Failed("not among the revision's objects".into()),
                 };
                 let (phase, message) = match progress {
@@ -196,7 +196,7 @@ async fn run_stage(
 }
 
 /// `pre-upgrade hook Job ns/name`, for messages.
-fn describe(run: &HookRun) -> String {
+pub(super) fn describe(run: &HookRun) -> String {
     let object = &run.object;
     match object.namespace.as_str() {
         "" => format!("{} hook {} {}", run.event, object.kind, object.name),
@@ -221,7 +221,7 @@ fn set_run(work: &mut BundleDeploymentStatus, i: usize, phase: HookPhase, messag
 
 /// The hook's object on the cluster: its key (namespace resolved), apiVersion, API, and the live
 /// object if there is one. `None` when the cluster does not serve its kind.
-async fn locate(
+pub(super) async fn locate(
     ctx: &Context,
     applier: &Applier,
     hook: &HookObject,
@@ -253,14 +253,16 @@ async fn locate(
 }
 
 /// One look at hook `run`: create it when it has not been (deleting its previous object first
-/// under before-hook-creation), then judge how far it got.
-async fn step(
+/// under before-hook-creation), then judge how far it got. `revision` is the revision whose
+/// apply runs it (an object of that revision is its own earlier run); `None` for hooks run on
+/// request or on deletion, which are created anew whenever their run is Pending.
+pub(super) async fn step(
     ctx: &Context,
     bd: &BundleDeployment,
     applier: &Applier,
     run: &HookRun,
     hook: &HookObject,
-    revision: i64,
+    revision: Option<i64>,
 ) -> Result<Progress, ReconcileError> {
     let Some((key, api_version, api, mut live)) = locate(ctx, applier, hook).await? else {
         return Ok(Progress::Failed(format!(
@@ -270,7 +272,7 @@ async fn step(
         )));
     };
     let ours_this_revision = |l: &DynamicObject| {
-        l.annotations().get(REVISION_ANNOTATION) == Some(&revision.to_string())
+        revision.is_some_and(|r| l.annotations().get(REVISION_ANNOTATION) == Some(&r.to_string()))
             && l.metadata.deletion_timestamp.is_none()
     };
     if run.phase == HookPhase::Pending && !live.as_ref().is_some_and(ours_this_revision) {
@@ -302,7 +304,7 @@ async fn step(
     }
     let Some(live) = live else {
         if hook_plan::deleted_when_finished(&hook.object) {
-            return finished_job_outcome(ctx, bd, &key, revision).await;
+            return finished_job_outcome(ctx, bd, &key, revision.unwrap_or_default()).await;
         }
         return Ok(Progress::Failed(format!(
             "{key} was deleted while the hook ran"
@@ -434,7 +436,7 @@ async fn delete_runs(
 }
 
 /// Writes a change-log line (reason `hook`) for each write in the applier's journal.
-fn log_hook_writes(
+pub(super) fn log_hook_writes(
     ctx: &Context,
     bd: &BundleDeployment,
     applier: &Applier,

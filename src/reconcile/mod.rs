@@ -19,7 +19,9 @@ use content::*;
 pub use context::Context;
 use revision_apply::*;
 use status_writer::*;
+pub mod chart_crds;
 pub mod controller;
+pub mod delete_hooks;
 pub mod dependencies;
 pub mod dependency_watch;
 pub mod fetch;
@@ -27,7 +29,9 @@ pub mod fetch_pool;
 pub mod functions;
 pub mod health_checks;
 pub mod hook_plan;
+pub mod hook_requests;
 pub mod hooks;
+pub mod lookups;
 pub mod owned;
 pub mod pod_problems;
 pub mod polling;
@@ -121,6 +125,19 @@ pub enum ReconcileError {
     /// finalizer stays until they can be.
     #[error("{0}")]
     DeletionForbidden(String),
+    /// A helm delete hook of a BundleDeployment being deleted is running: the finalizer stays
+    /// and the pass looks again after `after` (or at the hook's next watch event).
+    #[error("{message}")]
+    DeleteHookRunning {
+        /// Which hook and what it is doing.
+        message: String,
+        /// When to look again at the latest.
+        after: Duration,
+    },
+    /// A helm delete hook failed: the deletion stops, the finalizer stays until a retry
+    /// request or its removal by hand.
+    #[error("{0}")]
+    DeleteHookFailed(String),
     /// A revision snapshot could not be stored or read.
     #[error("revision snapshot: {0}")]
     Revision(#[source] RevisionError),
@@ -185,6 +202,8 @@ impl ReconcileError {
             ReconcileError::Revision(e) => e.category(),
             ReconcileError::Deleting(_) => "Deleting",
             ReconcileError::DeletionForbidden(_) => "DeletionForbidden",
+            ReconcileError::DeleteHookRunning { .. } => status::REASON_RUNNING_HOOKS,
+            ReconcileError::DeleteHookFailed(_) => hooks::REASON_HOOK_FAILED,
             ReconcileError::Kube { .. } => "KubernetesAPIError",
             ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
             ReconcileError::ServiceAccountRequired(_) => "ServiceAccountRequired",
@@ -203,6 +222,7 @@ impl ReconcileError {
             | ReconcileError::InvalidHealthCheck(_)
             | ReconcileError::ServiceAccountRequired(_)
             | ReconcileError::OutOfScope(_)
+            | ReconcileError::DeleteHookFailed(_)
             | ReconcileError::Forbidden(_) => false,
             // A function processor out of reach may answer later; bad content will not.
             ReconcileError::Render(e) => {
@@ -214,6 +234,7 @@ impl ReconcileError {
             | ReconcileError::RenderUnavailable { .. }
             | ReconcileError::Deleting(_)
             | ReconcileError::DeletionForbidden(_)
+            | ReconcileError::DeleteHookRunning { .. }
             | ReconcileError::Fetching(_) => true,
         }
     }
@@ -384,6 +405,15 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
                 keep_unwritten(ctx, bd, &writer);
                 return Ok(Next::RequeueAfter(left + Duration::from_millis(50)));
             }
+            // A test asked for (`pallet test`) runs against the active revision.
+            let requeue = match hook_requests::advance_test(bd, ctx, &mut work).await {
+                Ok(Some(poll)) => requeue.min(poll),
+                Ok(None) => requeue,
+                Err(error) => {
+                    tracing::warn!(bundle_deployment = %name, error = %error, "could not run the test hooks");
+                    requeue.min(10 * hook_requests::POLL)
+                }
+            };
             let before = rollout::active_revision(writer.recorded()).cloned();
             let written = writer.write(&mut work, &outcome).await;
             keep_unwritten(ctx, bd, &writer);

@@ -52,6 +52,8 @@ pub fn render_config(
             // No key here: the agent seeds the random functions from the BundleDeployment's
             // render key (see `super::render_key`); a render elsewhere uses all zeros.
             seed: [0; 32],
+            // Without a cluster, as `helm template`; the agent and `pallet plan` read them.
+            lookups: pallet_formats::Lookups::Offline,
         },
     }
 }
@@ -150,6 +152,12 @@ pub enum RenderStep {
         /// What each processor did.
         traces: Vec<ProcessorTrace>,
     },
+    /// The chart looks up objects the configuration gave no answer for: read them and render
+    /// again with their answers (see [`super::lookups`]).
+    Lookups {
+        /// Every lookup without an answer.
+        keys: Vec<pallet_formats::LookupKey>,
+    },
     /// The function of processor `index` must be called with `request`; the next step goes on
     /// from `progress` with its answer.
     Function {
@@ -182,11 +190,15 @@ pub fn render_step(
     resume: Option<Resume>,
 ) -> Result<RenderStep, RenderError> {
     let mut pipeline = match resume {
-        None => Pipeline::new(
-            pallet_formats::render(format, tree, config)?,
-            processors,
-            Some(tree),
-        ),
+        None => {
+            let rendered = match pallet_formats::render(format, tree, config) {
+                Err(RenderError::LookupsNeeded { keys }) => {
+                    return Ok(RenderStep::Lookups { keys })
+                }
+                other => other?,
+            };
+            Pipeline::new(rendered, processors, Some(tree))
+        }
         Some(Resume { progress, answer }) => {
             let mut pipeline = Pipeline::from_progress(progress, processors, Some(tree))?;
             pipeline.resume(answer)?;

@@ -2,8 +2,9 @@
 //! its health against the deadline, and roll back to the last healthy revision when it fails.
 
 use super::{
-    api_version_of, changes, hook_plan, hooks, is_helm, key_of, now, reference, rollout, status,
-    unwritten_intent, webhook_certs, Context, Progress, ReconcileError, StatusWriter,
+    api_version_of, changes, chart_crds, hook_plan, hooks, is_helm, key_of, now, reference,
+    rollout, status, unwritten_intent, webhook_certs, Context, Progress, ReconcileError,
+    StatusWriter,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -152,8 +153,14 @@ pub(super) async fn apply_revision(
     }
     let mut applier = ctx.applier(bd, client);
     applier.revision = work.active_revision;
-    // Helm hooks run at their events, not as release objects (see `hooks`).
-    let (objects, hook_objects) = &hook_plan::split(objects, is_helm(bd));
+    // Helm hooks run at their events, not as release objects (see `hooks`); a chart's CRDs go
+    // by their own policy (see `chart_crds`).
+    let hook_plan::Split {
+        release,
+        hooks: hook_objects,
+        chart_crds,
+    } = hook_plan::split(objects, is_helm(bd));
+    let (objects, hook_objects) = (&release, &hook_objects);
     hook_plan::prepare(
         work,
         hook_objects,
@@ -230,12 +237,25 @@ pub(super) async fn apply_revision(
         .as_ref()
         .map(|r| r.digest.clone())
         .unwrap_or_default();
+    let crd_keys = match chart_crds::apply(bd, &applier, work.active_revision, &chart_crds).await {
+        Ok(keys) => keys,
+        Err(ReconcileError::Apply(error)) if on_its_way && !error.is_transient() => {
+            return Ok(Step::Failed {
+                reason: error.category().to_string(),
+                message: error.to_string(),
+            })
+        }
+        Err(error) => return Err(error),
+    };
     if let Some(step) = hooks::before(ctx, bd, &applier, work, hook_objects).await? {
         return Ok(step);
     }
-    let hook_keys = applier
+    let mut hook_keys = applier
         .resolve_keys(&hook_plan::objects(hook_objects))
         .await?;
+    // Kept out of the prune like hooks (an inventory written before they had a policy of
+    // their own lists them).
+    hook_keys.extend(crd_keys);
     // Each write is logged as it returns (see `changes::logging`).
     let logged = changes::logging(
         ctx,

@@ -119,6 +119,10 @@ impl RenderSandbox {
             RenderStep::Function { .. } => Err(SandboxError::Failed(
                 "a render without processors asked for a function".into(),
             )),
+            RenderStep::Lookups { keys } => Err(SandboxError::Refused {
+                category: "LookupsNeeded",
+                message: format!("the chart looks up {} objects not read yet", keys.len()),
+            }),
         }
     }
 

@@ -112,6 +112,7 @@ pub(super) fn judge(
                 message,
             }),
             Ok(Reply::ReadFailed { message }) => Err(SandboxError::Failed(message)),
+            Ok(Reply::Lookups(keys)) => Ok(RenderStep::Lookups { keys }),
             Err(e) => Err(SandboxError::Failed(format!(
                 "the {} render sandbox's reply does not decode: {e}",
                 format.name()

@@ -55,6 +55,8 @@ pub(super) enum Reply {
         /// The message.
         message: String,
     },
+    /// The chart looks up objects the request gave no answer for.
+    Lookups(Vec<pallet_formats::LookupKey>),
 }
 
 impl Reply {
@@ -73,6 +75,7 @@ impl Reply {
                 request,
                 progress,
             },
+            Ok(RenderStep::Lookups { keys }) => Reply::Lookups(keys),
             Err(error @ RenderError::Io { .. }) => Reply::ReadFailed {
                 message: error.to_string(),
             },

@@ -592,8 +592,6 @@ pub fn resolve_dependencies(chart: &Chart, user: &Json) -> Result<Chart, HelmErr
     let mut out = aliased;
     prune(&mut out, &cvals, "")?;
     import_values(&mut out)?;
-    let cvals = coalesce_mode(&out, user, true);
-    bake(&mut out, &cvals);
     Ok(out)
 }
 
@@ -629,21 +627,27 @@ fn apply_aliases(chart: &Chart) -> Result<Chart, HelmError> {
     Ok(out)
 }
 
-/// helm's `processDependencyImportValues`, deepest charts first: each enabled dependency's
-/// `import-values` copy tables from the subchart's values into the parent's. The string form
-/// `- name` imports the child's `exports.name` table at the parent's top level; the map form
-/// `- {child: a.b, parent: x.y}` imports the child's `a.b` table at `x.y`. Imports come from
-/// the charts' own values (not the user's) and have lower priority than the parent's values;
-/// an earlier import wins over a later one. A missing or non-table child path is skipped, as
-/// helm does (with a warning there).
+/// helm's `processDependencyImportValues`, deepest charts first. Every chart that lists
+/// dependencies (after disabled ones are removed) gets as its values its own values merged
+/// with its subcharts' (the charts' values only, not the user's; nulls kept), and then each
+/// enabled dependency's `import-values` copy tables from the subchart's values into them. The
+/// string form `- name` imports the child's `exports.name` table at the parent's top level; the
+/// map form `- {child: a.b, parent: x.y}` imports the child's `a.b` table at `x.y`. Imports
+/// have lower priority than the parent's values; an earlier import wins over a later one. A
+/// missing or non-table child path is skipped, as helm does (with a warning there).
+///
+/// So a null the parent's values.yaml sets for a subchart key stays in the parent's values,
+/// and the final coalescing (see [`coalesce`]) treats it as helm does.
 fn import_values(chart: &mut Chart) -> Result<(), HelmError> {
     for sub in &mut chart.subcharts {
         import_values(sub)?;
     }
     let name = chart.name();
     let deps = chart.dependencies();
+    if deps.is_empty() {
+        return Ok(());
+    }
     let mut imports = Map::new();
-    let mut any = false;
     for sub in &chart.subcharts {
         let sname = sub.name();
         let Some(dep) = deps.iter().find(|d| {
@@ -663,7 +667,6 @@ fn import_values(chart: &mut Chart) -> Result<(), HelmError> {
                 format!("import-values of dependency {sname} must be a list"),
             )
         })?;
-        any = true;
         // The child's values as helm's MergeValues(parent) scopes them: its own values.yaml,
         // under whatever the parent sets for it.
         let parent_vals = coalesce_mode(chart, &Json::Object(Map::new()), true);
@@ -704,14 +707,12 @@ fn import_values(chart: &mut Chart) -> Result<(), HelmError> {
             coalesce_tables(&mut imports, &value, true);
         }
     }
-    if any {
-        let mut values = match coalesce_mode(chart, &Json::Object(Map::new()), true) {
-            Json::Object(m) => m,
-            _ => Map::new(),
-        };
-        coalesce_tables(&mut values, &imports, true);
-        chart.values = Json::Object(values);
-    }
+    let mut values = match coalesce_mode(chart, &Json::Object(Map::new()), true) {
+        Json::Object(m) => m,
+        _ => Map::new(),
+    };
+    coalesce_tables(&mut values, &imports, true);
+    chart.values = Json::Object(values);
     Ok(())
 }
 
@@ -816,22 +817,11 @@ fn coalesce_mode(chart: &Chart, user: &Json, merge: bool) -> Json {
     Json::Object(v)
 }
 
-/// Replaces every chart's values with its scope of `cvals`, as helm's dependency processing does
-/// (so a null set by a parent for a subchart key survives the final coalescing).
-fn bake(chart: &mut Chart, cvals: &Json) {
-    if cvals.is_object() {
-        chart.values = cvals.clone();
-    }
-    for sub in &mut chart.subcharts {
-        let name = sub.name();
-        let sv = cvals
-            .get(&name)
-            .cloned()
-            .unwrap_or(Json::Object(Map::new()));
-        bake(sub, &sv);
-    }
-}
-
+/// helm's `coalesceValues` then `coalesceDeps`: the chart's values fill in `v`, a null in `v`
+/// deletes the key (unless `merge`); then each subchart's table, with the parent's globals,
+/// is coalesced with the subchart's values. A key naming a subchart is merged keeping nulls,
+/// so a null for a subchart key reaches the subchart: there it deletes the subchart's default,
+/// and a key the subchart has no default for stays null.
 fn coalesce_into(chart: &Chart, v: &mut Map<String, Json>, merge: bool) {
     if let Some(cv) = chart.values.as_object() {
         for (k, val) in cv {
@@ -843,7 +833,8 @@ fn coalesce_into(chart: &Chart, v: &mut Map<String, Json>, merge: bool) {
                 }
                 Some(Json::Object(dst)) => {
                     if let Json::Object(src) = val {
-                        coalesce_tables(dst, src, merge);
+                        let subchart = chart.subcharts.iter().any(|c| c.name() == *k);
+                        coalesce_tables(dst, src, merge || subchart);
                     }
                 }
                 Some(_) => {}
@@ -867,6 +858,11 @@ fn coalesce_into(chart: &Chart, v: &mut Map<String, Json>, merge: bool) {
 
 /// `dst` wins; `src` fills in; a null in `dst` deletes the key.
 fn coalesce_tables(dst: &mut Map<String, Json>, src: &Map<String, Json>, merge: bool) {
+    // helm deletes a null at a level where both sides are tables also when the defaults have
+    // no such key (a user's `tcpSocket: null` beside a default `httpGet`).
+    if !merge {
+        dst.retain(|k, val| !val.is_null() || src.contains_key(k));
+    }
     for (k, val) in src {
         match dst.get_mut(k) {
             Some(Json::Null) => {

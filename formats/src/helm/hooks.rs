@@ -69,7 +69,13 @@ impl HookEvent {
         }
     }
 
-    /// True for the events the agent runs: install and upgrade, before and after.
+    /// True for the events the agent runs: install, upgrade and delete, before and after,
+    /// and test (on request).
+    pub fn runs_in_the_agent(self) -> bool {
+        !matches!(self, HookEvent::PreRollback | HookEvent::PostRollback)
+    }
+
+    /// True for the events of a revision's apply: install and upgrade, before and after.
     pub fn is_install_or_upgrade(self) -> bool {
         matches!(
             self,

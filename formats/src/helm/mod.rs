@@ -84,6 +84,9 @@ pub enum HelmError {
         /// What went wrong.
         msg: String,
     },
+    /// `lookup` asked for objects the render has no answer for yet (see [`crate::Lookups`]).
+    #[error("the chart looks up {} objects not read yet", .0.len())]
+    LookupsNeeded(Vec<crate::LookupKey>),
     /// Reading the chart failed.
     #[error("reading {path}: {source}")]
     Io {
@@ -143,6 +146,8 @@ pub struct RenderOptions {
     /// `randAscii`, `randInt`, `uuidv4`, keys, serials and salts): the same seed and chart give
     /// the same output.
     pub seed: crate::RandomSeed,
+    /// How `lookup` is answered (see [`crate::Lookups`]).
+    pub lookups: crate::Lookups,
 }
 
 impl Default for RenderOptions {
@@ -158,6 +163,7 @@ impl Default for RenderOptions {
             revision: 1,
             now: None,
             seed: [0; 32],
+            lookups: crate::Lookups::Offline,
         }
     }
 }
@@ -527,9 +533,33 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     ];
     let mut tops = BTreeMap::new();
     chart_tops(&chart, &name, &values, true, &shared, &mut tops);
-    let mut out = crds;
     // One random source for the whole render, drawn from in helm's render order.
     let rng = funcs::Rng::value(opts.seed);
+    let lookups = funcs::LookupTable::value(&opts.lookups);
+    let rendered = render_units(&env, &units, &tops, opts.now, &rng, &lookups);
+    // A lookup without an answer may be why a template failed: its answer comes first.
+    if let Some(table) = lookups.downcast_object_ref::<funcs::LookupTable>() {
+        let missing = table.missing();
+        if !missing.is_empty() {
+            return Err(HelmError::LookupsNeeded(missing));
+        }
+    }
+    let mut out = crds;
+    out.extend(rendered?);
+    Ok(out)
+}
+
+/// Renders every unit that produces output, in helm's order, with the shared top-level objects,
+/// the clock, the random source and the lookup answers.
+fn render_units(
+    env: &Environment<'static>,
+    units: &[Unit<'_>],
+    tops: &BTreeMap<String, Value>,
+    now: Option<i64>,
+    rng: &Value,
+    lookups: &Value,
+) -> Result<Vec<RenderedFile>, HelmError> {
+    let mut out = Vec::new();
     for u in units.iter().filter(|u| u.render) {
         let template: BTreeMap<String, Value> = [
             ("Name".to_string(), Value::from(u.name.as_str())),
@@ -555,12 +585,13 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
         tmpl.render_captured_to(
             minijinja::context! {
                 __d0 => top,
-                __now => opts.now,
+                __now => now,
                 __rng => rng.clone(),
+                __lookups => lookups.clone(),
             },
             &mut written,
         )
-        .map_err(|e| render_error(&u.name, &e, &define_files(&units)))?;
+        .map_err(|e| render_error(&u.name, &e, &define_files(units)))?;
         let content = String::from_utf8(written.into_inner())
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?
             .replace(funcs::NO_VALUE, "");
@@ -960,6 +991,7 @@ pub fn render_bundle(
         values,
         now: Some(config.helm.now),
         seed: config.helm.seed,
+        lookups: config.helm.lookups.clone(),
         ..RenderOptions::default()
     };
     if let Some(capabilities) = &config.helm.capabilities {
@@ -970,15 +1002,92 @@ pub fn render_bundle(
         .and_then(|chart| render_chart(&chart, &opts))
         .map_err(to_render_error)?;
     let mut objects = Vec::new();
-    for parsed in first_error_in_path_order(&files, parse_files_in_parallel(&files))? {
-        objects.extend(parsed.into_iter().filter(|o| {
-            matches!(
-                hook_disposition(o.body()),
-                HookDisposition::NotHook | HookDisposition::Apply
-            )
-        }));
+    let parsed = first_error_in_path_order(&files, parse_files_in_parallel(&files))?;
+    for (file, parsed) in files.iter().zip(parsed) {
+        let from_crds_dir = is_crds_dir_file(&file.source);
+        objects.extend(
+            parsed
+                .into_iter()
+                .filter(|o| {
+                    matches!(
+                        hook_disposition(o.body()),
+                        HookDisposition::NotHook | HookDisposition::Apply
+                    )
+                })
+                .map(|mut o| {
+                    if from_crds_dir {
+                        mark_chart_crd(&mut o);
+                    }
+                    o
+                }),
+        );
     }
     crate::plain::finish(objects, &config.install_namespace)
+}
+
+/// The annotation [`render_bundle`] puts on the objects of a chart's `crds/` directories (its
+/// subcharts' included): the agent applies them by `config.helm.crds`, never prunes or deletes
+/// them, and takes the annotation off before it applies them. In the object itself so that a
+/// stored revision, which keeps the bodies only, still says which they are.
+pub const CHART_CRD_ANNOTATION: &str = "pallet.dev/chart-crd";
+
+/// True for a rendered file of a `crds/` directory: `<chart>(/charts/<sub>)*/crds/...`.
+fn is_crds_dir_file(source: &str) -> bool {
+    let mut parts = source.split('/');
+    parts.next();
+    loop {
+        match parts.next() {
+            Some("crds") => return true,
+            Some("charts") => {
+                parts.next();
+            }
+            _ => return false,
+        }
+    }
+}
+
+fn mark_chart_crd(object: &mut crate::Object) {
+    let metadata = object
+        .body_mut()
+        .entry("metadata")
+        .or_insert_with(|| serde_json::json!({}));
+    if let Some(metadata) = metadata.as_object_mut() {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| serde_json::json!({}));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(CHART_CRD_ANNOTATION.into(), "true".into());
+        }
+    }
+}
+
+/// True when `body` came from a chart's `crds/` directory (see [`CHART_CRD_ANNOTATION`]).
+pub fn is_chart_crd(body: &serde_json::Map<String, serde_json::Value>) -> bool {
+    body.get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(CHART_CRD_ANNOTATION))
+        .and_then(serde_json::Value::as_str)
+        == Some("true")
+}
+
+/// Takes the [`CHART_CRD_ANNOTATION`] off `body` (an annotations map it empties goes too).
+pub fn unmark_chart_crd(body: &mut serde_json::Map<String, serde_json::Value>) {
+    let Some(metadata) = body.get_mut("metadata").and_then(|m| m.as_object_mut()) else {
+        return;
+    };
+    let emptied = match metadata
+        .get_mut("annotations")
+        .and_then(|a| a.as_object_mut())
+    {
+        // Only a map the marker was the last of goes: an empty one the chart wrote stays.
+        Some(annotations) => {
+            annotations.remove(CHART_CRD_ANNOTATION).is_some() && annotations.is_empty()
+        }
+        None => false,
+    };
+    if emptied {
+        metadata.remove("annotations");
+    }
 }
 
 /// The results of reading each rendered file, or the error of the first invalid file in path
@@ -1059,12 +1168,12 @@ fn parse_files_in_parallel(
 pub enum HookDisposition {
     /// Not a hook: part of the release's objects.
     NotHook,
-    /// An install or upgrade hook (`pre-install`, `post-install`, `pre-upgrade`,
-    /// `post-upgrade`, alone or with other events): kept in the agent's object set; the agent
-    /// runs it at its event (see [`hooks::parse_hook`] for its weight and delete policies).
+    /// A hook the agent runs (install, upgrade, delete or test, alone or with other events):
+    /// kept in the agent's object set; the agent runs it at its event (see
+    /// [`hooks::parse_hook`] for its weight and delete policies).
     Apply,
-    /// Not applied: test hooks (`test`, `test-success`; helm runs them only on `helm test`)
-    /// and hooks that only run on delete or rollback.
+    /// Not applied: hooks that only run on rollback (helm's rollback hooks; the agent's
+    /// rollbacks re-apply a stored revision and run none).
     Skip,
     /// A hook naming an event helm 3 does not know (`crd-install`, `test-failure`, typos):
     /// helm skips the object entirely, even in `helm template`, and so does pallet.
@@ -1078,7 +1187,7 @@ pub fn hook_disposition(body: &serde_json::Map<String, serde_json::Value>) -> Ho
     match hooks::parse_hook(body) {
         Ok(None) => HookDisposition::NotHook,
         Err(_) => HookDisposition::Unknown,
-        Ok(Some(hook)) if hook.events.iter().any(|e| e.is_install_or_upgrade()) => {
+        Ok(Some(hook)) if hook.events.iter().any(|e| e.runs_in_the_agent()) => {
             HookDisposition::Apply
         }
         Ok(Some(_)) => HookDisposition::Skip,
@@ -1102,6 +1211,7 @@ fn to_render_error(e: HelmError) -> crate::RenderError {
             message: format!("chart {chart}: {msg}"),
         },
         HelmError::Io { path, source } => crate::RenderError::Io { path, source },
+        HelmError::LookupsNeeded(keys) => crate::RenderError::LookupsNeeded { keys },
     }
 }
 
@@ -1123,5 +1233,19 @@ mod tests {
             split_manifests("x: a---b\n  ---\n----\ny: 1"),
             vec!["x: a---b\n  ---", "-\ny: 1"]
         );
+    }
+
+    #[test]
+    fn unmarking_keeps_an_empty_annotations_map_the_chart_wrote() {
+        let mut written = serde_json::json!({"metadata": {"name": "a", "annotations": {}}});
+        let map = written.as_object_mut().unwrap();
+        super::unmark_chart_crd(map);
+        assert_eq!(map["metadata"]["annotations"], serde_json::json!({}));
+        let mut marked = serde_json::json!({"metadata": {"name": "b",
+            "annotations": {super::CHART_CRD_ANNOTATION: "true"}}});
+        let map = marked.as_object_mut().unwrap();
+        assert!(super::is_chart_crd(map));
+        super::unmark_chart_crd(map);
+        assert_eq!(marked, serde_json::json!({"metadata": {"name": "b"}}));
     }
 }

@@ -185,23 +185,41 @@ pub(super) fn from_json_keep_ints(v: &serde_json::Value) -> Value {
     }
 }
 
+/// Sprig's `merge` (`overwrite` false) and `mergeOverwrite` (true), as mergo merges two
+/// `map[string]interface{}`:
+/// - a nil source value is skipped by `merge` at every level where both sides are maps, and
+///   set by `mergeOverwrite`;
+/// - where both sides hold maps, the source is merged into the destination's map (shared, as in
+///   Go); a destination map still empty afterwards is replaced by the source's map;
+/// - anything else is set when the destination has no value for the key, an empty one, or
+///   `overwrite` is on (a source map is set by reference, nil values and all).
 pub(super) fn merge_into(
     dst: &mut BTreeMap<String, Value>,
     src: &BTreeMap<String, Value>,
     overwrite: bool,
 ) {
     for (k, v) in src {
-        match dst.get(k) {
-            Some(d) if is_map(d) && is_map(v) => {
+        if v.is_none() || v.is_undefined() {
+            if overwrite {
+                dst.insert(k.clone(), Value::from(()));
+            }
+            continue;
+        }
+        let current = dst.get(k).cloned();
+        if let Some(d) = &current {
+            if is_map(d) && is_map(v) {
                 if let (Some(dm), Some(sm)) = (d.downcast_object_ref::<GoMap>(), map_entries(v)) {
                     let mut g = dm.lock();
                     merge_into(&mut g, &sm, overwrite);
                 }
             }
-            Some(d) if !overwrite && !empty(d) => {}
-            _ => {
-                dst.insert(k.clone(), v.clone());
+            // Read after the merge above: a map it filled is no longer empty.
+            if !empty(d) && is_map(d) && is_map(v) {
+                continue;
             }
+        }
+        if overwrite || current.as_ref().is_none_or(empty) {
+            dst.insert(k.clone(), v.clone());
         }
     }
 }

@@ -36,6 +36,7 @@ mod paths;
 mod random;
 mod regexp;
 mod registry;
+mod rsa_prime;
 mod strings;
 mod templates;
 mod toml;
@@ -53,7 +54,7 @@ use templates::*;
 pub use dates::{go_time_format, GoTime};
 pub use random::Rng;
 pub use registry::{check_args, known, nil_is_empty_map, register};
-pub use templates::render_define;
+pub use templates::{render_define, LookupTable};
 pub use yaml::to_yaml;
 
 fn err(msg: impl Into<String>) -> Error {

@@ -25,7 +25,11 @@ const FAMILIES: &[&[(&str, F)]] = &[
 ];
 
 /// The family tables of functions that need the render state.
-const STATE_FAMILIES: &[&[(&str, SF)]] = &[crypto::STATE_FUNCS, strings::STATE_FUNCS];
+const STATE_FAMILIES: &[&[(&str, SF)]] = &[
+    crypto::STATE_FUNCS,
+    strings::STATE_FUNCS,
+    templates::STATE_FUNCS,
+];
 
 fn all_state_funcs() -> impl Iterator<Item = &'static (&'static str, SF)> {
     STATE_FAMILIES.iter().flat_map(|t| t.iter())

@@ -39,8 +39,80 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     ("fail", |a| Err(err(s(&arg(&a, 0))))),
     ("all", |a| Ok(Value::from(a.iter().all(|v| !empty(v))))),
     ("any", |a| Ok(Value::from(a.iter().any(|v| !empty(v))))),
-    ("lookup", |_a| Ok(GoMap::value(BTreeMap::new()))),
 ];
+
+pub(super) const STATE_FUNCS: &[(&str, SF)] = &[("lookup", |state, a| {
+    want(&a, 4, "lookup")?;
+    let key = crate::LookupKey {
+        api_version: s(&a[0]),
+        kind: s(&a[1]),
+        namespace: s(&a[2]),
+        name: s(&a[3]),
+    };
+    let table = state
+        .lookup("__lookups")
+        .and_then(|v| v.downcast_object::<LookupTable>())
+        .ok_or_else(|| err("internal: no lookup answers in this render"))?;
+    Ok(table
+        .answer(&key)
+        .map(|answer| from_json(&answer))
+        .unwrap_or_else(|| GoMap::value(BTreeMap::new())))
+})];
+
+/// What a render answers `lookup` with, and the lookups it made that had no answer.
+#[derive(Debug)]
+pub struct LookupTable {
+    /// `None` without a cluster: every lookup is empty and none is missing.
+    answers: Option<BTreeMap<crate::LookupKey, serde_json::Value>>,
+    missing: Mutex<Vec<crate::LookupKey>>,
+}
+
+impl LookupTable {
+    /// The table for a render's [`crate::Lookups`].
+    pub fn value(lookups: &crate::Lookups) -> Value {
+        let answers = match lookups {
+            crate::Lookups::Offline => None,
+            crate::Lookups::Answers(answers) => Some(
+                answers
+                    .iter()
+                    .map(|a| (a.key.clone(), a.answer.clone()))
+                    .collect(),
+            ),
+        };
+        Value::from_object(LookupTable {
+            answers,
+            missing: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The answer to `key`; `None` (an empty map for the chart) when there is none, which is
+    /// remembered when the render was given answers.
+    fn answer(&self, key: &crate::LookupKey) -> Option<serde_json::Value> {
+        let answers = self.answers.as_ref()?;
+        let found = answers.get(key).cloned();
+        if found.is_none() {
+            let mut missing = self.missing.lock().unwrap_or_else(|p| p.into_inner());
+            if !missing.contains(key) {
+                missing.push(key.clone());
+            }
+        }
+        found
+    }
+
+    /// The lookups made without an answer, in the order first asked.
+    pub fn missing(&self) -> Vec<crate::LookupKey> {
+        self.missing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Object for LookupTable {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+}
 
 /// Renders the template `name` with `data` as its dot: a `define`, or else a template file
 /// by its path (in helm every file is itself a template named `<chart>/templates/<file>`).
@@ -68,6 +140,7 @@ fn render_template(state: &State, name: &str, data: Value, action: bool) -> Resu
             __d0 => data,
             __now => state.lookup("__now"),
             __rng => state.lookup("__rng"),
+            __lookups => state.lookup("__lookups"),
             __depth => depth,
         },
         &mut text,
@@ -151,6 +224,7 @@ pub(super) fn f_tpl(state: &State, text: String, data: Value) -> Result<Value, E
         __d0 => data,
         __now => state.lookup("__now"),
         __rng => state.lookup("__rng"),
+        __lookups => state.lookup("__lookups"),
         __depth => depth,
     };
     // helm removes Go's "<no value>" from tpl's result (not from include's).

@@ -223,9 +223,7 @@ pub(super) enum Key {
 impl Key {
     /// An RSA key of `bits` bits (exponent 65537, as Go's `rsa.GenerateKey`).
     pub fn rsa(rng: &mut ChaCha20Rng, bits: usize) -> Result<Key, String> {
-        rsa::RsaPrivateKey::new(rng, bits)
-            .map(|k| Key::Rsa(Box::new(k)))
-            .map_err(|e| e.to_string())
+        super::rsa_prime::generate(rng, bits).map(|k| Key::Rsa(Box::new(k)))
     }
 
     /// A P-256 ECDSA key.

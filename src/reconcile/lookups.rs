@@ -1,0 +1,323 @@
+//! Helm's `lookup` against the live cluster, read as the BundleDeployment's ServiceAccount (as
+//! `helm install` and Flux's helm-controller read it with their own credentials).
+//!
+//! The render itself runs sandboxed and never talks to the cluster: a render given the answers
+//! it has so far ([`Lookups::Answers`]) fails with [`RenderError::LookupsNeeded`] naming every
+//! lookup it made without one; the agent reads those here and renders again with them, until a
+//! render asks for nothing new (a lookup may depend on another's answer). The answers are part
+//! of the render's inputs, so an unchanged cluster gives the same render (and digest), and the
+//! render memo is keyed by them too. Which lookups a chart made last is remembered per
+//! BundleDeployment, so that the next pass reads them before it renders.
+//!
+//! Secrets and ConfigMaps follow the reference rule of `valuesFrom` (see
+//! [`super::fetch::may_use`]): in the agent's namespace only objects labelled for this
+//! BundleDeployment (never the agent's own render keys or revision snapshots); elsewhere those of
+//! an allow-listed namespace or that its ServiceAccount may get. A lookup the rule refuses, or the
+//! ServiceAccount may not make, fails the render as it fails `helm install`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, Scope};
+use kube::{Client, ResourceExt};
+use pallet_formats::{LookupAnswer, LookupKey, Lookups, RenderError};
+use serde_json::{json, Value};
+
+use super::fetch::{may_use, Found, SecretPolicy};
+use super::ReconcileError;
+use crate::api::BundleDeployment;
+
+/// At most this many renders of one pass for lookups (a chain of lookups each depending on the
+/// last is that deep at most).
+pub const MAX_ROUNDS: usize = 8;
+/// At most this many lookups in one render.
+pub const MAX_LOOKUPS: usize = 256;
+
+/// The category of a lookup the cluster refused or the reference rule does not allow (lasting).
+pub const LOOKUP_FAILED: &str = "LookupFailed";
+
+/// The lookups each BundleDeployment's last render made, by uid.
+#[derive(Default)]
+pub struct LastLookups(Mutex<HashMap<String, Vec<LookupKey>>>);
+
+impl LastLookups {
+    /// The lookups `uid`'s last render made (none known: none).
+    pub fn get(&self, uid: &str) -> Vec<LookupKey> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Records the lookups of `uid`'s last render.
+    pub fn set(&self, uid: &str, keys: Vec<LookupKey>) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if keys.is_empty() {
+            map.remove(uid);
+        } else {
+            map.insert(uid.to_string(), keys);
+        }
+    }
+
+    /// Forgets a deleted BundleDeployment.
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    }
+}
+
+/// Who reads: the ServiceAccount's client (the agent's own when the BundleDeployment acts as
+/// the agent), the agent's client (for the reference rule's reads and reviews) and the rule.
+pub struct Reader<'a> {
+    /// Reads as the BundleDeployment's ServiceAccount.
+    pub acting: &'a Client,
+    /// The agent's own client.
+    pub agent: &'a Client,
+    /// The Secret and ConfigMap reference rule.
+    pub policy: &'a SecretPolicy,
+    /// The BundleDeployment.
+    pub bd: &'a BundleDeployment,
+}
+
+impl Reader<'_> {
+    /// The answers to `keys`, in order.
+    pub async fn read(&self, keys: &[LookupKey]) -> Result<Vec<LookupAnswer>, ReconcileError> {
+        let mut answers = Vec::with_capacity(keys.len());
+        for key in keys {
+            answers.push(LookupAnswer {
+                key: key.clone(),
+                answer: self.read_one(key).await?,
+            });
+        }
+        Ok(answers)
+    }
+
+    async fn read_one(&self, key: &LookupKey) -> Result<Value, ReconcileError> {
+        let (group, version) = match key.api_version.split_once('/') {
+            Some((group, version)) => (group, version),
+            None => ("", key.api_version.as_str()),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, &key.kind);
+        let (resource, capabilities) = pinned_kind(self.acting, &gvk)
+            .await
+            .map_err(|e| failed(key, format!("the cluster does not serve it: {e}")))?;
+        let namespaced = capabilities.scope == Scope::Namespaced;
+        let guarded = group.is_empty() && matches!(key.kind.as_str(), "Secret" | "ConfigMap");
+        let plural = resource.plural.clone();
+        let api: Api<DynamicObject> = match (namespaced, key.namespace.as_str()) {
+            (true, "") => Api::all_with(self.acting.clone(), &resource),
+            (true, namespace) => Api::namespaced_with(self.acting.clone(), namespace, &resource),
+            (false, _) => Api::all_with(self.acting.clone(), &resource),
+        };
+        if key.name.is_empty() {
+            let items = if guarded {
+                self.guarded_list(key, &plural, &resource).await?
+            } else {
+                api.list(&ListParams::default())
+                    .await
+                    .map_err(|e| kube_failure(key, e))?
+                    .items
+            };
+            let items: Vec<Value> = items
+                .into_iter()
+                .map(|item| with_type(item, &key.api_version, &key.kind))
+                .collect();
+            return Ok(json!({
+                "apiVersion": key.api_version,
+                "kind": format!("{}List", key.kind),
+                "metadata": {},
+                "items": items,
+            }));
+        }
+        let found = if guarded {
+            self.guarded_get(key, &plural, &resource).await?
+        } else {
+            api.get_opt(&key.name)
+                .await
+                .map_err(|e| kube_failure(key, e))?
+        };
+        Ok(found.map_or_else(
+            || json!({}),
+            |object| with_type(object, &key.api_version, &key.kind),
+        ))
+    }
+
+    /// A Secret or ConfigMap by name, under the reference rule.
+    async fn guarded_get(
+        &self,
+        key: &LookupKey,
+        plural: &str,
+        resource: &kube::discovery::ApiResource,
+    ) -> Result<Option<DynamicObject>, ReconcileError> {
+        let name = self.bd.name_any();
+        let requester = self.policy.requester(&name, &self.bd.spec);
+        let agents: Api<DynamicObject> =
+            Api::namespaced_with(self.agent.clone(), &key.namespace, resource);
+        let in_agent_namespace = key.namespace == self.policy.agent_namespace;
+        let found = if in_agent_namespace {
+            agents
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| kube_failure(key, e))?
+        } else {
+            None
+        };
+        let secret_type = found
+            .as_ref()
+            .and_then(|o| o.data.get("type"))
+            .and_then(Value::as_str);
+        let seen = found
+            .as_ref()
+            .map(|object| Found::new(&object.metadata, secret_type));
+        let rule = may_use(
+            self.agent,
+            self.policy,
+            requester,
+            plural,
+            &key.namespace,
+            &key.name,
+            seen,
+        );
+        if let Err(why) = rule.await? {
+            return Err(failed(key, why));
+        }
+        if in_agent_namespace {
+            return Ok(found);
+        }
+        agents
+            .get_opt(&key.name)
+            .await
+            .map_err(|e| kube_failure(key, e))
+    }
+
+    /// A list of Secrets or ConfigMaps: read as the ServiceAccount (or, without one, only in an
+    /// allow-listed namespace); those of the agent's namespace only when labelled for this
+    /// BundleDeployment.
+    async fn guarded_list(
+        &self,
+        key: &LookupKey,
+        plural: &str,
+        resource: &kube::discovery::ApiResource,
+    ) -> Result<Vec<DynamicObject>, ReconcileError> {
+        let name = self.bd.name_any();
+        let has_account = self.policy.service_account(&self.bd.spec).is_some();
+        let allow_listed = self.policy.allowed_namespaces.contains(&key.namespace);
+        let in_agent_namespace = key.namespace == self.policy.agent_namespace;
+        let client = match (has_account, allow_listed || in_agent_namespace) {
+            (true, _) => self.acting,
+            (false, true) => self.agent,
+            (false, false) => {
+                return Err(failed(
+                    key,
+                    format!(
+                        "listing {plural} outside the agent's namespace and its allow-list needs a spec.serviceAccount that may list them"
+                    ),
+                ))
+            }
+        };
+        let api: Api<DynamicObject> = if key.namespace.is_empty() {
+            Api::all_with(client.clone(), resource)
+        } else {
+            Api::namespaced_with(client.clone(), &key.namespace, resource)
+        };
+        let label = super::fetch::access_label(&name);
+        let items = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| kube_failure(key, e))?
+            .items;
+        Ok(items
+            .into_iter()
+            .filter(|item| {
+                item.namespace().as_deref() != Some(self.policy.agent_namespace.as_str())
+                    || item.labels().get(&label).map(String::as_str) == Some("true")
+            })
+            .filter(|item| !is_agents_own(item))
+            .collect())
+    }
+}
+
+/// One of the agent's own Secrets (a render key or revision snapshot), never handed to a chart.
+fn is_agents_own(object: &DynamicObject) -> bool {
+    let secret_type = object.data.get("type").and_then(Value::as_str);
+    secret_type == Some(crate::revision::SECRET_TYPE)
+        || object
+            .labels()
+            .contains_key(crate::revision::LABEL_REVISION_OF)
+        || super::render_key::is_render_key(&object.metadata, secret_type)
+}
+
+/// The object as helm's lookup returns it (its apiVersion and kind set).
+fn with_type(object: DynamicObject, api_version: &str, kind: &str) -> Value {
+    let mut value = serde_json::to_value(&object).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), json!(api_version));
+        map.insert("kind".into(), json!(kind));
+    }
+    value
+}
+
+fn describe(key: &LookupKey) -> String {
+    let at = match (key.namespace.as_str(), key.name.as_str()) {
+        ("", "") => "in all namespaces".to_string(),
+        (namespace, "") => format!("in namespace {namespace}"),
+        ("", name) => name.to_string(),
+        (namespace, name) => format!("{namespace}/{name}"),
+    };
+    format!("lookup {} {} {at}", key.api_version, key.kind)
+}
+
+fn failed(key: &LookupKey, why: String) -> ReconcileError {
+    ReconcileError::RenderRefused {
+        category: LOOKUP_FAILED,
+        message: format!("{}: {why}", describe(key)),
+    }
+}
+
+fn kube_failure(key: &LookupKey, error: kube::Error) -> ReconcileError {
+    match &error {
+        kube::Error::Api(status) if status.code == 403 => ReconcileError::Forbidden(format!(
+            "{}: the ServiceAccount may not read it: {}",
+            describe(key),
+            status.message
+        )),
+        _ => ReconcileError::Kube {
+            context: describe(key),
+            source: error,
+        },
+    }
+}
+
+/// The keys a refused render asked for, when that is why it was refused.
+pub fn needed(error: &RenderError) -> Option<&[LookupKey]> {
+    match error {
+        RenderError::LookupsNeeded { keys } => Some(keys),
+        _ => None,
+    }
+}
+
+/// `answers` extended with `more`, refused past [`MAX_LOOKUPS`].
+pub fn extend(
+    answers: &mut Vec<LookupAnswer>,
+    more: Vec<LookupAnswer>,
+) -> Result<(), ReconcileError> {
+    answers.extend(more);
+    if answers.len() > MAX_LOOKUPS {
+        return Err(ReconcileError::RenderRefused {
+            category: LOOKUP_FAILED,
+            message: format!("the chart makes more than {MAX_LOOKUPS} lookups"),
+        });
+    }
+    Ok(())
+}
+
+/// The keys of `lookups`, for [`LastLookups`].
+pub fn keys(lookups: &Lookups) -> Vec<LookupKey> {
+    match lookups {
+        Lookups::Offline => Vec::new(),
+        Lookups::Answers(answers) => answers.iter().map(|a| a.key.clone()).collect(),
+    }
+}
