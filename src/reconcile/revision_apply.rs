@@ -144,8 +144,17 @@ pub(super) async fn apply_revision(
     let client = ctx.writer(bd)?;
     if let Some(namespace) = &bd.spec.install_namespace {
         if !ctx.namespace_seen(namespace) {
-            ensure_namespace(&ctx.client, &client, namespace).await?;
-            ctx.saw_namespace(namespace);
+            match ensure_namespace(&ctx.client, &client, namespace).await {
+                Ok(()) => ctx.saw_namespace(namespace),
+                // The revision cannot be applied: it fails as when an object of it is refused.
+                Err(error) if !error.is_transient() && on_its_way(work) => {
+                    return Ok(Step::Failed {
+                        reason: error.category().to_string(),
+                        message: error.to_string(),
+                    })
+                }
+                Err(error) => return Err(error),
+            }
         }
     }
     let mut applier = ctx.applier(bd, client);
@@ -154,12 +163,7 @@ pub(super) async fn apply_revision(
     let (objects, hook_objects) = &hook_plan::split(objects, is_helm(bd));
     hook_plan::prepare(work, hook_objects, transition);
     let active = rollout::active_revision(work).cloned();
-    let on_its_way = active.as_ref().is_some_and(|r| {
-        matches!(
-            r.phase,
-            RevisionPhase::Applying | RevisionPhase::Progressing
-        )
-    });
+    let on_its_way = on_its_way(work);
     // A revision whose pre hooks started recorded its inventory when they did.
     let hooks_started = active
         .as_ref()
@@ -370,6 +374,17 @@ pub(super) async fn apply_revision(
         },
         requeue,
     ))
+}
+
+/// Whether the active revision is still on its way (Applying or Progressing): a permanent
+/// error applying it fails it, where a held or healthy revision only reports the error.
+fn on_its_way(work: &BundleDeploymentStatus) -> bool {
+    rollout::active_revision(work).is_some_and(|r| {
+        matches!(
+            r.phase,
+            RevisionPhase::Applying | RevisionPhase::Progressing
+        )
+    })
 }
 
 /// How often a progressing revision is re-assessed when nothing watches its objects.
