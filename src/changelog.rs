@@ -16,9 +16,9 @@
 //! | `object` | `{apiVersion, kind, namespace?, name}` |
 //! | `resourceVersionBefore` / `resourceVersionAfter` | around the write, when known |
 //! | `fieldsChanged` | field paths that differed (never values: they may be secret) |
-//! | `result` | `success` or `failure` |
+//! | `result` | `success` or `failure`; `skipped` when nothing was written because a policy annotation of the object says so (`details.policy`) |
 //! | `error` | the error message, on failure |
-//! | `details` | free-form object (e.g. the previous owner on adoption) |
+//! | `details` | free-form object (e.g. the previous owner on adoption; `policy` and `orphaned` for an object a policy kept) |
 //!
 //! Lines go to stdout (the agent's logs go to stderr) and, with `--change-log FILE`, are appended
 //! to that file too.
@@ -145,7 +145,7 @@ pub struct Entry {
     /// Field paths that changed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields_changed: Vec<String>,
-    /// `success` or `failure`.
+    /// `success`, `failure`, or [`RESULT_SKIPPED`].
     pub result: &'static str,
     /// Error message on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +154,10 @@ pub struct Entry {
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
 }
+
+/// `result` of a line that records no write: a policy annotation of the object (named in
+/// `details.policy`) kept pallet from creating or updating it.
+pub const RESULT_SKIPPED: &str = "skipped";
 
 /// The marker of a pass that recorded its intent and did not finish (see the module doc).
 pub const MARKER_INTERRUPTED: &str = "interrupted-pass";

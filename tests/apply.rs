@@ -37,6 +37,7 @@ fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProte
         journal: Default::default(),
         revision: None,
         live: None,
+        rules: Default::default(),
     }
 }
 

@@ -7,10 +7,12 @@
 //! object, and the documented default lives in one place.
 
 pub mod conditions;
+mod drift_ignore;
 mod health_checks;
 mod notifications;
 mod processors;
 
+pub use drift_ignore::{DriftIgnoreReport, DriftIgnoreRule, DriftIgnoreTarget};
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
@@ -150,6 +152,14 @@ pub struct BundleDeploymentSpec {
     #[schemars(length(max = 16))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub notifications: Vec<NotificationTarget>,
+
+    /// Fields of the bundle's objects left to other writers: out of the drift check, and out of
+    /// what is applied to an object that exists (Flux's `driftIgnoreRules`, Argo CD's
+    /// `ignoreDifferences` with `RespectIgnoreDifferences`). Not part of what is deployed:
+    /// editing it makes no new revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub drift_ignore: Vec<DriftIgnoreRule>,
 }
 
 impl BundleDeploymentSpec {
@@ -702,14 +712,15 @@ pub enum DeletionPolicy {
 }
 
 impl BundleDeploymentSpec {
-    /// `sha256:` of the spec as JSON with `paused` and `notifications` left out: what to deploy,
-    /// not whether to, nor who hears about it.
+    /// `sha256:` of the spec as JSON with `paused`, `notifications` and `driftIgnore` left out:
+    /// what to deploy, not whether to, who hears about it, nor which fields others may own.
     pub fn digest(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut value = serde_json::to_value(self).unwrap_or_default();
         if let Some(map) = value.as_object_mut() {
             map.remove("paused");
             map.remove("notifications");
+            map.remove("driftIgnore");
         }
         // serde_json's maps are sorted by key, so the text is canonical.
         let hash = Sha256::digest(value.to_string().as_bytes());
@@ -788,6 +799,10 @@ pub struct BundleDeploymentStatus {
     /// Optional objects not applied because the cluster does not serve their kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<ObjectReference>,
+
+    /// `spec.driftIgnore` rules that match no object of the active revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift_ignore: Vec<DriftIgnoreReport>,
 
     /// Last value of annotation `pallet.dev/requested-rollback` that was acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -209,6 +209,8 @@ pub struct Context {
     writers: Mutex<HashMap<(String, String), Client>>,
     /// Where `function` processors may run (`--allow-function-exec`).
     pub functions: super::functions::FunctionPolicy,
+    /// What the API server keeps of what pallet applied, where it differs (dropped fields).
+    pub stored_forms: crate::apply::stored::StoredForms,
 }
 
 impl Context {
@@ -361,6 +363,7 @@ impl Context {
             settle: Default::default(),
             writers: Mutex::new(HashMap::new()),
             functions: Default::default(),
+            stored_forms: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
@@ -616,6 +619,11 @@ impl Context {
             journal: Default::default(),
             revision: None,
             live: self.owned.as_ref().map(|owned| owned.live()),
+            rules: crate::apply::ApplyRules {
+                ignore: crate::apply::policy::DriftIgnore::compile(&bd.spec.drift_ignore),
+                drift_pass: false,
+                stored: self.stored_forms.clone(),
+            },
         }
     }
 }

@@ -2,7 +2,7 @@
 //! and the HTTP probes of `spec.healthChecks` (see [`crate::health`]). Pure.
 
 use crate::api::BundleDeployment;
-use crate::apply::{Applied, Outcome as ApplyOutcome};
+use crate::apply::Applied;
 use crate::health;
 
 use super::status::HealthReport;
@@ -32,7 +32,7 @@ pub fn assess_health(
     let mut failed_check = None;
     let assessed: Vec<(String, health::Health)> = applied
         .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .filter(|a| a.outcome.in_inventory())
         .map(|a| {
             let health = match &a.live {
                 Some(live) => match checks.assess(live) {
@@ -115,12 +115,13 @@ mod tests {
                 name: name.into(),
             },
             api_version: "example.com/v1".into(),
-            outcome: ApplyOutcome::Unchanged,
+            outcome: crate::apply::Outcome::Unchanged,
             adopted_from: None,
             resource_version_before: None,
             resource_version_after: None,
             revision_before: None,
             fields_changed: Vec::new(),
+            left_out: Vec::new(),
             live: Some(live),
         }
     }

@@ -223,6 +223,7 @@ pub(super) async fn apply_revision(
         }
         Transition::Reapply => Reason::Drift,
     };
+    applier.rules.drift_pass = log_reason == Reason::Drift;
     let digest = active
         .as_ref()
         .map(|r| r.digest.clone())
@@ -269,10 +270,11 @@ pub(super) async fn apply_revision(
         Err(error) => return Err(error.into()),
     };
     rollout::mark_applied(work);
+    report_drift_ignore(ctx, bd, &applier, work).await;
 
     let inventory: Vec<ObjectReference> = applied
         .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .filter(|a| a.outcome.in_inventory())
         .map(|a| reference(&a.key, &a.api_version))
         .collect();
     let skipped: Vec<ObjectReference> = applied
@@ -284,10 +286,7 @@ pub(super) async fn apply_revision(
         })
         .collect();
     if let Some(owned) = &ctx.owned {
-        for a in applied
-            .iter()
-            .filter(|a| a.outcome != ApplyOutcome::Skipped)
-        {
+        for a in applied.iter().filter(|a| a.outcome.in_inventory()) {
             // Resolved moments ago by the apply, so this is a cache hit.
             if let Ok(Some((_, resource))) = applier.api_for_existing(&a.key, &a.api_version).await
             {
@@ -386,6 +385,38 @@ fn on_its_way(work: &BundleDeploymentStatus) -> bool {
         )
     })
 }
+
+/// Records in `status.driftIgnore` the `spec.driftIgnore` rules that matched no object of the
+/// pass's apply (or cannot be used), with a Warning Event when that list changes.
+async fn report_drift_ignore(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+) {
+    let report = applier.rules.ignore.report(work.active_revision);
+    if report == work.drift_ignore {
+        return;
+    }
+    if !report.is_empty() {
+        let note: Vec<String> = report
+            .iter()
+            .map(|r| format!("driftIgnore[{}]: {}", r.rule, r.message))
+            .collect();
+        ctx.event(
+            bd,
+            true,
+            REASON_DRIFT_IGNORE_UNMATCHED,
+            "Apply",
+            note.join("; "),
+        )
+        .await;
+    }
+    work.drift_ignore = report;
+}
+
+/// Event reason when a `spec.driftIgnore` rule matches no object or cannot be used.
+pub const REASON_DRIFT_IGNORE_UNMATCHED: &str = "DriftIgnoreUnmatched";
 
 /// How often a progressing revision is re-assessed when nothing watches its objects.
 pub(super) const PROGRESS_POLL: Duration = Duration::from_secs(5);
