@@ -45,7 +45,13 @@ impl Applier {
             message,
         })?;
         let Some(target) = self.resolve(object).await? else {
-            return self.not_served(object);
+            if !super::is_optional(object) {
+                return Err(ApplyError::KindNotServed {
+                    key: object.key(),
+                    api_version: object.api_version().to_string(),
+                });
+            }
+            return Ok(skipped(object));
         };
         let ignored = self.rules.ignore.paths_for(&Candidate {
             key: &target.key,
@@ -67,7 +73,7 @@ impl Applier {
             _ => None,
         };
         if let (Some(policy), Some(live)) = (left_alone, &live) {
-            return self.left_alone(object, &target, &ignored, live, policy);
+            return Ok(self.left_alone(object, &target, &ignored, live, policy));
         }
         let live_owner = live.as_ref().map(|l| {
             l.metadata
@@ -112,7 +118,7 @@ impl Applier {
             let written = self.write(&target, &body).await?;
             return Ok(self.wrote(object, &target, &ignored, applied, written));
         };
-        let mut compared = self.compare(object, &target, &ignored, &live)?;
+        let mut compared = self.compare(object, &target, &ignored, &live);
         if !compared.fields.is_empty() && !compared.known && self.rules.drift_pass {
             // Re-applying the same content, and it differs where nothing is known of how the
             // server stores it (after a restart, say): a dry-run tells whether a write would
@@ -125,7 +131,7 @@ impl Applier {
                 &without(&target.desired, &ignored),
                 &stored,
             );
-            compared = self.compare(object, &target, &ignored, &live)?;
+            compared = self.compare(object, &target, &ignored, &live);
         }
         applied.fields_changed = compared.fields;
         if applied.fields_changed.is_empty() {
@@ -138,29 +144,6 @@ impl Applier {
         let body = self.body_over(&target, &ignored, &live).await?;
         let written = self.write(&target, &body).await?;
         Ok(self.wrote(object, &target, &ignored, applied, written))
-    }
-
-    /// An optional object whose kind the cluster does not serve is skipped; any other such
-    /// object is an error.
-    fn not_served(&self, object: &Object) -> Result<Applied, ApplyError> {
-        if !super::is_optional(object) {
-            return Err(ApplyError::KindNotServed {
-                key: object.key(),
-                api_version: object.api_version().to_string(),
-            });
-        }
-        Ok(Applied {
-            key: object.key(),
-            api_version: object.api_version().to_string(),
-            outcome: Outcome::Skipped,
-            adopted_from: None,
-            resource_version_before: None,
-            resource_version_after: None,
-            revision_before: None,
-            fields_changed: Vec::new(),
-            left_out: Vec::new(),
-            live: None,
-        })
     }
 
     /// The live state of `target`: from the live copies, else a create-only apply for an object
@@ -286,7 +269,7 @@ impl Applier {
         let differs = match &live {
             None => true,
             Some(live) => {
-                let compared = self.compare(object, target, ignored, live)?;
+                let compared = self.compare(object, target, ignored, live);
                 applied.fields_changed = compared.fields;
                 !applied.fields_changed.is_empty()
             }
@@ -312,8 +295,8 @@ impl Applier {
         ignored: &[Pointer],
         live: &DynamicObject,
         policy: Policy,
-    ) -> Result<Applied, ApplyError> {
-        let compared = self.compare(object, target, ignored, live)?;
+    ) -> Applied {
+        let compared = self.compare(object, target, ignored, live);
         let version = live.metadata.resource_version.clone();
         let applied = Applied {
             key: target.key.clone(),
@@ -333,7 +316,7 @@ impl Applier {
         if !applied.fields_changed.is_empty() && !self.rules.drift_pass {
             self.record(&applied);
         }
-        Ok(applied)
+        applied
     }
 
     /// The bundle's content against `live`, ignored paths left out of both, the content as the
@@ -344,12 +327,9 @@ impl Applier {
         target: &Target,
         ignored: &[Pointer],
         live: &DynamicObject,
-    ) -> Result<Comparison, ApplyError> {
-        let live = serde_json::to_value(live).map_err(|e| ApplyError::Rejected {
-            key: target.key.clone(),
-            code: 0,
-            message: format!("live object is not valid JSON: {e}"),
-        })?;
+    ) -> Comparison {
+        // Decoded from JSON, so it encodes; were it not, everything would differ and be written.
+        let live = serde_json::to_value(live).unwrap_or(Value::Null);
         let (fields, known) = {
             let applied = without(&target.desired, ignored);
             let live_compared = without(&live, ignored);
@@ -366,11 +346,11 @@ impl Applier {
                 matches!(expected, Expected::Stored(_)),
             )
         };
-        Ok(Comparison {
+        Comparison {
             live,
             fields,
             known,
-        })
+        }
     }
 
     /// What to apply over the existing `live` object: the bundle's content without the ignored
@@ -471,7 +451,7 @@ impl Applier {
                 None => Some("missing from the cluster".to_string()),
                 Some(_) if policy.apply == ApplyMode::IfNotPresent || policy.drift_ignored => None,
                 Some(live) => self
-                    .compare(object, &target, &ignored, &live)?
+                    .compare(object, &target, &ignored, &live)
                     .fields
                     .first()
                     .map(|path| format!("differs from the bundle at {path}")),
@@ -524,6 +504,22 @@ impl Applier {
             live: None,
         });
         Ok(())
+    }
+}
+
+/// The outcome for an optional object whose kind the cluster does not serve.
+fn skipped(object: &Object) -> Applied {
+    Applied {
+        key: object.key(),
+        api_version: object.api_version().to_string(),
+        outcome: Outcome::Skipped,
+        adopted_from: None,
+        resource_version_before: None,
+        resource_version_after: None,
+        revision_before: None,
+        fields_changed: Vec::new(),
+        left_out: Vec::new(),
+        live: None,
     }
 }
 

@@ -162,13 +162,10 @@ fn remove(value: &mut Value, steps: &[Step]) {
     let Some((last, parents)) = steps.split_last() else {
         return;
     };
-    match (get_mut(value, parents), last) {
-        (Some(Value::Object(map)), Step::Key(key)) => {
-            map.remove(key);
-        }
-        // A list element the server dropped: the list is adjusted as a whole (lists of another
-        // length differ at the list itself), so this is not reached for lists.
-        _ => {}
+    // A list element the server dropped is not removed alone: lists of another length differ
+    // at the list itself, which is then adjusted as a whole.
+    if let (Some(Value::Object(map)), Step::Key(key)) = (get_mut(value, parents), last) {
+        map.remove(key);
     }
 }
 

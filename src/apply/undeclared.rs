@@ -11,7 +11,6 @@ use pallet_formats::ObjectKey;
 use serde_json::Value;
 
 use super::pointer::Pointer;
-use super::ApplyError;
 
 /// At most this many refusals are answered by leaving fields out, per write.
 const MAX_ATTEMPTS: usize = 16;
@@ -63,11 +62,6 @@ pub(super) async fn apply_leaving_out_undeclared(
             .with_code(500)
             .boxed(),
     ))
-}
-
-/// Whether an apply error is the server refusing the content itself (no retry will help).
-pub fn is_content_refusal(error: &ApplyError) -> bool {
-    matches!(error, ApplyError::Rejected { message, .. } if message.contains(TYPED_PATCH_REFUSED))
 }
 
 /// The fields a refusal names as not declared in the schema, as written there and as pointers.
