@@ -307,10 +307,7 @@ impl Recorder {
 
     /// A write the test made (its resourceVersion): not the agent's.
     fn own_write(&self, resource_version: Option<String>) {
-        self.own
-            .lock()
-            .unwrap()
-            .extend(resource_version.into_iter());
+        self.own.lock().unwrap().extend(resource_version);
     }
 
     /// Waits until the watch has seen Deployment `name` as it is now.

@@ -1049,6 +1049,11 @@ async fn a_rollback_held_while_paused_stays_when_the_sources_moved_during_the_pa
         )
         .await
         .unwrap();
+    // The agent has seen the pause before the sources move.
+    s.wait_status(&agent, "paused", Duration::from_secs(60), |st| {
+        check(condition(st, "Paused").0 == "True", "not paused yet")
+    })
+    .await;
     s.annotate(pallet::api::REQUESTED_ROLLBACK_ANNOTATION, "1@paused")
         .await;
     s.commit(docs(&[config_map("app", "3")]), "v3");
