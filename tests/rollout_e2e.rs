@@ -1186,6 +1186,17 @@ async fn a_bundle_whose_object_another_took_over_says_so_at_once() {
     );
     s.create_bd(json!({})).await;
     s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+    // The watch on its objects has listed them (a hand edit is set back through it, with no
+    // requeue due): the takeover below is an event of that watch, not part of its first list.
+    s.config_maps()
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"value": "by-hand"}})),
+        )
+        .await
+        .unwrap();
+    agent::wait_value(&s.config_maps(), "shared", "a").await;
 
     let fixtures = support::Fixtures::load();
     let other = format!("{}-b", s.name);
