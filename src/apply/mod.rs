@@ -581,6 +581,21 @@ impl Applier {
         self.journal.push(entry);
     }
 
+    /// The first served version of `crd` that discovery does not list yet.
+    async fn first_kind_not_discovered(
+        &self,
+        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    ) -> Option<GroupVersionKind> {
+        let served = crd.spec.versions.iter().filter(|v| v.served);
+        for version in served {
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+            if !matches!(self.kinds.resolve(&self.client, &gvk).await, Ok(Some(_))) {
+                return Some(gvk);
+            }
+        }
+        None
+    }
+
     async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
@@ -588,12 +603,28 @@ impl Applier {
         let mut last = String::from("not read yet");
         while tokio::time::Instant::now() < deadline {
             if let Ok(crd) = crds.get(name).await {
-                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                let conditions = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
                 if conditions
                     .iter()
                     .any(|c| c.type_ == "Established" && c.status == "True")
                 {
-                    return Ok(());
+                    // Discovery catches up with the condition a moment later; until it does,
+                    // the custom resources of the same revision would be refused as not served.
+                    match self.first_kind_not_discovered(&crd).await {
+                        None => return Ok(()),
+                        Some(gvk) => {
+                            last = format!(
+                                "Established, but discovery does not serve {}/{} {} yet",
+                                gvk.group, gvk.version, gvk.kind
+                            );
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                    }
                 }
                 last = conditions
                     .iter()
