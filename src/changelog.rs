@@ -118,7 +118,7 @@ pub struct Entry {
     /// Field paths that differed (never values: they may be secret).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fields_changed: Vec<String>,
-    /// `success` or `failure`.
+    /// `success`, `failure`, or [`RESULT_SKIPPED`].
     pub result: &'static str,
     /// The error message, on failure.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -128,6 +128,10 @@ pub struct Entry {
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
 }
+
+/// `result` of a line that records no write: a policy annotation of the object (named in
+/// `details.policy`) kept pallet from creating or updating it.
+pub const RESULT_SKIPPED: &str = "skipped";
 
 /// The marker of a pass that recorded its intent and did not finish (see the module doc).
 pub const MARKER_INTERRUPTED: &str = "interrupted-pass";

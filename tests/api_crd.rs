@@ -607,3 +607,42 @@ async fn processors_and_kustomize_config_are_checked_by_the_schema() {
     .await
     .expect("the documented processors are accepted");
 }
+
+/// `spec.driftIgnore`: each path is a JSON pointer; the README's example is accepted, and the
+/// field round-trips (no new field is dropped by the schema).
+#[tokio::test]
+async fn drift_ignore_is_checked_by_the_schema() {
+    let client = ready_client().await;
+    let mut spec = valid_spec();
+    spec["driftIgnore"] = json!([{"paths": ["spec/replicas"]}]);
+    let message = rejection(&client, bd(&cluster::unique_name("pointer"), spec)).await;
+    assert!(
+        message.contains("spec.driftIgnore[0].paths[0]") && message.contains("'^/'"),
+        "{message}"
+    );
+    let readme = include_str!("../README.md");
+    let (_, after) = readme
+        .split_once("<!-- example: drift-ignore -->\n```yaml\n")
+        .expect("the README has the driftIgnore example");
+    let (block, _) = after.split_once("\n```").unwrap();
+    let example: Value = serde_saphyr::from_str(block).unwrap();
+    let mut spec = valid_spec();
+    spec["driftIgnore"] = example["spec"]["driftIgnore"].clone();
+    let name = cluster::unique_name("drift-ignore-ok");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &bd_resource());
+    let accepted = api
+        .patch(
+            &name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER).dry_run(),
+            &Patch::Apply(&bd(&name, spec)),
+        )
+        .await
+        .expect("the README's driftIgnore is accepted");
+    assert_eq!(
+        accepted.data["spec"]["driftIgnore"],
+        example["spec"]["driftIgnore"]
+    );
+    let typed: BundleDeployment = serde_json::from_value(serde_json::to_value(&accepted).unwrap())
+        .expect("it reads as the agent reads it");
+    assert_eq!(typed.spec.drift_ignore.len(), 3);
+}

@@ -38,6 +38,7 @@ fn applier(client: &Client, owner: &str, namespace: &str, policy: CollisionProte
         revision: None,
         live: None,
         takeover: None,
+        rules: Default::default(),
     }
 }
 

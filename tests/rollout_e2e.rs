@@ -1026,3 +1026,292 @@ async fn load_balancer_services_are_healthy_without_an_address_when_the_agent_al
     s.bds().delete(&s.name, &Default::default()).await.unwrap();
     agent::wait_bd_gone(&s.client, &s.name).await;
 }
+
+/// A rollback requested while paused, with the sources moving on during the pause: carried out
+/// at resume, it stays in force. The content that came during the pause is recorded as a
+/// revision that was never applied (RolledBack), refused until the sources move again.
+#[tokio::test]
+async fn a_rollback_held_while_paused_stays_when_the_sources_moved_during_the_pause() {
+    let s = Scenario::new("rb-moved").await;
+    s.commit(docs(&[config_map("app", "1")]), "v1");
+    let agent = Agent::start(&s.name);
+    s.create_bd(json!({})).await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+    s.commit(docs(&[config_map("app", "2")]), "v2");
+    s.wait_healthy(&agent, 2, Duration::from_secs(60)).await;
+
+    let pause = |paused: bool| json!({"spec": {"paused": paused}});
+    s.bds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&pause(true)),
+        )
+        .await
+        .unwrap();
+    // The agent has seen the pause before the sources move.
+    s.wait_status(&agent, "paused", Duration::from_secs(60), |st| {
+        check(condition(st, "Paused").0 == "True", "not paused yet")
+    })
+    .await;
+    s.annotate(pallet::api::REQUESTED_ROLLBACK_ANNOTATION, "1@paused")
+        .await;
+    s.commit(docs(&[config_map("app", "3")]), "v3");
+    // The paused pass looks at the sources (a reconcile request polls): v3 is known.
+    let held = s.reconcile_now(&agent, "while-paused").await;
+    assert_eq!(held.active_revision, Some(2));
+    assert_eq!(s.config_map_value("app").await.as_deref(), Some("2"));
+
+    s.bds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(&pause(false)),
+        )
+        .await
+        .unwrap();
+    s.wait_status(
+        &agent,
+        "the held rollback applied",
+        Duration::from_secs(60),
+        |st| {
+            check(
+                st.last_handled_rollback.as_deref() == Some("1@paused")
+                    && st.active_revision == Some(1)
+                    && phase(st, 1) == Some(RevisionPhase::Healthy),
+                "not rolled back",
+            )
+        },
+    )
+    .await;
+    for token in ["after-resume-1", "after-resume-2", "after-resume-3"] {
+        let still = s.reconcile_now(&agent, token).await;
+        assert_eq!(
+            still.active_revision,
+            Some(1),
+            "replaced after {token}: {}",
+            summary(&still)
+        );
+        assert_eq!(s.config_map_value("app").await.as_deref(), Some("1"));
+    }
+    let status = s.bds().get(&s.name).await.unwrap().status.unwrap();
+    let refused = status.revisions.iter().find(|r| r.number == 3).unwrap();
+    assert_eq!(
+        refused.phase,
+        RevisionPhase::RolledBack,
+        "{}",
+        summary(&status)
+    );
+    assert!(refused.applied_at.is_none(), "never applied");
+
+    // The sources move again: that is a new revision.
+    s.commit(docs(&[config_map("app", "4")]), "v4");
+    s.wait_healthy(&agent, 4, Duration::from_secs(60)).await;
+    assert_eq!(s.config_map_value("app").await.as_deref(), Some("4"));
+}
+
+/// A revision whose install namespace its ServiceAccount may not create fails (it is not left
+/// `Applying` under a `Stalled` condition).
+#[tokio::test]
+async fn a_revision_whose_namespace_may_not_be_created_fails() {
+    let s = Scenario::new("ns-denied").await;
+    let home: Namespace = serde_json::from_value(json!({"metadata": {"name": s.name}})).unwrap();
+    Api::<Namespace>::all(s.client.clone())
+        .create(&Default::default(), &home)
+        .await
+        .unwrap();
+    let account: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "installer"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(s.client.clone(), &s.name)
+        .create(&Default::default(), &account)
+        .await
+        .unwrap();
+    s.commit(docs(&[config_map("app", "1")]), "v1");
+    let agent = Agent::start(&s.name);
+    let target = format!("{}-target", s.name);
+    let spec = json!({
+        "installNamespace": target,
+        "serviceAccount": {"namespace": s.name, "name": "installer"},
+        "sources": [{"kind": "git", "git": {"repository": s.url, "ref": {"branch": "main"}}}],
+        "format": "plain",
+    });
+    agent::apply_bd(&s.client, &s.name, spec).await;
+    let status = s
+        .wait_status(
+            &agent,
+            "stalled on the namespace",
+            Duration::from_secs(60),
+            |st| {
+                check(
+                    condition(st, "Stalled").0 == "True" && condition(st, "Ready").1 == "Forbidden",
+                    "not stalled yet",
+                )
+            },
+        )
+        .await;
+    assert_eq!(
+        phase(&status, 1),
+        Some(RevisionPhase::Failed),
+        "{}",
+        summary(&status)
+    );
+    assert!(
+        condition(&status, "Ready").2.contains(&target),
+        "{}",
+        summary(&status)
+    );
+    s.bds().delete(&s.name, &Default::default()).await.unwrap();
+    agent::wait_bd_gone(&s.client, &s.name).await;
+    let _ = Api::<Namespace>::all(s.client.clone())
+        .delete(&s.name, &Default::default())
+        .await;
+}
+
+/// When another BundleDeployment takes over an object (collisionProtection None), the one it
+/// was taken from says so at once, not at its next requeue.
+#[tokio::test]
+async fn a_bundle_whose_object_another_took_over_says_so_at_once() {
+    let s = Scenario::new("taken").await;
+    let shared = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: shared\n  namespace: {}\ndata:\n  value: \"{value}\"\n",
+            s.name
+        )
+    };
+    s.commit(shared("a").into_bytes(), "a");
+    // Passes come from events only: no requeue or poll within the test.
+    let agent = Agent::start_with(
+        &s.name,
+        &["--requeue-seconds", "600", "--default-poll-interval", "1h"],
+    );
+    s.create_bd(json!({})).await;
+    s.wait_healthy(&agent, 1, Duration::from_secs(60)).await;
+    // The watch on its objects has listed them (a hand edit is set back through it, with no
+    // requeue due): the takeover below is an event of that watch, not part of its first list.
+    s.config_maps()
+        .patch(
+            "shared",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": {"value": "by-hand"}})),
+        )
+        .await
+        .unwrap();
+    agent::wait_value(&s.config_maps(), "shared", "a").await;
+
+    let fixtures = support::Fixtures::load();
+    let other = format!("{}-b", s.name);
+    let repo = fixtures.git_repo(&other);
+    repo.commit_files(
+        "main",
+        &[("manifests/app.yaml", shared("b").as_bytes())],
+        "b",
+    );
+    let spec = json!({
+        "installNamespace": s.name,
+        "sources": [{"kind": "git", "git": {"repository": repo.url(fixtures.git_plain()), "ref": {"branch": "main"}}}],
+        "format": "plain",
+        "collisionProtection": "None",
+    });
+    agent::apply_bd_labelled(&s.client, &other, &s.name, spec).await;
+    agent::wait_value(&s.config_maps(), "shared", "b").await;
+    let taken = Instant::now();
+    let status = s
+        .wait_status(
+            &agent,
+            "the conflict reported",
+            Duration::from_secs(30),
+            |st| {
+                check(
+                    condition(st, "Ready").0 == "False"
+                        && condition(st, "Ready").1 == "OwnershipConflict",
+                    "still ready",
+                )
+            },
+        )
+        .await;
+    println!("taken over; said so {:?} later", taken.elapsed());
+    assert!(
+        condition(&status, "Ready").2.contains(&other),
+        "{}",
+        summary(&status)
+    );
+    for name in [&other, &s.name] {
+        let _ = s.bds().delete(name, &Default::default()).await;
+    }
+}
+
+/// A fetch still waiting for a slot says so, and every fetch says since when (a wall-clock time,
+/// true however long the status shows it), not how long it ran when the status was written.
+#[tokio::test]
+async fn fetches_waiting_for_a_slot_say_so_with_the_time_they_began() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fx = support::Fixtures::load();
+    let test = support::unique_name("slots");
+    let _agent = Agent::start_with(
+        &test,
+        &["--fetch-concurrency", "1", "--fetch-timeout", "90s"],
+    );
+    let started = k8s_openapi::jiff::Timestamp::now();
+    let sources = [
+        ("a", format!("{}/bundle.yaml", fx.hang().url)),
+        ("b", format!("{}/other.yaml", fx.hang().url)),
+        ("c", format!("{}/bundle.yaml", fx.drip().url)),
+    ];
+    let mut names = Vec::new();
+    for (suffix, url) in &sources {
+        let name = format!("{test}-{suffix}");
+        let spec = json!({"installNamespace": test, "format": "plain",
+                          "sources": [{"kind": "http", "http": {"url": url}}]});
+        agent::apply_bd_labelled(&client, &name, &test, spec).await;
+        names.push(name);
+    }
+    let bds: Api<BundleDeployment> = Api::all(client.clone());
+    let messages = cluster::poll_until(
+        "each to report its fetch",
+        Duration::from_secs(60),
+        || async {
+            let mut messages = Vec::new();
+            for name in &names {
+                let status = bds
+                    .get(name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .status
+                    .unwrap_or_default();
+                match condition(&status, "Unpacked") {
+                    (_, "Fetching", message) => messages.push(message.to_string()),
+                    other => return Err(format!("{name}: {other:?}")),
+                }
+            }
+            Ok(messages)
+        },
+    )
+    .await;
+    let waiting: Vec<&String> = messages
+        .iter()
+        .filter(|m| m.contains("(not started: waiting since "))
+        .collect();
+    assert_eq!(waiting.len(), 2, "one fetch runs, two wait: {messages:#?}");
+    assert!(
+        waiting.iter().any(|m| m.contains("all 1 in use"))
+            && waiting.iter().any(|m| m.contains("which has 1 at once")),
+        "one waits for the pool, one for its server: {messages:#?}"
+    );
+    for message in &messages {
+        let since = message
+            .split("since ")
+            .nth(1)
+            .and_then(|rest| rest.get(..20))
+            .unwrap_or_else(|| panic!("no time in {message:?}"));
+        let since: k8s_openapi::jiff::Timestamp = since.parse().unwrap();
+        let now = k8s_openapi::jiff::Timestamp::now();
+        assert!(
+            since.as_second() >= started.as_second() - 1 && since <= now,
+            "{message}"
+        );
+    }
+    for name in &names {
+        let _ = bds.delete(name, &Default::default()).await;
+    }
+}

@@ -8,6 +8,7 @@
 
 pub mod conditions;
 mod dependencies;
+mod drift_ignore;
 mod health_checks;
 mod helm_runs;
 mod notifications;
@@ -19,6 +20,7 @@ mod verify;
 pub use dependencies::{
     DependencyReference, BUNDLE_DEPLOYMENT_API_VERSION, BUNDLE_DEPLOYMENT_KIND,
 };
+pub use drift_ignore::{DriftIgnoreReport, DriftIgnoreRule, DriftIgnoreTarget};
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use helm_runs::{CrdPolicy, HookRequest, REQUESTED_TEST_ANNOTATION};
 pub use notifications::{
@@ -198,6 +200,13 @@ pub struct BundleDeploymentSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub depends_on: Vec<DependencyReference>,
+    /// Fields of the bundle's objects left to other writers: out of the drift check, and out of
+    /// what is applied to an object that exists (Flux's `driftIgnoreRules`, Argo CD's
+    /// `ignoreDifferences` with `RespectIgnoreDifferences`). Not part of what is deployed:
+    /// editing it makes no new revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub drift_ignore: Vec<DriftIgnoreRule>,
 }
 
 impl BundleDeploymentSpec {
@@ -797,8 +806,8 @@ pub enum DeletionPolicy {
 }
 
 impl BundleDeploymentSpec {
-    /// `sha256:` of the spec as JSON with `paused` and `notifications` left out: what to deploy,
-    /// not whether to, nor who hears about it.
+    /// `sha256:` of the spec as JSON with `paused`, `notifications` and `driftIgnore` left out:
+    /// what to deploy, not whether to, who hears about it, nor which fields others may own.
     pub fn digest(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut value = serde_json::to_value(self).unwrap_or_default();
@@ -807,6 +816,7 @@ impl BundleDeploymentSpec {
             map.remove("notifications");
             // When to apply, not what: waiting for a dependency changes no content.
             map.remove("dependsOn");
+            map.remove("driftIgnore");
         }
         // serde_json's maps are sorted by key, so the text is canonical.
         let hash = Sha256::digest(value.to_string().as_bytes());
@@ -885,6 +895,10 @@ pub struct BundleDeploymentStatus {
     /// Optional objects not applied because the cluster does not serve their kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<ObjectReference>,
+
+    /// `spec.driftIgnore` rules that match no object of the active revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift_ignore: Vec<DriftIgnoreReport>,
 
     /// Last value of annotation `pallet.dev/requested-rollback` that was acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -37,6 +37,9 @@ pub struct LiveObjects {
     /// The resourceVersion each object had after this agent's last write to it: the watch event
     /// of that write is the agent's own echo, not news.
     written: Arc<RwLock<HashMap<(KindId, Name), String>>>,
+    /// Objects this agent's write took from another BundleDeployment, with that one's name, until
+    /// the write's watch event says so (see [`LiveObjects::taken_from`]).
+    taken: Arc<RwLock<HashMap<(KindId, Name), String>>>,
 }
 
 #[derive(Default)]
@@ -228,7 +231,14 @@ impl LiveObjects {
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
         // Kept even before the kind's watch has started (it is asked for after a kind's first
         // apply): its first list then knows whose object a write was (see `list_done`).
-        let kind = kinds.entry(id).or_default();
+        let kind = kinds.entry(id.clone()).or_default();
+        let before = kind.objects.get(&name).and_then(Kept::owner);
+        if let Some(before) = before.filter(|before| Some(before) != owner_of(written).as_ref()) {
+            self.taken
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert((id, name.clone()), before);
+        }
         let seen = kind.objects.get(&name).and_then(Kept::resource_version);
         let copy = match seen {
             Some(seen) if Some(seen.as_str()) == base || *seen == version => {
@@ -261,6 +271,24 @@ impl LiveObjects {
             written.remove(&(id, name));
         } else {
             written.insert((id, name), String::new());
+        }
+    }
+
+    /// Keeps the body of `object` just read from the API server when the copy knew only its
+    /// version and it is that version: the same object, so the next pass reads it from memory.
+    /// (An object listed at another version than the agent last wrote, with no event since,
+    /// would otherwise be read at every pass.)
+    pub fn fill(&self, resource: &ApiResource, object: &DynamicObject) {
+        let name = name_of(object);
+        let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
+        let Some(kind) = kinds.get_mut(&kind_id(resource)) else {
+            return;
+        };
+        if let Some(Kept::Unread { version, .. }) = kind.objects.get(&name) {
+            if version.is_some() && *version == object.metadata.resource_version {
+                let copy = kept(resource, object.clone());
+                kind.objects.insert(name, copy);
+            }
         }
     }
 
@@ -305,6 +333,12 @@ impl LiveObjects {
                 let before = kind.objects.get(name);
                 if before.map(Kept::resource_version) != Some(object.resource_version()) {
                     changed.extend(object.owner());
+                    // Taken over by another BundleDeployment: the one it was taken from too.
+                    changed.extend(
+                        before
+                            .and_then(Kept::owner)
+                            .filter(|owner| Some(owner) != object.owner().as_ref()),
+                    );
                 }
             }
             changed.extend(
@@ -335,6 +369,29 @@ impl LiveObjects {
         changed.sort();
         changed.dedup();
         changed
+    }
+
+    /// The BundleDeployment `object`, seen in a watch event, was taken from, if another one
+    /// owned it before: by the kept copy, or by this agent's own write, which replaced the copy
+    /// before its event came. Call before [`LiveObjects::applied`] records the event.
+    pub fn taken_from(&self, resource: &ApiResource, object: &DynamicObject) -> Option<String> {
+        let id = (kind_id(resource), name_of(object));
+        let owner = owner_of(object);
+        let by_write = self
+            .taken
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        let by_copy = self
+            .kinds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id.0)
+            .and_then(|kind| kind.objects.get(&id.1))
+            .and_then(Kept::owner);
+        by_write
+            .or(by_copy)
+            .filter(|before| Some(before) != owner.as_ref())
     }
 
     /// A watch event: the object was created or changed.
@@ -608,6 +665,53 @@ mod tests {
         live.listed(&r, object("still", "4"));
         live.listed(&r, object("other", "9"));
         assert_eq!(live.list_done(&r), ["bd-moved"]);
+    }
+
+    #[test]
+    fn a_read_of_the_version_kept_unread_fills_the_copy() {
+        let live = LiveObjects::default();
+        let r = resource();
+        live.wrote(&r, &object("a", "3"), None);
+        live.list_started(&r);
+        // Changed by a controller before the list: kept as unread at the listed version.
+        live.listed(&r, object("a", "5"));
+        live.list_done(&r);
+        assert_eq!(answer(&live, "a"), "unknown");
+        live.fill(&r, &object("a", "4"));
+        assert_eq!(
+            answer(&live, "a"),
+            "unknown",
+            "another version: not that copy"
+        );
+        live.fill(&r, &object("a", "5"));
+        assert_eq!(version_found(&live, "a").as_deref(), Some("5"));
+    }
+
+    #[test]
+    fn an_object_taken_over_names_its_previous_owner() {
+        let live = listed_with(&[("a", "1")]);
+        let r = resource();
+        let mut taken = object("a", "2");
+        taken
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(OWNER_LABEL.into(), "bd-other".into());
+        assert_eq!(live.taken_from(&r, &taken).as_deref(), Some("bd-a"));
+        live.applied(&r, taken.clone());
+        assert_eq!(live.taken_from(&r, &taken), None, "seen once");
+        // Taken by this agent's own write, answered before its event came.
+        let live = listed_with(&[("a", "1")]);
+        live.wrote(&r, &taken, Some("1"));
+        assert_eq!(live.taken_from(&r, &taken).as_deref(), Some("bd-a"));
+        assert_eq!(live.applied(&r, taken.clone()), Change::Quiet);
+        assert_eq!(live.taken_from(&r, &taken), None);
+        // The same seen by a re-list: both owners need a look.
+        let live = listed_with(&[("a", "1")]);
+        live.list_started(&r);
+        live.listed(&r, taken);
+        assert_eq!(live.list_done(&r), ["bd-a", "bd-other"]);
     }
 
     #[test]

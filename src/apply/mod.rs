@@ -1,13 +1,19 @@
 //! Applying a rendered object set to the cluster: pure planning in [`plan`], the I/O around it
 //! here (kind resolution through discovery, server-side apply in stages, prune).
 //!
-//! One field manager (`pallet`), forced: pallet is the source of truth for the fields it sets.
-//! Objects whose live state already holds every rendered field are not written at all, so a
-//! steady state costs reads only.
+//! One field manager (`pallet`), forced: pallet is the source of truth for the fields it sets,
+//! except those `spec.driftIgnore` leaves to other writers and the objects whose annotations say
+//! otherwise ([`policy`]). Objects whose live state already holds every rendered field, as the
+//! API server stores it ([`stored`]), are not written at all, so a steady state costs reads only.
 
 pub mod live;
+mod object;
 pub mod plan;
+pub mod pointer;
+pub mod policy;
+pub mod stored;
 pub mod takeover;
+pub mod undeclared;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +29,7 @@ use serde_json::Value;
 use tokio::sync::RwLock;
 
 use crate::api::{CollisionProtection, Takeover};
-use plan::{Ownership, Stage, OWNER_LABEL};
+use plan::{Stage, OWNER_LABEL};
 
 /// The field manager of every write pallet makes.
 pub const FIELD_MANAGER: &str = "pallet";
@@ -47,6 +53,45 @@ pub enum Outcome {
     Skipped,
     /// Deleted by a prune.
     Deleted,
+    /// Not written on purpose, though missing or different from the bundle: the object's
+    /// policy annotation says so (`exists`: whether it exists). With `pallet.dev/apply: Ignore`
+    /// it is not in the inventory either.
+    Withheld {
+        /// The policy.
+        policy: policy::Policy,
+        /// Whether the object exists.
+        exists: bool,
+    },
+    /// A prune or a deletion kept it by its policy annotation and removed pallet's label.
+    Orphaned {
+        /// The policy.
+        policy: policy::Policy,
+    },
+}
+
+impl Outcome {
+    /// Whether the object belongs in the inventory and its health is judged: everything
+    /// applied, or kept as it is by `IfNotPresent` or out of drift correction.
+    pub fn in_inventory(&self) -> bool {
+        !matches!(
+            self,
+            Outcome::Skipped
+                | Outcome::Deleted
+                | Outcome::Orphaned { .. }
+                | Outcome::Withheld {
+                    policy: policy::Policy::ApplyIgnore,
+                    ..
+                }
+        )
+    }
+
+    /// Whether the API server was written to.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Created | Outcome::Updated | Outcome::Deleted | Outcome::Orphaned { .. }
+        )
+    }
 }
 
 /// Told of each write the moment it returns, before the applier goes on (the change log writes
@@ -77,10 +122,13 @@ impl Journal {
 
     fn push(&self, write: Applied) {
         // A fault injected here leaves the write done and unlogged: the in-flight case.
-        crate::fault::reached(match write.outcome {
-            Outcome::Deleted => crate::fault::Point::Prune,
-            _ => crate::fault::Point::Apply,
-        });
+        match write.outcome {
+            Outcome::Deleted | Outcome::Orphaned { .. } => {
+                crate::fault::reached(crate::fault::Point::Prune)
+            }
+            Outcome::Withheld { .. } => {} // nothing was written
+            _ => crate::fault::reached(crate::fault::Point::Apply),
+        }
         if let Some(observer) = &self.observer {
             observer(&write);
         }
@@ -113,6 +161,9 @@ pub struct Applied {
     pub revision_before: Option<i64>,
     /// Field paths the write changed (updates only; a bounded list).
     pub fields_changed: Vec<String>,
+    /// Fields of the bundle's object the API server's schema does not declare, left out of the
+    /// write (see [`undeclared`]).
+    pub left_out: Vec<String>,
     /// The object as the API server last returned it in this pass (the read that found it
     /// unchanged, or the write's response), so health is judged without reading it again.
     /// None when skipped or deleted, and in the journal.
@@ -195,6 +246,14 @@ pub enum ApplyError {
         /// What is wrong.
         message: String,
     },
+    /// A policy annotation of the object has a value pallet does not know.
+    #[error("{key}: {message}")]
+    Policy {
+        /// The object.
+        key: ObjectKey,
+        /// Which annotation and value.
+        message: String,
+    },
     /// A network or server-side error that may pass.
     #[error("{key}: {source}")]
     Transient {
@@ -216,6 +275,7 @@ impl ApplyError {
             ApplyError::Rejected { .. } => "ObjectRejected",
             ApplyError::CrdNotEstablished { .. } => "CrdNotEstablished",
             ApplyError::Scope { .. } => "InvalidScope",
+            ApplyError::Policy { .. } => "InvalidPolicy",
             ApplyError::Transient { .. } => "ApplyFailed",
         }
     }
@@ -235,6 +295,7 @@ impl ApplyError {
             | ApplyError::OwnershipConflict { key, .. }
             | ApplyError::Rejected { key, .. }
             | ApplyError::Scope { key, .. }
+            | ApplyError::Policy { key, .. }
             | ApplyError::Transient { key, .. } => Some(key),
             ApplyError::CrdNotEstablished { .. } => None,
         }
@@ -242,11 +303,16 @@ impl ApplyError {
 
     fn from_kube(key: &ObjectKey, error: kube::Error) -> ApplyError {
         match error {
-            kube::Error::Api(status) if is_permanent_status(status.code) => ApplyError::Rejected {
-                key: key.clone(),
-                code: status.code,
-                message: status.message,
-            },
+            kube::Error::Api(status)
+                if is_permanent_status(status.code)
+                    || status.message.contains(undeclared::TYPED_PATCH_REFUSED) =>
+            {
+                ApplyError::Rejected {
+                    key: key.clone(),
+                    code: status.code,
+                    message: status.message,
+                }
+            }
             source => ApplyError::Transient {
                 key: key.clone(),
                 source,
@@ -320,6 +386,23 @@ pub struct Applier {
     pub live: Option<live::LiveObjects>,
     /// The previous owner whose objects are taken over (`spec.takeover`).
     pub takeover: Option<Takeover>,
+    /// The BundleDeployment's rules for what is written, and what the server keeps.
+    pub rules: ApplyRules,
+}
+
+/// What shapes an applier's writes besides the objects: `spec.driftIgnore`, whether the pass
+/// re-applies the active revision, and what the API server keeps of what was applied.
+#[derive(Clone, Default)]
+pub struct ApplyRules {
+    /// `spec.driftIgnore`.
+    pub ignore: policy::DriftIgnore,
+    /// The pass re-applies the active revision (drift correction): objects out of drift
+    /// correction are left as they are, objects a policy keeps are not logged, and a difference
+    /// where nothing is known of how the server stores the content is checked with a server-side
+    /// dry-run before anything is written.
+    pub drift_pass: bool,
+    /// What the API server keeps of what was applied (shared by every pass of the agent).
+    pub stored: stored::StoredForms,
 }
 
 /// An object resolved against the cluster, ready to read and write.
@@ -420,147 +503,6 @@ impl Applier {
         }))
     }
 
-    async fn apply_one(&self, object: &Object) -> Result<Applied, ApplyError> {
-        let Some(target) = self.resolve(object).await? else {
-            if is_optional(object) {
-                return Ok(Applied {
-                    key: object.key(),
-                    api_version: object.api_version().to_string(),
-                    outcome: Outcome::Skipped,
-                    adopted_from: None,
-                    resource_version_before: None,
-                    resource_version_after: None,
-                    revision_before: None,
-                    fields_changed: Vec::new(),
-                    live: None,
-                });
-            }
-            return Err(ApplyError::KindNotServed {
-                key: object.key(),
-                api_version: object.api_version().to_string(),
-            });
-        };
-        let Target {
-            key,
-            api,
-            resource,
-            desired,
-        } = target;
-        // A copy of an object this agent has just deleted is stale: created again, it is new.
-        let deleted = self.live.as_ref().is_some_and(|copies| {
-            copies.deleted_unseen(&resource, key.namespace.as_deref(), &key.name)
-        });
-        let cached = if deleted {
-            live::Lookup::Absent
-        } else {
-            self.cached(&resource, &key)
-        };
-        let live = match cached {
-            live::Lookup::Found(object) => Some(object.as_ref().clone()),
-            live::Lookup::Absent => {
-                // No pallet-owned object by this name: most likely none at all. Created
-                // without a read, unless it exists after all (made by someone else).
-                match self.create_only(&api, &key, &desired).await? {
-                    Some(written) => return Ok(self.created(object, key, &resource, written)),
-                    None => self.read_existing(&api, &resource, &key, object).await?,
-                }
-            }
-            live::Lookup::Unknown => self.read_existing(&api, &resource, &key, object).await?,
-        };
-        let live_owner = live.as_ref().map(|l| {
-            l.metadata
-                .labels
-                .as_ref()
-                .and_then(|m| m.get(OWNER_LABEL))
-                .map(String::as_str)
-        });
-        let claimed = self.claimed(live.as_ref());
-        let ownership =
-            plan::ownership(live_owner, &self.owner, self.collision_protection, claimed);
-        let revision_before = match ownership {
-            Ownership::Ours => live.as_ref().and_then(|l| plan::revision_of(&l.metadata)),
-            _ => None,
-        };
-        let taking_over = ownership == Ownership::TakeOver;
-        let adopted_from = match ownership {
-            Ownership::Conflict { owner } => {
-                return Err(ApplyError::OwnershipConflict {
-                    key,
-                    owner,
-                    policy: self.collision_protection,
-                })
-            }
-            Ownership::Adopt { previous_owner } => Some(previous_owner),
-            Ownership::TakeOver => Some(self.takeover.as_ref().map(ToString::to_string)),
-            Ownership::Create | Ownership::Ours => None,
-        };
-        let live = match live {
-            Some(found) if taking_over => Some(self.release(&api, &key, found, &desired).await?),
-            live => live,
-        };
-        let before = live
-            .as_ref()
-            .and_then(|l| l.metadata.resource_version.clone());
-        let mut fields_changed = Vec::new();
-        if let Some(live) = &live {
-            let live_value = serde_json::to_value(live).map_err(|e| ApplyError::Rejected {
-                key: key.clone(),
-                code: 0,
-                message: format!("live object is not valid JSON: {e}"),
-            })?;
-            fields_changed = plan::differing_paths(&desired, &live_value, CHANGED_PATHS_LIMIT);
-            if fields_changed.is_empty() {
-                return Ok(Applied {
-                    key,
-                    api_version: object.api_version().to_string(),
-                    outcome: Outcome::Unchanged,
-                    adopted_from: None,
-                    resource_version_before: before.clone(),
-                    resource_version_after: before,
-                    revision_before,
-                    fields_changed,
-                    live: Some(live_value),
-                });
-            }
-        }
-        let body = match self.revision {
-            Some(revision) => plan::with_revision_annotation(desired, revision),
-            None => desired,
-        };
-        let written = api
-            .patch(
-                &key.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(|e| ApplyError::from_kube(&key, e))?;
-        let applied = Applied {
-            outcome: if live.is_some() {
-                Outcome::Updated
-            } else {
-                Outcome::Created
-            },
-            key,
-            api_version: object.api_version().to_string(),
-            adopted_from,
-            resource_version_before: before,
-            resource_version_after: written.metadata.resource_version.clone(),
-            revision_before,
-            fields_changed,
-            live: serde_json::to_value(&written).ok(),
-        };
-        if let Some(copies) = &self.live {
-            copies.wrote(
-                &resource,
-                &written,
-                applied.resource_version_before.as_deref(),
-            );
-        }
-        self.record(&applied);
-        Ok(applied)
-    }
-
     /// Whether `live` carries the markers of the previous owner `spec.takeover` names.
     fn claimed(&self, live: Option<&DynamicObject>) -> bool {
         let (Some(takeover), Some(live)) = (&self.takeover, live) else {
@@ -635,51 +577,19 @@ impl Applier {
         api: &Api<DynamicObject>,
         key: &ObjectKey,
         desired: &Value,
-    ) -> Result<Option<DynamicObject>, ApplyError> {
+    ) -> Result<Option<(DynamicObject, Vec<String>)>, ApplyError> {
         let mut body = match self.revision {
             Some(revision) => plan::with_revision_annotation(desired.clone(), revision),
             None => desired.clone(),
         };
         // etcd's revision 1 went to the cluster's first write long ago: no object has it.
         body["metadata"]["resourceVersion"] = Value::String("1".into());
-        match api
-            .patch(
-                &key.name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match undeclared::apply_leaving_out_undeclared(api, key, &params, &body).await {
             Ok(written) => Ok(Some(written)),
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
             Err(e) => Err(ApplyError::from_kube(key, e)),
         }
-    }
-
-    /// The outcome of a create-only apply that created `written`.
-    fn created(
-        &self,
-        object: &Object,
-        key: ObjectKey,
-        resource: &ApiResource,
-        written: DynamicObject,
-    ) -> Applied {
-        if let Some(copies) = &self.live {
-            copies.wrote(resource, &written, None);
-        }
-        let applied = Applied {
-            outcome: Outcome::Created,
-            key,
-            api_version: object.api_version().to_string(),
-            adopted_from: None,
-            resource_version_before: None,
-            resource_version_after: written.metadata.resource_version.clone(),
-            revision_before: None,
-            fields_changed: Vec::new(),
-            live: serde_json::to_value(&written).ok(),
-        };
-        self.record(&applied);
-        applied
     }
 
     /// Reads the live object. `Ok(Some(None))`: no such object. `Ok(None)`: the API for its
@@ -692,7 +602,12 @@ impl Applier {
         key: &ObjectKey,
     ) -> Result<Option<Option<DynamicObject>>, ApplyError> {
         match api.get_opt(&key.name).await {
-            Ok(live) => Ok(Some(live)),
+            Ok(live) => {
+                if let (Some(copies), Some(live)) = (&self.live, &live) {
+                    copies.fill(resource, live);
+                }
+                Ok(Some(live))
+            }
             Err(kube::Error::Api(status)) if status.code == 404 => {
                 self.kinds.forget(resource).await;
                 Ok(None)
@@ -710,6 +625,21 @@ impl Applier {
         self.journal.push(entry);
     }
 
+    /// The first served version of `crd` that discovery does not list yet.
+    async fn first_kind_not_discovered(
+        &self,
+        crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    ) -> Option<GroupVersionKind> {
+        let served = crd.spec.versions.iter().filter(|v| v.served);
+        for version in served {
+            let gvk = GroupVersionKind::gvk(&crd.spec.group, &version.name, &crd.spec.names.kind);
+            if !matches!(self.kinds.resolve(&self.client, &gvk).await, Ok(Some(_))) {
+                return Some(gvk);
+            }
+        }
+        None
+    }
+
     async fn wait_established(&self, name: &str) -> Result<(), ApplyError> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
@@ -717,12 +647,28 @@ impl Applier {
         let mut last = String::from("not read yet");
         while tokio::time::Instant::now() < deadline {
             if let Ok(crd) = crds.get(name).await {
-                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                let conditions = crd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
                 if conditions
                     .iter()
                     .any(|c| c.type_ == "Established" && c.status == "True")
                 {
-                    return Ok(());
+                    // Discovery catches up with the condition a moment later; until it does,
+                    // the custom resources of the same revision would be refused as not served.
+                    match self.first_kind_not_discovered(&crd).await {
+                        None => return Ok(()),
+                        Some(gvk) => {
+                            last = format!(
+                                "Established, but discovery does not serve {}/{} {} yet",
+                                gvk.group, gvk.version, gvk.kind
+                            );
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            continue;
+                        }
+                    }
                 }
                 last = conditions
                     .iter()
@@ -812,50 +758,30 @@ impl Applier {
         Ok(keys)
     }
 
-    /// Read-only: the objects whose live state differs from the rendered one (or that are
-    /// missing), each with the first differing field path. Writes nothing; used while paused to
-    /// show what resuming would revert.
-    pub async fn drift(&self, objects: &[Object]) -> Result<Vec<Drifted>, ApplyError> {
-        let mut drifted = Vec::new();
-        for object in objects {
-            let Some(Target {
-                key,
-                api,
-                resource,
-                desired,
-            }) = self.resolve(object).await?
-            else {
-                continue;
-            };
-            let Some(live) = self.read_live(&api, &resource, &key).await? else {
-                continue; // the kind is gone: nothing to compare
-            };
-            let message = match live {
-                None => Some("missing from the cluster".to_string()),
-                Some(live) => {
-                    let live = serde_json::to_value(&live).unwrap_or(Value::Null);
-                    plan::first_difference(&desired, &live)
-                        .map(|path| format!("differs from the bundle at {path}"))
-                }
-            };
-            if let Some(message) = message {
-                drifted.push(Drifted {
-                    key,
-                    api_version: object.api_version().to_string(),
-                    message,
-                });
-            }
-        }
-        Ok(drifted)
-    }
-
     /// Deletes `keys` (as returned by [`plan::prune_set`], in that order) when they still carry
     /// this owner's label; objects already gone or owned by someone else are left alone.
     ///
     /// A CustomResourceDefinition is deleted only when no objects of it remain anywhere in the
     /// cluster: deleting a CRD deletes all its objects, which may be data no bundle can restore.
     /// Such a CRD is kept, reported, and tried again at the next prune.
+    ///
+    /// An object annotated `pallet.dev/prune: Disabled` or `helm.sh/resource-policy: keep` (as
+    /// last applied) is kept: pallet's label is removed from it, and it is reported as kept.
     pub async fn prune(&self, keys: &[(ObjectKey, String)]) -> Result<Pruned, ApplyError> {
+        self.delete_owned(keys, true).await
+    }
+
+    /// Deletes `keys` as [`Applier::prune`] does, whatever their policy annotations say: helm
+    /// hooks, which their delete policy removes.
+    pub async fn delete_hooks(&self, keys: &[(ObjectKey, String)]) -> Result<Pruned, ApplyError> {
+        self.delete_owned(keys, false).await
+    }
+
+    async fn delete_owned(
+        &self,
+        keys: &[(ObjectKey, String)],
+        honour_policies: bool,
+    ) -> Result<Pruned, ApplyError> {
         let mut pruned = Pruned::default();
         for (key, api_version) in keys {
             let Some((api, resource)) = self.api_for_existing(key, api_version).await? else {
@@ -883,6 +809,21 @@ impl Applier {
                 pruned.terminating.push(key.clone());
                 continue;
             }
+            let kept = honour_policies
+                .then(|| policy::kept_by(live.metadata.annotations.as_ref()))
+                .flatten();
+            if let Some(policy) = kept {
+                self.orphan_kept(&api, &resource, (key, api_version), &live, policy)
+                    .await?;
+                pruned.kept.push((
+                    key.clone(),
+                    format!(
+                        "{}: kept on the cluster, without this BundleDeployment's label",
+                        policy.annotation()
+                    ),
+                ));
+                continue;
+            }
             if Stage::of(&key.group, &key.kind) == Stage::Crds {
                 if let Some(example) = self.first_custom_resource(key, &live.data).await? {
                     pruned.kept.push((
@@ -905,6 +846,7 @@ impl Applier {
                     if let Some(copies) = &self.live {
                         copies.deleted(&resource, key.namespace.as_deref(), &key.name);
                     }
+                    self.rules.stored.forget(api_version, key);
                     self.record(&Applied {
                         key: key.clone(),
                         api_version: api_version.clone(),
@@ -914,6 +856,7 @@ impl Applier {
                         resource_version_after: None,
                         revision_before: plan::revision_of(&live.metadata),
                         fields_changed: Vec::new(),
+                        left_out: Vec::new(),
                         live: None,
                     });
                     pruned.deleted.push(key.clone())

@@ -128,11 +128,49 @@ pub fn object_matches_live(desired: &Value, live: &Value) -> bool {
     differing_paths(desired, live, 1).is_empty()
 }
 
+/// One step of a field path: a map key or a list index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A key of a map.
+    Key(String),
+    /// A position in a list.
+    Index(usize),
+}
+
+/// A field path as messages and the change log show it: `.spec.containers[0].image`.
+pub fn path_text(steps: &[Step]) -> String {
+    let mut text = String::new();
+    for step in steps {
+        match step {
+            Step::Key(key) => {
+                text.push('.');
+                text.push_str(key);
+            }
+            Step::Index(i) => text.push_str(&format!("[{i}]")),
+        }
+    }
+    text
+}
+
 /// Field paths (`.spec.replicas`, `.data.key`, `.spec.containers[0].image`) where `live` lacks or
 /// differs from `desired`, by the same rules as [`object_matches_live`], at most `limit` of them.
 /// Used to tell users what changed or drifted without printing values (they may be secret).
 pub fn differing_paths(desired: &Value, live: &Value, limit: usize) -> Vec<String> {
-    fn walk(desired: &Value, live: &Value, path: &mut String, out: &mut Vec<String>, limit: usize) {
+    differing_steps(desired, live, limit)
+        .iter()
+        .map(|steps| path_text(steps))
+        .collect()
+}
+
+/// [`differing_paths`] as steps, to read or change the values there.
+pub fn differing_steps(desired: &Value, live: &Value, limit: usize) -> Vec<Vec<Step>> {
+    fn walk(
+        desired: &Value,
+        live: &Value,
+        path: &mut Vec<Step>,
+        out: &mut Vec<Vec<Step>>,
+        limit: usize,
+    ) {
         if out.len() >= limit {
             return;
         }
@@ -142,9 +180,7 @@ pub fn differing_paths(desired: &Value, live: &Value, limit: usize) -> Vec<Strin
                     if path.is_empty() && key == "status" {
                         continue;
                     }
-                    let len = path.len();
-                    path.push('.');
-                    path.push_str(key);
+                    path.push(Step::Key(key.clone()));
                     match have.get(key) {
                         Some(live_value) => walk(value, live_value, path, out, limit),
                         None if !is_empty_value(value) && out.len() < limit => {
@@ -152,15 +188,14 @@ pub fn differing_paths(desired: &Value, live: &Value, limit: usize) -> Vec<Strin
                         }
                         None => {}
                     }
-                    path.truncate(len);
+                    path.pop();
                 }
             }
             (Value::Array(want), Value::Array(have)) if want.len() == have.len() => {
                 for (i, (w, h)) in want.iter().zip(have).enumerate() {
-                    let len = path.len();
-                    path.push_str(&format!("[{i}]"));
+                    path.push(Step::Index(i));
                     walk(w, h, path, out, limit);
-                    path.truncate(len);
+                    path.pop();
                 }
             }
             _ => {
@@ -171,7 +206,7 @@ pub fn differing_paths(desired: &Value, live: &Value, limit: usize) -> Vec<Strin
         }
     }
     let mut out = Vec::new();
-    walk(desired, live, &mut String::new(), &mut out, limit);
+    walk(desired, live, &mut Vec::new(), &mut out, limit);
     out
 }
 

@@ -43,6 +43,13 @@ pub(super) fn logging(
                 .details
                 .insert("previousOwner".into(), json!(previous));
         }
+        if !write.left_out.is_empty() {
+            // Not declared by the API server's schema: the server keeps nothing of them.
+            entry
+                .details
+                .insert("fieldsLeftOut".into(), json!(write.left_out));
+        }
+        with_policy(&mut entry, &write.outcome);
         log.record(&entry);
     };
     Applier {
@@ -51,18 +58,45 @@ pub(super) fn logging(
     }
 }
 
+/// Says in `entry` which policy annotation kept an object as it is (`result: skipped`, nothing
+/// written) or kept it on the cluster when it would have been deleted (`orphaned`).
+fn with_policy(entry: &mut changelog::Entry, outcome: &ApplyOutcome) {
+    match outcome {
+        ApplyOutcome::Withheld { policy, .. } => {
+            entry.result = changelog::RESULT_SKIPPED;
+            entry
+                .details
+                .insert("policy".into(), json!(policy.annotation()));
+        }
+        ApplyOutcome::Orphaned { policy } => {
+            entry.details.insert("orphaned".into(), json!(true));
+            entry
+                .details
+                .insert("policy".into(), json!(policy.annotation()));
+        }
+        _ => {}
+    }
+}
+
 /// `applier` with a journal that logs each delete of a BundleDeployment's deletion as it returns.
 pub(super) fn logging_deletion(ctx: &Context, bd: &BundleDeployment, applier: Applier) -> Applier {
     let log = ctx.changelog.clone();
     let name = bd.name_any();
     let observer = move |write: &Applied| {
+        let operation = match write.outcome {
+            ApplyOutcome::Orphaned { .. } => Operation::Update,
+            _ => Operation::Delete,
+        };
         let mut entry = log.entry(
             &name,
-            Operation::Delete,
+            operation,
             Reason::Deletion,
             change_object(&write.key, &write.api_version),
         );
         entry.resource_version_before = write.resource_version_before.clone();
+        entry.resource_version_after = write.resource_version_after.clone();
+        entry.fields_changed = write.fields_changed.clone();
+        with_policy(&mut entry, &write.outcome);
         log.record(&entry);
     };
     Applier {
@@ -79,6 +113,14 @@ fn operation_and_reason(write: &Applied, apply_reason: Reason) -> (Operation, Re
             (Operation::Delete, Reason::Rollback)
         }
         (ApplyOutcome::Deleted, _) => (Operation::Delete, Reason::Prune),
+        // A prune that kept the object by its policy: its label is removed.
+        (ApplyOutcome::Orphaned { .. }, _) if apply_reason == Reason::Rollback => {
+            (Operation::Update, Reason::Rollback)
+        }
+        (ApplyOutcome::Orphaned { .. }, _) => (Operation::Update, Reason::Prune),
+        // What would have been written (the line says `skipped`).
+        (ApplyOutcome::Withheld { exists: false, .. }, _) => (Operation::Create, apply_reason),
+        (ApplyOutcome::Withheld { .. }, _) => (Operation::Update, apply_reason),
         (_, Some(_)) => (Operation::Update, Reason::Adoption),
         (ApplyOutcome::Created, _) => (Operation::Create, apply_reason),
         _ => (Operation::Update, apply_reason),
@@ -100,7 +142,7 @@ pub(super) async fn log_writes(
     let name = bd.name_any();
     let writes: Vec<Applied> = applier.journal.take();
     let (mut created, mut updated, mut deleted) = (0, 0, 0);
-    for write in &writes {
+    for write in writes.iter().filter(|w| w.outcome.is_write()) {
         match operation_and_reason(write, apply_reason).0 {
             Operation::Create => created += 1,
             Operation::Update => updated += 1,
@@ -130,7 +172,7 @@ pub(super) async fn log_writes(
         ctx.changelog.sync();
         ctx.event(bd, true, error.category(), "Apply", error.to_string())
             .await;
-    } else if !writes.is_empty() {
+    } else if writes.iter().any(|w| w.outcome.is_write()) {
         ctx.changelog.sync();
         let (event_reason, why) = match apply_reason {
             Reason::Rollback => ("RolledBack", "re-applied"),

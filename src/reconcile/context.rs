@@ -215,6 +215,8 @@ pub struct Context {
     writers: Mutex<HashMap<(String, String), Client>>,
     /// Where `function` processors may run (`--allow-function-exec`).
     pub functions: super::functions::FunctionPolicy,
+    /// What the API server keeps of what pallet applied, where it differs (dropped fields).
+    pub stored_forms: crate::apply::stored::StoredForms,
 }
 
 impl Context {
@@ -383,6 +385,7 @@ impl Context {
             settle: Default::default(),
             writers: Mutex::new(HashMap::new()),
             functions: Default::default(),
+            stored_forms: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
@@ -641,6 +644,11 @@ impl Context {
             revision: None,
             live: self.owned.as_ref().map(|owned| owned.live()),
             takeover: bd.spec.takeover.clone(),
+            rules: crate::apply::ApplyRules {
+                ignore: crate::apply::policy::DriftIgnore::compile(&bd.spec.drift_ignore),
+                drift_pass: false,
+                stored: self.stored_forms.clone(),
+            },
         }
     }
 }

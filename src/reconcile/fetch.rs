@@ -118,11 +118,7 @@ pub async fn fetch_sources(
                 ctx.polls.record(uid, index, source, &one, started);
                 fetched.push(one);
             }
-            FetchState::Pending { since } => pending.push(format!(
-                "{} for {} s",
-                describe_source(source),
-                since.elapsed().as_secs()
-            )),
+            FetchState::Pending(state) => pending.push(state.describe(&describe_source(source))),
         }
     }
     if !pending.is_empty() {

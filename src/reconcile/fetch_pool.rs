@@ -10,8 +10,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{mpsc, Notify, Semaphore};
 
@@ -34,16 +35,60 @@ pub fn per_server(slots: usize) -> usize {
 pub enum FetchState {
     /// Finished, with its result (boxed: a fetched source is much larger than `Pending`).
     Done(Box<Result<Fetched, SourceError>>),
-    /// Still running (or waiting for a slot) since this instant.
-    Pending {
-        /// When the fetch was started.
-        since: Instant,
+    /// Not finished: running, or still waiting for a slot.
+    Pending(Pending),
+}
+
+/// A fetch not finished yet: what it is doing, since when (a wall-clock time, so that a
+/// message saying it stays true however long it is shown).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// Running, or what it waits for.
+    pub stage: Stage,
+    /// Since when it has been at that stage.
+    pub since: Timestamp,
+}
+
+/// What a fetch not finished is doing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Waiting for one of the fetches one server may have at once (see [`per_server`]).
+    WaitingForServer {
+        /// The server (`host:port`).
+        server: String,
+        /// How many fetches from it may run at once.
+        limit: usize,
     },
+    /// Waiting for one of the pool's slots (`--fetch-concurrency`).
+    WaitingForSlot {
+        /// How many fetches may run at once.
+        limit: usize,
+    },
+    /// Fetching.
+    Running,
+}
+
+impl Pending {
+    /// `<source> since <time>`, or what it waits for: a part of the `Fetching` message.
+    pub fn describe(&self, source: &str) -> String {
+        let since = self.since.strftime("%Y-%m-%dT%H:%M:%SZ");
+        match &self.stage {
+            Stage::Running => format!("{source} since {since}"),
+            Stage::WaitingForSlot { limit } => format!(
+                "{source} (not started: waiting since {since} for a fetch slot, all {limit} in \
+                 use; --fetch-concurrency)"
+            ),
+            Stage::WaitingForServer { server, limit } => format!(
+                "{source} (not started: waiting since {since} for a fetch slot of {server}, \
+                 which has {limit} at once)"
+            ),
+        }
+    }
 }
 
 struct Job {
     spec: Source,
-    started: Instant,
+    stage: Arc<Mutex<Pending>>,
     result: Arc<Mutex<Option<Result<Fetched, SourceError>>>>,
     done: Arc<Notify>,
     /// Set once a reconcile stopped waiting for it: its completion must trigger a reconcile.
@@ -54,6 +99,8 @@ struct Job {
 /// The fetches in flight, and the ones finished but not yet picked up.
 pub struct FetchPool {
     slots: Arc<Semaphore>,
+    /// How many slots `slots` has.
+    limit: usize,
     /// One semaphore of [`per_server`] permits per server (`host:port`).
     servers: Mutex<HashMap<String, Arc<Semaphore>>>,
     per_server: usize,
@@ -73,6 +120,7 @@ impl FetchPool {
     ) -> Self {
         FetchPool {
             slots: Arc::new(Semaphore::new(slots.max(1))),
+            limit: slots.max(1),
             servers: Mutex::new(HashMap::new()),
             per_server: per_server(slots.max(1)),
             grace,
@@ -92,7 +140,7 @@ impl FetchPool {
         secrets: SourceSecrets,
     ) -> FetchState {
         let key = (bd.metadata.uid.clone().unwrap_or_default(), index);
-        let (result, done, abandoned, started, fresh) = {
+        let (result, done, abandoned, stage, fresh) = {
             let mut jobs = self.lock();
             if jobs.get(&key).is_some_and(|job| job.spec != *source) {
                 if let Some(old) = jobs.remove(&key) {
@@ -107,7 +155,7 @@ impl FetchPool {
                 job.result.clone(),
                 job.done.clone(),
                 job.abandoned.clone(),
-                job.started,
+                job.stage.clone(),
                 fresh,
             )
         };
@@ -135,7 +183,7 @@ impl FetchPool {
                 self.lock().remove(&key);
                 FetchState::Done(Box::new(finished))
             }
-            None => FetchState::Pending { since: started },
+            None => FetchState::Pending(stage.lock().unwrap_or_else(|e| e.into_inner()).clone()),
         }
     }
 
@@ -149,29 +197,56 @@ impl FetchPool {
         let result = Arc::new(Mutex::new(None));
         let done = Arc::new(Notify::new());
         let abandoned = Arc::new(AtomicBool::new(false));
+        let per_server = self.per_server;
+        let host = crate::source::source_host(source);
+        let stage = Arc::new(Mutex::new(Pending {
+            stage: Stage::Running,
+            since: Timestamp::now(),
+        }));
         let task = {
             let (fetcher, source) = (fetcher.clone(), source.clone());
             let (result, done, abandoned) = (result.clone(), done.clone(), abandoned.clone());
             let slots = self.slots.clone();
-            let per_server = self.per_server;
-            let server = crate::source::source_host(&source).map(|host| {
-                self.servers
+            let limit = self.limit;
+            let server = host.clone().map(|host| {
+                let semaphore = self
+                    .servers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .entry(host)
+                    .entry(host.clone())
                     .or_insert_with(|| Arc::new(Semaphore::new(per_server)))
-                    .clone()
+                    .clone();
+                (host, semaphore)
             });
             let trigger = self.trigger.clone();
             let object = ObjectRef::from_obj(bd);
+            let at = stage.clone();
             tokio::spawn(async move {
+                let set = |stage: Stage| {
+                    *at.lock().unwrap_or_else(|e| e.into_inner()) = Pending {
+                        stage,
+                        since: Timestamp::now(),
+                    }
+                };
                 // The server's permit first, so a hanging server's queue holds no pool slot.
                 // The semaphores are never closed; a failed acquire would only mean no bound.
                 let _server = match server {
-                    Some(server) => server.acquire_owned().await.ok(),
+                    Some((host, server)) => {
+                        if server.available_permits() == 0 {
+                            set(Stage::WaitingForServer {
+                                server: host,
+                                limit: per_server,
+                            });
+                        }
+                        server.acquire_owned().await.ok()
+                    }
                     None => None,
                 };
+                if slots.available_permits() == 0 {
+                    set(Stage::WaitingForSlot { limit });
+                }
                 let _slot = slots.acquire_owned().await.ok();
+                set(Stage::Running);
                 let fetched = fetcher.fetch(&source, &secrets).await;
                 *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(fetched);
                 done.notify_waiters();
@@ -185,7 +260,7 @@ impl FetchPool {
         };
         Job {
             spec: source.clone(),
-            started: Instant::now(),
+            stage,
             result,
             done,
             abandoned,
@@ -212,4 +287,78 @@ fn take(
     result: &Mutex<Option<Result<Fetched, SourceError>>>,
 ) -> Option<Result<Fetched, SourceError>> {
     result.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{Cache, FetchOptions};
+
+    /// A server that accepts connections and never answers.
+    fn hanging_server() -> (std::net::TcpListener, String) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/bundle.yaml", listener.local_addr().unwrap());
+        (listener, url)
+    }
+
+    fn bd(uid: &str) -> BundleDeployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+            "metadata": {"name": uid, "uid": uid},
+            "spec": {"sources": [], "format": "plain"},
+        }))
+        .unwrap()
+    }
+
+    fn http(url: &str) -> Source {
+        serde_json::from_value(serde_json::json!({"kind": "http", "http": {"url": url}})).unwrap()
+    }
+
+    async fn pending(pool: &FetchPool, fetcher: &Fetcher, uid: &str, source: &Source) -> Pending {
+        match pool
+            .fetch(fetcher, &bd(uid), 0, source, SourceSecrets::default())
+            .await
+        {
+            FetchState::Pending(pending) => pending,
+            FetchState::Done(result) => panic!("finished: {result:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_fetch_waiting_for_a_slot_says_so_and_since_when() {
+        let dir = tempfile::tempdir().unwrap();
+        let fetcher = Fetcher::new(
+            Arc::new(Cache::open(dir.path().join("cache"), 1 << 20).unwrap()),
+            FetchOptions {
+                timeout: Duration::from_secs(30),
+                egress: crate::egress::EgressPolicy::allow_all(),
+                ..FetchOptions::default()
+            },
+        );
+        let (_one, first) = hanging_server();
+        let (_two, second) = hanging_server();
+        let pool = FetchPool::new(1, Duration::from_millis(300), None);
+        let before = Timestamp::now();
+        let running = pending(&pool, &fetcher, "a", &http(&first)).await;
+        assert_eq!(running.stage, Stage::Running);
+        let queued = pending(&pool, &fetcher, "b", &http(&second)).await;
+        assert_eq!(queued.stage, Stage::WaitingForSlot { limit: 1 });
+        // A wall-clock time, not a duration frozen when the status was written.
+        assert!(queued.since >= before);
+        let message = queued.describe("http://b");
+        assert!(
+            message.starts_with("http://b (not started: waiting since ")
+                && message.contains("for a fetch slot, all 1 in use"),
+            "{message}"
+        );
+        assert!(
+            running
+                .describe("http://a")
+                .starts_with("http://a since 20"),
+            "{}",
+            running.describe("http://a")
+        );
+        // Looked at again later: still the same words, the same time.
+        assert_eq!(pending(&pool, &fetcher, "b", &http(&second)).await, queued);
+    }
 }

@@ -2,7 +2,7 @@
 //! and the HTTP probes of `spec.healthChecks` (see [`crate::health`]). Pure.
 
 use crate::api::BundleDeployment;
-use crate::apply::{Applied, Outcome as ApplyOutcome};
+use crate::apply::Applied;
 use crate::health;
 
 use super::status::HealthReport;
@@ -67,9 +67,7 @@ pub fn assess_objects(
 /// The applied objects whose health counts (those not skipped), in the order
 /// [`assess_objects`] lists them.
 pub fn assessed_objects(applied: &[Applied]) -> impl Iterator<Item = &Applied> {
-    applied
-        .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+    applied.iter().filter(|a| a.outcome.in_inventory())
 }
 
 /// The report on `assessed` objects. Pure.
@@ -143,12 +141,13 @@ mod tests {
                 name: name.into(),
             },
             api_version: "example.com/v1".into(),
-            outcome: ApplyOutcome::Unchanged,
+            outcome: crate::apply::Outcome::Unchanged,
             adopted_from: None,
             resource_version_before: None,
             resource_version_after: None,
             revision_before: None,
             fields_changed: Vec::new(),
+            left_out: Vec::new(),
             live: Some(live),
         }
     }

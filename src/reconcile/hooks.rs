@@ -284,7 +284,9 @@ pub(super) async fn step(
                          helm.sh/hook-delete-policy has no before-hook-creation"
                     )));
                 }
-                applier.prune(&[(key.clone(), api_version.clone())]).await?;
+                applier
+                    .delete_hooks(&[(key.clone(), api_version.clone())])
+                    .await?;
                 log_hook_writes(ctx, bd, applier, run, Some("before-hook-creation"));
             }
             if !wait_gone(&api, &key.name).await? {
@@ -417,7 +419,7 @@ async fn delete_runs(
         let Some(run) = runs.get(i) else { continue };
         if let Some(hook) = hook_plan::find(hooks, run) {
             if let Some((key, api_version, _, Some(_))) = locate(ctx, applier, hook).await? {
-                applier.prune(&[(key, api_version)]).await?;
+                applier.delete_hooks(&[(key, api_version)]).await?;
                 log_hook_writes(ctx, bd, applier, run, Some(policy));
             }
         }
@@ -444,7 +446,7 @@ pub(super) fn log_hook_writes(
     delete_policy: Option<&str>,
 ) {
     let writes: Vec<Applied> = applier.journal.take();
-    for write in writes {
+    for write in writes.into_iter().filter(|w| w.outcome.is_write()) {
         let operation = match write.outcome {
             ApplyOutcome::Created => Operation::Create,
             ApplyOutcome::Deleted => Operation::Delete,

@@ -12,6 +12,7 @@ mod cleanup;
 mod content;
 pub mod context;
 mod revision_apply;
+mod rollback_hold;
 mod status_writer;
 
 pub use cleanup::cleanup;
@@ -80,7 +81,7 @@ pub enum ReconcileError {
     #[error(transparent)]
     Source(#[from] SourceError),
     /// Sources are still being fetched in the background (slow or hanging servers); the
-    /// message names each with how long it has been running.
+    /// message names each with the time it started, or what it still waits for (a fetch slot).
     #[error("fetching {0}")]
     Fetching(String),
     /// A Secret could not be used.
@@ -749,6 +750,8 @@ async fn requested_rollback_to(
     };
     let objects = ctx.load(&bd.name_any(), to).await?;
     rollout::start_rollback(work, to, &message, &now());
+    // Content that came while the request waited (paused) is no newer than the wish to go back.
+    rollback_hold::refuse_newer_content(bd, ctx, work, to).await;
     METRICS.rollback("request");
     ctx.event(bd, false, "RollbackRequested", "Rollback", message.clone())
         .await;

@@ -96,10 +96,15 @@ async fn watch_kind(
             Ok(watcher::Event::InitDone) => live.list_done(&resource),
             Ok(watcher::Event::Apply(object)) => {
                 let owner = owner_of(&object);
-                match live.applied(&resource, object) {
+                // Taken over by another BundleDeployment (even by this agent's own write): the
+                // one it was taken from must look at once, and report the conflict.
+                let taken_from = live.taken_from(&resource, &object);
+                let mut news: Vec<String> = match live.applied(&resource, object) {
                     Change::News => owner.into_iter().collect(),
                     Change::Quiet => Vec::new(),
-                }
+                };
+                news.extend(taken_from);
+                news
             }
             Ok(watcher::Event::Delete(object)) => match live.removed(&resource, &object) {
                 Change::News => owner_of(&object).into_iter().collect(),

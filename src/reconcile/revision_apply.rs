@@ -147,8 +147,17 @@ pub(super) async fn apply_revision(
     let client = ctx.writer(bd)?;
     if let Some(namespace) = &bd.spec.install_namespace {
         if !ctx.namespace_seen(namespace) {
-            ensure_namespace(&ctx.client, &client, namespace).await?;
-            ctx.saw_namespace(namespace);
+            match ensure_namespace(&ctx.client, &client, namespace).await {
+                Ok(()) => ctx.saw_namespace(namespace),
+                // The revision cannot be applied: it fails as when an object of it is refused.
+                Err(error) if !error.is_transient() && on_its_way(work) => {
+                    return Ok(Step::Failed {
+                        reason: error.category().to_string(),
+                        message: error.to_string(),
+                    })
+                }
+                Err(error) => return Err(error),
+            }
         }
     }
     let mut applier = ctx.applier(bd, client);
@@ -168,12 +177,7 @@ pub(super) async fn apply_revision(
         hook_plan::continues_release(bd),
     );
     let active = rollout::active_revision(work).cloned();
-    let on_its_way = active.as_ref().is_some_and(|r| {
-        matches!(
-            r.phase,
-            RevisionPhase::Applying | RevisionPhase::Progressing
-        )
-    });
+    let on_its_way = on_its_way(work);
     // A revision whose pre hooks started recorded its inventory when they did.
     let hooks_started = active
         .as_ref()
@@ -233,6 +237,7 @@ pub(super) async fn apply_revision(
         }
         Transition::Reapply => Reason::Drift,
     };
+    applier.rules.drift_pass = log_reason == Reason::Drift;
     let digest = active
         .as_ref()
         .map(|r| r.digest.clone())
@@ -294,10 +299,11 @@ pub(super) async fn apply_revision(
     rollout::mark_applied(work);
     // Every object is applied: the previous owner's records can go (see `takeover`).
     super::takeover::finish(ctx, bd, &applier.client, work).await?;
+    report_drift_ignore(ctx, bd, &applier, work).await;
 
     let inventory: Vec<ObjectReference> = applied
         .iter()
-        .filter(|a| a.outcome != ApplyOutcome::Skipped)
+        .filter(|a| a.outcome.in_inventory())
         .map(|a| reference(&a.key, &a.api_version))
         .collect();
     let skipped: Vec<ObjectReference> = applied
@@ -309,10 +315,7 @@ pub(super) async fn apply_revision(
         })
         .collect();
     if let Some(owned) = &ctx.owned {
-        for a in applied
-            .iter()
-            .filter(|a| a.outcome != ApplyOutcome::Skipped)
-        {
+        for a in applied.iter().filter(|a| a.outcome.in_inventory()) {
             // Resolved moments ago by the apply, so this is a cache hit.
             if let Ok(Some((_, resource))) = applier.api_for_existing(&a.key, &a.api_version).await
             {
@@ -404,6 +407,49 @@ pub(super) async fn apply_revision(
         requeue,
     ))
 }
+
+/// Whether the active revision is still on its way (Applying or Progressing): a permanent
+/// error applying it fails it, where a held or healthy revision only reports the error.
+fn on_its_way(work: &BundleDeploymentStatus) -> bool {
+    rollout::active_revision(work).is_some_and(|r| {
+        matches!(
+            r.phase,
+            RevisionPhase::Applying | RevisionPhase::Progressing
+        )
+    })
+}
+
+/// Records in `status.driftIgnore` the `spec.driftIgnore` rules that matched no object of the
+/// pass's apply (or cannot be used), with a Warning Event when that list changes.
+async fn report_drift_ignore(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    applier: &Applier,
+    work: &mut BundleDeploymentStatus,
+) {
+    let report = applier.rules.ignore.report(work.active_revision);
+    if report == work.drift_ignore {
+        return;
+    }
+    if !report.is_empty() {
+        let note: Vec<String> = report
+            .iter()
+            .map(|r| format!("driftIgnore[{}]: {}", r.rule, r.message))
+            .collect();
+        ctx.event(
+            bd,
+            true,
+            REASON_DRIFT_IGNORE_UNMATCHED,
+            "Apply",
+            note.join("; "),
+        )
+        .await;
+    }
+    work.drift_ignore = report;
+}
+
+/// Event reason when a `spec.driftIgnore` rule matches no object or cannot be used.
+pub const REASON_DRIFT_IGNORE_UNMATCHED: &str = "DriftIgnoreUnmatched";
 
 /// How often a progressing revision is re-assessed when nothing watches its objects.
 pub(super) const PROGRESS_POLL: Duration = Duration::from_secs(5);

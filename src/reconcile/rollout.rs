@@ -218,6 +218,32 @@ pub fn start_revision(
     trim_history(status, history_limit)
 }
 
+/// Records `new` as content refused without being applied (phase RolledBack, with `message`):
+/// what the sources rendered when a requested rollback was carried out. The active revision
+/// stays; the content is refused like any rolled-back revision's until the spec or the sources
+/// change, a retry, or a rollback to it. The history is not trimmed here (the next new revision
+/// trims it), so that the refusal is not dropped at once under a small `historyLimit`.
+pub fn record_refused(status: &mut BundleDeploymentStatus, new: NewRevision<'_>, message: &str) {
+    status.revisions.insert(
+        0,
+        RevisionStatus {
+            number: new.number,
+            generation: new.generation,
+            spec_digest: Some(new.spec_digest.to_string()),
+            digest: new.digest.to_string(),
+            sources: new.sources,
+            values_from: new.values_from,
+            phase: RevisionPhase::RolledBack,
+            applied_at: None,
+            healthy_at: None,
+            objects: new.objects as i64,
+            reason: None,
+            message: Some(message.to_string()),
+            hooks: Vec::new(),
+        },
+    );
+}
+
 /// Drops the oldest revisions beyond `limit`, never the active or the last healthy one.
 /// Returns the dropped numbers.
 pub fn trim_history(status: &mut BundleDeploymentStatus, limit: usize) -> Vec<i64> {
