@@ -34,27 +34,28 @@ pub struct DriftIgnoreRule {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftIgnoreTarget {
-    /// API group (`apps`; `""` is the core group).
+    /// API group (`apps`; `""` is the core group). Default: any group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253))]
     pub group: Option<String>,
-    /// API version (`v1`).
+    /// API version (`v1`). Default: any version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub version: Option<String>,
-    /// Kind (`Deployment`).
+    /// Kind (`Deployment`). Default: any kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub kind: Option<String>,
-    /// Object name.
+    /// Object name. Default: any name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub name: Option<String>,
-    /// Namespace (as applied: an object that names none is in `installNamespace`).
+    /// Namespace (as applied: an object that names none is in `installNamespace`). Default: any
+    /// namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
-    /// Only objects whose labels (in the bundle) match this selector.
+    /// Only objects whose labels (in the bundle) match this selector. Default: any labels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<LabelSelector>,
 }

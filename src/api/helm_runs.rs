@@ -13,7 +13,8 @@ pub const REQUESTED_TEST_ANNOTATION: &str = "pallet.dev/requested-test";
 
 /// What is done with the objects of a chart's `crds/` directories (Flux's HelmRelease
 /// `install.crds`/`upgrade.crds`). They are never deleted: not when they leave the chart, not
-/// when the BundleDeployment is deleted.
+/// when the BundleDeployment is deleted. Default: Create on the first revision, Skip on later
+/// ones.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum CrdPolicy {
     /// Neither created nor updated.

@@ -203,7 +203,8 @@ pub struct BundleDeploymentSpec {
     /// Fields of the bundle's objects left to other writers: out of the drift check, and out of
     /// what is applied to an object that exists (Flux's `driftIgnoreRules`, Argo CD's
     /// `ignoreDifferences` with `RespectIgnoreDifferences`). Not part of what is deployed:
-    /// editing it makes no new revision.
+    /// editing it makes no new revision. Default: none (every field of the bundle is kept as
+    /// the bundle says).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub drift_ignore: Vec<DriftIgnoreRule>,
