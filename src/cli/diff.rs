@@ -41,23 +41,34 @@ pub struct DiffArgs {
     pub fetch: FetchFlags,
 }
 
-/// Fetches and renders `bd`'s sources as the agent would (values, processors, the BuiltIn
-/// webhook CA), and returns the objects the agent keeps in line with the bundle (helm hooks
-/// left out).
-pub(super) async fn render_bundle(
-    config: &Config,
+/// What the sources of a BundleDeployment render now, read against the cluster as the agent
+/// reads it (values, processors' variables and `lookup` with this command's credentials).
+pub(super) struct LiveRender {
+    /// Every source, fetched and resolved.
+    pub fetched: Vec<crate::source::Fetched>,
+    /// The rendered objects, the BuiltIn provider's webhook CA injected.
+    pub rendered: pallet_formats::Rendered,
+    /// What each processor did.
+    pub traces: Vec<pallet_formats::processors::ProcessorTrace>,
+    /// What each values reference contributed.
+    pub values_from: Vec<crate::api::ResolvedValues>,
+}
+
+/// Fetches and renders `bd`'s sources as the agent would (values, processors, `lookup`, the
+/// BuiltIn webhook CA), for `plan`, `diff` and `resume --dry-run`.
+pub(super) async fn render_live(
+    client: &Client,
     bd: &BundleDeployment,
     fetch: &FetchFlags,
     agent_namespace: &str,
-) -> anyhow::Result<Vec<Object>> {
-    let client = Client::try_from(config.clone())?;
+) -> anyhow::Result<LiveRender> {
     let fetcher = fetch.fetcher()?;
     let policy = SecretPolicy {
         agent_namespace: agent_namespace.to_string(),
         ..Default::default()
     };
     let progress = Progress::stderr();
-    let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, bd, &|e| {
+    let fetched = preview::fetch_sources(Some((client, &policy)), &fetcher, bd, &|e| {
         progress.event(e)
     })
     .await?;
@@ -66,27 +77,27 @@ pub(super) async fn render_bundle(
         crate::api::BundleFormat::Helm => {
             // Rendered without the agent's render key: generated values differ from its own.
             eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
-            Some(preview::helm_capabilities(&client).await?)
+            Some(preview::helm_capabilities(client).await?)
         }
         _ => None,
     };
-    let values = preview::read_values(&client, &policy, bd).await?;
-    let processors = preview::read_processors(&client, &policy, bd).await?;
+    let values = preview::read_values(client, &policy, bd).await?;
+    let processors = preview::read_processors(client, &policy, bd).await?;
     let exec_policy = fetch.function_policy();
     let caller = crate::reconcile::functions::FunctionCaller {
-        client: Some(&client),
+        client: Some(client),
         secret_policy: &policy,
         exec_policy: &exec_policy,
         egress: fetcher.options().egress,
     };
     // `lookup` is answered from the cluster, read with this command's credentials.
     let lookups = crate::reconcile::lookups::Reader {
-        acting: &client,
-        agent: &client,
+        acting: client,
+        agent: client,
         policy: &policy,
         bd,
     };
-    let (mut rendered, _) = preview::assemble_and_render(
+    let (mut rendered, traces) = preview::assemble_and_render(
         &fetcher,
         bd,
         &fetched,
@@ -99,10 +110,27 @@ pub(super) async fn render_bundle(
     .await?;
     let name = bd.metadata.name.clone().unwrap_or_default();
     // The BuiltIn provider's caBundle, as the agent injects it (read-only).
-    crate::reconcile::webhook_certs::inject_existing(&client, &name, &mut rendered).await?;
+    crate::reconcile::webhook_certs::inject_existing(client, &name, &mut rendered).await?;
+    Ok(LiveRender {
+        fetched,
+        rendered,
+        traces,
+        values_from: values.resolved,
+    })
+}
+
+/// The objects the agent keeps in line with `bd`'s bundle as its sources render now (helm
+/// hooks left out).
+pub(super) async fn render_bundle(
+    config: &Config,
+    bd: &BundleDeployment,
+    fetch: &FetchFlags,
+    agent_namespace: &str,
+) -> anyhow::Result<Vec<Object>> {
+    let client = Client::try_from(config.clone())?;
+    let live = render_live(&client, bd, fetch, agent_namespace).await?;
     let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-    let objects = crate::reconcile::hook_plan::split(&rendered.object_list(), helm).release;
-    Ok(objects)
+    Ok(crate::reconcile::hook_plan::split(&live.rendered.object_list(), helm).release)
 }
 
 /// `object` with a Secret's values masked: `***` where both sides agree, `*** (before)` and

@@ -656,6 +656,44 @@ fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
     }
 }
 
+/// The nearest owner of `object` (by controller ownerReferences, a few levels up: a Pod's
+/// ReplicaSet, then its Deployment) that pallet wrote: the chain as text and the BundleDeployment.
+async fn written_ancestor(client: &Client, object: &DynamicObject) -> Option<(String, String)> {
+    let mut chain = Vec::new();
+    let mut current = object.clone();
+    for _ in 0..4 {
+        let reference = current
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?
+            .clone();
+        let gvk = kube::api::GroupVersionKind::try_from(&kube::api::TypeMeta {
+            api_version: reference.api_version.clone(),
+            kind: reference.kind.clone(),
+        })
+        .ok()?;
+        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk).await.ok()?;
+        let api: Api<DynamicObject> = match (capabilities.scope, &current.metadata.namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        };
+        let parent = api.get_opt(&reference.name).await.ok()??;
+        chain.push(format!("{} {}", reference.kind, reference.name));
+        if let Some(bd) = parent
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+        {
+            return Some((chain.join(", made by "), bd.clone()));
+        }
+        current = parent;
+    }
+    None
+}
+
 /// Finds the API resource for a kubectl-style kind (`configmap`, `configmaps`, `ConfigMap`,
 /// `deployments.apps`, `Deployment.apps`).
 async fn find_resource(
@@ -715,15 +753,24 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             Some(ns) => format!("{} {ns}/{name}", resource.kind),
             None => format!("{} {name}", resource.kind),
         };
-        let owner = object
+        let owner = match object
             .metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(OWNER_LABEL))
             .cloned()
-            .ok_or_else(|| {
-                anyhow!("{what} carries no {OWNER_LABEL} label: pallet did not write it")
-            })?;
+        {
+            Some(owner) => owner,
+            None => {
+                let made_by = match written_ancestor(&client, &object).await {
+                    Some((chain, bd)) => format!(
+                        "; it is made by {chain}, which BundleDeployment {bd} wrote (trace that instead)"
+                    ),
+                    None => String::new(),
+                };
+                bail!("{what} carries no {OWNER_LABEL} label: pallet did not write it{made_by}")
+            }
+        };
         let revision: Option<i64> = object
             .metadata
             .annotations

@@ -12,11 +12,9 @@ use kube::api::Api;
 use kube::Client;
 use serde_json::{json, Value};
 
-use super::progress::Progress;
 use super::{FetchFlags, KubeArgs, Output};
 use crate::api::BundleDeployment;
 use crate::preview::{self, Change, Planned, RbacSummary};
-use crate::reconcile::fetch::SecretPolicy;
 use crate::source::Fetched;
 
 /// Flags of `pallet plan`.
@@ -26,7 +24,8 @@ pub struct PlanArgs {
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
     /// Print the BundleDeployment with every source pinned (image digest, git commit, http
-    /// sha256) on stdout; the plan itself then goes to stderr.
+    /// sha256, a chart repository's exact version and digest) on stdout; the plan itself then
+    /// goes to stderr.
     #[arg(long)]
     pub pin: bool,
     /// The agent's namespace: where Secrets named without a namespace are read.
@@ -60,63 +59,15 @@ struct Report {
 pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let text = super::render::read_manifest(&args.file)?;
     let (mut doc, bd) = preview::parse_bundle_deployment(&text, &args.file.display().to_string())?;
-    let fetcher = args.fetch.fetcher()?;
     let report = super::block_on(async {
         let config = args.kube.config().await?;
         let client = Client::try_from(config.clone())?;
-        let policy = SecretPolicy {
-            agent_namespace: args.namespace.clone(),
-            ..Default::default()
-        };
-        let progress = Progress::stderr();
-        let fetched = preview::fetch_sources(Some((&client, &policy)), &fetcher, &bd, &|e| {
-            progress.event(e)
-        })
-        .await?;
-        drop(progress);
-        let capabilities = match bd.spec.format {
-            crate::api::BundleFormat::Helm => {
-                // Rendered without the agent's render key: generated values differ from its own.
-                eprintln!("{}", super::render::GENERATED_VALUES_NOTICE);
-                Some(preview::helm_capabilities(&client).await?)
-            }
-            _ => None,
-        };
-        let values = preview::read_values(&client, &policy, &bd).await?;
-        let processors = preview::read_processors(&client, &policy, &bd).await?;
-        let exec_policy = args.fetch.function_policy();
-        let caller = crate::reconcile::functions::FunctionCaller {
-            client: Some(&client),
-            secret_policy: &policy,
-            exec_policy: &exec_policy,
-            egress: fetcher.options().egress,
-        };
-        // `lookup` is answered from the cluster, read with this command's credentials.
-        let lookups = crate::reconcile::lookups::Reader {
-            acting: &client,
-            agent: &client,
-            policy: &policy,
-            bd: &bd,
-        };
-        let (rendered, traces) = preview::assemble_and_render(
-            &fetcher,
-            &bd,
-            &fetched,
-            capabilities,
-            Some(values.values),
-            &processors,
-            &caller,
-            Some(&lookups),
-        )
-        .await?;
-        let mut rendered = rendered;
-        // The BuiltIn provider's caBundle, as the agent injects it (read-only).
-        crate::reconcile::webhook_certs::inject_existing(
-            &client,
-            bd.metadata.name.as_deref().unwrap_or_default(),
-            &mut rendered,
-        )
-        .await?;
+        let super::diff::LiveRender {
+            fetched,
+            rendered,
+            traces,
+            values_from,
+        } = super::diff::render_live(&client, &bd, &args.fetch, &args.namespace).await?;
         let objects = rendered.object_list();
         // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
         let writer = match &bd.spec.service_account {
@@ -148,7 +99,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             digest: rendered.digest(),
             name,
             fetched,
-            values_from: values.resolved,
+            values_from,
             traces,
             planned,
         })
