@@ -608,7 +608,7 @@ async fn processors_and_kustomize_config_are_checked_by_the_schema() {
     .expect("the documented processors are accepted");
 }
 
-/// `spec.driftIgnore`: each path is a JSON pointer; the README's example is accepted, and the
+/// `spec.driftIgnore`: each path is a JSON pointer; the documented example is accepted, and the
 /// field round-trips (no new field is dropped by the schema).
 #[tokio::test]
 async fn drift_ignore_is_checked_by_the_schema() {
@@ -620,12 +620,8 @@ async fn drift_ignore_is_checked_by_the_schema() {
         message.contains("spec.driftIgnore[0].paths[0]") && message.contains("'^/'"),
         "{message}"
     );
-    let readme = include_str!("../README.md");
-    let (_, after) = readme
-        .split_once("<!-- example: drift-ignore -->\n```yaml\n")
-        .expect("the README has the driftIgnore example");
-    let (block, _) = after.split_once("\n```").unwrap();
-    let example: Value = serde_saphyr::from_str(block).unwrap();
+    let block = docs::example("drift-ignore");
+    let example: Value = serde_saphyr::from_str(&block).unwrap();
     let mut spec = valid_spec();
     spec["driftIgnore"] = example["spec"]["driftIgnore"].clone();
     let name = cluster::unique_name("drift-ignore-ok");
@@ -637,7 +633,7 @@ async fn drift_ignore_is_checked_by_the_schema() {
             &Patch::Apply(&bd(&name, spec)),
         )
         .await
-        .expect("the README's driftIgnore is accepted");
+        .expect("the documented driftIgnore is accepted");
     assert_eq!(
         accepted.data["spec"]["driftIgnore"],
         example["spec"]["driftIgnore"]

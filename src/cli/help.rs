@@ -14,7 +14,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     ),
     (
         "Change a BundleDeployment",
-        &["pause", "resume", "rollback", "retry", "reconcile"],
+        &["pause", "resume", "rollback", "retry", "reconcile", "test"],
     ),
     ("Author and review", &["plan", "render", "fetch", "push"]),
     ("Run", &["agent", "completion"]),

@@ -296,10 +296,11 @@ mod tests {
                 // Where oci-client's parser is laxer than the distribution grammar, refusing is
                 // right: it takes an upper-case first component for a registry host and then
                 // files it under Docker Hub as a repository name (upper case is never allowed
-                // in a repository), and its tag pattern's `\w` takes any Unicode letter (Go's is
-                // ASCII).
+                // in a repository), its tag pattern's `\w` takes any Unicode letter (Go's is
+                // ASCII), and it takes a registry host with `_`, which no DNS name has.
                 let lax = parsed.as_ref().is_ok_and(|r| {
-                    r.repository().chars().any(|c| c.is_ascii_uppercase())
+                    r.registry().contains('_')
+                        || r.repository().chars().any(|c| c.is_ascii_uppercase())
                         || r.tag().is_some_and(|t| !t.is_ascii())
                 });
                 let theirs = parsed.map(|r| r.whole());

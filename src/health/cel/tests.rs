@@ -257,7 +257,7 @@ fn readme_example() -> Vec<HealthCheck> {
     let readme = include_str!("../../../docs/guides/health-checks.md");
     let (_, after) = readme
         .split_once("<!-- example: health-checks -->\n```yaml\n")
-        .expect("the README has the health-checks example");
+        .expect("the health-checks guide has its example");
     let (block, _) = after.split_once("\n```").unwrap();
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
