@@ -158,9 +158,56 @@ async fn install_and_upgrade(chart: &str, values: Value, upgrade: Upgrade) {
         .expect("delete bd");
     agent::wait_bd_gone(&client, &name).await;
     drop(agent);
+    remove_kept_crds(&client, &name).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&name, &DeleteParams::default())
         .await;
+}
+
+/// The CRDs a chart marks `helm.sh/resource-policy: keep` (cert-manager's) outlive the
+/// BundleDeployment, as `helm uninstall` leaves them, without pallet's label; the test then
+/// deletes them itself, so that later tests do not find cert-manager's API served.
+async fn remove_kept_crds(client: &Client, bundle_deployment: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds
+        .list(&Default::default())
+        .await
+        .expect("list CRDs")
+        .items
+    {
+        let meta = &crd.metadata;
+        let kept = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("helm.sh/resource-policy"))
+            .is_some_and(|p| p == "keep");
+        let release = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("meta.helm.sh/release-name"))
+            .is_some_and(|r| r == bundle_deployment)
+            || meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app.kubernetes.io/instance"))
+                .is_some_and(|i| i == bundle_deployment);
+        if kept && release {
+            assert!(
+                meta.labels
+                    .as_ref()
+                    .is_none_or(|l| !l.contains_key("pallet.dev/bundle-deployment")),
+                "a kept CRD no longer carries pallet's label: {:?}",
+                meta.name
+            );
+            let _ = crds
+                .delete(
+                    meta.name.as_deref().unwrap_or_default(),
+                    &DeleteParams::default(),
+                )
+                .await;
+        }
+    }
 }
 
 /// The hook ran again with the new template: a new Job object with the upgraded pod template, or

@@ -12,8 +12,10 @@
 //! Secrets and ConfigMaps follow the reference rule of `valuesFrom` (see
 //! [`super::fetch::may_use`]): in the agent's namespace only objects labelled for this
 //! BundleDeployment (never the agent's own render keys or revision snapshots); elsewhere those of
-//! an allow-listed namespace or that its ServiceAccount may get. A lookup the rule refuses, or the
-//! ServiceAccount may not make, fails the render as it fails `helm install`.
+//! an allow-listed namespace or that its ServiceAccount may get; and, for a BundleDeployment that
+//! names no ServiceAccount, those of its own `installNamespace` (see `in_own_namespace`). A
+//! lookup the rule refuses, or the ServiceAccount may not make, fails the render as it fails
+//! `helm install`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -157,6 +159,12 @@ impl Reader<'_> {
         let agents: Api<DynamicObject> =
             Api::namespaced_with(self.agent.clone(), &key.namespace, resource);
         let in_agent_namespace = key.namespace == self.policy.agent_namespace;
+        if self.in_own_namespace(key, in_agent_namespace) {
+            return agents
+                .get_opt(&key.name)
+                .await
+                .map_err(|e| kube_failure(key, e));
+        }
         let found = if in_agent_namespace {
             agents
                 .get_opt(&key.name)
@@ -193,6 +201,17 @@ impl Reader<'_> {
             .map_err(|e| kube_failure(key, e))
     }
 
+    /// Whether `key` is in the release's own namespace (`installNamespace`, not the agent's) of a
+    /// BundleDeployment that names no ServiceAccount. Such a BundleDeployment writes its objects
+    /// there as the agent already (and the admission policy admits it only from a user allowed
+    /// everything), so a chart's `lookup` of a Secret there, as `helm install` makes it (a
+    /// password kept across upgrades), reveals nothing it could not overwrite.
+    fn in_own_namespace(&self, key: &LookupKey, in_agent_namespace: bool) -> bool {
+        !in_agent_namespace
+            && self.policy.service_account(&self.bd.spec).is_none()
+            && self.bd.spec.install_namespace.as_deref() == Some(key.namespace.as_str())
+    }
+
     /// A list of Secrets or ConfigMaps: read as the ServiceAccount (or, without one, only in an
     /// allow-listed namespace); those of the agent's namespace only when labelled for this
     /// BundleDeployment.
@@ -206,7 +225,8 @@ impl Reader<'_> {
         let has_account = self.policy.service_account(&self.bd.spec).is_some();
         let allow_listed = self.policy.allowed_namespaces.contains(&key.namespace);
         let in_agent_namespace = key.namespace == self.policy.agent_namespace;
-        let client = match (has_account, allow_listed || in_agent_namespace) {
+        let own = self.in_own_namespace(key, in_agent_namespace);
+        let client = match (has_account, allow_listed || in_agent_namespace || own) {
             (true, _) => self.acting,
             (false, true) => self.agent,
             (false, false) => {

@@ -533,10 +533,8 @@ pub fn render_chart(chart: &Chart, opts: &RenderOptions) -> Result<Vec<RenderedF
     ];
     let mut tops = BTreeMap::new();
     chart_tops(&chart, &name, &values, true, &shared, &mut tops);
-    // One random source for the whole render, drawn from in helm's render order.
-    let rng = funcs::Rng::value(opts.seed);
     let lookups = funcs::LookupTable::value(&opts.lookups);
-    let rendered = render_units(&env, &units, &tops, opts.now, &rng, &lookups);
+    let rendered = render_units(&env, &units, &tops, opts.now, opts.seed, &lookups);
     // A lookup without an answer may be why a template failed: its answer comes first.
     if let Some(table) = lookups.downcast_object_ref::<funcs::LookupTable>() {
         let missing = table.missing();
@@ -556,11 +554,15 @@ fn render_units(
     units: &[Unit<'_>],
     tops: &BTreeMap<String, Value>,
     now: Option<i64>,
-    rng: &Value,
+    seed: [u8; 32],
     lookups: &Value,
 ) -> Result<Vec<RenderedFile>, HelmError> {
     let mut out = Vec::new();
     for u in units.iter().filter(|u| u.render) {
+        // A random source per template file, keyed by the seed and the file's name: a call one
+        // file skips (a password a `lookup` found) moves none of the values other files draw,
+        // so a chart's second render after its install differs only where the lookup answered.
+        let rng = funcs::Rng::value(funcs::Rng::derived_seed(&seed, &u.name));
         let template: BTreeMap<String, Value> = [
             ("Name".to_string(), Value::from(u.name.as_str())),
             (
@@ -586,7 +588,7 @@ fn render_units(
             minijinja::context! {
                 __d0 => top,
                 __now => now,
-                __rng => rng.clone(),
+                __rng => rng,
                 __lookups => lookups.clone(),
             },
             &mut written,

@@ -8,7 +8,8 @@ use rand_core::{RngCore as _, SeedableRng as _};
 /// stream keyed with the 256-bit [`crate::helm::RenderOptions::seed`], so one render's random
 /// output is a function of the seed and the chart alone (the rendered digest must not change on
 /// every reconcile) and cannot be guessed without the seed. Calls happen in the fixed render
-/// order, so the same seed gives the same strings.
+/// order within a template file (each file has its own stream, see [`Rng::derived_seed`]), so the
+/// same seed gives the same strings.
 pub struct Rng(Mutex<ChaCha20Rng>);
 
 impl std::fmt::Debug for Rng {
@@ -19,6 +20,15 @@ impl std::fmt::Debug for Rng {
 }
 
 impl Rng {
+    /// The seed of `template`'s own stream: SHA-256 of the render's seed and the template's name.
+    pub fn derived_seed(seed: &[u8; 32], template: &str) -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut hash = sha2::Sha256::new();
+        hash.update(seed);
+        hash.update(template.as_bytes());
+        hash.finalize().into()
+    }
+
     /// A random source for one render.
     pub fn value(seed: [u8; 32]) -> Value {
         Value::from_object(Rng(Mutex::new(ChaCha20Rng::from_seed(seed))))
