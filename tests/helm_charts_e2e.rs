@@ -62,9 +62,16 @@ async fn create_namespace(client: &Client, name: &str) {
     .expect("namespace");
 }
 
-/// Polls until the BundleDeployment is Ready for `revision` (its active revision), printing the
-/// last conditions on timeout.
-async fn wait_ready(client: &Client, agent: &Agent, name: &str, revision: i64) -> BundleDeployment {
+/// Polls until the BundleDeployment is Ready with an active revision rendered for `generation`
+/// of its spec, printing the last conditions on timeout. (Not a revision number: a chart whose
+/// templates `lookup` objects its own install creates renders differently once they exist, as
+/// `helm upgrade` would, and may make a second revision of the same spec right after install.)
+async fn wait_ready(
+    client: &Client,
+    agent: &Agent,
+    name: &str,
+    generation: i64,
+) -> BundleDeployment {
     let api: Api<BundleDeployment> = Api::all(client.clone());
     let start = std::time::Instant::now();
     loop {
@@ -74,12 +81,17 @@ async fn wait_ready(client: &Client, agent: &Agent, name: &str, revision: i64) -
             .conditions
             .iter()
             .any(|c| c.type_ == "Ready" && c.status == "True");
-        if ready && status.active_revision == Some(revision) {
+        let active_generation = status
+            .revisions
+            .iter()
+            .find(|r| Some(r.number) == status.active_revision)
+            .map(|r| r.generation);
+        if ready && active_generation == Some(generation) {
             return bd;
         }
         if start.elapsed() > READY_DEADLINE {
             panic!(
-                "{name}: not Ready at revision {revision} after {READY_DEADLINE:?}; status: {}\nagent log:\n{}",
+                "{name}: not Ready for generation {generation} after {READY_DEADLINE:?}; status: {}\nagent log:\n{}",
                 serde_json::to_string_pretty(&status).unwrap_or_default(),
                 agent.log_tail()
             );
