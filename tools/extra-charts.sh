@@ -89,7 +89,8 @@ while IFS='|' read -r chart module path stubs copies; do
   [ -n "$chart" ] || continue
   dest="$cache/charts/$chart"
   origin="$module/$path|$stubs|$copies"
-  if [ "$(cat "$dest/.origin" 2>/dev/null)" = "$origin" ]; then
+  # A copy without its Chart.yaml (an interrupted copy) is fetched again.
+  if [ "$(cat "$dest/.origin" 2>/dev/null)" = "$origin" ] && [ -f "$dest/Chart.yaml" ]; then
     echo "$chart: $dest"
     continue
   fi
