@@ -30,7 +30,7 @@ use kube::{Client, ResourceExt};
 use pallet::api::{BundleDeployment, BundleDeploymentStatus};
 use serde_json::{json, Value};
 
-const AGENT_NAMESPACE: &str = "pallet-system";
+use cluster::ensure_agent_namespace;
 const OWNER_LABEL: &str = "pallet.dev/bundle-deployment";
 const SCALER: &str = "test-autoscaler";
 
@@ -60,19 +60,6 @@ fn deployment(name: &str, note: &str) -> String {
 
 fn docs(parts: &[String]) -> Vec<u8> {
     parts.join("---\n").into_bytes()
-}
-
-async fn ensure_agent_namespace(client: &Client) {
-    let ns =
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": AGENT_NAMESPACE}});
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            AGENT_NAMESPACE,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&ns),
-        )
-        .await
-        .unwrap();
 }
 
 /// One BundleDeployment from a git repository of its own, with its agent.

@@ -25,7 +25,7 @@ use pallet::api::{BundleDeployment, BundleDeploymentStatus, RevisionPhase};
 use pallet::revision::RevisionStore;
 use serde_json::json;
 
-const AGENT_NAMESPACE: &str = "pallet-system";
+use cluster::{ensure_agent_namespace, AGENT_NAMESPACE};
 
 fn config_map(name: &str, value: &str) -> String {
     format!(
@@ -55,21 +55,6 @@ fn deployment(image: &str) -> String {
 
 fn docs(parts: &[String]) -> Vec<u8> {
     parts.join("---\n").into_bytes()
-}
-
-/// The agent namespace must exist: revision snapshots live there.
-async fn ensure_agent_namespace(client: &Client) {
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns =
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": AGENT_NAMESPACE}});
-    namespaces
-        .patch(
-            AGENT_NAMESPACE,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&ns),
-        )
-        .await
-        .unwrap();
 }
 
 struct Scenario {

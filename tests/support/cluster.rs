@@ -73,6 +73,23 @@ where
     }
 }
 
+/// The agent's namespace of the tests' agents (where revision snapshots are stored).
+pub const AGENT_NAMESPACE: &str = "pallet-system";
+
+/// Creates the agent's namespace when missing: revision snapshots live there.
+pub async fn ensure_agent_namespace(client: &Client) {
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": AGENT_NAMESPACE}});
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            AGENT_NAMESPACE,
+            &PatchParams::apply(TEST_FIELD_MANAGER),
+            &Patch::Apply(&ns),
+        )
+        .await
+        .expect("the agent's namespace");
+}
+
 /// Installs (server-side applies) the BundleDeployment CRD and waits until it is Established.
 pub async fn install_crd(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
