@@ -4,6 +4,8 @@
 //! revision history and notifications. Reading them never fails a pass: a list that fails
 //! leaves the message as the controller's counters said it.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::Client;
@@ -15,6 +17,38 @@ use super::health_checks::{assessed_objects, SUMMARIZED};
 
 /// Pods read per workload: enough to find the ones in trouble.
 const PODS_LISTED: u32 = 100;
+
+/// How long a revision's workloads may be on their way before their Pods are read. A rollout
+/// that becomes healthy within it costs no Pod list (at 100 apps installed at once, listing from
+/// the first pass was half of the agent's requests); one that does not is explained from then
+/// on, and always by the pass that fails it at its progress deadline.
+const SETTLING: Duration = Duration::from_secs(5);
+
+/// Whether this pass reads the Pods of unhealthy workloads: when one has failed, or when the
+/// active revision has been applying or progressing for [`SETTLING`] or longer.
+pub fn worth_explaining(
+    status: &crate::api::BundleDeploymentStatus,
+    assessed: &[(String, health::Health)],
+) -> bool {
+    if assessed
+        .iter()
+        .any(|(_, h)| h.state == health::HealthState::Failed)
+    {
+        return true;
+    }
+    let started = status
+        .revisions
+        .iter()
+        .find(|r| Some(r.number) == status.active_revision)
+        .and_then(|r| r.applied_at.as_ref());
+    match started {
+        Some(started) => {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            now.duration_since(started.0).as_secs_f64() >= SETTLING.as_secs_f64()
+        }
+        None => true,
+    }
+}
 
 /// Adds the Pods' problems to the messages of the unhealthy workloads in `assessed` (as
 /// [`super::health_checks::assess_objects`] lists `applied`), for as many as a health message
@@ -54,5 +88,49 @@ pub async fn explain(
                 tracing::debug!(object = %object.key, %error, "listing the workload's Pods failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::BundleDeploymentStatus;
+
+    /// A status whose active revision 1 began applying `ago` seconds ago.
+    fn status(ago: i64) -> BundleDeploymentStatus {
+        let at = k8s_openapi::jiff::Timestamp::now()
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(ago))
+            .unwrap();
+        serde_json::from_value(serde_json::json!({
+            "activeRevision": 1,
+            "revisions": [{"number": 1, "generation": 1, "digest": "sha256:00", "sources": [],
+                           "phase": "Progressing", "appliedAt": at.to_string(), "objects": 1}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_are_read_once_a_revision_settles_or_a_workload_fails() {
+        let progressing = vec![(
+            "Deployment a/web".to_string(),
+            health::Health {
+                state: health::HealthState::InProgress,
+                message: "0 of 1".into(),
+            },
+        )];
+        let failed = vec![(
+            "Deployment a/web".to_string(),
+            health::Health {
+                state: health::HealthState::Failed,
+                message: "stalled".into(),
+            },
+        )];
+        assert!(!worth_explaining(&status(1), &progressing));
+        assert!(worth_explaining(&status(1), &failed));
+        assert!(worth_explaining(&status(30), &progressing));
+        assert!(worth_explaining(
+            &BundleDeploymentStatus::default(),
+            &progressing
+        ));
     }
 }

@@ -336,8 +336,10 @@ pub(super) async fn apply_revision(
 
     let (mut assessed, failed_check) = assess_objects(&applied, &ctx.health, &health_checks(bd)?);
     // A workload that does not progress is reported with its Pods' reasons, not only its
-    // controller's counters.
-    super::pod_problems::explain(&ctx.client, &applied, &mut assessed).await;
+    // controller's counters; while a revision is new, only a failed one (see `pod_problems`).
+    if super::pod_problems::worth_explaining(work, &assessed) {
+        super::pod_problems::explain(&ctx.client, &applied, &mut assessed).await;
+    }
     let mut health = report(assessed, failed_check);
     let probes = ctx.probes.assess(
         &bd.name_any(),
