@@ -445,8 +445,10 @@ pub async fn apply_bd(client: &Client, name: &str, spec: serde_json::Value) {
 }
 
 /// Like [`apply_bd`], labelled for the agent of test `label` (several BundleDeployments for one
-/// agent).
+/// agent). Removed when the test ends, if the test did not remove it (see
+/// [`cluster::track_bundle_deployment`]).
 pub async fn apply_bd_labelled(client: &Client, name: &str, label: &str, spec: serde_json::Value) {
+    cluster::track_bundle_deployment(name);
     let bd = serde_json::json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
         "metadata": {"name": name, "labels": {TEST_LABEL: label}},

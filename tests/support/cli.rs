@@ -54,8 +54,10 @@ pub fn pallet_err(args: &[&str]) -> String {
 /// Creates (server-side applies) a BundleDeployment `name` with `spec`; no agent watches it
 /// unless the test starts one with a matching label. It always carries `pallet.dev/test` (the
 /// name, unless `labels` sets it), so a developer's agent (`tools/up.sh` watches
-/// `!pallet.dev/test`) leaves it alone.
+/// `!pallet.dev/test`) leaves it alone. Removed when the test ends, if the test did not remove
+/// it (see [`cluster::track_bundle_deployment`]).
 pub async fn create_bd(client: &Client, name: &str, spec: Value, mut labels: Value) {
+    cluster::track_bundle_deployment(name);
     if let Some(map) = labels.as_object_mut() {
         map.entry("pallet.dev/test")
             .or_insert_with(|| Value::String(name.to_string()));
