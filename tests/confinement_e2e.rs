@@ -30,6 +30,7 @@ use agent::{wait_condition, Agent, TEST_LABEL};
 use identities::{
     bundle_deployment, client_from, create, delete_cluster_grant, deploy_documents, grant,
     install_policy, namespace, refusal, remove_policy, service_account, token_kubeconfig,
+    writes_config_maps,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -472,8 +473,7 @@ async fn an_agent_with_deploys_rbac_installs_as_a_service_account_and_never_as_a
         "deployer",
         Some(&test),
         (&test, "deployer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        writes_config_maps(),
     )
     .await;
     let kubeconfig = token_kubeconfig(&admin, &agent_ns, "pallet-agent", work.path()).await;
@@ -641,8 +641,7 @@ async fn an_agent_requires_a_service_account_or_acts_as_its_default_one() {
         "installer",
         Some(&test),
         (&test, "installer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        writes_config_maps(),
     )
     .await;
     wait_condition(

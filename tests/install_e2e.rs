@@ -10,6 +10,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/private_control_plane.rs"]
@@ -17,11 +19,11 @@ mod private_control_plane;
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent::{Agent, TEST_LABEL};
+use cli::{output_text as text, pallet_as as pallet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -32,25 +34,6 @@ use serde_json::json;
 
 const IMAGE: &str =
     "registry.example/pallet@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-fn pallet(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pallet"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stdin(Stdio::null())
-        .output()
-        .expect("pallet runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn pallet_ok(kubeconfig: &Path, args: &[&str]) -> String {
     let out = pallet(kubeconfig, args);

@@ -6,6 +6,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/identities.rs"]
@@ -13,32 +15,19 @@ mod identities;
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+use cli::output_text as text;
 use identities::{grant, service_account};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use serde_json::{json, Value};
 
-/// `pallet ARGS` as the user of `kubeconfig`.
+/// `pallet ARGS` as the user of `kubeconfig`, the fixture servers being on 127.0.0.1.
 fn pallet_as(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pallet"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--allow-loopback-egress")
-        .stdin(Stdio::null())
-        .output()
-        .expect("pallet runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let mut args = args.to_vec();
+    args.push("--allow-loopback-egress");
+    cli::pallet_as(kubeconfig, &args)
 }
 
 /// A BundleDeployment file: a ConfigMap from the basic-auth HTTP server at `url`, with the
@@ -72,8 +61,7 @@ async fn plan_and_diff_read_as_the_files_service_account_once_the_caller_may_act
         "installer",
         Some(&test),
         (&test, "installer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch"]}]),
+        identities::writes_config_maps(),
     )
     .await;
     let basic = fx.http_basic();

@@ -10,6 +10,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/identities.rs"]
@@ -17,27 +19,19 @@ mod identities;
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+
+use cli::pallet_as;
 
 use agent::{wait_condition, Agent};
-use identities::{bundle_deployment, create_bd, grant, refusal, service_account};
+use identities::{
+    bundle_deployment, create_bd, grant, refusal, service_account, writes_config_maps,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::Client;
 use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
 use serde_json::{json, Value};
-
-/// `pallet ARGS` as the user of `kubeconfig`.
-fn pallet_as(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pallet"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stdin(Stdio::null())
-        .output()
-        .expect("pallet runs")
-}
 
 /// `pallet ARGS` as that user, expected to be refused; its error output.
 fn refused_cli(kubeconfig: &Path, args: &[&str]) -> String {
@@ -93,8 +87,7 @@ async fn team(admin: &Client, test: &str, suffix: &str, tenant_role: &str, dir: 
         "installer",
         Some(&namespace),
         (&namespace, "installer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        writes_config_maps(),
     )
     .await;
     service_account(admin, &namespace, "lead").await;

@@ -23,6 +23,28 @@ pub fn pallet_cmd(args: &[&str]) -> Command {
     command
 }
 
+/// Runs `pallet args… --kubeconfig KUBECONFIG`: as the user of another kubeconfig, or against
+/// another control plane.
+pub fn pallet_as(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .expect("pallet runs")
+}
+
+/// A command's exit status and output, for an assertion's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs `pallet args… --kubeconfig <local>`; returns the output.
 pub fn pallet(args: &[&str]) -> Output {
     pallet_cmd(args).output().expect("pallet runs")

@@ -57,6 +57,16 @@ pub async fn client() -> Client {
     client
 }
 
+/// A client authenticating with the kubeconfig at `path` (an admin's, a user's of
+/// `tools/controlplane.sh user`, a ServiceAccount token's).
+pub async fn client_from(path: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
 /// Polls `probe` every 100 ms until it returns `Ok(value)` or `timeout` passes; on timeout,
 /// panics with `what` and the last error the probe reported.
 pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T

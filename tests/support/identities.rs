@@ -16,8 +16,8 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::config::Kubeconfig;
+use kube::Client;
 use pallet::api::BundleDeployment;
 use serde_json::{json, Value};
 
@@ -77,6 +77,12 @@ pub async fn service_account(client: &Client, namespace: &str, name: &str) {
         json!({"metadata": {"name": name}}),
     )
     .await;
+}
+
+/// The rules of a bundle's ServiceAccount that installs ConfigMaps in its namespace.
+pub fn writes_config_maps() -> Value {
+    json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}])
 }
 
 /// Binds `rules` to ServiceAccount `sa` (namespace, name): cluster-wide without `namespace`.
@@ -168,14 +174,7 @@ pub async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir:
     path
 }
 
-/// A client authenticating with the kubeconfig at `path`.
-pub async fn client_from(path: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
+pub use crate::cluster::client_from;
 
 /// The API server's refusal of a write: its message (panics when it was accepted).
 pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
