@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use agent::{wait_condition, Agent, TEST_LABEL};
 use identities::{
-    bundle_deployment, client_from, create, delete_cluster_grant, deploy_documents, grant,
-    install_policy, namespace, refusal, remove_policy, service_account, token_kubeconfig,
-    writes_config_maps,
+    bundle_deployment, create, delete_cluster_grant, deploy_documents, grant, install_policy,
+    namespace, refusal, remove_policy, service_account, token_kubeconfig, writes_config_maps,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -76,7 +75,8 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
     )
     .await;
     service_account(&admin, &test, "deployer").await;
-    let author = client_from(&token_kubeconfig(&admin, &test, "author", work.path()).await).await;
+    let author =
+        cluster::client_from(&token_kubeconfig(&admin, &test, "author", work.path()).await).await;
     install_policy(&admin, &test).await;
     let as_author: Api<BundleDeployment> = Api::all(author.clone());
     let as_admin: Api<BundleDeployment> = Api::all(admin.clone());

@@ -110,7 +110,7 @@ async fn team(admin: &Client, test: &str, suffix: &str, tenant_role: &str, dir: 
     )
     .await;
     let kubeconfig = identities::token_kubeconfig(admin, &namespace, "lead", dir).await;
-    let bds = Api::all(identities::client_from(&kubeconfig).await);
+    let bds = Api::all(cluster::client_from(&kubeconfig).await);
     Team {
         namespace,
         kubeconfig,

@@ -171,7 +171,8 @@ impl Drop for CreatedBundleDeployments {
 }
 
 thread_local! {
-    static CREATED: CreatedBundleDeployments = CreatedBundleDeployments(RefCell::new(BTreeSet::new()));
+    static CREATED: CreatedBundleDeployments =
+        const { CreatedBundleDeployments(RefCell::new(BTreeSet::new())) };
 }
 
 /// Records that the running test created BundleDeployment `name` on the shared cluster: it is

@@ -174,8 +174,6 @@ pub async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir:
     path
 }
 
-pub use crate::cluster::client_from;
-
 /// The API server's refusal of a write: its message (panics when it was accepted).
 pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
     match result {
