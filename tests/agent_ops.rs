@@ -143,6 +143,7 @@ async fn create_namespace(client: &Client, name: &str) {
 /// Server-side applies BundleDeployment `name` of a plain bundle from `git_url`, labelled for
 /// the replicas of `test`, installing into namespace `test`.
 async fn apply_bd(client: &Client, test: &str, name: &str, git_url: &str, path: &str) {
+    cluster::track_bundle_deployment(name);
     let bd = json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
         "metadata": {"name": name, "labels": {agent::TEST_LABEL: test}},

@@ -106,6 +106,13 @@ async fn example_bundle_deployment_applies_and_reads_back() {
     .replace("${GIT_URL}", "http://127.0.0.1:1/hello.git");
     let mut example: BundleDeployment = serde_saphyr::from_str(&text).unwrap();
     example.metadata.name = Some(name.clone());
+    // The test label keeps a developer's running agent (`tools/up.sh`) away from it.
+    example
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("pallet.dev/test".into(), name.clone());
+    cluster::track_bundle_deployment(&name);
 
     let api: Api<BundleDeployment> = Api::all(client.clone());
     let applied = api

@@ -106,7 +106,7 @@ fn helm_and_pallet_render_the_chart_alike() {
                "nodeSelector": {"kubernetes.io/os": "linux"},
                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
                "crds": {"install": false}, "admissionPolicy": {"enabled": false},
-               "podDisruptionBudget": {"enabled": false}, "networkPolicy": {"enabled": false}}),
+               "tenantRole": {"enabled": false}, "podDisruptionBudget": {"enabled": false}, "networkPolicy": {"enabled": false}}),
     ] {
         let file = values_file(dir.path(), &values);
         let by_helm = helm_render(&file);
@@ -197,8 +197,8 @@ async fn a_bundle_deployment_installs_pallets_chart() {
         .await
         .unwrap();
     let agent = Agent::start_with(&test, &["--plain-http-registry", &registry.host]);
-    // A second pallet beside the shared cluster's: its own names, no CRD and no admission
-    // policy (those are the cluster's already).
+    // A second pallet beside the shared cluster's: its own names, no CRD, no admission policy
+    // and no tenant role (those are the cluster's already).
     let spec = json!({
         "installNamespace": test,
         "sources": [{"kind": "image", "image": {"ref": pinned.trim()}}],
@@ -207,6 +207,7 @@ async fn a_bundle_deployment_installs_pallets_chart() {
             "fullnameOverride": test,
             "crds": {"install": false},
             "admissionPolicy": {"enabled": false},
+            "tenantRole": {"enabled": false},
             "image": {"repository": "registry.example/pallet",
                       "digest": format!("sha256:{}", "d".repeat(64))},
         }}},

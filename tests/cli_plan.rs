@@ -346,7 +346,10 @@ async fn pinned_plan_applied_installs_exactly_what_was_previewed() {
         ),
     )
     .unwrap();
-    let kubectl = std::env::var("HOME").unwrap() + "/.cache/pallet/bin/kubectl";
+    for bd in [&name, &floating] {
+        cluster::track_bundle_deployment(bd);
+    }
+    let kubectl = cluster::kubectl_path();
     for file in [&pinned_file, &floating_file] {
         let applied = std::process::Command::new(&kubectl)
             .args(["apply", "--server-side", "-f", file.to_str().unwrap()])

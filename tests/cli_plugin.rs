@@ -97,6 +97,7 @@ async fn completion_offers_commands_and_bundle_deployment_names_from_the_cluster
         "metadata": {"name": name, "labels": {"pallet.dev/test": name}},
         "spec": {"format": "plain", "sources": [{"kind": "http", "http": {"url": "http://127.0.0.1:1/b.yaml"}}]}});
     let api: kube::Api<pallet::api::BundleDeployment> = kube::Api::all(client.clone());
+    cluster::track_bundle_deployment(&name);
     api.patch(
         &name,
         &kube::api::PatchParams::apply("pallet-tests"),

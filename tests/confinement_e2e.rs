@@ -17,236 +17,40 @@
 mod agent;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/identities.rs"]
+mod identities;
 #[path = "support/receiver.rs"]
 mod receiver;
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use agent::{wait_condition, Agent, TEST_LABEL};
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+use identities::{
+    bundle_deployment, create, delete_cluster_grant, deploy_documents, grant, install_policy,
+    namespace, refusal, remove_policy, service_account, token_kubeconfig, writes_config_maps,
 };
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use pallet::api::conditions::find;
 use pallet::api::BundleDeployment;
 use receiver::Receiver;
 use serde_json::{json, Value};
 
-fn deploy_file(name: &str) -> String {
-    std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("deploy")
-            .join(name),
-    )
-    .unwrap()
-}
-
-/// The YAML documents of a deploy/ file.
-fn deploy_documents(name: &str) -> Vec<Value> {
-    deploy_file(name)
-        .split("\n---\n")
-        .map(|doc| serde_saphyr::from_str::<Value>(doc).unwrap())
-        .filter(|doc| doc.is_object())
-        .collect()
-}
-
 fn config_map(name: &str) -> String {
     format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  value: \"1\"\n")
 }
 
-async fn create<K>(api: &Api<K>, object: Value) -> K
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
-{
-    let object: K = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object)
-        .await
-        .unwrap_or_else(|e| panic!("create {:?}: {e}", object.meta().name))
-}
-
-async fn namespace(client: &Client, name: &str) {
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": name}}),
-    )
-    .await;
-}
-
-async fn service_account(client: &Client, namespace: &str, name: &str) {
-    create(
-        &Api::<ServiceAccount>::namespaced(client.clone(), namespace),
-        json!({"metadata": {"name": name}}),
-    )
-    .await;
-}
-
-/// Binds `rules` to ServiceAccount `sa` (namespace, name): cluster-wide without `namespace`.
-async fn grant(
-    client: &Client,
-    name: &str,
-    namespace: Option<&str>,
-    sa: (&str, &str),
-    rules: Value,
-) {
-    let subjects = json!([{"kind": "ServiceAccount", "namespace": sa.0, "name": sa.1}]);
-    match namespace {
-        None => {
-            create(
-                &Api::<ClusterRole>::all(client.clone()),
-                json!({"metadata": {"name": name}, "rules": rules}),
-            )
-            .await;
-            create(
-                &Api::<ClusterRoleBinding>::all(client.clone()),
-                json!({"metadata": {"name": name}, "subjects": subjects,
-                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}}),
-            )
-            .await;
-        }
-        Some(ns) => {
-            create(
-                &Api::<Role>::namespaced(client.clone(), ns),
-                json!({"metadata": {"name": name}, "rules": rules}),
-            )
-            .await;
-            create(
-                &Api::<RoleBinding>::namespaced(client.clone(), ns),
-                json!({"metadata": {"name": name}, "subjects": subjects,
-                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}),
-            )
-            .await;
-        }
-    }
-}
-
-async fn delete_cluster_grant(client: &Client, name: &str) {
-    let _ = Api::<ClusterRoleBinding>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<ClusterRole>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-}
-
-/// A kubeconfig authenticating with a token of ServiceAccount `namespace/name` (an hour), with
-/// the admin kubeconfig's server and CA; written under `dir`.
-async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir: &Path) -> PathBuf {
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let admin = Kubeconfig::read_from(cluster::kubeconfig_path()).unwrap();
-    let cluster = admin.clusters[0].cluster.clone().unwrap();
-    let ca = match (
-        &cluster.certificate_authority_data,
-        &cluster.certificate_authority,
-    ) {
-        (Some(data), _) => data.clone(),
-        (None, Some(file)) => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD.encode(std::fs::read(file).unwrap())
-        }
-        (None, None) => panic!("the admin kubeconfig has no CA"),
-    };
-    let path = dir.join(format!("{namespace}-{name}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\
-             contexts:\n- name: {name}\n  context: {{cluster: local, user: {name}}}\ncurrent-context: {name}\n",
-            cluster.server.unwrap()
-        ),
-    )
-    .unwrap();
-    path
-}
-
-async fn client_from(path: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
-    let cache = std::env::var_os("PALLET_CACHE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/pallet"));
-    std::process::Command::new(cache.join("bin/kubectl"))
+    std::process::Command::new(cluster::kubectl_path())
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
         .output()
         .expect("running kubectl (built by tools/controlplane.sh)")
-}
-
-fn bundle_deployment(name: &str, label: &str, spec: Value) -> BundleDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
-        "metadata": {"name": name, "labels": {TEST_LABEL: label}},
-        "spec": spec,
-    }))
-    .unwrap()
-}
-
-/// The API server's refusal of a write: its message (panics when it was accepted).
-fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
-    match result {
-        Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 403, "{status:?}");
-            status.message
-        }
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
-/// deploy/admission-policy.yaml under the name `name`, selecting only BundleDeployments
-/// labelled for test `name`.
-async fn install_policy(client: &Client, name: &str) {
-    let docs = deploy_documents("admission-policy.yaml");
-    let mut policy = docs[0].clone();
-    let mut binding = docs[1].clone();
-    assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
-    assert_eq!(binding["kind"], "ValidatingAdmissionPolicyBinding");
-    policy["metadata"]["name"] = json!(name);
-    policy["spec"]["matchConstraints"]["objectSelector"] =
-        json!({"matchLabels": {TEST_LABEL: name}});
-    binding["metadata"]["name"] = json!(name);
-    binding["spec"]["policyName"] = json!(name);
-    create(
-        &Api::<ValidatingAdmissionPolicy>::all(client.clone()),
-        policy,
-    )
-    .await;
-    create(
-        &Api::<ValidatingAdmissionPolicyBinding>::all(client.clone()),
-        binding,
-    )
-    .await;
-}
-
-async fn remove_policy(client: &Client, name: &str) {
-    let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
-    let _ = Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await;
 }
 
 const GARBAGE_COLLECTOR: (&str, &str) = ("kube-system", "generic-garbage-collector");
@@ -271,7 +75,8 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
     )
     .await;
     service_account(&admin, &test, "deployer").await;
-    let author = client_from(&token_kubeconfig(&admin, &test, "author", work.path()).await).await;
+    let author =
+        cluster::client_from(&token_kubeconfig(&admin, &test, "author", work.path()).await).await;
     install_policy(&admin, &test).await;
     let as_author: Api<BundleDeployment> = Api::all(author.clone());
     let as_admin: Api<BundleDeployment> = Api::all(admin.clone());
@@ -284,33 +89,14 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
         spec
     };
 
+    for name in ["gc", "bare", "own"] {
+        cluster::track_bundle_deployment(&format!("{test}-{name}"));
+    }
     let run = async {
         // Naming kube-system's garbage collector: refused by the API server (once the policy is
         // in force: a dry run is tried until it is refused).
         let gc = bundle_deployment(&format!("{test}-gc"), &test, spec(Some(GARBAGE_COLLECTOR)));
-        let message = cluster::poll_until(
-            "the admission policy in force",
-            Duration::from_secs(30),
-            || {
-                let (api, gc) = (as_author.clone(), gc.clone());
-                async move {
-                    match api
-                        .create(
-                            &PostParams {
-                                dry_run: true,
-                                ..Default::default()
-                            },
-                            &gc,
-                        )
-                        .await
-                    {
-                        Err(kube::Error::Api(s)) if s.code == 403 => Ok(s.message),
-                        other => Err(format!("{other:?}")),
-                    }
-                }
-            },
-        )
-        .await;
+        let message = identities::until_refused(&as_author, &gc).await;
         assert_eq!(
             message,
             refusal(as_author.create(&PostParams::default(), &gc).await)
@@ -379,7 +165,7 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
         );
         assert!(message.contains("generic-garbage-collector"), "{message}");
 
-        spec_edits_are_checked_and_metadata_is_not(&as_admin, &as_author, &own_name).await;
+        edits_are_checked_and_finalizers_are_not(&as_admin, &as_author, &own_name).await;
     };
     run.await;
     remove_policy(&admin, &test).await;
@@ -394,17 +180,15 @@ async fn the_api_server_refuses_a_service_account_its_author_may_not_impersonate
         .await;
 }
 
-/// Every spec edit is checked, not only a change of ServiceAccount: once an administrator has
-/// named the garbage collector in `name`, the author may not change what is installed as it;
-/// metadata alone (a label, a reconcile request) is not checked.
-async fn spec_edits_are_checked_and_metadata_is_not(
+/// Every edit is checked, not only a change of ServiceAccount: once an administrator has named
+/// the garbage collector in `name`, the author may change neither what is installed as it nor
+/// its metadata (a reconcile request); its finalizers alone are not checked.
+async fn edits_are_checked_and_finalizers_are_not(
     as_admin: &Api<BundleDeployment>,
     as_author: &Api<BundleDeployment>,
     own_name: &str,
 ) {
     let patch = |value: Value| Patch::Merge(value);
-    // Every spec edit is checked, not only a change of ServiceAccount: once an administrator
-    // has named the garbage collector, the author may not change what is installed as it.
     as_admin
         .patch(
             own_name,
@@ -416,26 +200,40 @@ async fn spec_edits_are_checked_and_metadata_is_not(
         )
         .await
         .expect("an administrator may");
-    let message = refusal(
-        as_author
-            .patch(
-                own_name,
-                &PatchParams::default(),
-                &patch(json!({"spec": {"sources": [{"kind": "http",
-                    "http": {"url": "http://127.0.0.1:9/other.yaml"}}]}})),
-            )
-            .await,
-    );
-    assert!(message.contains("may not impersonate"), "{message}");
-    // Metadata alone (a label, a reconcile request) is not checked.
+    for edit in [
+        json!({"spec": {"sources": [{"kind": "http",
+            "http": {"url": "http://127.0.0.1:9/other.yaml"}}]}}),
+        json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "1"}}}),
+    ] {
+        let message = refusal(
+            as_author
+                .patch(own_name, &PatchParams::default(), &patch(edit))
+                .await,
+        );
+        assert!(
+            message.contains(&format!(
+                "BundleDeployment {own_name} acts as ServiceAccount kube-system/generic-garbage-collector"
+            )) && message.contains("may not impersonate it"),
+            "{message}"
+        );
+    }
+    // Finalizers alone stay open: the agent releases its own whatever the identity.
     as_author
         .patch(
             own_name,
             &PatchParams::default(),
-            &patch(json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "1"}}})),
+            &patch(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
         )
         .await
-        .expect("metadata edits are admitted");
+        .expect("finalizer updates are admitted");
+    as_author
+        .patch(
+            own_name,
+            &PatchParams::default(),
+            &patch(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("finalizer updates are admitted");
 }
 
 /// Labels for a Secret of the agent's namespace given to BundleDeployment `name`.
@@ -675,8 +473,7 @@ async fn an_agent_with_deploys_rbac_installs_as_a_service_account_and_never_as_a
         "deployer",
         Some(&test),
         (&test, "deployer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        writes_config_maps(),
     )
     .await;
     let kubeconfig = token_kubeconfig(&admin, &agent_ns, "pallet-agent", work.path()).await;
@@ -844,8 +641,7 @@ async fn an_agent_requires_a_service_account_or_acts_as_its_default_one() {
         "installer",
         Some(&test),
         (&test, "installer"),
-        json!([{"apiGroups": [""], "resources": ["configmaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        writes_config_maps(),
     )
     .await;
     wait_condition(

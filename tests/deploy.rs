@@ -50,6 +50,7 @@ fn deploy_applies_with_a_server_side_dry_run() {
         "clusterrole.rbac.authorization.k8s.io/pallet-agent",
         "clusterrole.rbac.authorization.k8s.io/pallet-agent-install",
         "clusterrole.rbac.authorization.k8s.io/pallet-agent-secret-reader",
+        "clusterrole.rbac.authorization.k8s.io/pallet-tenant",
         "clusterrolebinding.rbac.authorization.k8s.io/pallet-agent",
         "clusterrolebinding.rbac.authorization.k8s.io/pallet-agent-install",
         "role.rbac.authorization.k8s.io/pallet-agent",
@@ -74,6 +75,7 @@ fn every_rbac_rule_has_a_comment_saying_why() {
     for file in [
         "rbac.yaml",
         "rbac-install.yaml",
+        "tenant-role.yaml",
         "components/least-privilege/rbac-read.yaml",
     ] {
         let text = std::fs::read_to_string(deploy_dir().join(file)).unwrap();

@@ -151,6 +151,7 @@ async fn documented_commands_run_and_print_what_the_documentation_shows() {
 
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
+    cluster::track_bundle_deployment(&name);
     let scratch = tempfile::tempdir().unwrap();
     let bin = scratch.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();

@@ -234,6 +234,7 @@ async fn the_documented_example_installs_and_an_edited_configmap_makes_a_new_rev
     let bds: Api<BundleDeployment> = Api::all(client.clone());
 
     let run = async {
+        cluster::track_bundle_deployment(&name);
         apply(&bds, &name, bd).await;
         let ready = wait_ready(&client, &agent, &name, 1, Duration::from_secs(90)).await;
         let (data, _) = output(&client, &name, &name).await;

@@ -10,6 +10,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/private_control_plane.rs"]
@@ -17,12 +19,13 @@ mod private_control_plane;
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent::{Agent, TEST_LABEL};
+use cli::{output_text as text, pallet_as as pallet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::Client;
@@ -31,25 +34,6 @@ use serde_json::json;
 
 const IMAGE: &str =
     "registry.example/pallet@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-fn pallet(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pallet"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .stdin(Stdio::null())
-        .output()
-        .expect("pallet runs")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 fn pallet_ok(kubeconfig: &Path, args: &[&str]) -> String {
     let out = pallet(kubeconfig, args);
@@ -219,6 +203,49 @@ async fn crd_gone(client: &Client) -> bool {
         .is_none()
 }
 
+/// A second `pallet install` into another namespace is refused with a message naming the
+/// installation and how to run another agent beside it, and changes nothing: the cluster-wide
+/// binding still names the first agent, the other namespace is not created. Uninstalling from
+/// the other namespace is refused too (it would delete the CRD, and every BundleDeployment).
+async fn second_installations_are_refused(client: &Client, kubeconfig: &Path) {
+    let out = pallet(
+        kubeconfig,
+        &["install", "-n", "staging", "--image", IMAGE, "--no-wait"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for part in [
+        "pallet is already installed in namespace pallet-system (ClusterRoleBinding pallet-agent binds pallet-system/pallet-agent)",
+        "installing into staging would bind the cluster-wide roles to a second agent",
+        "`pallet install -n pallet-system --shards KEY`",
+        "`pallet uninstall -n pallet-system` first",
+    ] {
+        assert!(stderr.contains(part), "{part:?} not in: {stderr}");
+    }
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get("pallet-agent")
+        .await
+        .unwrap();
+    let subjects = binding.subjects.unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].namespace.as_deref(), Some("pallet-system"));
+    assert!(Api::<Namespace>::all(client.clone())
+        .get_opt("staging")
+        .await
+        .unwrap()
+        .is_none());
+    let out = pallet(kubeconfig, &["uninstall", "-n", "staging"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "pallet is installed in namespace pallet-system, not staging: `pallet uninstall -n pallet-system` removes it"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert!(!crd_gone(client).await);
+}
+
 // Two workers: the Pods' watch runs while the test waits for a `pallet` command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_check_then_uninstall_keeping_and_then_deleting_the_bundles() {
@@ -278,6 +305,8 @@ async fn install_check_then_uninstall_keeping_and_then_deleting_the_bundles() {
         version.contains(&format!("CRD:   {}", env!("CARGO_PKG_VERSION"))),
         "{version}"
     );
+
+    second_installations_are_refused(&client, &kubeconfig).await;
 
     // A BundleDeployment already being deleted (its agent gone before finishing) makes keeping
     // every bundle's objects ambiguous: uninstall refuses until told.

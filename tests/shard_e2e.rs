@@ -37,6 +37,7 @@ fn config_map(name: &str, value: &str) -> String {
 
 /// Creates BundleDeployment `name` in shard `key`, installing directory `app` of the repo.
 async fn create_bd(client: &Client, test: &str, name: &str, key: &str, url: &str, app: &str) {
+    cluster::track_bundle_deployment(name);
     let bd = json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
         "metadata": {"name": name, "labels": {TEST_LABEL: test, SHARD_LABEL: key}},

@@ -25,6 +25,11 @@ step() { printf '\n==> %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 started=()
 cleanup() {
   local code=$?
+  # A failed run leaves nothing of the tests behind in a running control plane either (the last
+  # step checks it on success).
+  if [ "$code" -ne 0 ] && tools/controlplane.sh status >/dev/null 2>&1; then
+    tools/test-leftovers.sh >&2 || true
+  fi
   # Stop only what this run started, newest first, so a developer's own servers keep running.
   for ((i=${#started[@]}-1; i>=0; i--)); do
     "${started[i]}" stop || true
@@ -128,5 +133,8 @@ for file in $(grep -l 'support/agent.rs' tests/*.rs); do
 done
 PALLET_E2E_AGENT_KUBECONFIG=$rbac_kubeconfig \
   cargo test --locked "${agent_tests[@]}" -- --test-threads="${PALLET_TEST_THREADS:-4}"
+
+step "nothing of the tests is left (no BundleDeployment labelled pallet.dev/test)"
+tools/test-leftovers.sh
 
 step "done"

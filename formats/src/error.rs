@@ -275,3 +275,176 @@ impl RenderError {
         }
     }
 }
+
+impl RenderError {
+    /// This error with every path under `root`, the tree that was rendered, written relative to
+    /// it (`root` itself as `.`): a message names the file in the bundle, never the scratch
+    /// directory the bundle was assembled in. Applied where a render returns, so every error of
+    /// every format reads alike.
+    pub fn relative_to(self, root: &std::path::Path) -> RenderError {
+        let mut roots = vec![root.display().to_string()];
+        if let Ok(canonical) = root.canonicalize() {
+            roots.push(canonical.display().to_string());
+        }
+        // The longer first, so one root inside another is replaced whole.
+        roots.sort_by_key(|r| std::cmp::Reverse(r.len()));
+        // Only absolute ones: a relative root (`.`, `chart`) already reads as the bundle's path.
+        roots.retain(|r| r.starts_with('/') && r != "/");
+        let relative = |text: String| -> String {
+            roots
+                .iter()
+                .fold(text, |text, root| relative_text(&text, root))
+        };
+        self.map_text(&relative)
+    }
+
+    /// This error with `f` applied to every text it carries (paths, messages, names).
+    fn map_text(self, f: &dyn Fn(String) -> String) -> RenderError {
+        let at = |at: SourceLocation| SourceLocation {
+            file: f(at.file),
+            ..at
+        };
+        match self {
+            Self::Io { path, source } => Self::Io {
+                path: f(path),
+                source,
+            },
+            Self::InvalidYaml { at: loc, message } => Self::InvalidYaml {
+                at: at(loc),
+                message: f(message),
+            },
+            Self::InvalidObject { at: loc, message } => Self::InvalidObject {
+                at: at(loc),
+                message: f(message),
+            },
+            Self::DuplicateObject {
+                object,
+                first,
+                second,
+            } => Self::DuplicateObject {
+                object: f(object),
+                first: Box::new(at(*first)),
+                second: Box::new(at(*second)),
+            },
+            Self::RegistryV1 {
+                rule,
+                object,
+                message,
+            } => Self::RegistryV1 {
+                rule,
+                object: f(object),
+                message: f(message),
+            },
+            Self::InvalidConfig { format, message } => Self::InvalidConfig {
+                format,
+                message: f(message),
+            },
+            Self::Processor {
+                processor,
+                reason,
+                message,
+            } => Self::Processor {
+                processor,
+                reason,
+                message: f(message),
+            },
+            Self::ProcessorUnavailable { processor, message } => Self::ProcessorUnavailable {
+                processor,
+                message: f(message),
+            },
+            Self::Kustomize(error) => Self::Kustomize(crate::kustomize::KustomizeError {
+                file: error.file.map(f),
+                field: error.field,
+                message: f(error.message),
+                kind: error.kind,
+            }),
+            Self::TooLarge {
+                object,
+                bytes,
+                limit,
+            } => Self::TooLarge {
+                object: f(object),
+                bytes,
+                limit,
+            },
+            Self::BudgetExceeded { breach, message } => Self::BudgetExceeded {
+                breach: crate::BudgetBreach {
+                    value: f(breach.value),
+                    ..breach
+                },
+                message: f(message),
+            },
+            other @ (Self::Empty(_) | Self::NotImplemented(_) | Self::LookupsNeeded { .. }) => {
+                other
+            }
+        }
+    }
+}
+
+/// `text` with `root/` removed before paths under `root`, and `root` alone written `.`; a longer
+/// name that only begins like `root` (`root-2`) is left as it is.
+fn relative_text(text: &str, root: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(root) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + root.len()..];
+        match after.chars().next() {
+            Some('/') => rest = &after[1..],
+            Some(c) if c.is_alphanumeric() || matches!(c, '-' | '_' | '.') => {
+                out.push_str(root);
+                rest = after;
+            }
+            _ => {
+                out.push('.');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_under_the_rendered_tree_read_relative_to_it() {
+        let root = std::path::Path::new("/var/cache/pallet/tmp/1080-26");
+        let chart = RenderError::InvalidConfig {
+            format: "helm",
+            message: "chart /var/cache/pallet/tmp/1080-26: templates/a is a symlink".into(),
+        };
+        assert_eq!(
+            chart.relative_to(root).to_string(),
+            "invalid helm config: chart .: templates/a is a symlink"
+        );
+        let io = RenderError::Io {
+            path: "/var/cache/pallet/tmp/1080-26/charts/sub/values.yaml".into(),
+            source: std::io::Error::other("denied"),
+        };
+        assert_eq!(
+            io.relative_to(root).to_string(),
+            "charts/sub/values.yaml: denied"
+        );
+        let kustomize = RenderError::Kustomize(
+            crate::kustomize::KustomizeError::invalid(
+                "cannot open /var/cache/pallet/tmp/1080-26/base",
+            )
+            .in_file("/var/cache/pallet/tmp/1080-26/overlay/kustomization.yaml"),
+        );
+        let text = kustomize.relative_to(root).to_string();
+        assert!(!text.contains("/var/cache"), "{text}");
+        assert!(text.contains("overlay/kustomization.yaml"), "{text}");
+        // A path elsewhere, or one that only starts alike, stays as it was.
+        let other = RenderError::InvalidConfig {
+            format: "helm",
+            message: "/var/cache/pallet/tmp/1080-260/x and /etc/hosts".into(),
+        };
+        assert_eq!(
+            other.relative_to(root).to_string(),
+            "invalid helm config: /var/cache/pallet/tmp/1080-260/x and /etc/hosts"
+        );
+    }
+}

@@ -267,8 +267,10 @@ pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rend
         Format::Helm => helm::render_bundle(tree, config),
         Format::Kustomize => kustomize::render_kustomize(tree, config),
     };
-    match (result, budget::take_breach()) {
+    let result = match (result, budget::take_breach()) {
         (Err(error), Some(breach)) => Err(RenderError::over_budget(breach, &error)),
         (result, _) => result,
-    }
+    };
+    // Messages name files of the bundle, never the directory it was assembled in.
+    result.map_err(|error| error.relative_to(tree))
 }

@@ -283,6 +283,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             agent_namespace: args.namespace.clone(),
             allowed_namespaces: args.allow_secret_namespaces.clone(),
             default_service_account: args.default_service_account.clone(),
+            reads_as_service_account: false,
         };
         let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;

@@ -7,15 +7,15 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::{Client, Config};
+use kube::Client;
 use pallet_formats::Object;
 use serde_json::Value;
 
+use super::acting::{acting_for, Acting};
 use super::progress::Progress;
 use super::{FetchFlags, KubeArgs};
 use crate::api::BundleDeployment;
 use crate::preview::{self, Change};
-use crate::reconcile::fetch::SecretPolicy;
 
 /// Flags of `pallet diff`.
 #[derive(Args, Debug)]
@@ -42,7 +42,7 @@ pub struct DiffArgs {
 }
 
 /// What the sources of a BundleDeployment render now, read against the cluster as the agent
-/// reads it (values, processors' variables and `lookup` with this command's credentials).
+/// reads it (values, processors' variables and `lookup`, as the identity it acts as).
 pub(super) struct LiveRender {
     /// Every source, fetched and resolved.
     pub fetched: Vec<crate::source::Fetched>,
@@ -55,23 +55,21 @@ pub(super) struct LiveRender {
 }
 
 /// Fetches and renders `bd`'s sources as the agent would (values, processors, `lookup`, the
-/// BuiltIn webhook CA), for `plan`, `diff` and `resume --dry-run`.
+/// BuiltIn webhook CA), for `plan`, `diff` and `resume --dry-run`: everything `bd` names is read
+/// as `acting` (see [`super::acting`]); `client`, the caller's, only reads the cluster's version
+/// and APIs.
 pub(super) async fn render_live(
     client: &Client,
+    acting: &Acting,
     bd: &BundleDeployment,
     fetch: &FetchFlags,
-    agent_namespace: &str,
 ) -> anyhow::Result<LiveRender> {
     let fetcher = fetch.fetcher()?;
-    let policy = SecretPolicy {
-        agent_namespace: agent_namespace.to_string(),
-        ..Default::default()
-    };
+    let (reader, policy) = (&acting.client, &acting.policy);
     let progress = Progress::stderr();
-    let fetched = preview::fetch_sources(Some((client, &policy)), &fetcher, bd, &|e| {
-        progress.event(e)
-    })
-    .await?;
+    let fetched =
+        preview::fetch_sources(Some((reader, policy)), &fetcher, bd, &|e| progress.event(e))
+            .await?;
     drop(progress);
     let capabilities = match bd.spec.format {
         crate::api::BundleFormat::Helm => {
@@ -81,20 +79,20 @@ pub(super) async fn render_live(
         }
         _ => None,
     };
-    let values = preview::read_values(client, &policy, bd).await?;
-    let processors = preview::read_processors(client, &policy, bd).await?;
+    let values = preview::read_values(reader, policy, bd).await?;
+    let processors = preview::read_processors(reader, policy, bd).await?;
     let exec_policy = fetch.function_policy();
     let caller = crate::reconcile::functions::FunctionCaller {
-        client: Some(client),
-        secret_policy: &policy,
+        client: Some(reader),
+        secret_policy: policy,
         exec_policy: &exec_policy,
         egress: fetcher.options().egress,
     };
-    // `lookup` is answered from the cluster, read with this command's credentials.
+    // `lookup` is answered from the cluster, as the identity the agent would read it as.
     let lookups = crate::reconcile::lookups::Reader {
-        acting: client,
-        agent: client,
-        policy: &policy,
+        acting: reader,
+        agent: reader,
+        policy,
         bd,
     };
     let (mut rendered, traces) = preview::assemble_and_render(
@@ -110,7 +108,7 @@ pub(super) async fn render_live(
     .await?;
     let name = bd.metadata.name.clone().unwrap_or_default();
     // The BuiltIn provider's caBundle, as the agent injects it (read-only).
-    crate::reconcile::webhook_certs::inject_existing(client, &name, &mut rendered).await?;
+    crate::reconcile::webhook_certs::inject_existing(reader, &name, &mut rendered).await?;
     Ok(LiveRender {
         fetched,
         rendered,
@@ -120,15 +118,14 @@ pub(super) async fn render_live(
 }
 
 /// The objects the agent keeps in line with `bd`'s bundle as its sources render now (helm
-/// hooks left out).
+/// hooks left out), read as `acting`.
 pub(super) async fn render_bundle(
-    config: &Config,
+    client: &Client,
+    acting: &Acting,
     bd: &BundleDeployment,
     fetch: &FetchFlags,
-    agent_namespace: &str,
 ) -> anyhow::Result<Vec<Object>> {
-    let client = Client::try_from(config.clone())?;
-    let live = render_live(&client, bd, fetch, agent_namespace).await?;
+    let live = render_live(client, acting, bd, fetch).await?;
     let helm = bd.spec.format == crate::api::BundleFormat::Helm;
     Ok(crate::reconcile::hook_plan::split(&live.rendered.object_list(), helm).release)
 }
@@ -207,14 +204,15 @@ pub fn run(args: DiffArgs) -> anyhow::Result<()> {
             }
             (None, None) => return Err(super::exit::usage("give a NAME or -f FILE")),
         };
-        let objects = render_bundle(&config, &bd, &args.fetch, &args.namespace).await?;
-        // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
-        let writer = match &bd.spec.service_account {
-            Some(sa) => Client::try_from(crate::reconcile::context::impersonating(&config, sa))?,
-            None => client.clone(),
+        let what = match &args.file {
+            Some(file) => file.display().to_string(),
+            None => format!("BundleDeployment {name}"),
         };
+        let acting = acting_for(&config, &client, &bd, &what, &args.namespace).await?;
+        let objects = render_bundle(&client, &acting, &bd, &args.fetch).await?;
+        // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
         let target = preview::Target {
-            client: &writer,
+            client: &acting.client,
             owner: &name,
             install_namespace: bd.spec.install_namespace.as_deref(),
             collision_protection: bd.spec.collision_protection(),

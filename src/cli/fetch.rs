@@ -1,6 +1,6 @@
 //! `pallet fetch -f bd.yaml DIR`: fetch a BundleDeployment's sources into DIR and print the
 //! immutable ref each resolved to, without a controller (Secrets, when named, are read from the
-//! cluster under the same namespace rule as the agent's).
+//! cluster as the identity the file names, see [`super::acting`]).
 
 use std::path::PathBuf;
 
@@ -8,7 +8,6 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 
 use super::progress::Progress;
-use crate::reconcile::fetch::SecretPolicy;
 use crate::source::assemble;
 
 /// Flags of `pallet fetch`.
@@ -60,21 +59,20 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
             .sources
             .iter()
             .any(|s| crate::preview::named_secret(s).is_some());
-        // Only a source naming a Secret needs the cluster.
-        let client = if needs_secrets {
-            Some(args.kube.client().await.context(
-                "a source names a Secret: a cluster is needed to read it (--kubeconfig)",
-            )?)
+        // Only a source naming a Secret needs the cluster, read as the identity the file names
+        // (see super::acting).
+        let acting = if needs_secrets {
+            let context = "a source names a Secret: a cluster is needed to read it (--kubeconfig)";
+            let config = args.kube.config().await.context(context)?;
+            let client = kube::Client::try_from(config.clone()).context(context)?;
+            let what = args.file.display().to_string();
+            Some(super::acting::acting_for(&config, &client, &bd, &what, &args.namespace).await?)
         } else {
             None
         };
-        let policy = SecretPolicy {
-            agent_namespace: args.namespace.clone(),
-            ..Default::default()
-        };
         let progress = Progress::stderr();
         let fetched = crate::preview::fetch_sources(
-            client.as_ref().map(|c| (c, &policy)),
+            acting.as_ref().map(|a| (&a.client, &a.policy)),
             &fetcher,
             &bd,
             &|e| progress.event(e),

@@ -6,6 +6,7 @@
 
 #[macro_use]
 pub mod terminal;
+mod acting;
 mod agent;
 mod completion;
 mod diff;

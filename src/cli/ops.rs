@@ -587,7 +587,13 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
                 let stored = crate::reconcile::context::snapshot_objects(&record)?;
                 crate::reconcile::hook_plan::split(&stored, helm).release
             }
-            None => super::diff::render_bundle(&config, &bd, &args.fetch, &args.namespace).await?,
+            None => {
+                let what = format!("BundleDeployment {}", args.name);
+                let acting =
+                    super::acting::acting_for(&config, &client, &bd, &what, &args.namespace)
+                        .await?;
+                super::diff::render_bundle(&client, &acting, &bd, &args.fetch).await?
+            }
         };
         let target = preview::Target {
             client: &client,

@@ -62,21 +62,20 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
     let report = super::block_on(async {
         let config = args.kube.config().await?;
         let client = Client::try_from(config.clone())?;
+        let what = args.file.display().to_string();
+        let acting =
+            super::acting::acting_for(&config, &client, &bd, &what, &args.namespace).await?;
         let super::diff::LiveRender {
             fetched,
             rendered,
             traces,
             values_from,
-        } = super::diff::render_live(&client, &bd, &args.fetch, &args.namespace).await?;
+        } = super::diff::render_live(&client, &acting, &bd, &args.fetch).await?;
         let objects = rendered.object_list();
         // Dry-run as the BundleDeployment's ServiceAccount, as the agent writes.
-        let writer = match &bd.spec.service_account {
-            Some(sa) => Client::try_from(crate::reconcile::context::impersonating(&config, sa))?,
-            None => client.clone(),
-        };
         let name = bd.metadata.name.clone().unwrap_or_default();
         let target = preview::Target {
-            client: &writer,
+            client: &acting.client,
             owner: &name,
             install_namespace: bd.spec.install_namespace.as_deref(),
             collision_protection: bd.spec.collision_protection(),

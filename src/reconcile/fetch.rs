@@ -38,6 +38,10 @@ pub struct SecretPolicy {
     /// The ServiceAccount a BundleDeployment naming none acts as (`--default-service-account`);
     /// None: the agent's own identity.
     pub default_service_account: Option<ServiceAccountReference>,
+    /// The client reading referenced objects acts as the requester's ServiceAccount (`pallet
+    /// plan` and `diff` of a file): what it may read decides, so nothing is given by label or
+    /// allow-list and no SubjectAccessReview is asked; the agent's own Secrets stay refused.
+    pub reads_as_service_account: bool,
 }
 
 /// Label prefix giving one BundleDeployment the use of a Secret or ConfigMap of the agent's
@@ -446,6 +450,10 @@ impl<'a> Found<'a> {
     }
 }
 
+/// Why one of the agent's own Secrets is refused as a reference.
+const AGENTS_OWN: &str =
+    "is the agent's own (a revision snapshot or render key) and is never usable as a reference";
+
 /// The reference rule (api.md, "Secret references"; docs/security.md) for an object of
 /// `resource` (`secrets`, `configmaps`) that `requester` names:
 /// - the agent's own Secrets (revision snapshots, render keys) never;
@@ -468,6 +476,13 @@ pub async fn may_use(
 ) -> Result<Result<(), String>, ReconcileError> {
     let agents = namespace == policy.agent_namespace;
     let label = access_label(requester.bundle_deployment);
+    if policy.reads_as_service_account {
+        // The read is made as the ServiceAccount: the API server answers for it.
+        return Ok(match found {
+            Some(found) if found.is_agents_own() => Err(AGENTS_OWN.into()),
+            _ => Ok(()),
+        });
+    }
     if agents {
         // Nothing there, nothing to protect: the caller says it is missing (and an optional
         // reference is skipped, as in any namespace).
@@ -475,9 +490,7 @@ pub async fn may_use(
             return Ok(Ok(()));
         };
         if found.is_agents_own() {
-            return Ok(Err(
-                "is the agent's own (a revision snapshot or render key) and is never usable as a reference".into(),
-            ));
+            return Ok(Err(AGENTS_OWN.into()));
         }
         if found.labelled_for(requester.bundle_deployment) {
             return Ok(Ok(()));
@@ -582,19 +595,21 @@ mod tests {
     }
 
     async fn decide(namespace: &str, found: Option<Found<'_>>) -> Result<(), String> {
+        decide_under(&policy(), namespace, found).await
+    }
+
+    async fn decide_under(
+        policy: &SecretPolicy,
+        namespace: &str,
+        found: Option<Found<'_>>,
+    ) -> Result<(), String> {
         let requester = Requester {
             bundle_deployment: "web",
             service_account: None,
         };
         let client = offline();
         may_use(
-            &client,
-            &policy(),
-            requester,
-            "secrets",
-            namespace,
-            "creds",
-            found,
+            &client, policy, requester, "secrets", namespace, "creds", found,
         )
         .await
         .unwrap()
@@ -644,6 +659,29 @@ mod tests {
                 .unwrap_err();
             assert!(why.contains("the agent's own"), "{why}");
         }
+    }
+
+    #[tokio::test]
+    async fn read_as_the_service_account_what_it_may_get_decides_and_labels_give_nothing() {
+        let policy = SecretPolicy {
+            reads_as_service_account: true,
+            ..policy()
+        };
+        // No review is asked (the client never answers): the read made as the ServiceAccount
+        // is the check, in any namespace.
+        assert!(decide_under(&policy, "team-a", None).await.is_ok());
+        let unlabelled = meta(&[]);
+        let found = Some(Found::new(&unlabelled, None));
+        assert!(decide_under(&policy, "pallet-system", found).await.is_ok());
+        let snapshot = meta(&[
+            ("access.pallet.dev/web", "true"),
+            (crate::revision::LABEL_REVISION_OF, "web"),
+        ]);
+        let found = Some(Found::new(&snapshot, None));
+        let why = decide_under(&policy, "pallet-system", found)
+            .await
+            .unwrap_err();
+        assert!(why.contains("the agent's own"), "{why}");
     }
 
     #[test]

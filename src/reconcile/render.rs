@@ -180,8 +180,21 @@ pub struct Resume {
 }
 
 /// Renders the tree (or, with `resume`, goes on from a function's answer) and runs the
-/// processors until the end or the next function. Pure; what the render sandbox runs.
+/// processors until the end or the next function. Pure; what the render sandbox runs. Errors
+/// name paths in the bundle, never the tree's own directory (a processor reads files too).
 pub fn render_step(
+    format: Format,
+    tree: &Path,
+    config: &RenderConfig,
+    allow_empty: bool,
+    processors: &[NamedProcessor],
+    resume: Option<Resume>,
+) -> Result<RenderStep, RenderError> {
+    step_in_tree(format, tree, config, allow_empty, processors, resume)
+        .map_err(|error| error.relative_to(tree))
+}
+
+fn step_in_tree(
     format: Format,
     tree: &Path,
     config: &RenderConfig,

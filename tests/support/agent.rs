@@ -200,6 +200,35 @@ impl Agent {
         }
     }
 
+    /// The directories of the agent's own no condition message may name: its cache (where
+    /// bundles are fetched and assembled) and the temporary directory it lives in.
+    pub fn internal_directories(&self) -> Vec<String> {
+        vec![
+            self.cache.path().display().to_string(),
+            std::env::temp_dir().display().to_string(),
+        ]
+    }
+
+    /// Asserts that no condition of `bd` names one of [`Agent::internal_directories`].
+    pub fn assert_no_internal_paths(&self, bd: &BundleDeployment) {
+        let conditions = bd
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        for condition in &conditions {
+            for dir in self.internal_directories() {
+                assert!(
+                    !condition.message.contains(&dir),
+                    "{}: condition {} names the agent's directory {dir}: {}",
+                    bd.metadata.name.as_deref().unwrap_or_default(),
+                    condition.type_,
+                    condition.message
+                );
+            }
+        }
+    }
+
     /// The change-log file (shared with restarted agents).
     pub fn change_log_path(&self) -> &std::path::Path {
         &self.changes
@@ -445,8 +474,10 @@ pub async fn apply_bd(client: &Client, name: &str, spec: serde_json::Value) {
 }
 
 /// Like [`apply_bd`], labelled for the agent of test `label` (several BundleDeployments for one
-/// agent).
+/// agent). Removed when the test ends, if the test did not remove it (see
+/// [`cluster::track_bundle_deployment`]).
 pub async fn apply_bd_labelled(client: &Client, name: &str, label: &str, spec: serde_json::Value) {
+    cluster::track_bundle_deployment(name);
     let bd = serde_json::json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
         "metadata": {"name": name, "labels": {TEST_LABEL: label}},

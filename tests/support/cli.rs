@@ -23,6 +23,28 @@ pub fn pallet_cmd(args: &[&str]) -> Command {
     command
 }
 
+/// Runs `pallet args… --kubeconfig KUBECONFIG`: as the user of another kubeconfig, or against
+/// another control plane.
+pub fn pallet_as(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pallet"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(Stdio::null())
+        .output()
+        .expect("pallet runs")
+}
+
+/// A command's exit status and output, for an assertion's message.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs `pallet args… --kubeconfig <local>`; returns the output.
 pub fn pallet(args: &[&str]) -> Output {
     pallet_cmd(args).output().expect("pallet runs")
@@ -54,8 +76,10 @@ pub fn pallet_err(args: &[&str]) -> String {
 /// Creates (server-side applies) a BundleDeployment `name` with `spec`; no agent watches it
 /// unless the test starts one with a matching label. It always carries `pallet.dev/test` (the
 /// name, unless `labels` sets it), so a developer's agent (`tools/up.sh` watches
-/// `!pallet.dev/test`) leaves it alone.
+/// `!pallet.dev/test`) leaves it alone. Removed when the test ends, if the test did not remove
+/// it (see [`cluster::track_bundle_deployment`]).
 pub async fn create_bd(client: &Client, name: &str, spec: Value, mut labels: Value) {
+    cluster::track_bundle_deployment(name);
     if let Some(map) = labels.as_object_mut() {
         map.entry("pallet.dev/test")
             .or_insert_with(|| Value::String(name.to_string()));

@@ -6,8 +6,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -52,6 +55,16 @@ pub async fn client() -> Client {
         not_running(format!("API server did not answer: {e}"));
     }
     client
+}
+
+/// A client authenticating with the kubeconfig at `path` (an admin's, a user's of
+/// `tools/controlplane.sh user`, a ServiceAccount token's).
+pub async fn client_from(path: &std::path::Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(path).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
 }
 
 /// Polls `probe` every 100 ms until it returns `Ok(value)` or `timeout` passes; on timeout,
@@ -141,4 +154,93 @@ pub fn unique_name(prefix: &str) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos & 0xffff)
+}
+
+/// The BundleDeployments a test's thread created on the shared cluster, removed when the thread
+/// ends, whether the test passed or panicked (a test runs on a thread of its own, joined by the
+/// harness; a multi-thread runtime's workers end with the test too).
+struct CreatedBundleDeployments(RefCell<BTreeSet<String>>);
+
+impl Drop for CreatedBundleDeployments {
+    fn drop(&mut self) {
+        let names: Vec<String> = std::mem::take(&mut *self.0.borrow_mut())
+            .into_iter()
+            .collect();
+        remove_bundle_deployments(&names);
+    }
+}
+
+thread_local! {
+    static CREATED: CreatedBundleDeployments =
+        const { CreatedBundleDeployments(RefCell::new(BTreeSet::new())) };
+}
+
+/// Records that the running test created BundleDeployment `name` on the shared cluster: it is
+/// deleted when the test's thread ends, and its finalizers released (the test's agents are gone
+/// by then, so none will), unless the test removed it first. The helpers that create
+/// BundleDeployments call it; a test creating one another way calls it too. Create them on the
+/// test's thread or its runtime's tasks, not on a thread of the test's own, which ends earlier.
+pub fn track_bundle_deployment(name: &str) {
+    let _ = CREATED.try_with(|created| created.0.borrow_mut().insert(name.to_string()));
+}
+
+/// The `kubectl` tools/controlplane.sh builds.
+pub fn kubectl_path() -> PathBuf {
+    std::env::var_os("PALLET_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/pallet")
+        })
+        .join("bin/kubectl")
+}
+
+/// Deletes BundleDeployments `names` of the shared cluster and releases the finalizers of those
+/// still there (no agent will). Best effort and silent, with kubectl: it runs as a thread ends,
+/// where neither a runtime nor a panic may be used.
+pub fn remove_bundle_deployments(names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    let kubectl = |args: &[&str]| {
+        Command::new(kubectl_path())
+            .arg("--kubeconfig")
+            .arg(kubeconfig_path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let mut delete = vec![
+        "delete",
+        "bundledeployments.pallet.dev",
+        "--ignore-not-found",
+        "--wait=false",
+    ];
+    delete.extend(names.iter().map(String::as_str));
+    let Some(deleted) = kubectl(&delete) else {
+        return;
+    };
+    if deleted.trim().is_empty() {
+        return;
+    }
+    let mut get = vec![
+        "get",
+        "bundledeployments.pallet.dev",
+        "--ignore-not-found",
+        "-o",
+        "name",
+    ];
+    get.extend(names.iter().map(String::as_str));
+    for left in kubectl(&get).unwrap_or_default().lines() {
+        kubectl(&[
+            "patch",
+            left.trim(),
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+    }
 }

@@ -265,6 +265,7 @@ impl Hostile {
         let neighbour_latency = self.change_neighbour().await;
         let bd = self.wait_refused(&name, &case.expected).await;
         let refused_after = hostile_at.elapsed();
+        self.agent.assert_no_internal_paths(&bd);
         let peak_rss_bytes = sampler.stop();
 
         let status = bd.status.clone().unwrap_or_default();

@@ -9,8 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 
 /// A control plane of the test's own, stopped (data kept) and wiped on drop.
 pub struct PrivateControlPlane {
@@ -76,15 +75,8 @@ impl PrivateControlPlane {
     }
 }
 
-/// A client authenticating with the kubeconfig at `path` (an admin's, or one of
-/// `tools/controlplane.sh user`).
-pub async fn client_from(path: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(path).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
+/// A client authenticating with the kubeconfig at `path`.
+pub use crate::cluster::client_from;
 
 impl Drop for PrivateControlPlane {
     fn drop(&mut self) {

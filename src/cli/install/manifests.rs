@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 /// The namespace deploy/ installs into.
 pub const DEFAULT_NAMESPACE: &str = "pallet-system";
 
+/// The name of the agent's ServiceAccount, Deployment and roles in deploy/.
+pub const AGENT_NAME: &str = "pallet-agent";
+
 /// The image name deploy/ uses, replaced by the image given.
 const IMAGE_NAME: &str = "pallet";
 
@@ -39,6 +42,10 @@ pub const DEPLOY_FILES: &[(&str, &str)] = &[
     (
         "admission-policy.yaml",
         include_str!("../../../deploy/admission-policy.yaml"),
+    ),
+    (
+        "tenant-role.yaml",
+        include_str!("../../../deploy/tenant-role.yaml"),
     ),
     (
         "agent/kustomization.yaml",

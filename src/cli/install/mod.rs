@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
@@ -205,6 +206,43 @@ async fn wait_ready(client: &Client, objects: &[Object], timeout: Duration) -> a
     }
 }
 
+/// The name of the ClusterRoleBinding every installation has (deploy/rbac.yaml), binding the
+/// agent's cluster-wide rules to its ServiceAccount.
+const AGENT_BINDING: &str = "pallet-agent";
+
+/// The namespace of the installation in the cluster: the one of the ServiceAccount its
+/// ClusterRoleBinding `pallet-agent` binds. None when pallet is not installed.
+pub(crate) async fn installed_namespace(client: &Client) -> anyhow::Result<Option<String>> {
+    let binding = Api::<ClusterRoleBinding>::all(client.clone())
+        .get_opt(AGENT_BINDING)
+        .await
+        .with_context(|| format!("reading ClusterRoleBinding {AGENT_BINDING}"))?;
+    Ok(binding
+        .and_then(|b| b.subjects)
+        .into_iter()
+        .flatten()
+        .find(|s| s.kind == "ServiceAccount" && s.name == manifests::AGENT_NAME)
+        .and_then(|s| s.namespace))
+}
+
+/// Why installing into `namespace` is refused when the cluster's installation is in `existing`:
+/// a second one would take the cluster-wide bindings (and the CRD and admission policy, which
+/// are the cluster's) from the first, and two agents would fight over every BundleDeployment.
+pub(crate) fn second_installation(existing: &str, namespace: &str) -> String {
+    format!(
+        "pallet is already installed in namespace {existing} (ClusterRoleBinding \
+         {AGENT_BINDING} binds {existing}/{agent}); installing into {namespace} would bind the \
+         cluster-wide roles to a second agent, take them from the first, and have both reconcile \
+         the same BundleDeployments. A cluster holds one installation (the CRD, the admission \
+         policy and the cluster roles are the cluster's). To run another agent beside it, add a \
+         shard to that installation: `pallet install -n {existing} --shards KEY` (with the flags \
+         it was installed with) runs an agent that reconciles only the BundleDeployments labelled \
+         sharding.fluxcd.io/key=KEY, which the main agent leaves alone. To move it, `pallet \
+         uninstall -n {existing}` first (the bundles' objects are kept)",
+        agent = manifests::AGENT_NAME,
+    )
+}
+
 /// Runs `pallet install`.
 pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     let options = args.manifest_options()?;
@@ -215,6 +253,14 @@ pub fn run(args: InstallArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     super::block_on(async {
         let client = args.kube.client().await?;
+        if let Some(existing) = installed_namespace(&client).await? {
+            if existing != options.namespace {
+                return Err(super::exit::usage(second_installation(
+                    &existing,
+                    &options.namespace,
+                )));
+            }
+        }
         for object in &objects {
             let outcome = apply(&client, object).await?;
             tprintln!("{} {outcome}", object.key());

@@ -406,6 +406,16 @@ pub fn run(args: UninstallArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     crate::cli::block_on(async {
         let client = args.kube.client().await?;
+        // The installation is elsewhere: removing the CRD and the cluster roles from here would
+        // delete every BundleDeployment and take that agent's rights.
+        if let Some(existing) = super::installed_namespace(&client).await? {
+            if existing != args.namespace {
+                return Err(usage(format!(
+                    "pallet is installed in namespace {existing}, not {}: `pallet uninstall -n {existing}` removes it",
+                    args.namespace
+                )));
+            }
+        }
         let crd_installed = version::installed_crd(&client).await?.is_some();
         let bundles = if crd_installed {
             Api::<BundleDeployment>::all(client.clone())
