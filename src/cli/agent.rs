@@ -221,6 +221,10 @@ pub struct AgentArgs {
     /// before any signature is checked.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub receiver_requests_per_second: u32,
+    /// Run no BundleDeploymentSet controller in this agent. In a sharded install, keep it in
+    /// one agent only (the main one): the sets are the whole cluster's.
+    #[arg(long)]
+    pub no_bundle_deployment_sets: bool,
 }
 
 /// `--default-service-account NAMESPACE/NAME`.
@@ -385,7 +389,19 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             let bound = receiver.serve(&args.receiver_addr).await?;
             tracing::info!(address = %bound, secret = %args.receiver_secret, "notification receiver listening");
         }
+        // The BundleDeploymentSet controller acts through the API only; it stops with the
+        // BundleDeployment controller.
+        let sets = (!args.no_bundle_deployment_sets).then(|| {
+            tokio::spawn(crate::fleet::run(
+                ctx.client.clone(),
+                args.namespace.clone(),
+                std::future::pending(),
+            ))
+        });
         controller::run(ctx, owned_rx).await;
+        if let Some(sets) = sets {
+            sets.abort();
+        }
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.
         if let Some(renewer) = renewer {

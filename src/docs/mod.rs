@@ -47,6 +47,10 @@ pub fn pages() -> anyhow::Result<Vec<Page>> {
             text: api::page()?,
         },
         Page {
+            file: "api-set.md",
+            text: api::set_page()?,
+        },
+        Page {
             file: "cli.md",
             text: cli::cli_page(),
         },

@@ -1,0 +1,138 @@
+//! The target control planes started by `tools/clusters.sh start` beside the management one
+//! (`tools/controlplane.sh`): their clients, their kubeconfig Secrets in the management cluster,
+//! and stopping and starting one (an outage).
+//!
+//! Tests never start them themselves; they fail with instructions when they are not running.
+//! A test that stops a target holds [`outage_lock`] for its whole run, so that no other test of
+//! any binary sees that target stopped.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use kube::Client;
+
+use super::cluster::{client_from, state_dir};
+
+/// The target clusters' names, as `tools/clusters.sh` names them.
+pub fn targets() -> Vec<String> {
+    std::env::var("PALLET_TARGETS")
+        .unwrap_or_else(|_| "target-a target-b".into())
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The admin kubeconfig of target `name`.
+pub fn kubeconfig(name: &str) -> PathBuf {
+    state_dir()
+        .join("clusters")
+        .join(name)
+        .join("controlplane")
+        .join("kubeconfig")
+}
+
+/// The kubeconfig its Secret holds (the audited remote identity).
+pub fn remote_kubeconfig(name: &str) -> PathBuf {
+    state_dir()
+        .join("clusters")
+        .join(name)
+        .join("remote.kubeconfig")
+}
+
+fn clusters_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/clusters.sh")
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(clusters_script())
+        .args(args)
+        .output()
+        .expect("tools/clusters.sh runs");
+    assert!(
+        out.status.success(),
+        "tools/clusters.sh {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An admin client of target `name`; panics with instructions when it is not running.
+pub async fn client(name: &str) -> Client {
+    pallet::tls::install_crypto_provider();
+    let path = kubeconfig(name);
+    if !path.exists() {
+        panic!(
+            "target cluster {name} is not running (no {}): start the clusters with `tools/clusters.sh start`",
+            path.display()
+        );
+    }
+    let client = client_from(&path).await;
+    if let Err(e) = client.apiserver_version().await {
+        panic!("target cluster {name} does not answer ({e}): start it with `tools/clusters.sh start`");
+    }
+    client
+}
+
+/// Writes the targets' kubeconfig Secrets in the management cluster again (a management
+/// cluster wiped since they were written has none).
+pub fn write_secrets() {
+    run(&["secrets"]);
+}
+
+/// Stops target `name` (its API server refuses connections until [`start`]).
+pub fn stop(name: &str) {
+    run(&["stop", name]);
+}
+
+/// Starts target `name` again and writes its Secret.
+pub fn start(name: &str) {
+    run(&["start", name]);
+}
+
+/// The process id of target `name`'s control plane.
+pub fn pid(name: &str) -> u32 {
+    let file = state_dir()
+        .join("clusters")
+        .join(name)
+        .join("controlplane")
+        .join("pid");
+    std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+        .trim()
+        .parse()
+        .expect("a pid")
+}
+
+/// Freezes (SIGSTOP) or thaws (SIGCONT) target `name`'s control plane: a server that accepts
+/// connections and answers nothing, as a hung or overloaded one.
+pub fn freeze(name: &str, frozen: bool) {
+    let signal = if frozen { "-STOP" } else { "-CONT" };
+    let status = Command::new("kill")
+        .args([signal, &pid(name).to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} on {name}'s control plane");
+}
+
+/// Held while a test stops or freezes a target: a file lock shared by every test process.
+pub struct OutageLock {
+    _file: std::fs::File,
+}
+
+/// Waits for the right to stop targets, and holds it until dropped.
+pub fn outage_lock() -> OutageLock {
+    let path = state_dir().join("clusters").join(".outage.lock");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    file.lock()
+        .unwrap_or_else(|e| panic!("the outage lock {}: {e}", path.display()));
+    OutageLock { _file: file }
+}
