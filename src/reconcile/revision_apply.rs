@@ -146,7 +146,12 @@ pub(super) async fn apply_revision(
 ) -> Result<Step, ReconcileError> {
     let client = ctx.writer(bd)?;
     if let Some(namespace) = &bd.spec.install_namespace {
-        if !ctx.namespace_seen(namespace) {
+        // Until a first revision is healthy, always look: the namespace may have been deleted
+        // since another BundleDeployment saw it (a bundle deleted and created again, its
+        // namespace removed in between), and a first revision refused for that would wait for
+        // a retry.
+        let first_install = work.last_healthy_revision.is_none();
+        if first_install || !ctx.namespace_seen(namespace) {
             match ensure_namespace(&ctx.client, &client, namespace).await {
                 Ok(()) => ctx.saw_namespace(namespace),
                 // The revision cannot be applied: it fails as when an object of it is refused.
