@@ -37,7 +37,7 @@ fn child(test: &str, name: &str, app: &str, repository: &str) -> Value {
     let mut bd = example("gitops-child");
     let source = &bd["spec"]["sources"][0]["git"];
     assert_eq!(source["repository"], PAGE_REPOSITORY, "{bd}");
-    assert_eq!(source["directory"], "apps/hello", "{bd}");
+    assert_eq!(source["directory"], "apps/guestbook", "{bd}");
     bd["metadata"]["name"] = json!(name);
     bd["metadata"]["labels"] = json!({TEST_LABEL: test});
     bd["spec"]["installNamespace"] = json!(name);
@@ -66,7 +66,7 @@ fn commit(repo: &support::GitRepo, children: &[(&str, &Value)], message: &str) {
         })
         .collect();
     files.push((
-        "apps/hello/configmap.yaml".into(),
+        "apps/guestbook/configmap.yaml".into(),
         app("hello from git").into_bytes(),
     ));
     files.push((
@@ -80,17 +80,17 @@ fn commit(repo: &support::GitRepo, children: &[(&str, &Value)], message: &str) {
     repo.commit_files("main", &files, message);
 }
 
-/// Waits until ConfigMap `hello` in `namespace` holds `greeting`, or (with `None`) is gone.
+/// Waits until ConfigMap `guestbook` in `namespace` holds `greeting`, or (with `None`) is gone.
 async fn wait_greeting(client: &Client, namespace: &str, greeting: Option<&str>) {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     cluster::poll_until(
-        &format!("ConfigMap {namespace}/hello to hold {greeting:?}"),
+        &format!("ConfigMap {namespace}/guestbook to hold {greeting:?}"),
         Duration::from_secs(90),
         || {
             let cms = cms.clone();
             async move {
                 let live = cms
-                    .get_opt("hello")
+                    .get_opt("guestbook")
                     .await
                     .map_err(|e| e.to_string())?
                     .map(|cm| cm.data.unwrap_or_default().remove("greeting"));
@@ -124,16 +124,16 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
     let test = support::unique_name("gitops");
     let repo = fx.git_repo(&test);
     let url = repo.url(fx.git_plain());
-    let (hello, greeter, root) = (
-        format!("{test}-hello"),
+    let (guestbook, greeter, root) = (
+        format!("{test}-guestbook"),
         format!("{test}-greeter"),
         format!("{test}-fleet"),
     );
-    let hello_bd = child(&test, &hello, "hello", &url);
+    let guestbook_bd = child(&test, &guestbook, "guestbook", &url);
     let greeter_bd = child(&test, &greeter, "greeter", &url);
     commit(
         &repo,
-        &[("hello", &hello_bd), ("greeter", &greeter_bd)],
+        &[("guestbook", &guestbook_bd), ("greeter", &greeter_bd)],
         "two apps",
     );
     let agent = Agent::start(&test);
@@ -157,7 +157,7 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
 
     // The root is Ready only once both children are: they were applied by it and installed.
     let ready = wait_condition(&client, &agent, &root, "Ready", "True", "").await;
-    for name in [&hello, &greeter] {
+    for name in [&guestbook, &greeter] {
         assert!(
             applied_by(&bds, name, &root).await,
             "{name} applied by the root"
@@ -170,10 +170,10 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
             "{name} was Ready when the root became Ready ({ready:?}): {status:?}"
         );
     }
-    wait_greeting(&client, &hello, Some("hello from git")).await;
+    wait_greeting(&client, &guestbook, Some("hello from git")).await;
     wait_greeting(&client, &greeter, Some("greetings from git")).await;
 
-    // greeter paused by hand (as `pallet pause` writes it); a change to hello in git is applied
+    // greeter paused by hand (as `pallet pause` writes it); a change to guestbook in git is applied
     // by the root, greeter's pause stays, and the root becomes Ready at its new revision anyway.
     let pause = json!({"metadata": {"annotations": {"pallet.dev/paused-reason": "hotfix"}},
                        "spec": {"paused": true}});
@@ -181,12 +181,12 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
         .await
         .unwrap();
     wait_condition(&client, &agent, &greeter, "Paused", "True", "hotfix").await;
-    let mut hello_v2 = hello_bd.clone();
-    hello_v2["spec"]["rollout"] = json!({"progressDeadline": "5m"});
+    let mut guestbook_v2 = guestbook_bd.clone();
+    guestbook_v2["spec"]["rollout"] = json!({"progressDeadline": "5m"});
     commit(
         &repo,
-        &[("hello", &hello_v2), ("greeter", &greeter_bd)],
-        "hello: a deadline of its own",
+        &[("guestbook", &guestbook_v2), ("greeter", &greeter_bd)],
+        "guestbook: a deadline of its own",
     );
     cluster::poll_until(
         "the root's second revision to be healthy",
@@ -208,15 +208,15 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
         },
     )
     .await;
-    let live_hello = bds.get(&hello).await.unwrap();
+    let live_guestbook = bds.get(&guestbook).await.unwrap();
     assert_eq!(
-        live_hello
+        live_guestbook
             .spec
             .rollout
             .as_ref()
             .and_then(|r| r.progress_deadline.as_deref()),
         Some("5m"),
-        "the root applied hello's change"
+        "the root applied guestbook's change"
     );
     assert!(
         bds.get(&greeter).await.unwrap().spec.paused,
@@ -231,32 +231,32 @@ async fn a_root_bundle_deployment_applies_the_bundle_deployments_kept_in_git() {
     )
     .await
     .unwrap();
-    commit(&repo, &[("hello", &hello_v2)], "greeter retired");
+    commit(&repo, &[("guestbook", &guestbook_v2)], "greeter retired");
     wait_bd_gone(&client, &greeter).await;
     wait_greeting(&client, &greeter, None).await;
-    wait_greeting(&client, &hello, Some("hello from git")).await;
+    wait_greeting(&client, &guestbook, Some("hello from git")).await;
 
-    // Deleting the root deletes hello, and hello's objects with it.
+    // Deleting the root deletes guestbook, and guestbook's objects with it.
     bds.delete(&root, &DeleteParams::default()).await.unwrap();
     wait_bd_gone(&client, &root).await;
-    wait_bd_gone(&client, &hello).await;
-    wait_greeting(&client, &hello, None).await;
+    wait_bd_gone(&client, &guestbook).await;
+    wait_greeting(&client, &guestbook, None).await;
 
     // A cluster torn down to its namespaces and bootstrapped again by the same agent: the
     // install namespace it saw a moment ago is gone, and is created again.
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    delete_namespace(&namespaces, &hello).await;
+    delete_namespace(&namespaces, &guestbook).await;
     bds.patch(&root, &apply, &Patch::Apply(&fleet))
         .await
         .unwrap();
     wait_condition(&client, &agent, &root, "Ready", "True", "").await;
-    wait_greeting(&client, &hello, Some("hello from git")).await;
+    wait_greeting(&client, &guestbook, Some("hello from git")).await;
 
     bds.delete(&root, &DeleteParams::default()).await.unwrap();
     wait_bd_gone(&client, &root).await;
-    wait_bd_gone(&client, &hello).await;
+    wait_bd_gone(&client, &guestbook).await;
     drop(agent);
-    for name in [&hello, &greeter] {
+    for name in [&guestbook, &greeter] {
         let _ = namespaces.delete(name, &DeleteParams::default()).await;
     }
 }
