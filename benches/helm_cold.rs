@@ -133,7 +133,7 @@ fn main() {
         "pallet min ms",
         "helm mean ms",
         "helm min ms",
-        "helm/pallet"
+        "pallet/helm"
     );
     let mut warm_rows = Vec::new();
     let mut charts: Vec<(&str, PathBuf, PathBuf)> = CHARTS
@@ -182,7 +182,7 @@ fn main() {
             o.min,
             t.mean,
             t.min,
-            t.mean / o.mean
+            o.mean / t.mean
         );
         match in_process(&chart, &values, iters) {
             Ok(row) => warm_rows.push((name, row)),

@@ -5,7 +5,7 @@
 //!    `kubectl apply --server-side` of the same 500 objects into a fresh namespace;
 //! 2. 100 BundleDeployments of 10 ConfigMaps each until all are Ready, against 100 server-side
 //!    kubectl applies (one per bundle) and against one kubectl apply of all 1,000 objects;
-//! 3. steady state with pinned sources (http + `sha256`) and `--requeue-seconds 10`: the agent's
+//! 3. steady state with pinned sources (http + `sha256`) and `--requeue-interval 10s`: the agent's
 //!    writes (change log, resourceVersions of the bundle objects and BDs) and source fetches (the
 //!    fixture server's counters) during `PALLET_BENCH_STEADY_SECONDS` (default 300);
 //! 4. the agent's peak RSS (`VmHWM`).
@@ -38,7 +38,7 @@ const TEST_LABEL: &str = "pallet.dev/test";
 const BIG_OBJECTS: usize = 500;
 const MANY_BUNDLES: usize = 100;
 const MANY_OBJECTS: usize = 10;
-const REQUEUE_SECONDS: &str = "10";
+const REQUEUE_INTERVAL: &str = "10s";
 /// Generous: the machine is shared, and a deadline only stops a run that will never finish.
 const READY_DEADLINE: Duration = Duration::from_secs(900);
 
@@ -225,8 +225,8 @@ async fn main() {
             "agent",
             "--namespace",
             "pallet-system",
-            "--requeue-seconds",
-            REQUEUE_SECONDS,
+            "--requeue-interval",
+            REQUEUE_INTERVAL,
         ])
         .arg("--kubeconfig")
         .arg(cluster::kubeconfig_path())
@@ -321,7 +321,7 @@ async fn main() {
     ]);
 
     // ---- 3. steady state ----
-    eprintln!("[3] steady state for {steady_seconds} s (requeue every {REQUEUE_SECONDS} s) ...");
+    eprintln!("[3] steady state for {steady_seconds} s (requeue every {REQUEUE_INTERVAL}) ...");
     // The bundle objects carry pallet's label with the BD name, which starts with `run`; select
     // them by namespace instead (both namespaces hold only the agent's objects).
     let objects = |ns: &str| resource_versions("configmaps", Some(ns), "app=bench");
@@ -389,7 +389,7 @@ async fn main() {
     println!("reconcile benchmark  run={run}");
     println!("{}", common::machine());
     println!(
-        "agent: release build, defaults (--concurrency auto, --apply-parallelism 8), --requeue-seconds {REQUEUE_SECONDS}; sources: http file server, pinned by sha256"
+        "agent: release build, defaults (--concurrency auto, --apply-parallelism 8), --requeue-interval {REQUEUE_INTERVAL}; sources: http file server, pinned by sha256"
     );
     println!();
     println!("{:<58} {:>10} {:>10}", "scenario", "time", "agent/x");

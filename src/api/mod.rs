@@ -674,7 +674,7 @@ pub enum CertificateProviderName {
 }
 
 /// OLM v1's `deploymentConfig`: each field set here is merged into every CSV Deployment the way
-/// OLM v1 merges it (see the README).
+/// OLM v1 merges it (see "Operators" in the docs).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = strip_nested_descriptions)]
@@ -923,7 +923,7 @@ pub struct BundleDeploymentStatus {
     pub test: Option<HookRequest>,
 
     /// While the BundleDeployment is deleted: its chart's pre-delete and post-delete hooks and
-    /// how each went. A failed one stops the deletion (see the README's Helm section).
+    /// how each went. A failed one stops the deletion (see "Helm hooks" in the docs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_hooks: Option<HookRequest>,
 

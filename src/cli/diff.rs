@@ -27,8 +27,14 @@ pub struct DiffArgs {
     /// A BundleDeployment manifest instead (`-` for stdin): what applying it would change.
     #[arg(short = 'f', long = "filename", conflicts_with = "name")]
     pub file: Option<PathBuf>,
-    /// The agent's namespace: where Secrets named without a namespace are read.
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets named without a namespace are read; `--namespace`
+    /// is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Lines of context around each change.
     #[arg(long, default_value_t = 3)]

@@ -507,3 +507,89 @@ mod error_message_tests {
         assert_eq!(error_message(&err), "writing the cache: disk full");
     }
 }
+
+/// The command line's naming rule for namespaces, as the reference and the commands page state
+/// it: `-n, --namespace` is the namespace of what the command acts on (kubectl's meaning);
+/// `--agent-namespace` is the agent's namespace where a command needs it beside something else.
+#[cfg(test)]
+mod namespace_flag_tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Command};
+
+    /// Commands whose subject lives in a namespace they take with `-n, --namespace`: the traced
+    /// object's (`trace`), the installation's, which is the agents' own (the rest).
+    const NAMESPACE_OF_THE_SUBJECT: [&str; 6] =
+        ["trace", "install", "uninstall", "check", "version", "agent"];
+
+    #[test]
+    fn namespace_flags_keep_one_meaning_per_name() {
+        let cli = Cli::command();
+        for sub in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                match arg.get_long() {
+                    Some("namespace") => assert!(
+                        NAMESPACE_OF_THE_SUBJECT.contains(&sub.get_name()),
+                        "`pallet {} --namespace` must be the namespace of what it acts on; \
+                         the agent's namespace beside something else is --agent-namespace",
+                        sub.get_name()
+                    ),
+                    Some("agent-namespace") => assert!(
+                        help.contains("agent's namespace"),
+                        "`pallet {} --agent-namespace` says what it is: {help}",
+                        sub.get_name()
+                    ),
+                    Some(long) if help.starts_with("The agent's namespace") => panic!(
+                        "`pallet {} --{long}` is the agent's namespace: spell it --agent-namespace",
+                        sub.get_name()
+                    ),
+                    _ => {}
+                }
+                if arg.get_short() == Some('n') {
+                    assert_eq!(arg.get_long(), Some("namespace"), "{}", sub.get_name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn older_spellings_of_the_agent_namespace_still_parse() {
+        let parsed = |line: &[&str]| Cli::try_parse_from(line).unwrap().command;
+        for flag in ["--agent-namespace", "--namespace"] {
+            match parsed(&["pallet", "plan", "-f", "bd.yaml", flag, "ops"]) {
+                Command::Plan(args) => assert_eq!(args.namespace, "ops"),
+                other => panic!("{other:?}"),
+            }
+            match parsed(&["pallet", "resume", "web", "--dry-run", flag, "ops"]) {
+                Command::Resume(args) => assert_eq!(args.namespace, "ops"),
+                other => panic!("{other:?}"),
+            }
+        }
+        for flag in ["--agent-namespace", "--store-namespace"] {
+            match parsed(&["pallet", "trace", "cm/x", "-n", "shop", flag, "ops"]) {
+                Command::Trace(args) => {
+                    assert_eq!(args.namespace.as_deref(), Some("shop"));
+                    assert_eq!(args.store_namespace, "ops");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn test_timeout_is_a_duration_and_bare_seconds_still_work() {
+        let timeout =
+            |value: &str| match Cli::try_parse_from(["pallet", "test", "web", "--timeout", value])
+                .unwrap()
+                .command
+            {
+                Command::Test(args) => args.timeout,
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(timeout("90s").as_secs(), 90);
+        assert_eq!(timeout("2m").as_secs(), 120);
+        assert_eq!(timeout("45").as_secs(), 45);
+        assert!(Cli::try_parse_from(["pallet", "test", "web", "--timeout", "soon"]).is_err());
+    }
+}

@@ -103,8 +103,14 @@ pub struct ResumeArgs {
     /// revert) and their differing field paths.
     #[arg(long)]
     pub dry_run: bool,
-    /// The agent's namespace: where Secrets named without a namespace are read (`--dry-run`).
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets named without a namespace are read (`--dry-run`);
+    /// `--namespace` is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Output format of `--dry-run`.
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -127,8 +133,13 @@ pub struct TraceArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// The agent's namespace, where revision snapshots are stored (read when the revision is no
-    /// longer in the BundleDeployment's status).
-    #[arg(long, default_value = "pallet-system")]
+    /// longer in the BundleDeployment's status); `--store-namespace` is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "store-namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub store_namespace: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]

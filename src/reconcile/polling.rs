@@ -18,7 +18,7 @@ use crate::api::{parse_duration, Source};
 use crate::source::Fetched;
 
 /// The poll interval of a floating source without `pollInterval`, unless the agent's
-/// `--default-poll-interval` says otherwise (documented in the README).
+/// `--default-poll-interval` says otherwise (docs/install/configuration.md).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(300);
 
 /// How often `source` is re-resolved (`default` without `pollInterval`); `None` when pinned.

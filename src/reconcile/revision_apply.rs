@@ -145,20 +145,8 @@ pub(super) async fn apply_revision(
     transition: &Transition,
 ) -> Result<Step, ReconcileError> {
     let client = ctx.writer(bd)?;
-    if let Some(namespace) = &bd.spec.install_namespace {
-        if !ctx.namespace_seen(namespace) {
-            match ensure_namespace(&ctx.client, &client, namespace).await {
-                Ok(()) => ctx.saw_namespace(namespace),
-                // The revision cannot be applied: it fails as when an object of it is refused.
-                Err(error) if !error.is_transient() && on_its_way(work) => {
-                    return Ok(Step::Failed {
-                        reason: error.category().to_string(),
-                        message: error.to_string(),
-                    })
-                }
-                Err(error) => return Err(error),
-            }
-        }
+    if let Some(failed) = install_namespace(bd, ctx, &client, work).await? {
+        return Ok(failed);
     }
     let mut applier = ctx.applier(bd, client);
     applier.revision = work.active_revision;
@@ -412,6 +400,37 @@ pub(super) async fn apply_revision(
 
 /// Whether the active revision is still on its way (Applying or Progressing): a permanent
 /// error applying it fails it, where a held or healthy revision only reports the error.
+/// Creates the install namespace when missing; a failed step when the revision cannot be
+/// applied for it (as when an object of it is refused).
+async fn install_namespace(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    client: &Client,
+    work: &BundleDeploymentStatus,
+) -> Result<Option<Step>, ReconcileError> {
+    let Some(namespace) = &bd.spec.install_namespace else {
+        return Ok(None);
+    };
+    // Until a first revision is healthy, always look: the namespace may have been deleted since
+    // another BundleDeployment saw it (a bundle deleted and created again, its namespace removed
+    // in between), and a first revision refused for that would wait for a retry.
+    let first_install = work.last_healthy_revision.is_none();
+    if !first_install && ctx.namespace_seen(namespace) {
+        return Ok(None);
+    }
+    match ensure_namespace(&ctx.client, client, namespace).await {
+        Ok(()) => {
+            ctx.saw_namespace(namespace);
+            Ok(None)
+        }
+        Err(error) if !error.is_transient() && on_its_way(work) => Ok(Some(Step::Failed {
+            reason: error.category().to_string(),
+            message: error.to_string(),
+        })),
+        Err(error) => Err(error),
+    }
+}
+
 fn on_its_way(work: &BundleDeploymentStatus) -> bool {
     rollout::active_revision(work).is_some_and(|r| {
         matches!(

@@ -45,8 +45,9 @@ pub struct InstallArgs {
     /// The agent's namespace.
     #[arg(short = 'n', long, default_value = DEFAULT_NAMESPACE)]
     pub namespace: String,
-    /// Also run one agent per shard key (comma-separated or repeated; see Sharding in the
-    /// README). The main agent leaves BundleDeployments labelled sharding.fluxcd.io/key alone.
+    /// Also run one agent per shard key (comma-separated or repeated; see "High availability
+    /// and sharding" in the docs). The main agent leaves BundleDeployments labelled
+    /// sharding.fluxcd.io/key alone.
     #[arg(long, value_name = "KEY", value_delimiter = ',')]
     pub shards: Vec<String>,
     /// Without the broad grant: the agent reads every kind but writes only as each
