@@ -366,22 +366,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             total: args.snapshot_quota_mib.max(1) << 20,
         })
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
-        .with_function_calls(
-            args.function_concurrency.into(),
-            args.function_deadline,
-            fetch_done.clone(),
-        )
+        .with_function_calls(args.function_concurrency.into(), args.function_deadline, fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_dependency_watches(dependency_watches)
-        .with_function_policy(crate::reconcile::functions::FunctionPolicy {
-            allowed_exec: args.allow_function_exec.clone(),
-            allowed_hosts: args.allow_function_host.clone(),
-            max_timeout: args.function_timeout_max,
-            exec_memory_bytes: args.function_memory_mib << 20,
-            exec_cpu: args.function_cpu_time,
-            sandbox_program: None,
-        })
+        .with_function_policy(function_policy(&args))
         .with_webhook_cert_validity(args.webhook_cert_validity)
         .with_require_service_account(args.require_service_account)
         .with_verification_policy(crate::reconcile::context::VerificationPolicy {
@@ -438,6 +427,18 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Where function processors may run, and their limits, from the agent's flags.
+fn function_policy(args: &AgentArgs) -> crate::reconcile::functions::FunctionPolicy {
+    crate::reconcile::functions::FunctionPolicy {
+        allowed_exec: args.allow_function_exec.clone(),
+        allowed_hosts: args.allow_function_host.clone(),
+        max_timeout: args.function_timeout_max,
+        exec_memory_bytes: args.function_memory_mib << 20,
+        exec_cpu: args.function_cpu_time,
+        sandbox_program: None,
+    }
 }
 
 /// The render sandbox's limits from the agent's flags.

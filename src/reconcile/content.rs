@@ -143,23 +143,10 @@ pub(super) async fn fetch_and_render(
         if let Some(kept) = ctx.renders.get(uid, &inputs) {
             break kept;
         }
-        // A function still answering this very render: rendering again would only reach it.
-        if let Some((function, since)) = ctx.function_calls.pending(uid, &inputs) {
-            return Err(ReconcileError::RenderUnavailable {
-                category: CALLING_FUNCTION_CATEGORY,
-                message: calling(&function, since),
-            });
-        }
+        still_calling(ctx, uid, &inputs)?;
         let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-        let result = render_contained(
-            ctx,
-            bd,
-            (format, &inputs),
-            &tree,
-            &config,
-            &processor_inputs,
-        )
-        .await;
+        let job = (format, inputs.as_str());
+        let result = render_contained(ctx, bd, job, &tree, &config, &processor_inputs).await;
         fetch::remove_tree(&tree);
         METRICS.rendered();
         let result = match (result, &reader) {
@@ -200,8 +187,7 @@ pub(super) async fn fetch_and_render(
                     .into())
                 }
                 Err(SandboxError::Refused { category, message })
-                    if category == FUNCTION_UNAVAILABLE
-                        || category == CALLING_FUNCTION_CATEGORY =>
+                    if matches!(category, FUNCTION_UNAVAILABLE | CALLING_FUNCTION_CATEGORY) =>
                 {
                     return Err(ReconcileError::RenderUnavailable { category, message })
                 }
@@ -313,6 +299,17 @@ async fn render_contained(
                 resume = Some(render::Resume { progress, answer });
             }
         }
+    }
+}
+
+/// A function still answering the render of `inputs`: rendering again would only reach it.
+fn still_calling(ctx: &Context, uid: &str, inputs: &str) -> Result<(), ReconcileError> {
+    match ctx.function_calls.pending(uid, inputs) {
+        Some((function, since)) => Err(ReconcileError::RenderUnavailable {
+            category: CALLING_FUNCTION_CATEGORY,
+            message: calling(&function, since),
+        }),
+        None => Ok(()),
     }
 }
 

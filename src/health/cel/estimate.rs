@@ -216,29 +216,33 @@ pub fn depth(expr: &IdedExpr) -> usize {
     let mut pending = vec![(expr, 1)];
     while let Some((expr, depth)) = pending.pop() {
         deepest = deepest.max(depth);
-        let children: Vec<&IdedExpr> = match &expr.expr {
-            Expr::Call(call) => call
-                .target
-                .as_deref()
-                .into_iter()
-                .chain(&call.args)
-                .collect(),
-            Expr::Comprehension(c) => vec![
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ],
-            Expr::List(list) => list.elements.iter().collect(),
-            Expr::Map(map) => entries(&map.entries).collect(),
-            Expr::Struct(s) => entries(&s.entries).collect(),
-            Expr::Select(select) => vec![&*select.operand],
-            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
-        };
-        pending.extend(children.into_iter().map(|child| (child, depth + 1)));
+        pending.extend(children(expr).into_iter().map(|child| (child, depth + 1)));
     }
     deepest
+}
+
+/// The nodes right under `expr`.
+pub(super) fn children(expr: &IdedExpr) -> Vec<&IdedExpr> {
+    match &expr.expr {
+        Expr::Call(call) => call
+            .target
+            .as_deref()
+            .into_iter()
+            .chain(&call.args)
+            .collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::List(list) => list.elements.iter().collect(),
+        Expr::Map(map) => entries(&map.entries).collect(),
+        Expr::Struct(s) => entries(&s.entries).collect(),
+        Expr::Select(select) => vec![&*select.operand],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    }
 }
 
 fn entries(entries: &[cel::common::ast::IdedEntryExpr]) -> impl Iterator<Item = &IdedExpr> {

@@ -203,33 +203,10 @@ pub(super) fn instrument(expr: &IdedExpr) -> IdedExpr {
 }
 
 fn max_id(expr: &IdedExpr) -> u64 {
-    let children: Vec<&IdedExpr> = match &expr.expr {
-        Expr::Call(call) => call
-            .target
-            .as_deref()
-            .into_iter()
-            .chain(&call.args)
-            .collect(),
-        Expr::Comprehension(c) => vec![
-            &c.iter_range,
-            &c.accu_init,
-            &c.loop_cond,
-            &c.loop_step,
-            &c.result,
-        ],
-        Expr::List(list) => list.elements.iter().collect(),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .flat_map(|e| match &e.expr {
-                cel::common::ast::EntryExpr::MapEntry(e) => vec![&e.key, &e.value],
-                cel::common::ast::EntryExpr::StructField(f) => vec![&f.value],
-            })
-            .collect(),
-        Expr::Select(select) => vec![&*select.operand],
-        _ => Vec::new(),
-    };
-    children.into_iter().map(max_id).fold(expr.id, u64::max)
+    super::estimate::children(expr)
+        .into_iter()
+        .map(max_id)
+        .fold(expr.id, u64::max)
 }
 
 /// Fresh node ids, past those of the source.
