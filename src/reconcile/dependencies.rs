@@ -122,7 +122,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             .as_deref()
             .map(ReadyExpression::compile)
         {
-            Some(Err(NotReady::OverBudget(why))) => {
+            Some(Err(why @ NotReady::OverBudget(_))) => {
                 return Ok(over_budget(bd, ctx, index, &described, &why.to_string()))
             }
             Some(Err(why)) => {
