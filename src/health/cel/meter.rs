@@ -137,7 +137,7 @@ impl Meter {
 
     fn clock(&mut self) -> Result<(), BudgetError> {
         self.steps += 1;
-        if self.steps % CLOCK_EVERY == 0 && Instant::now() > self.deadline {
+        if self.steps.is_multiple_of(CLOCK_EVERY) && Instant::now() > self.deadline {
             return Err(BudgetError::Time {
                 limit: self.limits.time,
             });
