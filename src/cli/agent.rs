@@ -146,6 +146,32 @@ pub struct AgentArgs {
     /// agent's container unless its operator lists them here.
     #[arg(long = "allow-function-exec", value_name = "PATH", value_parser = parse_absolute_path)]
     pub allow_function_exec: Vec<PathBuf>,
+    /// A host a `function` processor's `url` may name: `host`, `host:port` or `*.domain`
+    /// (repeatable). None by default: BundleDeployment authors cannot make the agent POST
+    /// their objects to cluster Services, node addresses or the API server unless its operator
+    /// lists the function's host here. Loopback and link-local addresses stay refused unless
+    /// allowed with --allow-loopback-egress or --allow-link-local-egress too.
+    #[arg(long = "allow-function-host", value_name = "HOST")]
+    pub allow_function_host: Vec<String>,
+    /// The longest `timeout` a function processor may ask for, as a Go duration; a
+    /// BundleDeployment asking for more is refused (InvalidProcessor) before anything is
+    /// fetched.
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    pub function_timeout_max: Duration,
+    /// Wall-clock time the function calls of one render may take together, as a Go duration;
+    /// past it the render stops with FunctionUnavailable and is tried again later.
+    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    pub function_deadline: Duration,
+    /// Function calls running at once, over all BundleDeployments. A call runs apart from the
+    /// reconcile workers: a function that is slow to answer holds one of these, never a worker.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub function_concurrency: u16,
+    /// Memory an `exec` function's process may allocate, in MiB (RLIMIT_DATA).
+    #[arg(long, default_value_t = crate::reconcile::functions::DEFAULT_EXEC_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(16..))]
+    pub function_memory_mib: u64,
+    /// CPU time an `exec` function's process may use, as a Go duration of whole seconds.
+    #[arg(long, default_value = "60s", value_parser = crate::leader::parse_seconds)]
+    pub function_cpu_time: Duration,
     /// Loopback, link-local and local-repository targets a BundleDeployment may name (all
     /// refused by default).
     #[command(flatten)]
@@ -341,12 +367,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             total: args.snapshot_quota_mib.max(1) << 20,
         })
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
+        .with_function_calls(args.function_concurrency.into(), args.function_deadline, fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_dependency_watches(dependency_watches)
-        .with_function_policy(crate::reconcile::functions::FunctionPolicy {
-            allowed_exec: args.allow_function_exec.clone(),
-        })
+        .with_function_policy(function_policy(&args))
         .with_webhook_cert_validity(args.webhook_cert_validity)
         .with_require_service_account(args.require_service_account)
         .with_verification_policy(crate::reconcile::context::VerificationPolicy {
@@ -403,6 +428,18 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Where function processors may run, and their limits, from the agent's flags.
+fn function_policy(args: &AgentArgs) -> crate::reconcile::functions::FunctionPolicy {
+    crate::reconcile::functions::FunctionPolicy {
+        allowed_exec: args.allow_function_exec.clone(),
+        allowed_hosts: args.allow_function_host.clone(),
+        max_timeout: args.function_timeout_max,
+        exec_memory_bytes: args.function_memory_mib << 20,
+        exec_cpu: args.function_cpu_time,
+        sandbox_program: None,
+    }
 }
 
 /// The render sandbox's limits from the agent's flags.

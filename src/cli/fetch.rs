@@ -55,6 +55,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
         allow_function_exec: Vec::new(),
+        allow_function_host: Vec::new(),
         egress: args.egress.clone(),
         unpack: args.unpack.clone(),
     }

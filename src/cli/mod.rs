@@ -96,6 +96,10 @@ pub enum Command {
     /// sandbox runs this in a child process; not for direct use).
     #[command(name = "render-sandbox", hide = true)]
     RenderSandbox(RenderSandboxArgs),
+    /// Run an `exec` function within resource limits and a deadline, killing whatever it leaves
+    /// behind (the agent runs this for each call; not for direct use).
+    #[command(name = "function-sandbox", hide = true)]
+    FunctionSandbox(FunctionSandboxArgs),
     /// Write the generated reference pages or the man pages (the project's documentation and
     /// release builds run this; not for direct use).
     #[command(hide = true, subcommand)]
@@ -129,6 +133,25 @@ pub struct RenderSandboxArgs {
     /// The limits are in place (set by this command before it started again).
     #[arg(long)]
     pub limited: bool,
+}
+
+/// Flags of the hidden `pallet function-sandbox`.
+#[derive(Args, Debug)]
+pub struct FunctionSandboxArgs {
+    /// Memory the function may allocate, in bytes.
+    #[arg(long)]
+    pub memory_bytes: u64,
+    /// CPU time the function may use, in seconds.
+    #[arg(long)]
+    pub cpu_seconds: u64,
+    /// Wall-clock time the function may take, in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: u64,
+    /// The limits are in place (set by this command before it started again).
+    #[arg(long)]
+    pub limited: bool,
+    /// The function's executable.
+    pub program: PathBuf,
 }
 
 /// Flags of `pallet completion`.
@@ -290,6 +313,10 @@ pub struct FetchFlags {
     /// flag of the same name allows it.
     #[arg(long = "allow-function-exec", value_name = "PATH")]
     pub allow_function_exec: Vec<PathBuf>,
+    /// A host `function` processors' `url` may name (`host`, `host:port` or `*.domain`,
+    /// repeatable), as the agent's flag of the same name allows it.
+    #[arg(long = "allow-function-host", value_name = "HOST")]
+    pub allow_function_host: Vec<String>,
     /// Addresses and locations sources may name.
     #[command(flatten)]
     pub egress: EgressFlags,
@@ -334,6 +361,8 @@ impl FetchFlags {
     pub fn function_policy(&self) -> crate::reconcile::functions::FunctionPolicy {
         crate::reconcile::functions::FunctionPolicy {
             allowed_exec: self.allow_function_exec.clone(),
+            allowed_hosts: self.allow_function_host.clone(),
+            ..Default::default()
         }
     }
 
@@ -433,6 +462,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             match crate::render_sandbox::child::run(
                 args.memory_bytes,
                 args.cpu_seconds,
+                args.limited,
+            ) {
+                0 => Ok(()),
+                code => std::process::exit(code.into()),
+            }
+        }
+        Command::FunctionSandbox(args) => {
+            match crate::render_sandbox::exec::run(
+                &args.program,
+                args.memory_bytes,
+                args.cpu_seconds,
+                std::time::Duration::from_millis(args.timeout_ms),
                 args.limited,
             ) {
                 0 => Ok(()),

@@ -143,8 +143,10 @@ pub(super) async fn fetch_and_render(
         if let Some(kept) = ctx.renders.get(uid, &inputs) {
             break kept;
         }
+        still_calling(ctx, uid, &inputs)?;
         let tree = fetch::assemble_tree(&ctx.fetcher, &fetched)?;
-        let result = render_contained(ctx, bd, format, &tree, &config, &processor_inputs).await;
+        let job = (format, inputs.as_str());
+        let result = render_contained(ctx, bd, job, &tree, &config, &processor_inputs).await;
         fetch::remove_tree(&tree);
         METRICS.rendered();
         let result = match (result, &reader) {
@@ -185,7 +187,7 @@ pub(super) async fn fetch_and_render(
                     .into())
                 }
                 Err(SandboxError::Refused { category, message })
-                    if category == FUNCTION_UNAVAILABLE =>
+                    if matches!(category, FUNCTION_UNAVAILABLE | CALLING_FUNCTION_CATEGORY) =>
                 {
                     return Err(ReconcileError::RenderUnavailable { category, message })
                 }
@@ -220,6 +222,8 @@ pub(super) async fn fetch_and_render(
 
 /// The category of a function processor that could not be called (transient).
 const FUNCTION_UNAVAILABLE: &str = "FunctionUnavailable";
+/// The category of a render waiting for a function's answer (transient: its end starts a pass).
+const CALLING_FUNCTION_CATEGORY: &str = "CallingFunction";
 
 /// Renders the tree and runs the processors off the async runtime's threads: in the sandbox's
 /// child process when the agent has one, else on a blocking thread of this process. A function
@@ -227,7 +231,7 @@ const FUNCTION_UNAVAILABLE: &str = "FunctionUnavailable";
 async fn render_contained(
     ctx: &Context,
     bd: &BundleDeployment,
-    format: pallet_formats::Format,
+    (format, render): (pallet_formats::Format, &str),
     tree: &std::path::Path,
     config: &pallet_formats::RenderConfig,
     inputs: &processors::ProcessorInputs,
@@ -269,7 +273,9 @@ async fn render_contained(
         };
         match step {
             render::RenderStep::Done { rendered, traces } => {
-                return Ok(Contained::Rendered(rendered, traces))
+                ctx.function_calls
+                    .render_ended(bd.metadata.uid.as_deref().unwrap_or_default());
+                return Ok(Contained::Rendered(rendered, traces));
             }
             render::RenderStep::Lookups { keys } => return Ok(Contained::Lookups(keys)),
             render::RenderStep::Function {
@@ -279,16 +285,79 @@ async fn render_contained(
             } => {
                 let name = &inputs.processors[index].name;
                 let answer = match processors::function_spec(&bd.spec.processors, name) {
-                    Some(spec) => {
-                        let caller = ctx.function_caller();
-                        super::functions::call(&caller, bd, spec, &request).await
-                    }
+                    Some(spec) => match call_apart(ctx, bd, render, name, spec, request).await {
+                        super::function_calls::Called::Answered(answer) => answer,
+                        super::function_calls::Called::Pending(since) => {
+                            return Err(SandboxError::Refused {
+                                category: CALLING_FUNCTION_CATEGORY,
+                                message: calling(name, since),
+                            })
+                        }
+                    },
                     None => Err("the function's spec is gone".to_string()),
                 };
                 resume = Some(render::Resume { progress, answer });
             }
         }
     }
+}
+
+/// A function still answering the render of `inputs`: rendering again would only reach it.
+fn still_calling(ctx: &Context, uid: &str, inputs: &str) -> Result<(), ReconcileError> {
+    match ctx.function_calls.pending(uid, inputs) {
+        Some((function, since)) => Err(ReconcileError::RenderUnavailable {
+            category: CALLING_FUNCTION_CATEGORY,
+            message: calling(&function, since),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The message while function processor `name` has not answered for `since`.
+fn calling(name: &str, since: std::time::Duration) -> String {
+    format!(
+        "calling function processor {name} for {} s (the call goes on apart from the reconcile workers; its answer starts the next pass)",
+        since.as_secs()
+    )
+}
+
+/// Calls `bd`'s function processor `name` apart from this pass's worker (see
+/// [`super::function_calls`]).
+async fn call_apart(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    render: &str,
+    name: &str,
+    spec: &crate::api::FunctionProcessor,
+    request: serde_json::Value,
+) -> super::function_calls::Called {
+    let digest = pallet_formats::canonical::digest_bytes(
+        format!(
+            "{}\n{}",
+            serde_json::to_string(spec).unwrap_or_default(),
+            request
+        )
+        .as_bytes(),
+    );
+    let timeout = ctx.functions.timeout(spec);
+    // What the call needs, owned: it may outlive this pass.
+    let client = ctx.client.clone();
+    let secret_policy = ctx.secret_policy.clone();
+    let exec_policy = ctx.functions.clone();
+    let egress = ctx.fetcher.options().egress;
+    let (owned_bd, spec_owned) = (bd.clone(), spec.clone());
+    let work = async move {
+        let caller = super::functions::FunctionCaller {
+            client: Some(&client),
+            secret_policy: &secret_policy,
+            exec_policy: &exec_policy,
+            egress,
+        };
+        super::functions::call(&caller, &owned_bd, &spec_owned, &request).await
+    };
+    ctx.function_calls
+        .call(bd, render, name, digest, timeout, work)
+        .await
 }
 
 /// What a contained render came to: objects, or the lookups it needs answered first.

@@ -217,6 +217,11 @@ pub struct Context {
     pub functions: super::functions::FunctionPolicy,
     /// What the API server keeps of what pallet applied, where it differs (dropped fields).
     pub stored_forms: crate::apply::stored::StoredForms,
+    /// Each BundleDeployment's compiled CEL expressions at its generation, and those found over
+    /// their budget.
+    pub cel: super::health_checks::CelMemo,
+    /// Function calls running apart from the reconcile workers.
+    pub function_calls: super::function_calls::FunctionCalls,
 }
 
 impl Context {
@@ -321,6 +326,25 @@ impl Context {
         }
     }
 
+    /// The same context running at most `slots` function calls at once, those of one render
+    /// within `deadline`, each call's end sent to `trigger`.
+    pub fn with_function_calls(
+        mut self,
+        slots: usize,
+        deadline: Duration,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.function_calls = super::function_calls::FunctionCalls::new(
+            slots,
+            super::function_calls::DEFAULT_GRACE,
+            deadline,
+            Some(trigger),
+        );
+        self
+    }
+
     /// The same context letting `function` processors run what `policy` allows.
     pub fn with_function_policy(mut self, policy: super::functions::FunctionPolicy) -> Self {
         self.functions = policy;
@@ -386,6 +410,8 @@ impl Context {
             writers: Mutex::new(HashMap::new()),
             functions: Default::default(),
             stored_forms: Default::default(),
+            cel: Default::default(),
+            function_calls: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.

@@ -27,6 +27,7 @@ pub mod dependencies;
 pub mod dependency_watch;
 pub mod fetch;
 pub mod fetch_pool;
+pub mod function_calls;
 pub mod functions;
 pub mod health_checks;
 pub mod hook_plan;
@@ -161,6 +162,14 @@ pub enum ReconcileError {
     /// `spec.healthChecks` has expressions that do not compile (each named with its check).
     #[error("{0}")]
     InvalidHealthCheck(String),
+    /// A `spec.healthChecks` expression is over its CEL budget for any object (each named with
+    /// its check and the bound).
+    #[error("{0}")]
+    CelBudgetExceeded(String),
+    /// A function processor asks for what this agent refuses (a `timeout` over
+    /// `--function-timeout-max`, a host not allowed), each named with its processor.
+    #[error("{0}")]
+    InvalidProcessor(String),
     /// The BundleDeployment names no `spec.serviceAccount` and the agent requires one
     /// (`--require-service-account`).
     #[error("{0}")]
@@ -207,6 +216,8 @@ impl ReconcileError {
             ReconcileError::DeleteHookFailed(_) => hooks::REASON_HOOK_FAILED,
             ReconcileError::Kube { .. } => "KubernetesAPIError",
             ReconcileError::InvalidHealthCheck(_) => "InvalidHealthCheck",
+            ReconcileError::CelBudgetExceeded(_) => health_checks::REASON_CEL_BUDGET,
+            ReconcileError::InvalidProcessor(_) => "InvalidProcessor",
             ReconcileError::ServiceAccountRequired(_) => "ServiceAccountRequired",
             ReconcileError::OutOfScope(_) => "OutOfScope",
         }
@@ -221,6 +232,8 @@ impl ReconcileError {
             | ReconcileError::RenderRefused { .. }
             | ReconcileError::Certificates { .. }
             | ReconcileError::InvalidHealthCheck(_)
+            | ReconcileError::CelBudgetExceeded(_)
+            | ReconcileError::InvalidProcessor(_)
             | ReconcileError::ServiceAccountRequired(_)
             | ReconcileError::OutOfScope(_)
             | ReconcileError::DeleteHookFailed(_)
@@ -277,9 +290,10 @@ impl ReconcileError {
             | ReconcileError::Secret { .. }
             | ReconcileError::RenderUnavailable { .. }
             | ReconcileError::Values { .. } => FailedPhase::Fetch,
-            ReconcileError::InvalidHealthCheck(_) | ReconcileError::ServiceAccountRequired(_) => {
-                FailedPhase::Spec
-            }
+            ReconcileError::InvalidHealthCheck(_)
+            | ReconcileError::CelBudgetExceeded(_)
+            | ReconcileError::InvalidProcessor(_)
+            | ReconcileError::ServiceAccountRequired(_) => FailedPhase::Spec,
             _ => FailedPhase::Install,
         }
     }
@@ -369,7 +383,9 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             }
         }
     }
-    let admitted = required_service_account(bd, ctx).and_then(|()| health_checks(bd));
+    let admitted = required_service_account(bd, ctx)
+        .and_then(|()| admit_processors(bd, ctx))
+        .and_then(|()| health_checks(bd, Some(&ctx.cel)));
     let result = match (admitted, rollback_to) {
         // Refused before anything is fetched or written: the active revision stays as it is.
         (Err(error), _) => Err(error),
@@ -490,6 +506,17 @@ fn required_service_account(bd: &BundleDeployment, ctx: &Context) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// Function processors asking for what this agent refuses (a `timeout` over
+/// `--function-timeout-max`, a URL to a host not allowed) are refused before anything is
+/// fetched or written.
+fn admit_processors(bd: &BundleDeployment, ctx: &Context) -> Result<(), ReconcileError> {
+    let refusals = ctx.functions.refusals(&bd.spec.processors);
+    if refusals.is_empty() {
+        return Ok(());
+    }
+    Err(ReconcileError::InvalidProcessor(refusals.join("; ")))
 }
 
 /// Keeps an intent that this pass recorded and did not write (it settles, or the

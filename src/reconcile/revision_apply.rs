@@ -16,7 +16,8 @@ use pallet_formats::{Object, ObjectKey};
 use serde_json::json;
 
 use super::health_checks::{
-    add_probes, assess_objects, health_checks, report, REASON_HEALTH_CHECK_FAILED,
+    add_probes, assess_objects_apart, health_checks, report, REASON_CEL_BUDGET,
+    REASON_HEALTH_CHECK_FAILED,
 };
 use crate::api::{
     parse_duration, BundleDeployment, BundleDeploymentStatus, HookPhase, ObjectReference,
@@ -322,7 +323,9 @@ pub(super) async fn apply_revision(
         .filter(|a| matches!(a.outcome, ApplyOutcome::Created | ApplyOutcome::Updated))
         .count();
 
-    let (mut assessed, failed_check) = assess_objects(&applied, &ctx.health, &health_checks(bd)?);
+    let checks = health_checks(bd, Some(&ctx.cel))?;
+    let (applied, (mut assessed, failed_check)) =
+        assess_objects_apart(applied, &ctx.health, &checks).await?;
     // A workload that does not progress is reported with its Pods' reasons, not only its
     // controller's counters; while a revision is new, only a failed one (see `pod_problems`).
     if super::pod_problems::worth_explaining(work, &assessed) {
@@ -355,8 +358,13 @@ pub(super) async fn apply_revision(
     } else if rollout::active_revision(work).map(|r| r.phase) == Some(RevisionPhase::Progressing) {
         // A user's health check that says failed is meant to end the wait (Flux's `failed`).
         if let Some(message) = &health.failed_check {
+            // An expression over its budget is not evaluated again: the object cannot recover.
+            let reason = match checks.refusal() {
+                Some(_) => REASON_CEL_BUDGET,
+                None => REASON_HEALTH_CHECK_FAILED,
+            };
             return Ok(Step::Failed {
-                reason: REASON_HEALTH_CHECK_FAILED.into(),
+                reason: reason.into(),
                 message: message.clone(),
             });
         }

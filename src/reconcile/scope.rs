@@ -48,7 +48,9 @@ impl Context {
         self.polls.forget(uid);
         self.fetches.forget(uid);
         self.renders.forget(uid);
+        self.function_calls.forget(uid);
         self.probes.forget(name);
+        self.cel.forget(name);
         if let Some(watches) = &self.values_watches {
             watches.set(name, Vec::new());
         }

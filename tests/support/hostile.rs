@@ -241,6 +241,12 @@ impl Hostile {
     /// Runs `case` and asserts every property the agent must keep; prints and returns the
     /// case's figures.
     pub async fn run(&mut self, case: Case) -> Figures {
+        self.run_watching(case, "Ready").await
+    }
+
+    /// [`Hostile::run`], the refusal expected on condition `condition` (a transient one, such
+    /// as a function not answering, leaves Ready to the healthy active revision).
+    pub async fn run_watching(&mut self, case: Case, condition: &str) -> Figures {
         let name = format!("{}-{}", self.label, case.name);
         agent::apply_bd_labelled(&self.client, &name, &self.label, case.spec.clone()).await;
         let bd = agent::wait_condition(
@@ -263,7 +269,7 @@ impl Hostile {
         (case.make_hostile)();
         // The neighbour changes while the hostile content is being fetched and rendered.
         let neighbour_latency = self.change_neighbour().await;
-        let bd = self.wait_refused(&name, &case.expected).await;
+        let bd = self.wait_refused(&name, condition, &case.expected).await;
         let refused_after = hostile_at.elapsed();
         self.agent.assert_no_internal_paths(&bd);
         let peak_rss_bytes = sampler.stop();
@@ -349,11 +355,16 @@ impl Hostile {
         latency
     }
 
-    /// Waits until `name` is Ready=False with the expected reason and message.
-    async fn wait_refused(&self, name: &str, expected: &Expected) -> BundleDeployment {
+    /// Waits until `name`'s `condition` is False with the expected reason and message.
+    async fn wait_refused(
+        &self,
+        name: &str,
+        condition: &str,
+        expected: &Expected,
+    ) -> BundleDeployment {
         let api: Api<BundleDeployment> = Api::all(self.client.clone());
         cluster::poll_until(
-            &format!("{name}: Ready=False {}", expected.reason),
+            &format!("{name}: {condition}=False {}", expected.reason),
             Duration::from_secs(120),
             || {
                 let api = api.clone();
@@ -365,7 +376,7 @@ impl Hostile {
                         .as_ref()
                         .map(|s| s.conditions.clone())
                         .unwrap_or_default();
-                    match find(&conditions, "Ready") {
+                    match find(&conditions, condition) {
                         Some(c)
                             if c.status == "False"
                                 && c.reason == expected.reason
@@ -376,7 +387,7 @@ impl Hostile {
                         {
                             Ok(bd)
                         }
-                        other => Err(format!("Ready: {other:?}")),
+                        other => Err(format!("{condition}: {other:?}")),
                     }
                 }
             },
