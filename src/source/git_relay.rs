@@ -1,0 +1,530 @@
+//! A relay in the agent between libgit2 and a git server, counting what the server sends.
+//!
+//! libgit2 reads a server's ref advertisement whole into memory before it calls back at all
+//! (its transfer-progress callback runs for the pack only), and a blocking libgit2 call cannot
+//! be interrupted from outside. So every connection libgit2 makes for a remote source goes
+//! through a relay on the agent's loopback interface:
+//! - `https://` and `http://` repositories name the relay as libgit2's proxy (`CONNECT
+//!   host:port` for HTTPS, whose TLS stays end to end; an absolute-form request for HTTP, which
+//!   servers must accept);
+//! - `ssh://`, scp-like and `git://` repositories are rewritten to the relay's address (SSH is
+//!   encrypted end to end and the host key is checked against the original host).
+//!
+//! The relay resolves the server's name and connects itself, so the egress policy judges the
+//! address it actually connects to, and only to the repository's host and port. It counts the
+//! bytes the server sends against the operation's [`Limit`] (the ref advertisement limit for
+//! an ls-remote; advertisement and pack for a fetch) and closes both sides once over it, when
+//! the fetch is cancelled or when its deadline passes: libgit2's read then fails at once,
+//! holding no more than the limit. Dropping the [`Relay`] closes every connection it holds.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::budget::Cancel;
+use crate::bounded::{Counter, Limit, ReadError};
+use crate::egress::EgressPolicy;
+
+/// The largest proxy request head read from libgit2.
+const MAX_HEAD_BYTES: usize = 16 << 10;
+/// How often a relayed connection looks at its fetch's cancel flag and deadline.
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// How libgit2 reaches the server through the relay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// The URL libgit2 is given (rewritten to the relay for SSH and git://).
+    pub url: String,
+    /// The proxy libgit2 is given (HTTP and HTTPS).
+    pub proxy: Option<String>,
+}
+
+/// Where the relay connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Mode {
+    /// As an HTTP proxy, to `host:port` only.
+    Proxy,
+    /// Every connection to `host:port`.
+    Fixed,
+}
+
+/// What a relay needs to know of its fetch.
+pub(crate) struct RelaySettings {
+    /// Which addresses may be reached.
+    pub egress: EgressPolicy,
+    /// Raised when the fetch ends.
+    pub cancel: Cancel,
+    /// When the fetch must be done.
+    pub deadline: Instant,
+    /// Time allowed to connect to the server.
+    pub connect_timeout: Duration,
+}
+
+/// Why the relay closed an operation's connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// The server sent more than the operation's limit (the refusal's text).
+    OverLimit(String),
+    /// The server's address is one the egress policy refuses.
+    Egress(String),
+    /// libgit2 asked for another server than the repository's.
+    OtherServer(String),
+    /// The server could not be reached.
+    Unreachable(String),
+    /// The fetch was cancelled.
+    Cancelled,
+    /// The fetch passed its deadline.
+    Deadline,
+}
+
+/// The state relayed connections share: the server, the current operation's counter and why
+/// the relay closed its connections, once it did.
+struct Shared {
+    host: String,
+    port: u16,
+    mode: Mode,
+    settings: RelaySettings,
+    counter: Mutex<Option<Counter>>,
+    closed: Mutex<Option<Closed>>,
+}
+
+/// A handle on the relay's counters, for libgit2's side (cloned into blocking tasks).
+#[derive(Clone)]
+pub(crate) struct RelayMeter(Arc<Shared>);
+
+impl RelayMeter {
+    /// Starts an operation counted against `limit` (what its connections received before is
+    /// forgotten).
+    pub(crate) fn begin(&self, limit: Limit) {
+        *self.0.counter.lock().unwrap_or_else(|p| p.into_inner()) = Some(Counter::new(limit));
+        *self.0.closed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Why the relay closed the operation's connections, if it did.
+    pub(crate) fn closed(&self) -> Option<Closed> {
+        self.0
+            .closed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The limit passed, if that is why the relay closed the operation's connections.
+    pub(crate) fn over_limit(&self) -> Option<ReadError> {
+        let counter = self.0.counter.lock().unwrap_or_else(|p| p.into_inner());
+        let counter = counter.as_ref()?;
+        (counter.read() > counter.limit().max_bytes).then(|| ReadError::TooLarge {
+            limit: counter.limit(),
+            read: counter.read(),
+            declared: None,
+        })
+    }
+
+    fn count(&self, bytes: usize) -> Result<(), ReadError> {
+        let mut counter = self.0.counter.lock().unwrap_or_else(|p| p.into_inner());
+        match counter.as_mut() {
+            Some(counter) => counter.add(bytes),
+            None => Ok(()),
+        }
+    }
+
+    fn close(&self, why: Closed) {
+        let mut closed = self.0.closed.lock().unwrap_or_else(|p| p.into_inner());
+        closed.get_or_insert(why);
+    }
+}
+
+/// A running relay; its connections close when it is dropped.
+pub(crate) struct Relay {
+    meter: RelayMeter,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    /// Starts a relay for `repository` (a remote URL or scp-like location at `host:port`);
+    /// returns it and how libgit2 reaches the server through it.
+    pub(crate) async fn start(
+        repository: &str,
+        (host, port): (String, u16),
+        settings: RelaySettings,
+    ) -> std::io::Result<(Relay, Route)> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?;
+        let (mode, route) = route(repository, address);
+        let shared = Arc::new(Shared {
+            host,
+            port,
+            mode,
+            settings,
+            counter: Mutex::new(None),
+            closed: Mutex::new(None),
+        });
+        let meter = RelayMeter(shared);
+        let accepting = meter.clone();
+        let task = tokio::spawn(async move {
+            // Dropped with the accept loop: every relayed connection is closed with it.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((client, _)) = accepted else { continue };
+                        connections.spawn(relay_connection(client, accepting.clone()));
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+        });
+        Ok((Relay { meter, task }, route))
+    }
+
+    /// The handle libgit2's side counts with.
+    pub(crate) fn meter(&self) -> RelayMeter {
+        self.meter.clone()
+    }
+}
+
+/// The mode and the route for `repository` through a relay at `address`.
+fn route(repository: &str, address: SocketAddr) -> (Mode, Route) {
+    let lower = repository.to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return (
+            Mode::Proxy,
+            Route {
+                url: repository.to_string(),
+                proxy: Some(format!("http://{address}")),
+            },
+        );
+    }
+    let relay = format!("127.0.0.1:{}", address.port());
+    let url = match url::Url::parse(repository) {
+        Ok(parsed) if repository.contains("://") => {
+            let user = match parsed.username() {
+                "" => String::new(),
+                user => format!("{user}@"),
+            };
+            format!("{}://{user}{relay}{}", parsed.scheme(), parsed.path())
+        }
+        // scp-like `[user@]host:path`: libgit2 reads `[host:port]:path` with the same path.
+        _ => {
+            let (before, path) = repository.split_once(':').unwrap_or((repository, ""));
+            let user = before
+                .rsplit_once('@')
+                .map(|(user, _)| format!("{user}@"))
+                .unwrap_or_default();
+            format!("{user}[{relay}]:{path}")
+        }
+    };
+    (Mode::Fixed, Route { url, proxy: None })
+}
+
+/// Relays one connection of libgit2's.
+async fn relay_connection(mut client: TcpStream, meter: RelayMeter) {
+    let shared = meter.0.clone();
+    let mut early = Vec::new();
+    if shared.mode == Mode::Proxy {
+        match proxy_head(&mut client, &shared).await {
+            Ok(head) => early = head,
+            Err(why) => {
+                meter.close(why);
+                let _ = client
+                    .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+                return;
+            }
+        }
+    }
+    let server = match connect(&shared).await {
+        Ok(server) => server,
+        Err(why) => {
+            meter.close(why);
+            if shared.mode == Mode::Proxy {
+                let _ = client
+                    .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            }
+            return;
+        }
+    };
+    let mut server = server;
+    if early.is_empty() && shared.mode == Mode::Proxy {
+        // CONNECT: the tunnel is open.
+        if client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+    } else if !early.is_empty() && server.write_all(&early).await.is_err() {
+        return;
+    }
+    pump(client, server, &meter).await;
+}
+
+/// Reads libgit2's proxy request head and checks that it targets the repository's server. A
+/// CONNECT is answered by the caller; an absolute-form request's head is returned, to be sent
+/// on as it is.
+async fn proxy_head(client: &mut TcpStream, shared: &Shared) -> Result<Vec<u8>, Closed> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        if head.len() > MAX_HEAD_BYTES {
+            return Err(Closed::OtherServer(
+                "a proxy request that is too long".into(),
+            ));
+        }
+        let n = client
+            .read(&mut buf)
+            .await
+            .map_err(|e| Closed::Unreachable(format!("reading libgit2's proxy request: {e}")))?;
+        if n == 0 {
+            return Err(Closed::Unreachable(
+                "libgit2 closed the proxy connection".into(),
+            ));
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = head
+        .split(|b| *b == b'\n')
+        .next()
+        .map(|l| String::from_utf8_lossy(l).trim().to_string())
+        .unwrap_or_default();
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (host, port, forward) = if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = split_host_port(target, 443);
+        (host, port, false)
+    } else {
+        let url = url::Url::parse(target)
+            .map_err(|_| Closed::OtherServer(format!("a proxy request for {target:?}")))?;
+        let host = url.host_str().unwrap_or_default().to_string();
+        (host, url.port_or_known_default().unwrap_or(80), true)
+    };
+    let wanted = shared.host.trim_start_matches('[').trim_end_matches(']');
+    if !host.eq_ignore_ascii_case(wanted) || port != shared.port {
+        return Err(Closed::OtherServer(format!(
+            "a connection to {host}:{port}, not to the repository's server {}:{}",
+            shared.host, shared.port
+        )));
+    }
+    Ok(if forward { head } else { Vec::new() })
+}
+
+fn split_host_port(target: &str, default: u16) -> (String, u16) {
+    match target.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port.parse().unwrap_or(default),
+        ),
+        _ => (target.to_string(), default),
+    }
+}
+
+/// Connects to the repository's server, on an address the egress policy allows.
+async fn connect(shared: &Shared) -> Result<TcpStream, Closed> {
+    let host = shared.host.trim_start_matches('[').trim_end_matches(']');
+    let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, shared.port))
+        .await
+        .map_err(|e| Closed::Unreachable(format!("resolving {host}: {e}")))?
+        .collect();
+    let mut last = format!("{host} resolves to no address");
+    for address in &addresses {
+        // Every address is judged before any is tried: a name that resolves to a refused
+        // address is refused, as the other clients' resolver refuses it.
+        if let Err(refused) = shared.settings.egress.check_ip(host, address.ip()) {
+            return Err(Closed::Egress(refused.to_string()));
+        }
+    }
+    for address in addresses {
+        let attempt =
+            tokio::time::timeout(shared.settings.connect_timeout, TcpStream::connect(address))
+                .await;
+        match attempt {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = format!("connecting to {address}: {e}"),
+            Err(_) => last = format!("connecting to {address}: timed out"),
+        }
+    }
+    Err(Closed::Unreachable(last))
+}
+
+/// Copies both ways until either side closes, counting what the server sends; stops at the
+/// operation's limit, its fetch's cancellation or deadline.
+async fn pump(client: TcpStream, server: TcpStream, meter: &RelayMeter) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    // libgit2's side closing its writes leaves the server's answer to finish.
+    let upstream = async {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+        std::future::pending::<()>().await
+    };
+    let downstream = async {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if let Err(over) = meter.count(n) {
+                meter.close(Closed::OverLimit(over.to_string()));
+                break;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = client_write.shutdown().await;
+    };
+    let settings = &meter.0.settings;
+    let watch = async {
+        loop {
+            tokio::time::sleep(CHECK_EVERY).await;
+            if settings.cancel.is_cancelled() {
+                meter.close(Closed::Cancelled);
+                break;
+            }
+            if Instant::now() >= settings.deadline {
+                meter.close(Closed::Deadline);
+                break;
+            }
+        }
+    };
+    // The server's side ending (its close, the limit), or the fetch's, ends the connection.
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+        _ = watch => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_keep_the_path_and_user() {
+        let relay: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let (mode, r) = route("https://git.example/org/repo.git", relay);
+        assert_eq!(mode, Mode::Proxy);
+        assert_eq!(r.url, "https://git.example/org/repo.git");
+        assert_eq!(r.proxy.as_deref(), Some("http://127.0.0.1:4000"));
+        let (mode, r) = route("ssh://git@git.example:2222/org/repo.git", relay);
+        assert_eq!(mode, Mode::Fixed);
+        assert_eq!(r.url, "ssh://git@127.0.0.1:4000/org/repo.git");
+        assert_eq!(r.proxy, None);
+        let (_, r) = route("git@github.com:org/repo.git", relay);
+        assert_eq!(r.url, "git@[127.0.0.1:4000]:org/repo.git");
+        let (_, r) = route("git://git.example/repo.git", relay);
+        assert_eq!(r.url, "git://127.0.0.1:4000/repo.git");
+    }
+
+    #[test]
+    fn connect_targets_split_host_and_port() {
+        assert_eq!(
+            split_host_port("git.example:443", 1),
+            ("git.example".into(), 443)
+        );
+        assert_eq!(split_host_port("[::1]:8443", 1), ("::1".into(), 8443));
+        assert_eq!(
+            split_host_port("git.example", 443),
+            ("git.example".into(), 443)
+        );
+    }
+
+    /// A server that sends `size` bytes to whoever connects; the relay stops it at the limit
+    /// and says why.
+    #[tokio::test]
+    async fn a_server_that_keeps_sending_is_cut_off_at_the_limit() {
+        let server = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut socket, _) = server.accept().await.unwrap();
+            let chunk = vec![b'x'; 64 << 10];
+            while socket.write_all(&chunk).await.is_ok() {}
+        });
+        let settings = RelaySettings {
+            egress: EgressPolicy::allow_all(),
+            cancel: Cancel::new(),
+            deadline: Instant::now() + Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        };
+        let repository = format!("ssh://git@127.0.0.1:{port}/repo.git");
+        let (relay, route) = Relay::start(&repository, ("127.0.0.1".into(), port), settings)
+            .await
+            .unwrap();
+        let meter = relay.meter();
+        meter.begin(crate::bounded::Reader::GitAdvertisement.limit(1 << 20));
+        let relay_port: u16 = route
+            .url
+            .split(':')
+            .nth(2)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut client = TcpStream::connect(("127.0.0.1", relay_port)).await.unwrap();
+        let mut received = Vec::new();
+        client.read_to_end(&mut received).await.unwrap();
+        assert!(
+            received.len() <= (1 << 20) + (64 << 10),
+            "{}",
+            received.len()
+        );
+        let Some(Closed::OverLimit(refusal)) = meter.closed() else {
+            panic!("{:?}", meter.closed());
+        };
+        assert!(refusal.contains("--git-max-advertisement-mib"), "{refusal}");
+        assert!(meter.over_limit().is_some());
+    }
+
+    #[tokio::test]
+    async fn the_proxy_reaches_only_the_repository_server() {
+        let settings = RelaySettings {
+            egress: EgressPolicy::allow_all(),
+            cancel: Cancel::new(),
+            deadline: Instant::now() + Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        };
+        let (relay, route) = Relay::start(
+            "https://git.example/repo.git",
+            ("git.example".into(), 443),
+            settings,
+        )
+        .await
+        .unwrap();
+        let proxy = route.proxy.unwrap();
+        let address = proxy.trim_start_matches("http://");
+        let mut client = TcpStream::connect(address).await.unwrap();
+        client
+            .write_all(
+                b"CONNECT elsewhere.example:443 HTTP/1.1\r\nHost: elsewhere.example:443\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 403"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        let Some(Closed::OtherServer(refusal)) = relay.meter().closed() else {
+            panic!("{:?}", relay.meter().closed());
+        };
+        assert!(refusal.contains("elsewhere.example:443"), "{refusal}");
+    }
+}
