@@ -91,12 +91,13 @@ pub(super) async fn render_live(
         egress: fetcher.options().egress,
     };
     // `lookup` is answered from the cluster, read with this command's credentials.
-    let lookups = crate::reconcile::lookups::Reader {
-        acting: client,
-        agent: client,
-        policy: &policy,
+    let lookups = crate::reconcile::lookups::Reader::new(
+        client,
+        client,
+        &policy,
         bd,
-    };
+        crate::reconcile::lookups::LookupLimits::DEFAULT,
+    );
     let (mut rendered, traces) = preview::assemble_and_render(
         &fetcher,
         bd,

@@ -121,11 +121,14 @@ pub(super) async fn fetch_and_render(
         pallet_formats::Format::Helm => Some(ctx.writer(bd)?),
         _ => None,
     };
-    let reader = reader.as_ref().map(|acting| lookups::Reader {
-        acting,
-        agent: &ctx.client,
-        policy: &ctx.secret_policy,
-        bd,
+    let reader = reader.as_ref().map(|acting| {
+        lookups::Reader::new(
+            acting,
+            &ctx.client,
+            &ctx.secret_policy,
+            bd,
+            ctx.lookup_limits,
+        )
     });
     if let Some(reader) = &reader {
         let answers = reader.read(&ctx.lookups.get(uid)).await?;
@@ -150,7 +153,17 @@ pub(super) async fn fetch_and_render(
         let result = match (result, &reader) {
             (Ok(Contained::Lookups(keys)), Some(reader)) if rounds < lookups::MAX_ROUNDS => {
                 rounds += 1;
-                let more = reader.read(&keys).await?;
+                let more = match reader.read(&keys).await {
+                    Ok(more) => more,
+                    Err(error) => {
+                        // Remembered: the next pass reads these first and fails before it
+                        // renders again.
+                        let mut known = lookups::keys(&config.helm.lookups);
+                        known.extend(keys);
+                        ctx.lookups.set(uid, known);
+                        return Err(error);
+                    }
+                };
                 if let pallet_formats::Lookups::Answers(answers) = &mut config.helm.lookups {
                     lookups::extend(answers, more)?;
                 }

@@ -217,6 +217,10 @@ pub struct Context {
     pub functions: super::functions::FunctionPolicy,
     /// What the API server keeps of what pallet applied, where it differs (dropped fields).
     pub stored_forms: crate::apply::stored::StoredForms,
+    /// What a Helm release record read for a takeover may decode to.
+    pub takeover_records: super::takeover::RecordBudget,
+    /// What a chart's lookups may read.
+    pub lookup_limits: super::lookups::LookupLimits,
 }
 
 impl Context {
@@ -284,6 +288,18 @@ impl Context {
     /// of it remains).
     pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
         self.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self
+    }
+
+    /// The same context decoding release records under `records` and answering lookups under
+    /// `lookups`.
+    pub fn with_read_limits(
+        mut self,
+        records: super::takeover::RecordBudget,
+        lookups: super::lookups::LookupLimits,
+    ) -> Self {
+        self.takeover_records = records;
+        self.lookup_limits = lookups;
         self
     }
 
@@ -386,6 +402,8 @@ impl Context {
             writers: Mutex::new(HashMap::new()),
             functions: Default::default(),
             stored_forms: Default::default(),
+            takeover_records: Default::default(),
+            lookup_limits: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.
