@@ -4,9 +4,11 @@
 //! (its transfer-progress callback runs for the pack only), and a blocking libgit2 call cannot
 //! be interrupted from outside. So every connection libgit2 makes for a remote source goes
 //! through a relay on the agent's loopback interface:
-//! - `https://` and `http://` repositories name the relay as libgit2's proxy (`CONNECT
-//!   host:port` for HTTPS, whose TLS stays end to end; an absolute-form request for HTTP, which
-//!   servers must accept);
+//! - `https://` repositories name the relay as libgit2's proxy (`CONNECT host:port`; TLS stays
+//!   end to end, certificates are checked against the repository's host);
+//! - `http://` repositories are rewritten to the relay's address (libgit2 connects to the
+//!   server itself even with a proxy for plain HTTP), and the relay puts the repository's
+//!   `Host` back into each request;
 //! - `ssh://`, scp-like and `git://` repositories are rewritten to the relay's address (SSH is
 //!   encrypted end to end and the host key is checked against the original host).
 //!
@@ -42,13 +44,16 @@ pub(crate) struct Route {
     pub proxy: Option<String>,
 }
 
-/// Where the relay connects.
+/// How the relay takes libgit2's connections.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Mode {
-    /// As an HTTP proxy, to `host:port` only.
-    Proxy,
-    /// Every connection to `host:port`.
-    Fixed,
+    /// As an HTTPS proxy: `CONNECT host:port`, to the repository's server only.
+    Connect,
+    /// As the HTTP server itself: each request's `Host` is set back to this (the repository's
+    /// `host[:port]`).
+    Http(String),
+    /// Every connection relayed as it is.
+    Raw,
 }
 
 /// What a relay needs to know of its fetch.
@@ -194,59 +199,64 @@ impl Relay {
 
 /// The mode and the route for `repository` through a relay at `address`.
 fn route(repository: &str, address: SocketAddr) -> (Mode, Route) {
-    let lower = repository.to_ascii_lowercase();
-    if lower.starts_with("http://") || lower.starts_with("https://") {
-        return (
-            Mode::Proxy,
+    let relay = format!("127.0.0.1:{}", address.port());
+    let parsed = url::Url::parse(repository)
+        .ok()
+        .filter(|_| repository.contains("://"));
+    match parsed {
+        Some(parsed) if parsed.scheme() == "https" => (
+            Mode::Connect,
             Route {
                 url: repository.to_string(),
                 proxy: Some(format!("http://{address}")),
             },
-        );
-    }
-    let relay = format!("127.0.0.1:{}", address.port());
-    let url = match url::Url::parse(repository) {
-        Ok(parsed) if repository.contains("://") => {
-            let user = match parsed.username() {
-                "" => String::new(),
-                user => format!("{user}@"),
+        ),
+        Some(mut parsed) => {
+            let host = match (parsed.host_str(), parsed.port()) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_string(),
+                (None, _) => String::new(),
             };
-            format!("{}://{user}{relay}{}", parsed.scheme(), parsed.path())
+            let mode = if parsed.scheme() == "http" {
+                Mode::Http(host)
+            } else {
+                Mode::Raw
+            };
+            let _ = parsed.set_host(Some("127.0.0.1"));
+            let _ = parsed.set_port(Some(address.port()));
+            let url = parsed.to_string();
+            (mode, Route { url, proxy: None })
         }
         // scp-like `[user@]host:path`: libgit2 reads `[host:port]:path` with the same path.
-        _ => {
+        None => {
             let (before, path) = repository.split_once(':').unwrap_or((repository, ""));
             let user = before
                 .rsplit_once('@')
                 .map(|(user, _)| format!("{user}@"))
                 .unwrap_or_default();
-            format!("{user}[{relay}]:{path}")
+            let url = format!("{user}[{relay}]:{path}");
+            (Mode::Raw, Route { url, proxy: None })
         }
-    };
-    (Mode::Fixed, Route { url, proxy: None })
+    }
 }
 
 /// Relays one connection of libgit2's.
 async fn relay_connection(mut client: TcpStream, meter: RelayMeter) {
     let shared = meter.0.clone();
-    let mut early = Vec::new();
-    if shared.mode == Mode::Proxy {
-        match proxy_head(&mut client, &shared).await {
-            Ok(head) => early = head,
-            Err(why) => {
-                meter.close(why);
-                let _ = client
-                    .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-                    .await;
-                return;
-            }
+    if shared.mode == Mode::Connect {
+        if let Err(why) = connect_head(&mut client, &shared).await {
+            meter.close(why);
+            let _ = client
+                .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                .await;
+            return;
         }
     }
     let server = match connect(&shared).await {
         Ok(server) => server,
         Err(why) => {
             meter.close(why);
-            if shared.mode == Mode::Proxy {
+            if shared.mode == Mode::Connect {
                 let _ = client
                     .write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
                     .await;
@@ -254,26 +264,19 @@ async fn relay_connection(mut client: TcpStream, meter: RelayMeter) {
             return;
         }
     };
-    let mut server = server;
-    if early.is_empty() && shared.mode == Mode::Proxy {
-        // CONNECT: the tunnel is open.
-        if client
+    if shared.mode == Mode::Connect
+        && client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await
             .is_err()
-        {
-            return;
-        }
-    } else if !early.is_empty() && server.write_all(&early).await.is_err() {
+    {
         return;
     }
     pump(client, server, &meter).await;
 }
 
-/// Reads libgit2's proxy request head and checks that it targets the repository's server. A
-/// CONNECT is answered by the caller; an absolute-form request's head is returned, to be sent
-/// on as it is.
-async fn proxy_head(client: &mut TcpStream, shared: &Shared) -> Result<Vec<u8>, Closed> {
+/// Reads libgit2's `CONNECT` request and checks that it targets the repository's server.
+async fn connect_head(client: &mut TcpStream, shared: &Shared) -> Result<(), Closed> {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -300,15 +303,12 @@ async fn proxy_head(client: &mut TcpStream, shared: &Shared) -> Result<Vec<u8>, 
         .unwrap_or_default();
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (host, port, forward) = if method.eq_ignore_ascii_case("CONNECT") {
-        let (host, port) = split_host_port(target, 443);
-        (host, port, false)
-    } else {
-        let url = url::Url::parse(target)
-            .map_err(|_| Closed::OtherServer(format!("a proxy request for {target:?}")))?;
-        let host = url.host_str().unwrap_or_default().to_string();
-        (host, url.port_or_known_default().unwrap_or(80), true)
-    };
+    if !method.eq_ignore_ascii_case("CONNECT") {
+        return Err(Closed::OtherServer(format!(
+            "a proxy request {method} {target}"
+        )));
+    }
+    let (host, port) = split_host_port(target, 443);
     let wanted = shared.host.trim_start_matches('[').trim_end_matches(']');
     if !host.eq_ignore_ascii_case(wanted) || port != shared.port {
         return Err(Closed::OtherServer(format!(
@@ -316,7 +316,81 @@ async fn proxy_head(client: &mut TcpStream, shared: &Shared) -> Result<Vec<u8>, 
             shared.host, shared.port
         )));
     }
-    Ok(if forward { head } else { Vec::new() })
+    Ok(())
+}
+
+/// Sends libgit2's HTTP requests on to the server, each with `host` as its `Host`: heads are
+/// read line by line, bodies passed through by their `Content-Length` or chunks.
+async fn forward_requests<R, W>(client: R, server: &mut W, host: &str) -> std::io::Result<()>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncBufReadExt;
+    let mut client = tokio::io::BufReader::new(client);
+    loop {
+        let mut head = Vec::new();
+        let mut length: u64 = 0;
+        let mut chunked = false;
+        loop {
+            let mut line = Vec::new();
+            let read = (&mut client)
+                .take(MAX_HEAD_BYTES as u64)
+                .read_until(b'\n', &mut line)
+                .await?;
+            if read == 0 {
+                return Ok(());
+            }
+            let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
+            if text.starts_with("host:") {
+                head.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+                continue;
+            }
+            if let Some(value) = text.strip_prefix("content-length:") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+            if text.starts_with("transfer-encoding:") && text.contains("chunked") {
+                chunked = true;
+            }
+            head.extend_from_slice(&line);
+            if line == b"\r\n" || line == b"\n" || head.len() > MAX_HEAD_BYTES {
+                break;
+            }
+        }
+        server.write_all(&head).await?;
+        if chunked {
+            loop {
+                let mut size_line = Vec::new();
+                (&mut client)
+                    .take(MAX_HEAD_BYTES as u64)
+                    .read_until(b'\n', &mut size_line)
+                    .await?;
+                server.write_all(&size_line).await?;
+                let text = String::from_utf8_lossy(&size_line);
+                let size = u64::from_str_radix(text.trim().split(';').next().unwrap_or(""), 16)
+                    .unwrap_or(0);
+                if size == 0 {
+                    // The trailer, to its empty line.
+                    loop {
+                        let mut line = Vec::new();
+                        let read = (&mut client)
+                            .take(MAX_HEAD_BYTES as u64)
+                            .read_until(b'\n', &mut line)
+                            .await?;
+                        server.write_all(&line).await?;
+                        if read == 0 || line == b"\r\n" || line == b"\n" {
+                            break;
+                        }
+                    }
+                    break;
+                }
+                tokio::io::copy(&mut (&mut client).take(size + 2), server).await?;
+            }
+        } else if length > 0 {
+            tokio::io::copy(&mut (&mut client).take(length), server).await?;
+        }
+        server.flush().await?;
+    }
 }
 
 fn split_host_port(target: &str, default: u16) -> (String, u16) {
@@ -365,8 +439,14 @@ async fn pump(client: TcpStream, server: TcpStream, meter: &RelayMeter) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     // libgit2's side closing its writes leaves the server's answer to finish.
+    let mode = meter.0.mode.clone();
     let upstream = async {
-        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = match &mode {
+            Mode::Http(host) => forward_requests(&mut client_read, &mut server_write, host).await,
+            Mode::Connect | Mode::Raw => tokio::io::copy(&mut client_read, &mut server_write)
+                .await
+                .map(|_| ()),
+        };
         let _ = server_write.shutdown().await;
         std::future::pending::<()>().await
     };
@@ -417,17 +497,43 @@ mod tests {
     fn routes_keep_the_path_and_user() {
         let relay: SocketAddr = "127.0.0.1:4000".parse().unwrap();
         let (mode, r) = route("https://git.example/org/repo.git", relay);
-        assert_eq!(mode, Mode::Proxy);
+        assert_eq!(mode, Mode::Connect);
         assert_eq!(r.url, "https://git.example/org/repo.git");
         assert_eq!(r.proxy.as_deref(), Some("http://127.0.0.1:4000"));
+        let (mode, r) = route("http://git.example:8080/org/repo.git", relay);
+        assert_eq!(mode, Mode::Http("git.example:8080".into()));
+        assert_eq!(r.url, "http://127.0.0.1:4000/org/repo.git");
         let (mode, r) = route("ssh://git@git.example:2222/org/repo.git", relay);
-        assert_eq!(mode, Mode::Fixed);
+        assert_eq!(mode, Mode::Raw);
         assert_eq!(r.url, "ssh://git@127.0.0.1:4000/org/repo.git");
         assert_eq!(r.proxy, None);
         let (_, r) = route("git@github.com:org/repo.git", relay);
         assert_eq!(r.url, "git@[127.0.0.1:4000]:org/repo.git");
         let (_, r) = route("git://git.example/repo.git", relay);
         assert_eq!(r.url, "git://127.0.0.1:4000/repo.git");
+    }
+
+    #[tokio::test]
+    async fn http_requests_carry_the_repository_host() {
+        let requests = b"GET /r.git/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1:4000\r\n\r\n\
+POST /r.git/git-upload-pack HTTP/1.1\r\nHost: 127.0.0.1:4000\r\nTransfer-Encoding: chunked\r\n\r\n\
+4\r\nwant\r\n0\r\n\r\n\
+POST /r.git/git-upload-pack HTTP/1.1\r\nhost: 127.0.0.1:4000\r\nContent-Length: 4\r\n\r\ndone";
+        let mut sent = Vec::new();
+        forward_requests(&requests[..], &mut sent, "git.example:8080")
+            .await
+            .unwrap();
+        let sent = String::from_utf8(sent).unwrap();
+        assert_eq!(
+            sent.matches("Host: git.example:8080\r\n").count(),
+            3,
+            "{sent}"
+        );
+        assert!(!sent.contains("127.0.0.1"), "{sent}");
+        assert!(
+            sent.contains("4\r\nwant\r\n0\r\n\r\n") && sent.ends_with("done"),
+            "{sent}"
+        );
     }
 
     #[test]
