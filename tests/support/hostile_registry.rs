@@ -53,6 +53,10 @@ struct Content {
     config: Vec<u8>,
     layer: Layer,
     signature_manifest: Vec<u8>,
+    /// The digest the hostile manifest is announced under.
+    hostile_manifest: String,
+    /// The digest of the hostile signature blob.
+    hostile_blob: String,
 }
 
 /// A running hostile registry (stopped when dropped).
@@ -70,14 +74,10 @@ impl Drop for HostileRegistry {
     }
 }
 
-/// The digest the hostile manifest is announced under.
-fn hostile_digest() -> String {
-    sha256_digest(b"a manifest of 3 GiB")
-}
-
-/// The digest of the hostile signature blob.
-fn hostile_blob_digest() -> String {
-    sha256_digest(b"a signature of 3 GiB")
+/// A digest no other registry of the test announces: the agent remembers refused content by
+/// its digest, whichever registry served it.
+fn unique_digest(what: &str) -> String {
+    sha256_digest(crate::support::unique_name(what).as_bytes())
 }
 
 impl HostileRegistry {
@@ -100,6 +100,7 @@ impl HostileRegistry {
             "layers": [Descriptor::of(&layer.media_type, &layer.data).to_json()],
         }))
         .unwrap();
+        let hostile_blob = unique_digest("a signature of 3 GiB");
         let signature_manifest = serde_json::to_vec(&json!({
             "schemaVersion": 2,
             "mediaType": media::OCI_MANIFEST,
@@ -107,7 +108,7 @@ impl HostileRegistry {
             "config": {"mediaType": "application/vnd.oci.empty.v1+json",
                        "digest": sha256_digest(b"{}"), "size": 2},
             "layers": [{"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-                        "digest": hostile_blob_digest(), "size": 512}],
+                        "digest": hostile_blob, "size": 512}],
         }))
         .unwrap();
         let content = Arc::new(Content {
@@ -115,6 +116,8 @@ impl HostileRegistry {
             config,
             layer,
             signature_manifest,
+            hostile_manifest: unique_digest("a manifest of 3 GiB"),
+            hostile_blob,
         });
         let mode = Arc::new(Mutex::new(Mode::Benign));
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
@@ -262,10 +265,10 @@ fn answer(
                 let mut response = full(StatusCode::OK, media::OCI_MANIFEST, Vec::new());
                 response
                     .headers_mut()
-                    .insert("docker-content-digest", hostile_digest().parse().unwrap());
+                    .insert("docker-content-digest", content.hostile_manifest.parse().unwrap());
                 return response;
             }
-            if reference == hostile_digest() && *method == Method::GET {
+            if reference == content.hostile_manifest && *method == Method::GET {
                 return huge(b"{\"schemaVersion\": 2, \"x\": \"", b"        ", declared);
             }
         }
@@ -294,7 +297,7 @@ fn answer(
                 content.layer.data.clone(),
             );
         }
-        if mode == Mode::HugeSignatureBlob && digest == hostile_blob_digest() {
+        if mode == Mode::HugeSignatureBlob && digest == content.hostile_blob {
             return huge(b"{\"mediaType\": \"", b"aaaaaaaa", false);
         }
         return not_found();
