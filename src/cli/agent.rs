@@ -243,6 +243,24 @@ pub struct AgentArgs {
     pub receiver_requests_per_second: u32,
 }
 
+/// What a takeover's release record may decode to, as the flags say.
+fn record_budget(args: &AgentArgs) -> crate::reconcile::takeover::RecordBudget {
+    crate::reconcile::takeover::RecordBudget {
+        max_bytes: args.takeover_record_max_mib << 20,
+        ..Default::default()
+    }
+}
+
+/// What a chart's lookups may read, as the flags say.
+fn lookup_limits(args: &AgentArgs) -> crate::reconcile::lookups::LookupLimits {
+    crate::reconcile::lookups::LookupLimits {
+        call_objects: args.lookup_max_objects,
+        call_bytes: args.lookup_max_mib << 20,
+        render_objects: args.lookup_render_max_objects,
+        render_bytes: args.lookup_render_max_mib << 20,
+    }
+}
+
 /// `--default-service-account NAMESPACE/NAME`.
 fn parse_service_account(text: &str) -> Result<ServiceAccountReference, String> {
     let invalid = || format!("{text:?} is not NAMESPACE/NAME (e.g. pallet-system/installer)");
@@ -291,15 +309,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
             .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
             .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
-        let options = FetchOptions {
+        let options = args.unpack.bound(FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
             egress: args.egress.policy(),
-            limits: args.unpack.limits(),
-            registry: args.unpack.registry_limits(),
-            git_max_advertisement_bytes: args.unpack.git_max_advertisement_bytes(),
             ..Default::default()
-        };
+        });
         let fetcher = Fetcher::new(Arc::new(cache), options);
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
@@ -369,18 +384,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             allowed_exec: args.allow_function_exec.clone(),
         })
         .with_webhook_cert_validity(args.webhook_cert_validity)
-        .with_read_limits(
-            crate::reconcile::takeover::RecordBudget {
-                max_bytes: args.takeover_record_max_mib << 20,
-                ..Default::default()
-            },
-            crate::reconcile::lookups::LookupLimits {
-                call_objects: args.lookup_max_objects,
-                call_bytes: args.lookup_max_mib << 20,
-                render_objects: args.lookup_render_max_objects,
-                render_bytes: args.lookup_render_max_mib << 20,
-            },
-        )
+        .with_read_limits(record_budget(&args), lookup_limits(&args))
         .with_require_service_account(args.require_service_account)
         .with_verification_policy(crate::reconcile::context::VerificationPolicy {
             require: args.require_verification,

@@ -333,6 +333,17 @@ pub struct UnpackFlags {
 }
 
 impl UnpackFlags {
+    /// `options` with the limits these flags set: what a source may unpack, what a registry
+    /// may send, the largest git ref advertisement.
+    pub fn bound(&self, options: crate::source::FetchOptions) -> crate::source::FetchOptions {
+        crate::source::FetchOptions {
+            limits: self.limits(),
+            registry: self.registry_limits(),
+            git_max_advertisement_bytes: self.git_max_advertisement_bytes(),
+            ..options
+        }
+    }
+
     /// What these flags let a registry send.
     pub fn registry_limits(&self) -> crate::source::registry::RegistryLimits {
         crate::source::registry::RegistryLimits {
@@ -375,14 +386,11 @@ impl FetchFlags {
             .with_context(|| format!("opening the cache at {}", dir.display()))?;
         Ok(crate::source::Fetcher::new(
             std::sync::Arc::new(cache),
-            crate::source::FetchOptions {
+            self.unpack.bound(crate::source::FetchOptions {
                 plain_http_registries: self.plain_http_registries.clone(),
                 egress: self.egress.policy(),
-                limits: self.unpack.limits(),
-                registry: self.unpack.registry_limits(),
-                git_max_advertisement_bytes: self.unpack.git_max_advertisement_bytes(),
                 ..Default::default()
-            },
+            }),
         ))
     }
 }

@@ -121,15 +121,9 @@ pub(super) async fn fetch_and_render(
         pallet_formats::Format::Helm => Some(ctx.writer(bd)?),
         _ => None,
     };
-    let reader = reader.as_ref().map(|acting| {
-        lookups::Reader::new(
-            acting,
-            &ctx.client,
-            &ctx.secret_policy,
-            bd,
-            ctx.lookup_limits,
-        )
-    });
+    let reader = reader
+        .as_ref()
+        .map(|acting| lookups::Reader::of(ctx, acting, bd));
     if let Some(reader) = &reader {
         let answers = reader.read(&ctx.lookups.get(uid)).await?;
         config.helm.lookups = pallet_formats::Lookups::Answers(answers);
@@ -153,17 +147,8 @@ pub(super) async fn fetch_and_render(
         let result = match (result, &reader) {
             (Ok(Contained::Lookups(keys)), Some(reader)) if rounds < lookups::MAX_ROUNDS => {
                 rounds += 1;
-                let more = match reader.read(&keys).await {
-                    Ok(more) => more,
-                    Err(error) => {
-                        // Remembered: the next pass reads these first and fails before it
-                        // renders again.
-                        let mut known = lookups::keys(&config.helm.lookups);
-                        known.extend(keys);
-                        ctx.lookups.set(uid, known);
-                        return Err(error);
-                    }
-                };
+                let known = (&config.helm.lookups, &ctx.lookups, uid);
+                let more = reader.read_remembered(&keys, known).await?;
                 if let pallet_formats::Lookups::Answers(answers) = &mut config.helm.lookups {
                     lookups::extend(answers, more)?;
                 }

@@ -213,6 +213,18 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A reader for one render's lookups of a pass over `bd`, acting as `acting`, under the
+    /// agent's limits.
+    pub fn of(ctx: &'a super::Context, acting: &'a Client, bd: &'a BundleDeployment) -> Self {
+        Reader::new(
+            acting,
+            &ctx.client,
+            &ctx.secret_policy,
+            bd,
+            ctx.lookup_limits,
+        )
+    }
+
     fn tally<'k>(&'k self, key: &'k LookupKey) -> Tally<'k> {
         Tally {
             key,
@@ -272,6 +284,23 @@ fn json_size(value: &Value) -> u64 {
 }
 
 impl Reader<'_> {
+    /// The answers to `keys`, asked for by a render whose lookups so far are `known` (of
+    /// BundleDeployment `uid`, remembered in `last`). A refusal remembers them all with `keys`:
+    /// the next pass reads them first and fails before it renders again.
+    pub async fn read_remembered(
+        &self,
+        keys: &[LookupKey],
+        (known, last, uid): (&Lookups, &LastLookups, &str),
+    ) -> Result<Vec<LookupAnswer>, ReconcileError> {
+        let read = self.read(keys).await;
+        if read.is_err() {
+            let mut all = self::keys(known);
+            all.extend(keys.iter().cloned());
+            last.set(uid, all);
+        }
+        read
+    }
+
     /// The answers to `keys`, in order.
     pub async fn read(&self, keys: &[LookupKey]) -> Result<Vec<LookupAnswer>, ReconcileError> {
         let mut answers = Vec::with_capacity(keys.len());

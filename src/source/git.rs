@@ -81,45 +81,7 @@ pub(crate) async fn fetch(
         }
     }
     let opts = fetcher.options().clone();
-    let location = check_location(&opts.egress, &spec.repository)?;
-    let deadline = Instant::now() + opts.timeout;
-    // Every connection libgit2 makes goes through a relay counting what the server sends (see
-    // `git_relay`); it closes them when it is dropped, at the end of this fetch.
-    let (relay, route) = match &location {
-        Some(server) => {
-            let settings = RelaySettings {
-                egress: opts.egress,
-                cancel: cancel.clone(),
-                deadline,
-                connect_timeout: opts.connect_timeout,
-            };
-            let (relay, route) = Relay::start(&spec.repository, server.clone(), settings)
-                .await
-                .map_err(|e| SourceError::io("start the git relay", e))?;
-            (Some(relay), route)
-        }
-        None => (
-            None,
-            Route {
-                url: spec.repository.clone(),
-                proxy: None,
-            },
-        ),
-    };
-    let remote = Remote {
-        url: spec.repository.clone(),
-        route,
-        server: location,
-        meter: relay.as_ref().map(Relay::meter),
-        credentials: secrets.credentials.clone(),
-        deadline,
-        cancel: cancel.clone(),
-        allowance: fetcher.cache().unpack_allowance(),
-        max_pack_bytes: opts.limits.max_total_bytes,
-        max_advertisement_bytes: opts.git_max_advertisement_bytes,
-        pack_bytes: Arc::new(AtomicU64::new(0)),
-        verified: Arc::default(),
-    };
+    let (relay, remote) = connect(fetcher, spec, secrets, cancel).await?;
     let cache = fetcher.cache().clone();
     let scratch = cache.scratch_dir()?;
     let Listed {
@@ -224,6 +186,53 @@ pub(crate) async fn fetch(
         version,
         verified,
     })
+}
+
+/// The remote `spec` names, reached through a relay counting what its server sends (see
+/// `git_relay`) unless it is a local repository. The relay closes its connections when it is
+/// dropped, at the end of the fetch.
+async fn connect(
+    fetcher: &Fetcher,
+    spec: &GitSource,
+    secrets: &SourceSecrets,
+    cancel: &Cancel,
+) -> Result<(Option<Relay>, Remote), SourceError> {
+    let opts = fetcher.options();
+    let server = check_location(&opts.egress, &spec.repository)?;
+    let deadline = Instant::now() + opts.timeout;
+    let (relay, route) = match &server {
+        Some(server) => {
+            let settings = RelaySettings {
+                egress: opts.egress,
+                cancel: cancel.clone(),
+                deadline,
+                connect_timeout: opts.connect_timeout,
+            };
+            let (relay, route) = Relay::start(&spec.repository, server.clone(), settings)
+                .await
+                .map_err(|e| SourceError::io("start the git relay", e))?;
+            (Some(relay), route)
+        }
+        None => {
+            let url = spec.repository.clone();
+            (None, Route { url, proxy: None })
+        }
+    };
+    let remote = Remote {
+        url: spec.repository.clone(),
+        route,
+        server,
+        meter: relay.as_ref().map(Relay::meter),
+        credentials: secrets.credentials.clone(),
+        deadline,
+        cancel: cancel.clone(),
+        allowance: fetcher.cache().unpack_allowance(),
+        max_pack_bytes: opts.limits.max_total_bytes,
+        max_advertisement_bytes: opts.git_max_advertisement_bytes,
+        pack_bytes: Arc::new(AtomicU64::new(0)),
+        verified: Arc::default(),
+    };
+    Ok((relay, remote))
 }
 
 /// Checks the signatures of a commit whose tree was cached already (or written by a concurrent
