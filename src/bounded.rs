@@ -348,45 +348,28 @@ mod tests {
         assert_eq!(err.value(), "more than 10 bytes (11 received)");
     }
 
+    /// What a refused read says it read and was declared.
+    fn over(err: ReadError) -> (u64, Option<u64>) {
+        match err {
+            ReadError::TooLarge { read, declared, .. } => (read, declared),
+            other => panic!("{other}"),
+        }
+    }
+
     #[tokio::test]
     async fn request_bodies_are_counted_not_trusted() {
+        let limit = |n| Reader::ReceiverRequest.limit(n);
         let small = http_body_util::Full::new(Bytes::from_static(b"abc"));
-        let read = read_request(small, Reader::ReceiverRequest.limit(3))
-            .await
-            .unwrap();
-        assert_eq!(&read[..], b"abc");
+        assert_eq!(&read_request(small, limit(3)).await.unwrap()[..], b"abc");
         let big = http_body_util::Full::new(Bytes::from(vec![0u8; 100]));
-        let err = read_request(big, Reader::ReceiverRequest.limit(10))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ReadError::TooLarge {
-                    declared: Some(100),
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        let err = read_request(big, limit(10)).await.unwrap_err();
+        assert_eq!(over(err), (0, Some(100)));
         // A stream that declares nothing is cut off by what arrives.
         let chunks = futures::stream::iter((0..10).map(|_| {
             Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(vec![1u8; 4])))
         }));
         let streamed = http_body_util::StreamBody::new(chunks);
-        let err = read_request(streamed, Reader::ReceiverRequest.limit(10))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ReadError::TooLarge {
-                    read: 12,
-                    declared: None,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        let err = read_request(streamed, limit(10)).await.unwrap_err();
+        assert_eq!(over(err), (12, None));
     }
 }

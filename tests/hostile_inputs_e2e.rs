@@ -21,7 +21,6 @@ mod hostile_registry;
 mod signing;
 mod support;
 
-use std::convert::Infallible;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -276,22 +275,9 @@ impl LyingGitServer {
         let url = format!("http://{}/repo.git", listener.local_addr().unwrap());
         let lie: Arc<std::sync::Mutex<Option<(String, String)>>> = Arc::default();
         let serving = lie.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (bare, lie) = (bare.clone(), serving.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let (bare, lie) = (bare.clone(), lie.lock().unwrap().clone());
-                        async move { Ok::<_, Infallible>(git_answer(request, &bare, lie).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        let task = hostile_registry::serve(listener, move |request| {
+            let (bare, lie) = (bare.clone(), serving.lock().unwrap().clone());
+            async move { git_answer(request, &bare, lie).await }
         });
         LyingGitServer { url, lie, task }
     }
@@ -363,17 +349,7 @@ struct Work {
 
 impl Work {
     fn git(&self, args: &[&str]) -> String {
-        let mut cmd = support::git(None, &[]);
-        cmd.current_dir(self.dir.path())
-            .env("GNUPGHOME", &self.gnupg)
-            .args([
-                "-c",
-                "user.name=pallet tests",
-                "-c",
-                "user.email=tests@pallet.invalid",
-            ])
-            .args(args);
-        signing::run(&mut cmd).trim().to_string()
+        signing::git_in(self.dir.path(), &self.gnupg, args)
     }
 
     fn commit(&self, files: &[(String, Vec<u8>)], message: &str) -> String {

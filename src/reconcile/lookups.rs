@@ -100,49 +100,48 @@ impl Tally<'_> {
         self.objects += 1;
         self.bytes += bytes;
         let limits = self.limits;
-        let over = |value: String, budget: &str, limit: u64| {
-            failed(
-                self.key,
-                format!("refused: {value}, over {budget} of {limit}"),
-            )
-        };
-        if self.objects > limits.call_objects {
-            return Err(over(
-                format!("more than {} objects", limits.call_objects),
-                "the per-lookup object limit (--lookup-max-objects)",
-                limits.call_objects,
-            ));
-        }
-        if self.bytes > limits.call_bytes {
-            return Err(over(
-                format!("more than {} bytes", limits.call_bytes),
-                "the per-lookup byte limit (--lookup-max-mib)",
-                limits.call_bytes,
-            ));
-        }
         let mut render = self.render.lock().unwrap_or_else(|p| p.into_inner());
+        let call = (self.objects, self.bytes);
+        let checks = [
+            (
+                call.0,
+                limits.call_objects,
+                "objects",
+                "",
+                "the per-lookup object limit (--lookup-max-objects)",
+            ),
+            (
+                call.1,
+                limits.call_bytes,
+                "bytes",
+                "",
+                "the per-lookup byte limit (--lookup-max-mib)",
+            ),
+            (
+                render.objects + 1,
+                limits.render_objects,
+                "objects",
+                " with the render's other lookups",
+                "the per-render lookup object limit (--lookup-render-max-objects)",
+            ),
+            (
+                render.bytes + bytes,
+                limits.render_bytes,
+                "bytes",
+                " with the render's other lookups",
+                "the per-render lookup byte limit (--lookup-render-max-mib)",
+            ),
+        ];
+        for (value, limit, unit, with, budget) in checks {
+            if value > limit {
+                return Err(failed(
+                    self.key,
+                    format!("refused: more than {limit} {unit}{with}, over {budget} of {limit}"),
+                ));
+            }
+        }
         render.objects += 1;
         render.bytes += bytes;
-        if render.objects > limits.render_objects {
-            return Err(over(
-                format!(
-                    "more than {} objects with the render's other lookups",
-                    limits.render_objects
-                ),
-                "the per-render lookup object limit (--lookup-render-max-objects)",
-                limits.render_objects,
-            ));
-        }
-        if render.bytes > limits.render_bytes {
-            return Err(over(
-                format!(
-                    "more than {} bytes with the render's other lookups",
-                    limits.render_bytes
-                ),
-                "the per-render lookup byte limit (--lookup-render-max-mib)",
-                limits.render_bytes,
-            ));
-        }
         Ok(())
     }
 }

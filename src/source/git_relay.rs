@@ -319,6 +319,18 @@ async fn connect_head(client: &mut TcpStream, shared: &Shared) -> Result<(), Clo
     Ok(())
 }
 
+/// One line of libgit2's request (with its end), at most [`MAX_HEAD_BYTES`]; empty at the end
+/// of the connection.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(client: &mut R) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = Vec::new();
+    client
+        .take(MAX_HEAD_BYTES as u64)
+        .read_until(b'\n', &mut line)
+        .await?;
+    Ok(line)
+}
+
 /// Sends libgit2's HTTP requests on to the server, each with `host` as its `Host`: heads are
 /// read line by line, bodies passed through by their `Content-Length` or chunks.
 async fn forward_requests<R, W>(client: R, server: &mut W, host: &str) -> std::io::Result<()>
@@ -326,19 +338,14 @@ where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::AsyncBufReadExt;
     let mut client = tokio::io::BufReader::new(client);
     loop {
         let mut head = Vec::new();
         let mut length: u64 = 0;
         let mut chunked = false;
         loop {
-            let mut line = Vec::new();
-            let read = (&mut client)
-                .take(MAX_HEAD_BYTES as u64)
-                .read_until(b'\n', &mut line)
-                .await?;
-            if read == 0 {
+            let line = read_line(&mut client).await?;
+            if line.is_empty() {
                 return Ok(());
             }
             let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
@@ -360,11 +367,7 @@ where
         server.write_all(&head).await?;
         if chunked {
             loop {
-                let mut size_line = Vec::new();
-                (&mut client)
-                    .take(MAX_HEAD_BYTES as u64)
-                    .read_until(b'\n', &mut size_line)
-                    .await?;
+                let size_line = read_line(&mut client).await?;
                 server.write_all(&size_line).await?;
                 let text = String::from_utf8_lossy(&size_line);
                 let size = u64::from_str_radix(text.trim().split(';').next().unwrap_or(""), 16)
@@ -372,13 +375,9 @@ where
                 if size == 0 {
                     // The trailer, to its empty line.
                     loop {
-                        let mut line = Vec::new();
-                        let read = (&mut client)
-                            .take(MAX_HEAD_BYTES as u64)
-                            .read_until(b'\n', &mut line)
-                            .await?;
+                        let line = read_line(&mut client).await?;
                         server.write_all(&line).await?;
-                        if read == 0 || line == b"\r\n" || line == b"\n" {
+                        if line.is_empty() || line == b"\r\n" || line == b"\n" {
                             break;
                         }
                     }

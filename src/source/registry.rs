@@ -23,8 +23,6 @@ use oci_client::manifest::{OciImageIndex, OciImageManifest, OciManifest};
 use reqwest::header::{ACCEPT, AUTHORIZATION, LINK, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
-use sha2::Digest;
-use tokio::io::AsyncWriteExt;
 
 use super::SourceError;
 use crate::bounded::{self, Limit, ReadError, Reader};
@@ -267,6 +265,11 @@ impl Registry {
         format!("{scheme}://{registry}")
     }
 
+    /// The URL of `path` of `repo`'s API (`/v2/<name>/<path>`).
+    fn url(&self, repo: Repo<'_>, path: &str) -> String {
+        format!("{}/v2/{}/{path}", self.base(repo.registry), repo.name)
+    }
+
     fn document(&self, reader: Reader) -> Limit {
         reader.limit(self.limits.max_document_bytes)
     }
@@ -279,11 +282,7 @@ impl Registry {
         reference: &str,
         what: &str,
     ) -> Result<String, SourceError> {
-        let url = format!(
-            "{}/v2/{}/manifests/{reference}",
-            self.base(repo.registry),
-            repo.name
-        );
+        let url = self.url(repo, &format!("manifests/{reference}"));
         let response = self
             .send(repo, Method::HEAD, &url, MANIFEST_TYPES, what)
             .await?;
@@ -311,11 +310,7 @@ impl Registry {
         accept: &[&str],
         what: &str,
     ) -> Result<Option<Vec<u8>>, SourceError> {
-        let url = format!(
-            "{}/v2/{}/manifests/{reference}",
-            self.base(repo.registry),
-            repo.name
-        );
+        let url = self.url(repo, &format!("manifests/{reference}"));
         let response = match self.send(repo, Method::GET, &url, accept, what).await {
             Ok(response) => response,
             Err(SourceError::NotFound { .. }) => return Ok(None),
@@ -359,8 +354,7 @@ impl Registry {
         repo: Repo<'_>,
         what: &str,
     ) -> Result<Vec<String>, SourceError> {
-        let base = self.base(repo.registry);
-        let first = format!("{base}/v2/{}/tags/list?n={TAGS_PAGE}", repo.name);
+        let first = self.url(repo, &format!("tags/list?n={TAGS_PAGE}"));
         let mut url = first.clone();
         let mut tags: Vec<String> = Vec::new();
         for _ in 0..MAX_TAG_PAGES {
@@ -413,11 +407,7 @@ impl Registry {
         digest: &str,
         what: &str,
     ) -> Result<OciImageIndex, SourceError> {
-        let url = format!(
-            "{}/v2/{}/referrers/{digest}",
-            self.base(repo.registry),
-            repo.name
-        );
+        let url = self.url(repo, &format!("referrers/{digest}"));
         let body = match self.send(repo, Method::GET, &url, INDEX_TYPES, what).await {
             Ok(response) => {
                 Some(read(response, self.document(Reader::RegistryReferrers), what).await?)
@@ -463,21 +453,10 @@ impl Registry {
         what: &str,
     ) -> Result<(), SourceError> {
         let response = self.get_blob(repo, digest, what).await?;
-        let mut body = bounded::Body::new(response, limit).map_err(|e| refusal(what, e))?;
-        let mut out = tokio::fs::File::create(file)
-            .await
-            .map_err(|e| SourceError::io("create layer file", e))?;
-        let mut hasher = sha2::Sha256::new();
-        while let Some(chunk) = body.chunk().await.map_err(|e| refusal(what, e))? {
-            hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(|e| SourceError::io("write layer file", e))?;
-        }
-        out.flush()
-            .await
-            .map_err(|e| SourceError::io("write layer file", e))?;
-        let actual = format!("sha256:{}", super::hex(&hasher.finalize()));
+        let actual = format!(
+            "sha256:{}",
+            super::http::download_to(response, file, what, limit).await?
+        );
         if actual != digest {
             return Err(SourceError::DigestMismatch {
                 what: format!("a blob of {what}"),
@@ -500,11 +479,7 @@ impl Registry {
                 reason: format!("blob digest {digest} is not sha256"),
             });
         }
-        let url = format!(
-            "{}/v2/{}/blobs/{digest}",
-            self.base(repo.registry),
-            repo.name
-        );
+        let url = self.url(repo, &format!("blobs/{digest}"));
         self.send(repo, Method::GET, &url, &[], what).await
     }
 

@@ -123,23 +123,10 @@ impl HostileRegistry {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
         let address = listener.local_addr().unwrap();
         let (serving_mode, serving_content) = (mode.clone(), content.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (mode, content) = (serving_mode.clone(), serving_content.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let now = *mode.lock().unwrap();
-                        let content = content.clone();
-                        async move { Ok::<_, Infallible>(answer(&request, now, &content)) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+        let task = serve(listener, move |request| {
+            let now = *serving_mode.lock().unwrap();
+            let content = serving_content.clone();
+            async move { answer(&request, now, &content) }
         });
         HostileRegistry {
             address,
@@ -173,6 +160,34 @@ impl HostileRegistry {
     pub fn digest(&self) -> String {
         sha256_digest(&self.content.manifest)
     }
+}
+
+/// Serves `answer` over HTTP/1 on `listener`, each connection on a task of its own, until the
+/// returned task is aborted.
+pub fn serve<F, Fut, B>(listener: TcpListener, answer: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let answered = answer(request);
+                    async move { Ok::<_, Infallible>(answered.await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    })
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -263,9 +278,10 @@ fn answer(
         if let Mode::HugeManifest { declared } = mode {
             if reference == TAG {
                 let mut response = full(StatusCode::OK, media::OCI_MANIFEST, Vec::new());
-                response
-                    .headers_mut()
-                    .insert("docker-content-digest", content.hostile_manifest.parse().unwrap());
+                response.headers_mut().insert(
+                    "docker-content-digest",
+                    content.hostile_manifest.parse().unwrap(),
+                );
                 return response;
             }
             if reference == content.hostile_manifest && *method == Method::GET {
