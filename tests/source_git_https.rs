@@ -42,7 +42,7 @@ fn fetcher_with_advertisement_limit(bytes: u64) -> (tempfile::TempDir, pallet::s
         git_max_advertisement_bytes: bytes,
         ..plain.options().clone()
     };
-    let cache = pallet::source::Cache::open(&dir.path().join("small"), 1 << 30).unwrap();
+    let cache = pallet::source::Cache::open(dir.path().join("small"), 1 << 30).unwrap();
     (
         dir,
         pallet::source::Fetcher::new(std::sync::Arc::new(cache), options),
