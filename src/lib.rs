@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod bounded;
 pub mod changelog;
 pub mod cli;
 pub mod client_metrics;

@@ -232,6 +232,25 @@ pub struct AgentArgs {
     /// Renders running at once, each in its own process; more wait for a turn.
     #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(1..))]
     pub render_concurrency: u16,
+    /// Objects one helm `lookup` may return (a list is read in pages of 50); more fails the
+    /// render (LookupFailed) without the rest being read.
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.call_objects, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_max_objects: u64,
+    /// What one helm `lookup` may return, in MiB of JSON; more fails the render (LookupFailed).
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.call_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_max_mib: u64,
+    /// Objects all the helm `lookup`s of one render may return together.
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.render_objects, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_render_max_objects: u64,
+    /// What all the helm `lookup`s of one render may return together, in MiB of JSON (the
+    /// answers are the render's input, within --render-memory-mib).
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.render_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_render_max_mib: u64,
+    /// What a Helm release record read for a takeover (`spec.takeover`) may decode to, in MiB
+    /// of JSON; it may also be at most 200 times its stored size (past 4 MiB). A record over
+    /// it stops the takeover before anything is applied (TakeoverFailed).
+    #[arg(long, default_value_t = crate::reconcile::takeover::RecordBudget::DEFAULT.max_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub takeover_record_max_mib: u64,
     /// Address (ip:port) of the /metrics, /healthz and /readyz server; "" disables it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: String,
@@ -243,10 +262,29 @@ pub struct AgentArgs {
     /// `token`. A provider without one refuses every request.
     #[arg(long, default_value = "pallet-receiver")]
     pub receiver_secret: String,
-    /// Requests a second the receiver answers (bursts of twice that); more are answered 429
-    /// before any signature is checked.
+    /// Authenticated requests a second the receiver answers from each sender (provider and
+    /// peer address; bursts of twice that); more are answered 429. Requests are authenticated
+    /// first: those without a valid credential never spend a sender's allowance.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub receiver_requests_per_second: u32,
+}
+
+/// What a takeover's release record may decode to, as the flags say.
+fn record_budget(args: &AgentArgs) -> crate::reconcile::takeover::RecordBudget {
+    crate::reconcile::takeover::RecordBudget {
+        max_bytes: args.takeover_record_max_mib << 20,
+        ..Default::default()
+    }
+}
+
+/// What a chart's lookups may read, as the flags say.
+fn lookup_limits(args: &AgentArgs) -> crate::reconcile::lookups::LookupLimits {
+    crate::reconcile::lookups::LookupLimits {
+        call_objects: args.lookup_max_objects,
+        call_bytes: args.lookup_max_mib << 20,
+        render_objects: args.lookup_render_max_objects,
+        render_bytes: args.lookup_render_max_mib << 20,
+    }
 }
 
 /// `--default-service-account NAMESPACE/NAME`.
@@ -297,13 +335,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
             .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
             .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
-        let options = FetchOptions {
+        let options = args.unpack.bound(FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
             egress: args.egress.policy(),
-            limits: args.unpack.limits(),
             ..Default::default()
-        };
+        });
         let fetcher = Fetcher::new(Arc::new(cache), options);
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
@@ -373,6 +410,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_dependency_watches(dependency_watches)
         .with_function_policy(function_policy(&args))
         .with_webhook_cert_validity(args.webhook_cert_validity)
+        .with_read_limits(record_budget(&args), lookup_limits(&args))
         .with_require_service_account(args.require_service_account)
         .with_verification_policy(crate::reconcile::context::VerificationPolicy {
             require: args.require_verification,

@@ -95,12 +95,13 @@ pub(super) async fn render_live(
         egress: fetcher.options().egress,
     };
     // `lookup` is answered from the cluster, as the identity the agent would read it as.
-    let lookups = crate::reconcile::lookups::Reader {
-        acting: reader,
-        agent: reader,
+    let lookups = crate::reconcile::lookups::Reader::new(
+        reader,
+        reader,
         policy,
         bd,
-    };
+        crate::reconcile::lookups::LookupLimits::DEFAULT,
+    );
     let (mut rendered, traces) = preview::assemble_and_render(
         &fetcher,
         bd,

@@ -325,7 +325,8 @@ pub struct FetchFlags {
     pub unpack: UnpackFlags,
 }
 
-/// Bounds on what one source may unpack, shared by the agent and the commands that fetch.
+/// Bounds on what one source may read and unpack, shared by the agent and the commands that
+/// fetch.
 #[derive(Args, Debug, Clone)]
 pub struct UnpackFlags {
     /// Bytes one source may inflate, in MiB: every byte of its decompressed archives (the data
@@ -342,9 +343,48 @@ pub struct UnpackFlags {
     /// Entries (files, directories, links) one source may hold.
     #[arg(long, default_value_t = crate::source::Limits::DEFAULT.max_entries)]
     pub unpack_max_entries: u64,
+    /// Largest document read from a registry, in KiB: an image manifest or index, a page of a
+    /// tag list, a referrers list. Counted as it arrives; past it the source is refused
+    /// (LimitExceeded). The default is containerd's bound on manifests, the size registries
+    /// must accept.
+    #[arg(long, default_value_t = crate::source::registry::RegistryLimits::DEFAULT.max_document_bytes >> 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_max_document_kib: u64,
+    /// Tags read from one repository's tag list (a `semver` range), over all its pages; more
+    /// is refused (LimitExceeded).
+    #[arg(long, default_value_t = crate::source::registry::RegistryLimits::DEFAULT.max_tags as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_max_tags: u64,
+    /// Largest git ref advertisement read, in MiB (an ls-remote, and the start of every fetch;
+    /// a repository advertising every pull request's refs needs a few MiB). Counted as it
+    /// arrives; past it the connection is closed and the source refused (LimitExceeded).
+    #[arg(long, default_value_t = crate::source::DEFAULT_GIT_MAX_ADVERTISEMENT_BYTES >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub git_max_advertisement_mib: u64,
 }
 
 impl UnpackFlags {
+    /// `options` with the limits these flags set: what a source may unpack, what a registry
+    /// may send, the largest git ref advertisement.
+    pub fn bound(&self, options: crate::source::FetchOptions) -> crate::source::FetchOptions {
+        crate::source::FetchOptions {
+            limits: self.limits(),
+            registry: self.registry_limits(),
+            git_max_advertisement_bytes: self.git_max_advertisement_bytes(),
+            ..options
+        }
+    }
+
+    /// What these flags let a registry send.
+    pub fn registry_limits(&self) -> crate::source::registry::RegistryLimits {
+        crate::source::registry::RegistryLimits {
+            max_document_bytes: self.registry_max_document_kib.max(1) << 10,
+            max_tags: usize::try_from(self.registry_max_tags).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The largest git ref advertisement these flags let a server send.
+    pub fn git_max_advertisement_bytes(&self) -> u64 {
+        self.git_max_advertisement_mib.max(1) << 20
+    }
+
     /// The limits these flags set (GNU long-name and PAX records keep their fixed bound).
     pub fn limits(&self) -> crate::source::Limits {
         crate::source::Limits {
@@ -376,12 +416,11 @@ impl FetchFlags {
             .with_context(|| format!("opening the cache at {}", dir.display()))?;
         Ok(crate::source::Fetcher::new(
             std::sync::Arc::new(cache),
-            crate::source::FetchOptions {
+            self.unpack.bound(crate::source::FetchOptions {
                 plain_http_registries: self.plain_http_registries.clone(),
                 egress: self.egress.policy(),
-                limits: self.unpack.limits(),
                 ..Default::default()
-            },
+            }),
         ))
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! The tests here also check the documentation as a whole: every relative link and anchor of
 //! `docs/` resolves (`links`), every reason the code can write is documented
-//! (`reasons_scan`), and no file of the repository speaks of how it was made
-//! (`process_words`).
+//! (`reasons_scan`), the security model's inventory of untrusted input names every spec field
+//! and every reader of untrusted bytes (`inventory`), and no file of the repository speaks of
+//! how it was made (`process_words`).
 
 mod api;
 mod cli;
@@ -15,6 +16,8 @@ mod markdown;
 mod pages;
 mod schema;
 
+#[cfg(test)]
+mod inventory;
 #[cfg(test)]
 mod links;
 #[cfg(test)]

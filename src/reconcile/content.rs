@@ -121,12 +121,9 @@ pub(super) async fn fetch_and_render(
         pallet_formats::Format::Helm => Some(ctx.writer(bd)?),
         _ => None,
     };
-    let reader = reader.as_ref().map(|acting| lookups::Reader {
-        acting,
-        agent: &ctx.client,
-        policy: &ctx.secret_policy,
-        bd,
-    });
+    let reader = reader
+        .as_ref()
+        .map(|acting| lookups::Reader::of(ctx, acting, bd));
     if let Some(reader) = &reader {
         let answers = reader.read(&ctx.lookups.get(uid)).await?;
         config.helm.lookups = pallet_formats::Lookups::Answers(answers);
@@ -152,7 +149,8 @@ pub(super) async fn fetch_and_render(
         let result = match (result, &reader) {
             (Ok(Contained::Lookups(keys)), Some(reader)) if rounds < lookups::MAX_ROUNDS => {
                 rounds += 1;
-                let more = reader.read(&keys).await?;
+                let known = (&config.helm.lookups, &ctx.lookups, uid);
+                let more = reader.read_remembered(&keys, known).await?;
                 if let pallet_formats::Lookups::Answers(answers) = &mut config.helm.lookups {
                     lookups::extend(answers, more)?;
                 }

@@ -222,6 +222,10 @@ pub struct Context {
     pub cel: super::health_checks::CelMemo,
     /// Function calls running apart from the reconcile workers.
     pub function_calls: super::function_calls::FunctionCalls,
+    /// What a Helm release record read for a takeover may decode to.
+    pub takeover_records: super::takeover::RecordBudget,
+    /// What a chart's lookups may read.
+    pub lookup_limits: super::lookups::LookupLimits,
 }
 
 impl Context {
@@ -289,6 +293,18 @@ impl Context {
     /// of it remains).
     pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
         self.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self
+    }
+
+    /// The same context decoding release records under `records` and answering lookups under
+    /// `lookups`.
+    pub fn with_read_limits(
+        mut self,
+        records: super::takeover::RecordBudget,
+        lookups: super::lookups::LookupLimits,
+    ) -> Self {
+        self.takeover_records = records;
+        self.lookup_limits = lookups;
         self
     }
 
@@ -412,6 +428,8 @@ impl Context {
             stored_forms: Default::default(),
             cel: Default::default(),
             function_calls: Default::default(),
+            takeover_records: Default::default(),
+            lookup_limits: Default::default(),
             workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
             namespaces: Mutex::new(HashMap::new()),
             // The same name the agent holds the leader Lease under.

@@ -275,7 +275,7 @@ async fn call_http(
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let mut response = match request.send().await {
+    let response = match request.send().await {
         Ok(response) => response,
         // An address the agent may not reach is a lasting refusal, not an outage.
         Err(error) => match crate::egress::refusal_in(&error) {
@@ -299,21 +299,20 @@ async fn call_http(
                 .take(64)
                 .collect::<String>()
         });
-    let mut answer = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| {
-        format!(
-            "reading the answer of {url}: {}",
-            crate::source::http::describe(&e)
-        )
-    })? {
-        if answer.len() + chunk.len() > MAX_ANSWER_BYTES {
+    // Counted as it arrives, whatever the answer declares.
+    let limit = crate::bounded::Reader::FunctionAnswer.limit(MAX_ANSWER_BYTES as u64);
+    let answer = match crate::bounded::read_to_vec(response, limit).await {
+        Ok(answer) => answer,
+        Err(crate::bounded::ReadError::TooLarge { .. }) => {
             return Ok(error_answer(format!(
                 "the answer of {url} is over {} MiB",
                 MAX_ANSWER_BYTES >> 20
-            )));
+            )))
         }
-        answer.extend_from_slice(&chunk);
-    }
+        Err(crate::bounded::ReadError::Transport(detail)) => {
+            return Err(format!("reading the answer of {url}: {detail}"))
+        }
+    };
     if status.is_server_error() {
         return Err(format!("POST {url}: {status}"));
     }

@@ -599,6 +599,9 @@ async fn progress(
 ) -> Progress {
     let name = bd.name_any();
     let generation = bd.metadata.generation.unwrap_or(0);
+    // A takeover's release records are read (under their budget) before anything is fetched
+    // or written: one that cannot be stops the takeover, the active revision as it is.
+    takeover::check_records(ctx, bd).await?;
     let RenderedBundle {
         rendered,
         digest,
