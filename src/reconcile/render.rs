@@ -43,12 +43,9 @@ pub fn render_config(
                 .unwrap_or_else(|| serde_json::json!({})),
             values_files: helm.values_files,
             capabilities,
-            // `now` is pinned to the object's creation time so the rendered digest is stable.
-            now: bd
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| t.0.as_second()),
+            // The current time; the agent and `pallet plan` render with the time the revision
+            // of these inputs recorded instead (see `super::render_time`).
+            now: k8s_openapi::jiff::Timestamp::now().as_second(),
             // No key here: the agent seeds the random functions from the BundleDeployment's
             // render key (see `super::render_key`); a render elsewhere uses all zeros.
             seed: [0; 32],

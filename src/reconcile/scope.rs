@@ -48,6 +48,7 @@ impl Context {
         self.polls.forget(uid);
         self.fetches.forget(uid);
         self.renders.forget(uid);
+        self.render_times.forget(uid);
         self.probes.forget(name);
         if let Some(watches) = &self.values_watches {
             watches.set(name, Vec::new());
