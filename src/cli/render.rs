@@ -246,9 +246,6 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                 FormatArg::RegistryV1 => Format::RegistryV1,
                 FormatArg::Kustomize => Format::Kustomize,
             };
-            if format == Format::Helm {
-                eprintln!("{}", now_notice(config.helm.now));
-            }
             if format == Format::Kustomize {
                 let (tree, path) = kustomize_root(dir, args.root.as_deref())?;
                 let config = RenderConfig {
@@ -257,7 +254,11 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                 };
                 crate::preview::render_dir(format, &tree, &config)?
             } else {
-                crate::preview::render_dir(format, dir, &config)?
+                let rendered = crate::preview::render_dir(format, dir, &config)?;
+                if format == Format::Helm {
+                    eprintln!("{}", now_notice(config.helm.now));
+                }
+                rendered
             }
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),

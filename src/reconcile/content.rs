@@ -96,7 +96,6 @@ pub(super) async fn fetch_and_render(
     let spec_digest = values::spec_digest(&bd.spec.digest(), &resolved);
     let rendered_at = ctx.render_times.clock_for(bd, &spec_digest, &sources);
     let mut config = render::render_config(bd, capabilities, Some(values.values));
-    config.helm.now = rendered_at;
     config.budgets = ctx.render_budgets;
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
     let format = render::format(bd.spec.format);
@@ -109,6 +108,7 @@ pub(super) async fn fetch_and_render(
         let key = ctx.render_key(bd).await?;
         config.helm.seed = render_key::seed(&key, &config, &fetched);
     }
+    config.helm.now = rendered_at; // after the seed, which reads the creation time
     let allow_empty = bd.spec.rollout().allow_empty();
     // A chart's lookups are answered from the cluster: those its last render made are read
     // before this one, and the answers are part of the inputs (see `lookups`).

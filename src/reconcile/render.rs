@@ -43,9 +43,10 @@ pub fn render_config(
                 .unwrap_or_else(|| serde_json::json!({})),
             values_files: helm.values_files,
             capabilities,
-            // The current time; the agent and `pallet plan` render with the time the revision
-            // of these inputs recorded instead (see `super::render_time`).
-            now: k8s_openapi::jiff::Timestamp::now().as_second(),
+            // The object's creation time: what the render key's seed reads as its clock (see
+            // `super::render_key`). The chart's `now` is the time the revision of these inputs
+            // recorded: the agent, `pallet plan` and `pallet render` set it (`super::render_time`).
+            now: super::render_time::created(bd),
             // No key here: the agent seeds the random functions from the BundleDeployment's
             // render key (see `super::render_key`); a render elsewhere uses all zeros.
             seed: [0; 32],

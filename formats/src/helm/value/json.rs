@@ -345,18 +345,7 @@ mod tests {
     use super::*;
 
     fn kube_version() -> Value {
-        GoMap::typed(
-            [
-                ("Version", "v1.35.0"),
-                ("GitVersion", "v1.35.0"),
-                ("Major", "1"),
-                ("Minor", "35"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::from(v)))
-            .collect(),
-            super::super::GoType::Struct("chartutil.KubeVersion"),
-        )
+        super::super::kube_version_for_tests(super::super::GoType::Struct("chartutil.KubeVersion"))
     }
 
     #[test]

@@ -281,16 +281,21 @@ pub fn type_of(v: &Value) -> &'static str {
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "<nil>",
         ValueKind::Bool => "bool",
-        ValueKind::Number => match number_type(v) {
-            Some(GoNumber::Int64) => "int64",
-            Some(GoNumber::Uint64) => "uint64",
-            Some(GoNumber::Float64) => "float64",
-            _ => "int",
-        },
+        ValueKind::Number => number_name(v),
         ValueKind::String => "string",
         ValueKind::Bytes => "[]uint8",
         ValueKind::Map => "map[string]interface {}",
         _ => "[]interface {}",
+    }
+}
+
+/// The Go name of a number's type, which is also its kind.
+fn number_name(v: &Value) -> &'static str {
+    match number_type(v) {
+        Some(GoNumber::Int64) => "int64",
+        Some(GoNumber::Uint64) => "uint64",
+        Some(GoNumber::Float64) => "float64",
+        _ => "int",
     }
 }
 
@@ -315,12 +320,7 @@ pub fn kind_of(v: &Value) -> &'static str {
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => "invalid",
         ValueKind::Bool => "bool",
-        ValueKind::Number => match number_type(v) {
-            Some(GoNumber::Int64) => "int64",
-            Some(GoNumber::Uint64) => "uint64",
-            Some(GoNumber::Float64) => "float64",
-            _ => "int",
-        },
+        ValueKind::Number => number_name(v),
         ValueKind::String => "string",
         ValueKind::Map => "map",
         _ => "slice",
@@ -348,4 +348,21 @@ pub fn make_copy(v: &mut Value) {
     if addressable {
         *v = as_copy(std::mem::take(v));
     }
+}
+
+/// `.Capabilities.KubeVersion` for unit tests, as the Go type `ty`.
+#[cfg(test)]
+pub(crate) fn kube_version_for_tests(ty: GoType) -> Value {
+    GoMap::typed(
+        [
+            ("Version", "v1.35.0"),
+            ("GitVersion", "v1.35.0"),
+            ("Major", "1"),
+            ("Minor", "35"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), Value::from(v)))
+        .collect(),
+        ty,
+    )
 }

@@ -281,20 +281,7 @@ mod tests {
 
     #[test]
     fn structs_print_their_fields_in_order() {
-        let kv = |ty| {
-            GoMap::typed(
-                [
-                    ("Version", "v1.35.0"),
-                    ("GitVersion", "v1.35.0"),
-                    ("Major", "1"),
-                    ("Minor", "35"),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), Value::from(v)))
-                .collect(),
-                ty,
-            )
-        };
+        let kv = super::super::kube_version_for_tests;
         let field = kv(GoType::Addressable("chartutil.KubeVersion"));
         assert_eq!(print_action(&field), "v1.35.0");
         assert_eq!(strval(&field), "{v1.35.0 1 35}");
