@@ -21,8 +21,9 @@ pub const MAX_TEMPLATE_NESTING: usize = 40;
 /// Nesting of `include`, `template` and `tpl` calls (each is a render within a render).
 pub const MAX_TEMPLATE_CALL_DEPTH: i64 = 64;
 
-/// Nesting of maps and lists in values (values.yaml, values files, `fromYaml`, `fromJson`),
-/// as the YAML reader counts it.
+/// Nesting of maps and lists in values (values.yaml, values files, `fromYaml`, `fromJson`,
+/// `fromToml`), as the YAML reader counts it; also in values a template builds, which every
+/// walk over a value (serialising, printing, comparing, copying, merging) is held to.
 pub const MAX_VALUES_DEPTH: usize = 64;
 
 /// Items of a list a template function builds (`until`, `untilStep`, `seq`, `append`, ...).

@@ -21,6 +21,7 @@ use std::path::Path;
 use std::process::Command;
 
 use oracle::{helm_bin, split_docs};
+use pallet_formats::helm::value::go_quote;
 use pallet_formats::helm::{self, RenderOptions};
 
 const KUBE_VERSION: &str = "v1.35.0";
@@ -310,7 +311,7 @@ const BAD_PATTERNS: &[(&str, &str)] = &[
 fn regex_cases() -> Vec<String> {
     let mut exprs = Vec::new();
     for (pattern, subject) in PATTERNS {
-        let (p, t) = (format!("`{pattern}`"), go_string(subject));
+        let (p, t) = (format!("`{pattern}`"), go_quote(subject));
         exprs.push(format!("{{{{ regexMatch {p} {t} }}}}"));
         exprs.push(format!("{{{{ mustRegexMatch {p} {t} }}}}"));
         exprs.push(format!("{{{{ regexFind {p} {t} | toJson }}}}"));
@@ -337,25 +338,6 @@ fn regex_cases() -> Vec<String> {
         exprs.push(format!("{{{{ regexMatch `{pattern}` \"a\" }}}}"));
     }
     exprs
-}
-
-/// `s` as a Go interpreted string literal.
-fn go_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || !c.is_ascii() => {
-                out.push_str(&format!("\\u{:04x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 #[test]

@@ -54,9 +54,8 @@ fn a_refusal_inside_a_function_that_swallows_errors_fails_the_render() {
         (format!("{}{{{{ (fromJson $j).Error | quote }}}}", deep_json(70)), VALUES_DEPTH),
         (format!("{}{{{{ (fromJson $j).Error | quote }}}}", deep_json(200)), VALUES_DEPTH),
         (
-            format!(
-                "{{{{ fromJsonArray (printf \"%s%s\" (repeat 70 \"[\") (repeat 70 \"]\")) | len }}}}"
-            ),
+            "{{ fromJsonArray (printf \"%s%s\" (repeat 70 \"[\") (repeat 70 \"]\")) | len }}"
+                .into(),
             VALUES_DEPTH,
         ),
         (format!("{}{{{{ mustFromJson $j | len }}}}", deep_json(70)), VALUES_DEPTH),

@@ -675,7 +675,7 @@ impl<'a> Parser<'a> {
                     negate = true;
                     saw_flag = false;
                 }
-                ':' | ')' if !(negate && !saw_flag) => {
+                ':' | ')' if !negate || saw_flag => {
                     if c == ':' {
                         self.open(None, None);
                     }
