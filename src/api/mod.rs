@@ -961,6 +961,11 @@ pub struct RevisionStatus {
     pub values_from: Vec<ResolvedValues>,
     /// Where the revision is in its life.
     pub phase: RevisionPhase,
+    /// When it was first rendered: what a helm chart's `now` returns whenever the same spec and
+    /// sources render again (drift checks, restarts, `pallet plan`), so a chart that stamps its
+    /// install time renders the same objects and an unchanged spec makes no new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered_at: Option<Time>,
     /// When its objects were applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_at: Option<Time>,

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::Client;
+use kube::api::Api;
+use kube::{Client, Config};
 use pallet_formats::Object;
 use serde_json::Value;
 
@@ -102,6 +103,27 @@ pub(super) async fn render_live(
         bd,
         crate::reconcile::lookups::LookupLimits::DEFAULT,
     );
+    // `now` as the agent reads it: the time the revision of these inputs recorded, in the
+    // status given or else the one the cluster holds (a manifest carries none).
+    let live_status = match &bd.status {
+        Some(_) => None,
+        None => Api::<BundleDeployment>::all(client.clone())
+            .get_opt(bd.metadata.name.as_deref().unwrap_or_default())
+            .await?
+            .and_then(|live| live.status),
+    };
+    let now = {
+        use crate::reconcile::{render_time, values::spec_digest};
+        let resolved: Vec<crate::api::ResolvedSource> =
+            fetched.iter().map(|f| f.resolved_source()).collect();
+        let spec = spec_digest(
+            &bd.spec.digest(),
+            &[values.resolved.as_slice(), processors.resolved.as_slice()].concat(),
+        );
+        let status = bd.status.as_ref().or(live_status.as_ref());
+        render_time::recorded(status, &spec, &resolved, render_time::created(bd))
+            .unwrap_or_else(render_time::current)
+    };
     let (mut rendered, traces) = preview::assemble_and_render(
         &fetcher,
         bd,
@@ -111,6 +133,7 @@ pub(super) async fn render_live(
         &processors,
         &caller,
         Some(&lookups),
+        now,
     )
     .await?;
     let name = bd.metadata.name.clone().unwrap_or_default();

@@ -351,6 +351,7 @@ mod tests {
             sources: vec![],
             values_from: vec![],
             phase,
+            rendered_at: None,
             applied_at: Some(time(applied)),
             healthy_at: None,
             objects: 1,

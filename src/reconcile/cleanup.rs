@@ -28,6 +28,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.polls.forget(uid);
     ctx.fetches.forget(uid);
     ctx.renders.forget(uid);
+    ctx.render_times.forget(uid);
     ctx.lookups.forget(uid);
     ctx.probes.forget(&name);
     ctx.notifier.forget(&name);

@@ -2,7 +2,7 @@
 
 use super::{
     fetch, hook_plan, is_helm, lookups, processors, reference, render, render_key, render_memo,
-    rollout, values, webhook_certs, Context, ReconcileError,
+    render_time, rollout, values, webhook_certs, Context, ReconcileError,
 };
 
 use kube::ResourceExt;
@@ -91,16 +91,10 @@ pub(super) async fn fetch_and_render(
     };
     let fetched = fetch::fetch_sources(ctx, bd, force_poll).await?;
     fault::reached(Point::Fetch);
-    let sources = fetched
-        .iter()
-        .map(|f| ResolvedSource {
-            kind: f.kind,
-            reference: f.reference.clone(),
-            resolved: f.resolved.clone(),
-            version: f.version.clone(),
-            verified: f.verified.clone(),
-        })
-        .collect();
+    let sources: Vec<ResolvedSource> = fetched.iter().map(|f| f.resolved_source()).collect();
+    let resolved = [values.resolved.as_slice(), &processor_inputs.resolved].concat();
+    let spec_digest = values::spec_digest(&bd.spec.digest(), &resolved);
+    let rendered_at = ctx.render_times.clock_for(bd, &spec_digest, &sources);
     let mut config = render::render_config(bd, capabilities, Some(values.values));
     config.budgets = ctx.render_budgets;
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
@@ -114,6 +108,7 @@ pub(super) async fn fetch_and_render(
         let key = ctx.render_key(bd).await?;
         config.helm.seed = render_key::seed(&key, &config, &fetched);
     }
+    config.helm.now = rendered_at; // after the seed, which reads the creation time
     let allow_empty = bd.spec.rollout().allow_empty();
     // A chart's lookups are answered from the cluster: those its last render made are read
     // before this one, and the answers are part of the inputs (see `lookups`).
@@ -211,6 +206,7 @@ pub(super) async fn fetch_and_render(
                 values.resolved
             },
             traces,
+            rendered_at: render_time::as_time(rendered_at),
         }),
         render_memo::KeptRender::Refused { category, message } => {
             Err(ReconcileError::RenderRefused { category, message })
@@ -373,4 +369,6 @@ pub(super) struct RenderedBundle {
     pub(super) values_from: Vec<ResolvedValues>,
     /// What each processor did.
     pub(super) traces: std::sync::Arc<Vec<pallet_formats::processors::ProcessorTrace>>,
+    /// The clock it was rendered with (see [`render_time`]).
+    pub(super) rendered_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }

@@ -171,6 +171,8 @@ pub struct Context {
     pub fetches: fetch_pool::FetchPool,
     /// The last render of each BundleDeployment, reused while its inputs are unchanged.
     pub renders: render_memo::RenderMemo,
+    /// The clock of renders whose inputs no revision has recorded yet.
+    pub render_times: super::render_time::RenderTimes,
     /// The lookups each BundleDeployment's chart made in its last render.
     pub lookups: super::lookups::LastLookups,
     /// Where renders run: in a sandboxed child process (the agent), else in this process on a
@@ -452,6 +454,7 @@ impl Context {
             polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
             fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
             renders: render_memo::RenderMemo::default(),
+            render_times: Default::default(),
             lookups: Default::default(),
             render_sandbox: None,
             render_budgets: pallet_formats::RenderBudgets::default(),

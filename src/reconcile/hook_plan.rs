@@ -759,6 +759,7 @@ mod tests {
                     sources: vec![],
                     values_from: vec![],
                     objects: 2,
+                    rendered_at: None,
                 },
                 5,
                 &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

@@ -41,6 +41,7 @@ pub mod processors;
 pub mod render;
 pub mod render_key;
 pub mod render_memo;
+pub mod render_time;
 pub mod rollout;
 pub mod scope;
 pub mod settle;
@@ -608,6 +609,7 @@ async fn progress(
         sources,
         values_from,
         traces,
+        rendered_at,
     } = match fetch_and_render(bd, ctx, force_poll).await {
         Ok(done) => done,
         Err(error) if error.phase() == FailedPhase::Fetch => {
@@ -681,6 +683,7 @@ async fn progress(
                     sources,
                     values_from,
                     objects: objects.len(),
+                    rendered_at,
                 },
                 bd.spec.rollout().history_limit().max(1) as usize,
                 &now,

@@ -28,6 +28,7 @@ pub(super) async fn refuse_newer_content(
         sources,
         values_from,
         traces,
+        rendered_at,
     } = match fetch_and_render(bd, ctx, false).await {
         Ok(done) => done,
         Err(error) => {
@@ -79,6 +80,7 @@ pub(super) async fn refuse_newer_content(
             sources,
             values_from,
             objects: objects.len(),
+            rendered_at,
         },
         &message,
     );

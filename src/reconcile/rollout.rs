@@ -170,6 +170,8 @@ pub struct NewRevision<'a> {
     pub values_from: Vec<ResolvedValues>,
     /// How many objects it has.
     pub objects: usize,
+    /// When it was first rendered (see [`super::render_time`]).
+    pub rendered_at: Option<Time>,
 }
 
 /// Makes `new` the active revision, in phase Applying since `now`; the revision it replaces is
@@ -206,6 +208,7 @@ pub fn start_revision(
             sources: new.sources,
             values_from: new.values_from,
             phase: RevisionPhase::Applying,
+            rendered_at: new.rendered_at,
             applied_at: Some(now.clone()),
             healthy_at: None,
             objects: new.objects as i64,
@@ -234,6 +237,7 @@ pub fn record_refused(status: &mut BundleDeploymentStatus, new: NewRevision<'_>,
             sources: new.sources,
             values_from: new.values_from,
             phase: RevisionPhase::RolledBack,
+            rendered_at: new.rendered_at,
             applied_at: None,
             healthy_at: None,
             objects: new.objects as i64,
@@ -425,6 +429,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 objects: 1,
+                rendered_at: None,
             },
             3,
             &time(number * 100),

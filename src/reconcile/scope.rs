@@ -49,6 +49,7 @@ impl Context {
         self.fetches.forget(uid);
         self.renders.forget(uid);
         self.function_calls.forget(uid);
+        self.render_times.forget(uid);
         self.probes.forget(name);
         self.cel.forget(name);
         if let Some(watches) = &self.values_watches {

@@ -131,6 +131,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 phase,
+                rendered_at: None,
                 applied_at: Some(at(applied)),
                 healthy_at: healthy.map(at),
                 objects: 1,

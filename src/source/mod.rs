@@ -377,6 +377,17 @@ impl Fetched {
     pub fn label(&self) -> String {
         format!("{} {}", kind_name(self.kind), self.reference)
     }
+
+    /// The source as a revision records it.
+    pub fn resolved_source(&self) -> crate::api::ResolvedSource {
+        crate::api::ResolvedSource {
+            kind: self.kind,
+            reference: self.reference.clone(),
+            resolved: self.resolved.clone(),
+            version: self.version.clone(),
+            verified: self.verified.clone(),
+        }
+    }
 }
 
 fn kind_name(kind: SourceKind) -> &'static str {

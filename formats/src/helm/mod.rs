@@ -28,9 +28,12 @@ pub mod funcs;
 pub mod gofmt;
 pub mod hooks;
 pub mod parse;
+pub mod re2;
 pub mod schema;
 pub mod semver;
+pub mod signatures;
 pub mod translate;
+pub mod value;
 pub mod values;
 pub mod yaml11;
 
@@ -40,7 +43,7 @@ use std::path::Path;
 use minijinja::value::Value;
 use minijinja::Environment;
 
-use funcs::{from_json, ApiVersions, Files, GoMap, GoType};
+use value::{from_json, ApiVersions, Files, GoMap, GoType};
 
 /// `.Values` as helm passes it: a `chartutil.Values`, whose nested maps are plain maps.
 fn values_object(v: &serde_json::Value) -> Value {
@@ -198,7 +201,7 @@ fn chart_object(meta: &serde_json::Value, is_root: bool) -> Value {
     let mut m = metadata_fields(meta);
     m.insert(
         "Metadata".to_string(),
-        GoMap::typed(m.clone(), GoType::Struct("*chart.Metadata")),
+        GoMap::typed(m.clone(), GoType::Struct("chart.Metadata")),
     );
     m.insert("IsRoot".to_string(), Value::from(is_root));
     GoMap::typed(m, GoType::Struct("struct { chart.Metadata; IsRoot bool }"))
@@ -351,7 +354,7 @@ fn kube_version_object(v: &str) -> Value {
     ]
     .into_iter()
     .collect();
-    GoMap::typed(m, GoType::Struct("chartutil.KubeVersion"))
+    GoMap::typed(m, GoType::Addressable("chartutil.KubeVersion"))
 }
 
 /// A template to render, with the scope helm gives it.
@@ -584,6 +587,7 @@ fn render_units(
         // Output is charged to the render's budget as it is written, so a template that
         // writes without end stops at the budget, not when memory runs out.
         let mut written = crate::budget::MeteredWriter::new(Vec::new());
+        let failures = crate::budget::failures();
         tmpl.render_captured_to(
             minijinja::context! {
                 __d0 => top,
@@ -594,14 +598,20 @@ fn render_units(
             &mut written,
         )
         .map_err(|e| render_error(&u.name, &e, &define_files(units)))?;
+        // A breach or refusal the template went on after (a function that turned it into a
+        // value outside the checked calls) still fails the file.
+        if crate::budget::failures() != failures {
+            return Err(HelmError::template(
+                &u.name,
+                0,
+                crate::budget::last_failure(),
+            ));
+        }
         let content = String::from_utf8(written.into_inner())
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?
-            .replace(funcs::NO_VALUE, "");
+            .replace(value::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;
-        }
-        if let Some(e) = funcs::deferred_error(&content) {
-            return Err(HelmError::template(&u.name, 0, e));
         }
         out.push(RenderedFile {
             source: u.name.clone(),
