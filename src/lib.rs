@@ -24,3 +24,4 @@ pub mod revision;
 pub mod shard;
 pub mod source;
 pub mod tls;
+pub mod ui;
