@@ -24,4 +24,3 @@ pub mod revision;
 pub mod shard;
 pub mod source;
 pub mod tls;
-pub mod ui;

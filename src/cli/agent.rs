@@ -310,16 +310,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         // Every replica serves the view (it only reads, and acts as its users), not only the
         // leader.
         if !args.ui_address.is_empty() {
-            let view = crate::ui::AgentView {
+            let view = super::ui::AgentView {
                 address: args.ui_address.clone(),
                 actions: args.ui_actions,
                 namespace: args.namespace.clone(),
                 changes: changelog
                     .recent()
-                    .map(crate::ui::changes::ChangeSource::Memory)
+                    .map(super::ui::changes::ChangeSource::Memory)
                     .unwrap_or_default(),
             };
-            let bound = crate::ui::serve_agent(view, client.clone(), config.clone()).await?;
+            let bound = super::ui::serve_agent(view, client.clone(), config.clone()).await?;
             tracing::info!(address = %bound, actions = args.ui_actions, "web view listening");
         }
         let mut elector = if args.leader_elect {

@@ -22,6 +22,7 @@ mod push;
 mod render;
 pub(crate) mod test;
 pub mod tree;
+pub mod ui;
 
 use std::path::PathBuf;
 
@@ -89,7 +90,7 @@ pub enum Command {
     Trace(ops::TraceArgs),
     /// Serve the web view on 127.0.0.1 with your kubeconfig: every bundle, its revisions,
     /// objects, drift and change log, live, and the on-call actions.
-    Ui(Box<crate::ui::UiArgs>),
+    Ui(Box<ui::UiArgs>),
     /// Publish a directory as an OCI bundle image.
     Push(push::PushArgs),
     /// Print a shell completion script.
@@ -430,7 +431,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pause(args) => ops::pause(args),
         Command::Resume(args) => ops::resume(args),
         Command::Trace(args) => ops::trace(args),
-        Command::Ui(args) => crate::ui::run(*args),
+        Command::Ui(args) => ui::run(*args),
         Command::Push(args) => push::run(args),
         Command::RenderSandbox(args) => {
             match crate::render_sandbox::child::run(

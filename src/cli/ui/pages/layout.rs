@@ -2,7 +2,7 @@
 
 use maud::{html, Markup, DOCTYPE};
 
-use crate::ui::state::BundleState;
+use crate::cli::ui::state::BundleState;
 
 /// What the frame needs besides the page's body.
 pub struct Frame<'a> {

@@ -318,7 +318,7 @@ mod tests {
         let labels: Vec<&str> = diffs.iter().map(|(l, _)| l.as_str()).collect();
         assert_eq!(labels, ["ConfigMap/web/conf", "Deployment/web/web"]);
         assert!(diffs[0].1.starts_with("--- revision-1/ConfigMap/web/conf\n+++ revision-2/ConfigMap/web/conf"), "{}", diffs[0].1);
-        assert!(diffs[0].1.contains("+  \"v\": \"2\""), "{}", diffs[0].1);
-        assert!(diffs[1].1.contains("-  \"kind\": \"Deployment\""), "{}", diffs[1].1);
+        assert!(diffs[0].1.contains("\n-  v: \"1\"\n+  v: \"2\"\n"), "{}", diffs[0].1);
+        assert!(diffs[1].1.contains("\n-kind: Deployment\n"), "{}", diffs[1].1);
     }
 }

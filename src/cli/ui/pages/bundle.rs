@@ -3,8 +3,8 @@
 use maud::{html, Markup};
 
 use super::layout::{badge, health_badge};
-use crate::ui::model::{anchor, BundleView, Column, DriftView, KindGroup, TimelineEntry};
-use crate::ui::state::age;
+use crate::cli::ui::model::{anchor, BundleView, Column, DriftView, KindGroup, TimelineEntry};
+use crate::cli::ui::state::age;
 
 /// What the action forms need.
 pub struct ActionContext<'a> {
@@ -321,8 +321,8 @@ pub fn bundle(view: &BundleView, actions: &ActionContext<'_>, flash: Option<(&st
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Bundles" } " / " span aria-current="page" { (name) } }
         h1 { (name) " " (badge(view.state)) }
         @if let Some((kind, text)) = flash { (super::layout::message(kind, text)) }
-        p.headline { (crate::ui::model::headline_of(&view.bd)) }
-        @if let Some(reason) = crate::ui::model::paused_reason(&view.bd) {
+        p.headline { (crate::cli::ui::model::headline_of(&view.bd)) }
+        @if let Some(reason) = crate::cli::ui::model::paused_reason(&view.bd) {
             div.message.notice role="status" { "Paused: " (reason) }
         }
         nav.toc aria-label="On this page" { ul {

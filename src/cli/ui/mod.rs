@@ -140,7 +140,7 @@ pub fn run(args: UiArgs) -> anyhow::Result<()> {
             fetch: Some(args.fetch.clone()),
         });
         crate::cli::write_stdout(&format!(
-            "pallet ui: open http://{bound}/login?token={secret}\n(the address carries this session's login secret; Ctrl-C stops the view)\n"
+            "pallet ui: open http://{bound}/login?token={secret}\n(the address carries the view's login secret; Ctrl-C stops the view)\n"
         ))?;
         axum::serve(listener, server::router(app))
             .with_graceful_shutdown(shutdown())

@@ -3,8 +3,8 @@
 use maud::{html, Markup};
 
 use super::layout::badge;
-use crate::ui::index::{Listing, Query};
-use crate::ui::state::{age, BundleState};
+use crate::cli::ui::index::{Listing, Query};
+use crate::cli::ui::state::{age, BundleState};
 
 /// The query string of `query` with some fields replaced (`page`, `state`).
 pub fn query_string(query: &Query, state: Option<&str>, page: Option<usize>) -> String {
@@ -120,7 +120,7 @@ pub fn overview(listing: &Listing, query: &Query, now: i64, watch: (bool, Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ui::state::Summary;
+    use crate::cli::ui::state::Summary;
 
     #[test]
     fn the_overview_lists_rows_with_states_counts_and_pages() {
