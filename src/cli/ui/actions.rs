@@ -62,6 +62,18 @@ impl Action {
         }
     }
 
+    /// The action's name (the last segment of its address).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Pause(_) => "pause",
+            Action::Resume => "resume",
+            Action::Rollback(_) => "rollback",
+            Action::Retry => "retry",
+            Action::Reconcile => "reconcile",
+            Action::Test => "test",
+        }
+    }
+
     /// What the page says once the request is made.
     pub fn done(&self) -> String {
         match self {
@@ -117,5 +129,8 @@ mod tests {
         assert!(Action::parse("rollback", &form("", "three")).is_err());
         assert!(Action::parse("delete", &form("", "")).is_err());
         assert!(Action::Rollback(3).done().contains("revision 3"));
+        for action in [Action::Resume, Action::Rollback(1), Action::Retry, Action::Reconcile, Action::Test] {
+            assert_eq!(Action::parse(action.name(), &form("x", "1")).map(|a| a.name()), Ok(action.name()));
+        }
     }
 }

@@ -57,7 +57,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/logout", post(logout))
         .route("/live", get(live))
         .route("/bundles/{name}", get(bundle))
-        .route("/bundles/{name}/resume", get(resume_page))
+        .route("/bundles/{name}/resume", get(resume_page).post(resume))
         .route("/bundles/{name}/diff", get(revision_diff))
         .route("/bundles/{name}/{action}", post(act))
         .layer(axum::middleware::from_fn(security_headers))
@@ -76,7 +76,7 @@ async fn security_headers(request: Request, next: Next) -> Response {
         ),
     );
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -281,42 +281,48 @@ async fn act(
     Path((name, action)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let viewer = match app.access.viewer(&headers, false).await {
+    act_on(&app, &headers, &name, &action, &form).await
+}
+
+/// The resume's confirmation posts to the address of its preview.
+async fn resume(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    act_on(&app, &headers, &name, "resume", &form).await
+}
+
+async fn act_on(app: &App, headers: &HeaderMap, name: &str, action: &str, form: &ActionForm) -> Response {
+    let viewer = match app.access.viewer(headers, false).await {
         Ok(v) => v,
-        Err(r) => return refused(&app, r),
+        Err(r) => return refused(app, r),
     };
     if !viewer.can_act {
-        return refused(&app, Refusal::Forbidden("this view is read-only (the agent serves actions only with --ui-actions)".into()));
+        return refused(app, Refusal::Forbidden("this view is read-only (the agent serves actions only with --ui-actions)".into()));
     }
-    if !auth::same_origin(&headers) || !auth::same_secret(&form.csrf, &viewer.csrf) {
-        return refused(&app, Refusal::Forbidden("the form did not come from this view (its CSRF token or origin does not match): reload the page and try again".into()));
+    if !auth::same_origin(headers) || !auth::same_secret(&form.csrf, &viewer.csrf) {
+        return refused(app, Refusal::Forbidden("the form did not come from this view (its CSRF token or origin does not match): reload the page and try again".into()));
     }
-    let action = match Action::parse(&action, &form) {
+    let action = match Action::parse(action, form) {
         Ok(a) => a,
-        Err(why) => return bundle_page(&app, &viewer, &name, Some(("error", &why)), StatusCode::BAD_REQUEST).await,
+        Err(why) => return bundle_page(app, &viewer, name, Some(("error", &why)), StatusCode::BAD_REQUEST).await,
     };
-    match action.run(&viewer.client, &name).await {
+    match action.run(&viewer.client, name).await {
         Ok(()) => {
             let to = match action {
                 Action::Rollback(n) => format!("&to={n}"),
                 _ => String::new(),
             };
-            let done = match action {
-                Action::Pause(_) => "pause",
-                Action::Resume => "resume",
-                Action::Rollback(_) => "rollback",
-                Action::Retry => "retry",
-                Action::Reconcile => "reconcile",
-                Action::Test => "test",
-            };
-            Redirect::to(&format!("/bundles/{name}?done={done}{to}")).into_response()
+            Redirect::to(&format!("/bundles/{name}?done={}{to}", action.name())).into_response()
         }
         Err(e) => {
             let code = reads::api_status(&e)
                 .and_then(|(code, _)| StatusCode::from_u16(code).ok())
                 .unwrap_or(StatusCode::BAD_GATEWAY);
             let text = format!("The API server refused: {}", reads::error_text(&e));
-            bundle_page(&app, &viewer, &name, Some(("error", &text)), code).await
+            bundle_page(app, &viewer, name, Some(("error", &text)), code).await
         }
     }
 }

@@ -81,7 +81,7 @@ fn conditions(view: &BundleView) -> Markup {
             }
             ul.conditions {
                 @for c in &view.conditions {
-                    li class={"condition " (if c.good { "good" } else { "bad" })} {
+                    li class={"condition " (if c.good { "ok" } else { "fail" })} {
                         strong { (c.headline) }
                         " " span.reason { (c.reason) } " · " span.since { (c.since) " ago" }
                         @if !c.message.is_empty() { p.cond-message { (c.message) } }

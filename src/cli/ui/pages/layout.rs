@@ -26,7 +26,7 @@ pub fn page(frame: &Frame<'_>, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                meta name="referrer" content="same-origin";
                 title { (frame.title) " · pallet" }
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
