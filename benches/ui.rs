@@ -44,8 +44,16 @@ fn name(i: usize) -> String {
 /// A status as an agent writes it: conditions, one revision with its source, a small inventory.
 fn status(i: usize) -> Value {
     let (ready, reason, message) = match i % 20 {
-        0 => ("False", "ProgressDeadlineExceeded", "revision 2 failed: Deployment web/web: pod web-1: container web CrashLoopBackOff"),
-        1 => ("False", "Progressing", "revision 2 progressing: Deployment web/web: 0 of 1 updated replicas available"),
+        0 => (
+            "False",
+            "ProgressDeadlineExceeded",
+            "revision 2 failed: Deployment web/web: pod web-1: container web CrashLoopBackOff",
+        ),
+        1 => (
+            "False",
+            "Progressing",
+            "revision 2 progressing: Deployment web/web: 0 of 1 updated replicas available",
+        ),
         _ => ("True", "Healthy", "revision 1 healthy: 3 objects installed"),
     };
     let condition = |type_: &str, status: &str, reason: &str, message: &str| {
@@ -107,7 +115,8 @@ async fn load_ms(browser: &browser::Browser, url: &str) -> f64 {
 }
 
 async fn measure(size: usize, loads: usize) -> (f64, f64, f64, f64, f64) {
-    let view = browser::View::start(&["--kubeconfig", cluster::kubeconfig_path().to_str().unwrap()]);
+    let view =
+        browser::View::start(&["--kubeconfig", cluster::kubeconfig_path().to_str().unwrap()]);
     let pid = view.pid();
     let browser = browser::Browser::start(1280, 900).await;
     browser.open(&view.login).await;
@@ -115,11 +124,16 @@ async fn measure(size: usize, loads: usize) -> (f64, f64, f64, f64, f64) {
     let start = Instant::now();
     let want = format!("{size} of ");
     loop {
-        browser.open(&format!("{}/?label=pallet.dev/test%3Dui-bench", view.base)).await;
+        browser
+            .open(&format!("{}/?label=pallet.dev/test%3Dui-bench", view.base))
+            .await;
         if browser.main_text().await.contains(&want) {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(600), "the index never listed {size}");
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "the index never listed {size}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let synced = start.elapsed().as_secs_f64();
@@ -128,11 +142,23 @@ async fn measure(size: usize, loads: usize) -> (f64, f64, f64, f64, f64) {
     let mut searched = Vec::new();
     for _ in 0..loads {
         first.push(load_ms(&browser, &format!("{}/", view.base)).await);
-        filtered.push(load_ms(&browser, &format!("{}/?state=Failed&label=team%3Dweb", view.base)).await);
+        filtered.push(
+            load_ms(
+                &browser,
+                &format!("{}/?state=Failed&label=team%3Dweb", view.base),
+            )
+            .await,
+        );
         searched.push(load_ms(&browser, &format!("{}/?q=crashloop+ui-bench-0", view.base)).await);
     }
     let peak = common::proc_mib(pid, "VmHWM:");
-    (synced, common::median(first), common::median(filtered), common::median(searched), peak)
+    (
+        synced,
+        common::median(first),
+        common::median(filtered),
+        common::median(searched),
+        peak,
+    )
 }
 
 fn main() {

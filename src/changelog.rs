@@ -521,7 +521,11 @@ mod tests {
         assert_eq!(recent.written(), 3);
         let lines = recent.lines();
         assert_eq!(lines.len(), 2);
-        assert!(lines[0].contains(r#""bundleDeployment":"two""#), "{}", lines[0]);
+        assert!(
+            lines[0].contains(r#""bundleDeployment":"two""#),
+            "{}",
+            lines[0]
+        );
         assert!(lines[1].contains(r#""bundleDeployment":"three""#));
         assert!(ChangeLog::disabled().recent().is_none());
     }

@@ -431,11 +431,20 @@ fn the_web_view_component_serves_the_view_on_loopback_with_its_grant() {
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap();
-    assert!(args.contains(&serde_json::json!("--ui-address=127.0.0.1:8090")), "{args:?}");
-    assert!(!args.contains(&serde_json::json!("--ui-actions")), "read-only by default");
+    assert!(
+        args.contains(&serde_json::json!("--ui-address=127.0.0.1:8090")),
+        "{args:?}"
+    );
+    assert!(
+        !args.contains(&serde_json::json!("--ui-actions")),
+        "read-only by default"
+    );
     let role = &built["ClusterRole /pallet-agent-web-view"];
     let text = role["rules"].to_string();
-    assert!(text.contains("tokenreviews") && text.contains("impersonate"), "{text}");
+    assert!(
+        text.contains("tokenreviews") && text.contains("impersonate"),
+        "{text}"
+    );
     assert!(built.contains_key("ClusterRoleBinding /pallet-agent-web-view"));
 }
 

@@ -52,7 +52,11 @@ async fn kubelet_namespace(client: &Client, name: &str) {
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}});
     Api::<Namespace>::all(client.clone())
-        .patch(name, &PatchParams::apply(cluster::TEST_FIELD_MANAGER), &Patch::Apply(&namespace))
+        .patch(
+            name,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(&namespace),
+        )
         .await
         .unwrap();
 }
@@ -85,7 +89,8 @@ async fn wait_status(
 fn active_and_ready(bd: &BundleDeployment, revision: i64) -> bool {
     let status = bd.status.clone().unwrap_or_default();
     status.active_revision == Some(revision)
-        && pallet::api::conditions::find(&status.conditions, "Ready").is_some_and(|c| c.status == "True")
+        && pallet::api::conditions::find(&status.conditions, "Ready")
+            .is_some_and(|c| c.status == "True")
 }
 
 fn ready_reason(bd: &BundleDeployment) -> String {
@@ -112,7 +117,10 @@ async fn wait_badge(browser: &Browser, want: &str) {
             return;
         }
         if std::time::Instant::now() > deadline {
-            panic!("the page never showed {want} (last: {badge:?}):\n{}", browser.main_text().await);
+            panic!(
+                "the page never showed {want} (last: {badge:?}):\n{}",
+                browser.main_text().await
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -123,7 +131,10 @@ async fn wait_js(browser: &Browser, what: &str, script: &str) {
     let deadline = std::time::Instant::now() + LIVE;
     while browser.js(script).await != json!(true) {
         if std::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}:\n{}", browser.main_text().await);
+            panic!(
+                "timed out waiting for {what}:\n{}",
+                browser.main_text().await
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -131,23 +142,27 @@ async fn wait_js(browser: &Browser, what: &str, script: &str) {
 
 /// Waits until the demo's ConfigMap greets with `greeting`.
 async fn wait_greeting(cms: &Api<ConfigMap>, greeting: &str) {
-    cluster::poll_until(&format!("the greeting {greeting:?}"), Duration::from_secs(60), || {
-        let cms = cms.clone();
-        let want = greeting.to_string();
-        async move {
-            let live = cms
-                .get("hello-config")
-                .await
-                .map_err(|e| e.to_string())?
-                .data
-                .and_then(|d| d.get("greeting").cloned());
-            if live.as_deref() == Some(want.as_str()) {
-                Ok(())
-            } else {
-                Err(format!("greeting {live:?}"))
+    cluster::poll_until(
+        &format!("the greeting {greeting:?}"),
+        Duration::from_secs(60),
+        || {
+            let cms = cms.clone();
+            let want = greeting.to_string();
+            async move {
+                let live = cms
+                    .get("hello-config")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .data
+                    .and_then(|d| d.get("greeting").cloned());
+                if live.as_deref() == Some(want.as_str()) {
+                    Ok(())
+                } else {
+                    Err(format!("greeting {live:?}"))
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 }
 
@@ -166,11 +181,20 @@ async fn click(browser: &Browser, css: &str) {
 async fn accessible(browser: &Browser, page: &str) {
     let (serious, all) = browser.axe().await;
     eprintln!("axe on {page}: {} violation(s) in all: {all:?}", all.len());
-    assert!(serious.is_empty(), "serious accessibility violations on {page}: {serious:#?}");
+    assert!(
+        serious.is_empty(),
+        "serious accessibility violations on {page}: {serious:#?}"
+    );
 }
 
 /// A bundle of the test's own that no agent reconciles, with `status` written as an agent would.
-async fn static_bundle(client: &Client, name: &str, label: &str, paused: bool, status: Option<Value>) {
+async fn static_bundle(
+    client: &Client,
+    name: &str,
+    label: &str,
+    paused: bool,
+    status: Option<Value>,
+) {
     cli::create_bd(
         client,
         name,
@@ -193,7 +217,10 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     let fixtures = support::Fixtures::load();
     let repo = fixtures.git_repo(&name);
     let publish = |image: &str, greeting: &str, message: &str| {
-        let files = [("web.yaml", deployment(image)), ("conf.yaml", config_map(greeting))];
+        let files = [
+            ("web.yaml", deployment(image)),
+            ("conf.yaml", config_map(greeting)),
+        ];
         let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
         repo.commit_files("main", &files, message);
     };
@@ -207,7 +234,10 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     )
     .await;
     let agent = Agent::start(&name);
-    wait_status(&client, &agent, &name, "revision 1 Ready", |bd| active_and_ready(bd, 1)).await;
+    wait_status(&client, &agent, &name, "revision 1 Ready", |bd| {
+        active_and_ready(bd, 1)
+    })
+    .await;
     // Bundles in other states, written as an agent would.
     let label = format!("{name}-static");
     let failed = format!("{name}-failed");
@@ -227,7 +257,9 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     let browser = Browser::start(1280, 1000).await;
     browser.open(&view.login).await;
     browser.open(&format!("{}/?q={name}", view.base)).await;
-    let text = browser.wait_text("the overview", LIVE, |t| t.contains(&waiting)).await;
+    let text = browser
+        .wait_text("the overview", LIVE, |t| t.contains(&waiting))
+        .await;
     assert!(text.contains("4 of "), "{text}");
     let states: Value = browser
         .js("return Object.fromEntries(Array.from(document.querySelectorAll('tbody tr')).map(r => [r.querySelector('th').textContent, r.dataset.state]));")
@@ -242,79 +274,142 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     // A failing upgrade, followed live: the page is opened once and never reloaded.
     browser.open(&format!("{}/bundles/{name}", view.base)).await;
     wait_badge(&browser, "Ready").await;
-    browser.js("window.__sameDocument = true; return true;").await;
+    browser
+        .js("window.__sameDocument = true; return true;")
+        .await;
     publish("example.invalid/web:v2-broken", "hello v2", "v2");
     cli::pallet_ok(&["reconcile", &name]);
     wait_badge(&browser, "Failed").await;
     let text = browser.main_text().await;
-    assert!(text.contains("CrashLoopBackOff"), "the Pods' reason is shown:\n{text}");
+    assert!(
+        text.contains("CrashLoopBackOff"),
+        "the Pods' reason is shown:\n{text}"
+    );
     assert!(text.contains("Revision 2"), "{text}");
     browser.screenshot("bundle-failed").await;
     accessible(&browser, "a bundle's page").await;
     // Another on-call engineer rolls back from a terminal; the open page follows.
     cli::pallet_ok(&["rollback", &name, "--to", "1"]);
     wait_badge(&browser, "RolledBack").await;
-    assert_eq!(browser.js("return window.__sameDocument === true;").await, json!(true), "the page was not reloaded");
+    assert_eq!(
+        browser.js("return window.__sameDocument === true;").await,
+        json!(true),
+        "the page was not reloaded"
+    );
     browser.screenshot("bundle-rolled-back").await;
 
     // A good version: revision 3.
     publish("example.invalid/web:v3", "hello v3", "v3");
     cli::pallet_ok(&["reconcile", &name]);
-    wait_status(&client, &agent, &name, "revision 3 Ready", |bd| active_and_ready(bd, 3)).await;
+    wait_status(&client, &agent, &name, "revision 3 Ready", |bd| {
+        active_and_ready(bd, 3)
+    })
+    .await;
     wait_badge(&browser, "Ready").await;
 
     // Pause with a reason.
     click(&browser, "details[data-action=pause] summary").await;
     browser
         .client
-        .find(Locator::Css("details[data-action=pause] input[name=reason]"))
+        .find(Locator::Css(
+            "details[data-action=pause] input[name=reason]",
+        ))
         .await
         .unwrap()
         .send_keys("hotfix INC-42")
         .await
         .unwrap();
     click(&browser, "details[data-action=pause] button[type=submit]").await;
-    browser.wait_text("the pause", LIVE, |t| t.contains("Paused: hotfix INC-42")).await;
+    browser
+        .wait_text("the pause", LIVE, |t| t.contains("Paused: hotfix INC-42"))
+        .await;
     wait_badge(&browser, "Paused").await;
     // The hotfix, by hand; the paused agent reports it as drift.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
-    cms.patch("hello-config", &PatchParams::default(), &Patch::Merge(json!({"data": {"greeting": "hotfixed"}})))
-        .await
-        .unwrap();
+    cms.patch(
+        "hello-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"greeting": "hotfixed"}})),
+    )
+    .await
+    .unwrap();
     wait_status(&client, &agent, &name, "the drift reported", |bd| {
-        bd.status.as_ref().and_then(|s| s.drift.as_ref()).is_some_and(|d| d.count > 0)
+        bd.status
+            .as_ref()
+            .and_then(|s| s.drift.as_ref())
+            .is_some_and(|d| d.count > 0)
     })
     .await;
-    let text = browser.wait_text("the drift's diff", LIVE, |t| t.contains("hotfixed")).await;
-    assert!(text.contains("hello v3"), "the diff shows both sides:\n{text}");
-    browser.js("document.getElementById('drift').scrollIntoView(); return true;").await;
+    let text = browser
+        .wait_text("the drift's diff", LIVE, |t| t.contains("hotfixed"))
+        .await;
+    assert!(
+        text.contains("hello v3"),
+        "the diff shows both sides:\n{text}"
+    );
+    browser
+        .js("document.getElementById('drift').scrollIntoView(); return true;")
+        .await;
     browser.screenshot("bundle-drift").await;
 
     // Resume: the preview first.
     click(&browser, "#actions a.button").await;
-    let text = browser.wait_text("the resume preview", LIVE, |t| t.contains("would be reverted")).await;
-    assert!(text.contains("ConfigMap") && text.contains("hello-config") && text.contains(".data.greeting"), "{text}");
+    let text = browser
+        .wait_text("the resume preview", LIVE, |t| {
+            t.contains("would be reverted")
+        })
+        .await;
+    assert!(
+        text.contains("ConfigMap")
+            && text.contains("hello-config")
+            && text.contains(".data.greeting"),
+        "{text}"
+    );
     browser.screenshot("resume-preview").await;
     accessible(&browser, "the resume preview").await;
     click(&browser, "main form button[type=submit]").await;
-    browser.wait_text("the resume", LIVE, |t| t.contains("Resumed")).await;
+    browser
+        .wait_text("the resume", LIVE, |t| t.contains("Resumed"))
+        .await;
     wait_greeting(&cms, "hello v3").await;
     wait_badge(&browser, "Ready").await;
 
     // What changes from revision 3 to 1, then a rollback to it from the timeline.
-    browser.open(&format!("{}/bundles/{name}/diff?from=3&to=1", view.base)).await;
-    let text = browser.wait_text("the revision diff", LIVE, |t| t.contains("differ")).await;
-    assert!(text.contains("hello v1") && text.contains("hello v3"), "{text}");
+    browser
+        .open(&format!("{}/bundles/{name}/diff?from=3&to=1", view.base))
+        .await;
+    let text = browser
+        .wait_text("the revision diff", LIVE, |t| t.contains("differ"))
+        .await;
+    assert!(
+        text.contains("hello v1") && text.contains("hello v3"),
+        "{text}"
+    );
     browser.screenshot("revision-diff").await;
-    browser.open(&format!("{}/bundles/{name}#revisions", view.base)).await;
+    browser
+        .open(&format!("{}/bundles/{name}#revisions", view.base))
+        .await;
     let rollback_writes = "return Array.from(document.querySelectorAll('table.changes tbody tr')).filter(r => r.cells[2].textContent === 'rollback' && r.cells[3].textContent.includes('hello-config')).length;";
     let before = browser.js(rollback_writes).await.as_u64().unwrap();
-    click(&browser, "#revision-1 details[data-action=rollback] summary").await;
+    click(
+        &browser,
+        "#revision-1 details[data-action=rollback] summary",
+    )
+    .await;
     browser.screenshot("rollback-confirm").await;
-    click(&browser, "#revision-1 details[data-action=rollback] button[type=submit]").await;
-    browser.wait_text("the rollback request", LIVE, |t| t.contains("Rollback to revision 1 requested")).await;
+    click(
+        &browser,
+        "#revision-1 details[data-action=rollback] button[type=submit]",
+    )
+    .await;
+    browser
+        .wait_text("the rollback request", LIVE, |t| {
+            t.contains("Rollback to revision 1 requested")
+        })
+        .await;
     wait_status(&client, &agent, &name, "revision 1 active again", |bd| {
-        bd.status.as_ref().and_then(|s| s.active_revision) == Some(1) && ready_reason(bd) == "Healthy"
+        bd.status.as_ref().and_then(|s| s.active_revision) == Some(1)
+            && ready_reason(bd) == "Healthy"
     })
     .await;
     wait_badge(&browser, "RolledBack").await;
@@ -323,10 +418,18 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     wait_js(
         &browser,
         "the rollback's writes in the change log",
-        &format!("{} > {before}", rollback_writes.trim_end_matches(';').replacen("return ", "return (", 1) + ")"),
+        &format!(
+            "{} > {before}",
+            rollback_writes
+                .trim_end_matches(';')
+                .replacen("return ", "return (", 1)
+                + ")"
+        ),
     )
     .await;
-    browser.js("document.getElementById('changes').scrollIntoView(); return true;").await;
+    browser
+        .js("document.getElementById('changes').scrollIntoView(); return true;")
+        .await;
     browser.screenshot("bundle-change-log").await;
 
     // A phone's screen.
@@ -346,18 +449,34 @@ fn apply_web_view_grant() {
     let out = std::process::Command::new(cache.join("bin/kubectl"))
         .arg("--kubeconfig")
         .arg(cluster::kubeconfig_path())
-        .args(["apply", "--server-side", "--field-manager", cluster::TEST_FIELD_MANAGER, "-f"])
+        .args([
+            "apply",
+            "--server-side",
+            "--field-manager",
+            cluster::TEST_FIELD_MANAGER,
+            "-f",
+        ])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/components/web-view/rbac.yaml"))
         .output()
         .expect("kubectl runs (built by tools/controlplane.sh)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A kubeconfig with a token of ServiceAccount `namespace/name` (the admin kubeconfig's server
 /// and CA); returns its path and the token.
-async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir: &Path) -> (PathBuf, String) {
+async fn token_kubeconfig(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    dir: &Path,
+) -> (PathBuf, String) {
     let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}})).unwrap();
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
+            .unwrap();
     let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
         .create_token_request(name, &PostParams::default(), &request)
         .await
@@ -367,7 +486,10 @@ async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir: &Pa
         .token;
     let admin = Kubeconfig::read_from(cluster::kubeconfig_path()).unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
-    let ca = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+    let ca = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
         (Some(data), _) => data.clone(),
         (None, Some(file)) => {
             use base64::Engine as _;
@@ -393,8 +515,13 @@ async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir: &Pa
 async fn viewer_account(client: &Client, namespace: &str) -> String {
     let name = format!("{namespace}-viewer");
     Api::<Namespace>::all(client.clone())
-        .patch(namespace, &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-               &Patch::Apply(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})))
+        .patch(
+            namespace,
+            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
+            &Patch::Apply(
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+            ),
+        )
         .await
         .unwrap();
     Api::<ServiceAccount>::namespaced(client.clone(), namespace)
@@ -442,8 +569,15 @@ async fn an_action_refused_by_rbac_shows_the_api_servers_message() {
     wait_badge(&browser, "Failed").await;
     click(&browser, "details[data-action=retry] summary").await;
     click(&browser, "details[data-action=retry] button[type=submit]").await;
-    let text = browser.wait_text("the refusal", LIVE, |t| t.contains("The API server refused")).await;
-    assert!(text.contains(&forbidden), "the API server's own message:\n{text}");
+    let text = browser
+        .wait_text("the refusal", LIVE, |t| {
+            t.contains("The API server refused")
+        })
+        .await;
+    assert!(
+        text.contains(&forbidden),
+        "the API server's own message:\n{text}"
+    );
     browser.screenshot("action-refused").await;
     accessible(&browser, "a refused action").await;
     drop(view);
@@ -454,34 +588,67 @@ async fn an_action_refused_by_rbac_shows_the_api_servers_message() {
     apply_web_view_grant();
     let port = browser::free_port();
     let address = format!("127.0.0.1:{port}");
-    let agent = Agent::start_with(&format!("{name}-agent"), &["--ui-address", &address, "--ui-actions"]);
+    let agent = Agent::start_with(
+        &format!("{name}-agent"),
+        &["--ui-address", &address, "--ui-actions"],
+    );
     let base = format!("http://{address}");
     cluster::poll_until("the agent's view", Duration::from_secs(30), || {
         let url = format!("{base}/login");
         async move {
-            std::net::TcpStream::connect(url.trim_start_matches("http://").trim_end_matches("/login"))
-                .map(drop)
-                .map_err(|e| e.to_string())
+            std::net::TcpStream::connect(
+                url.trim_start_matches("http://").trim_end_matches("/login"),
+            )
+            .map(drop)
+            .map_err(|e| e.to_string())
         }
     })
     .await;
     browser.open(&format!("{base}/")).await;
-    browser.wait_text("the sign-in page", LIVE, |t| t.contains("Sign in")).await;
+    browser
+        .wait_text("the sign-in page", LIVE, |t| t.contains("Sign in"))
+        .await;
     accessible(&browser, "the sign-in page").await;
-    browser.client.find(Locator::Css("textarea[name=token]")).await.unwrap().send_keys(&token).await.unwrap();
+    browser
+        .client
+        .find(Locator::Css("textarea[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(&token)
+        .await
+        .unwrap();
     click(&browser, "form.login button[type=submit]").await;
-    browser.wait_text("the overview, signed in", LIVE, |t| t.contains("Bundles")).await;
+    browser
+        .wait_text("the overview, signed in", LIVE, |t| t.contains("Bundles"))
+        .await;
     browser.open(&format!("{base}/bundles/{name}")).await;
     wait_badge(&browser, "Failed").await;
     click(&browser, "details[data-action=reconcile] summary").await;
-    click(&browser, "details[data-action=reconcile] button[type=submit]").await;
-    let text = browser.wait_text("the refusal", LIVE, |t| t.contains("The API server refused")).await;
-    assert!(text.contains(&forbidden), "the API server's own message, for the impersonated user:\n{text}");
+    click(
+        &browser,
+        "details[data-action=reconcile] button[type=submit]",
+    )
+    .await;
+    let text = browser
+        .wait_text("the refusal", LIVE, |t| {
+            t.contains("The API server refused")
+        })
+        .await;
+    assert!(
+        text.contains(&forbidden),
+        "the API server's own message, for the impersonated user:\n{text}"
+    );
     browser.screenshot("agent-view-refused").await;
     drop(agent);
 
     cli::delete_bd(&client, &name).await;
-    let _ = Api::<ClusterRoleBinding>::all(client.clone()).delete(&grant, &DeleteParams::default()).await;
-    let _ = Api::<ClusterRole>::all(client.clone()).delete(&grant, &DeleteParams::default()).await;
-    let _ = Api::<Namespace>::all(client.clone()).delete(&name, &DeleteParams::default()).await;
+    let _ = Api::<ClusterRoleBinding>::all(client.clone())
+        .delete(&grant, &DeleteParams::default())
+        .await;
+    let _ = Api::<ClusterRole>::all(client.clone())
+        .delete(&grant, &DeleteParams::default())
+        .await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await;
 }

@@ -455,7 +455,11 @@ pub fn history(args: StatusArgs) -> anyhow::Result<()> {
 
 /// Asks the agent to roll `name` back to its stored revision `to` (refused when status lists
 /// stored revisions and `to` is not among them); returns the request's annotation value.
-pub(crate) async fn request_rollback(client: &Client, name: &str, to: i64) -> anyhow::Result<String> {
+pub(crate) async fn request_rollback(
+    client: &Client,
+    name: &str,
+    to: i64,
+) -> anyhow::Result<String> {
     let bd = get_bd(client, name).await?;
     let status = bd.status.clone().unwrap_or_default();
     if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == to) {
@@ -511,7 +515,11 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
 }
 
 /// Asks the agent for a retry or a reconcile of `name` now; returns the annotation's value.
-pub(crate) async fn request_now(client: &Client, name: &str, kind: Request) -> anyhow::Result<String> {
+pub(crate) async fn request_now(
+    client: &Client,
+    name: &str,
+    kind: Request,
+) -> anyhow::Result<String> {
     let annotation = match kind {
         Request::Retry => REQUESTED_RETRY_ANNOTATION,
         Request::Reconcile => REQUESTED_RECONCILE_ANNOTATION,
@@ -550,7 +558,11 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
 }
 
 /// Pauses `name` with `reason` (`Some`), or resumes it (`None`).
-pub(crate) async fn set_paused(client: &Client, name: &str, reason: Option<&str>) -> anyhow::Result<()> {
+pub(crate) async fn set_paused(
+    client: &Client,
+    name: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
     get_bd(client, name).await?;
     let patch = match reason {
         Some(reason) => json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: reason}},

@@ -115,7 +115,12 @@ impl Browser {
     }
 
     /// Waits until `probe(main text)` holds, up to `timeout`; panics with the last text.
-    pub async fn wait_text(&self, what: &str, timeout: Duration, probe: impl Fn(&str) -> bool) -> String {
+    pub async fn wait_text(
+        &self,
+        what: &str,
+        timeout: Duration,
+        probe: impl Fn(&str) -> bool,
+    ) -> String {
         let deadline = Instant::now() + timeout;
         loop {
             let text = self.main_text().await;
@@ -164,11 +169,22 @@ impl Browser {
         let serious = all
             .iter()
             .filter(|v| matches!(v["impact"].as_str(), Some("serious") | Some("critical")))
-            .map(|v| format!("{}: {} ({} nodes: {})", v["id"], v["help"], v["nodes"], v["targets"]))
+            .map(|v| {
+                format!(
+                    "{}: {} ({} nodes: {})",
+                    v["id"], v["help"], v["nodes"], v["targets"]
+                )
+            })
             .collect();
         let ids = all
             .iter()
-            .map(|v| format!("{} ({})", v["id"].as_str().unwrap_or(""), v["impact"].as_str().unwrap_or("")))
+            .map(|v| {
+                format!(
+                    "{} ({})",
+                    v["id"].as_str().unwrap_or(""),
+                    v["impact"].as_str().unwrap_or("")
+                )
+            })
             .collect();
         (serious, ids)
     }

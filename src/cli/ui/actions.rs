@@ -46,7 +46,9 @@ impl Action {
                 if reason.is_empty() {
                     return Err("a pause needs a reason: say why, for whoever looks next".into());
                 }
-                Ok(Action::Pause(reason.chars().take(MAX_REASON_CHARS).collect()))
+                Ok(Action::Pause(
+                    reason.chars().take(MAX_REASON_CHARS).collect(),
+                ))
             }
             "resume" => Ok(Action::Resume),
             "rollback" => form
@@ -79,7 +81,9 @@ impl Action {
         match self {
             Action::Pause(reason) => format!("Paused: {reason}"),
             Action::Resume => "Resumed: the agent applies the bundle again.".into(),
-            Action::Rollback(n) => format!("Rollback to revision {n} requested: the agent acts on it at once."),
+            Action::Rollback(n) => {
+                format!("Rollback to revision {n} requested: the agent acts on it at once.")
+            }
             Action::Retry => "Retry requested.".into(),
             Action::Reconcile => "Reconcile requested.".into(),
             Action::Test => "Tests requested: the result appears under Revisions.".into(),
@@ -92,11 +96,15 @@ impl Action {
             Action::Pause(reason) => ops::set_paused(client, name, Some(reason)).await,
             Action::Resume => ops::set_paused(client, name, None).await,
             Action::Rollback(to) => ops::request_rollback(client, name, *to).await.map(drop),
-            Action::Retry => ops::request_now(client, name, Request::Retry).await.map(drop),
+            Action::Retry => ops::request_now(client, name, Request::Retry)
+                .await
+                .map(drop),
             Action::Reconcile => ops::request_now(client, name, Request::Reconcile)
                 .await
                 .map(drop),
-            Action::Test => crate::cli::test::request_tests(client, name).await.map(drop),
+            Action::Test => crate::cli::test::request_tests(client, name)
+                .await
+                .map(drop),
         }
     }
 }
@@ -129,8 +137,17 @@ mod tests {
         assert!(Action::parse("rollback", &form("", "three")).is_err());
         assert!(Action::parse("delete", &form("", "")).is_err());
         assert!(Action::Rollback(3).done().contains("revision 3"));
-        for action in [Action::Resume, Action::Rollback(1), Action::Retry, Action::Reconcile, Action::Test] {
-            assert_eq!(Action::parse(action.name(), &form("x", "1")).map(|a| a.name()), Ok(action.name()));
+        for action in [
+            Action::Resume,
+            Action::Rollback(1),
+            Action::Retry,
+            Action::Reconcile,
+            Action::Test,
+        ] {
+            assert_eq!(
+                Action::parse(action.name(), &form("x", "1")).map(|a| a.name()),
+                Ok(action.name())
+            );
         }
     }
 }

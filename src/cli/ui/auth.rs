@@ -434,9 +434,15 @@ mod tests {
         assert!(same_secret("abc", "abc"));
         assert!(!same_secret("", ""));
         assert!(!same_secret("abd", "abc"));
-        let same = headers(&[("origin", "http://127.0.0.1:8080"), ("host", "127.0.0.1:8080")]);
+        let same = headers(&[
+            ("origin", "http://127.0.0.1:8080"),
+            ("host", "127.0.0.1:8080"),
+        ]);
         assert!(same_origin(&same));
-        let other = headers(&[("origin", "https://evil.example"), ("host", "127.0.0.1:8080")]);
+        let other = headers(&[
+            ("origin", "https://evil.example"),
+            ("host", "127.0.0.1:8080"),
+        ]);
         assert!(!same_origin(&other));
         let cross = headers(&[("sec-fetch-site", "cross-site")]);
         assert!(!same_origin(&cross));
@@ -458,7 +464,10 @@ mod tests {
         let config = Config::new("https://127.0.0.1:6443".parse().unwrap());
         let user = User {
             name: "system:serviceaccount:team:viewer".into(),
-            groups: vec!["system:serviceaccounts".into(), "system:authenticated".into()],
+            groups: vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ],
         };
         let acting = impersonating(&config, &user);
         assert_eq!(

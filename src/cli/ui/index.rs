@@ -78,7 +78,9 @@ impl Index {
             if let Some(relisting) = contents.relisting.as_mut() {
                 relisting.insert(summary.name.clone(), summary.clone());
             }
-            let previous = contents.summaries.insert(summary.name.clone(), summary.clone());
+            let previous = contents
+                .summaries
+                .insert(summary.name.clone(), summary.clone());
             previous.as_ref() != Some(&summary)
         };
         if changed {
@@ -248,11 +250,7 @@ impl Query {
     /// The page of `summaries` (in name order) this query asks for.
     pub fn run<'a>(&self, summaries: impl Iterator<Item = &'a Summary>) -> Listing {
         let state = BundleState::parse(self.state.trim());
-        let words: Vec<String> = self
-            .q
-            .split_whitespace()
-            .map(str::to_lowercase)
-            .collect();
+        let words: Vec<String> = self.q.split_whitespace().map(str::to_lowercase).collect();
         let per_page = match self.per_page {
             0 => PAGE_SIZE,
             n => n.min(MAX_PAGE_SIZE),

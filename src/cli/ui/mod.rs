@@ -182,7 +182,11 @@ pub struct AgentView {
 
 /// Starts the agent's view with the agent's client (`config`'s identity) and returns the
 /// address it listens on; it runs until the process ends.
-pub async fn serve_agent(view: AgentView, client: Client, config: Config) -> anyhow::Result<SocketAddr> {
+pub async fn serve_agent(
+    view: AgentView,
+    client: Client,
+    config: Config,
+) -> anyhow::Result<SocketAddr> {
     let address = parse_address(&view.address)?;
     let listener = bind(address).await?;
     let bound = listener.local_addr()?;

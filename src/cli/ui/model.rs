@@ -88,9 +88,7 @@ pub fn conditions(bd: &BundleDeployment, now: i64) -> Vec<ConditionLine> {
                 reason: c.reason.clone(),
                 message: c.message.clone(),
                 meaning: doc.map(|d| d.meaning),
-                action: doc
-                    .map(|d| d.action)
-                    .filter(|a| !good && *a != "nothing"),
+                action: doc.map(|d| d.action).filter(|a| !good && *a != "nothing"),
                 since: age(Some(c.last_transition_time.0.as_second()), now),
                 good,
             }
@@ -562,7 +560,9 @@ status:
         let picture = provenance(&bd(), &groups);
         assert_eq!(picture.len(), 3);
         assert_eq!(picture[0].boxes[0].label, "git main");
-        assert!(picture[0].boxes[0].details.contains(&"→ def456".to_string()));
+        assert!(picture[0].boxes[0]
+            .details
+            .contains(&"→ def456".to_string()));
         assert!(picture[1].boxes[0].label.contains("sha256:aa"));
         assert_eq!(picture[2].boxes[0].label, "1 × Deployment.apps");
         let states = BTreeMap::from([("base".to_string(), BundleState::Ready)]);

@@ -48,10 +48,11 @@ pub fn error_text(err: &anyhow::Error) -> String {
 
 /// The API server's answer (HTTP code and message) in `err`'s chain, if there is one.
 pub fn api_status(err: &anyhow::Error) -> Option<(u16, String)> {
-    err.chain().find_map(|cause| match cause.downcast_ref::<kube::Error>() {
-        Some(kube::Error::Api(status)) => Some((status.code, status.message.clone())),
-        _ => None,
-    })
+    err.chain()
+        .find_map(|cause| match cause.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => Some((status.code, status.message.clone())),
+            _ => None,
+        })
 }
 
 /// Everything on `name`'s page.
@@ -153,7 +154,10 @@ fn key_of(object: &Value, install_namespace: Option<&str>) -> (String, String, S
     )
 }
 
-async fn live_object(client: &Client, reference: &ObjectReference) -> anyhow::Result<Option<Value>> {
+async fn live_object(
+    client: &Client,
+    reference: &ObjectReference,
+) -> anyhow::Result<Option<Value>> {
     let gvk = GroupVersionKind::gvk(&reference.group, &reference.version, &reference.kind);
     let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
     let api: Api<DynamicObject> = match caps.scope {
@@ -167,7 +171,11 @@ async fn live_object(client: &Client, reference: &ObjectReference) -> anyhow::Re
 }
 
 /// Drift of `bd`, each drifted object compared with the active revision's stored content.
-async fn drift_view(client: &Client, store_namespace: &str, bd: &BundleDeployment) -> Option<DriftView> {
+async fn drift_view(
+    client: &Client,
+    store_namespace: &str,
+    bd: &BundleDeployment,
+) -> Option<DriftView> {
     let status = bd.status.as_ref()?;
     let drift = status.drift.as_ref().filter(|d| d.count > 0)?;
     let objects = drift
@@ -317,8 +325,22 @@ mod tests {
         .unwrap();
         let labels: Vec<&str> = diffs.iter().map(|(l, _)| l.as_str()).collect();
         assert_eq!(labels, ["ConfigMap/web/conf", "Deployment/web/web"]);
-        assert!(diffs[0].1.starts_with("--- revision-1/ConfigMap/web/conf\n+++ revision-2/ConfigMap/web/conf"), "{}", diffs[0].1);
-        assert!(diffs[0].1.contains("\n-  v: \"1\"\n+  v: \"2\"\n"), "{}", diffs[0].1);
-        assert!(diffs[1].1.contains("\n-kind: Deployment\n"), "{}", diffs[1].1);
+        assert!(
+            diffs[0].1.starts_with(
+                "--- revision-1/ConfigMap/web/conf\n+++ revision-2/ConfigMap/web/conf"
+            ),
+            "{}",
+            diffs[0].1
+        );
+        assert!(
+            diffs[0].1.contains("\n-  v: \"1\"\n+  v: \"2\"\n"),
+            "{}",
+            diffs[0].1
+        );
+        assert!(
+            diffs[1].1.contains("\n-kind: Deployment\n"),
+            "{}",
+            diffs[1].1
+        );
     }
 }

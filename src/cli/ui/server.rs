@@ -51,8 +51,14 @@ pub struct App {
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(overview))
-        .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
-        .route("/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route(
+            "/assets/app.css",
+            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
+        )
+        .route(
+            "/assets/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/live", get(live))
@@ -75,8 +81,14 @@ async fn security_headers(request: Request, next: Next) -> Response {
              connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
         ),
     );
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     headers
         .entry(header::CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -98,7 +110,13 @@ fn now() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
 }
 
-fn page(app: &App, viewer: Option<&Viewer>, title: &str, live: Option<String>, body: Markup) -> Markup {
+fn page(
+    app: &App,
+    viewer: Option<&Viewer>,
+    title: &str,
+    live: Option<String>,
+    body: Markup,
+) -> Markup {
     pages::layout::page(
         &Frame {
             title,
@@ -116,17 +134,35 @@ fn refused(app: &App, refusal: Refusal) -> Response {
     match refusal {
         Refusal::Login(why) => (
             StatusCode::UNAUTHORIZED,
-            page(app, None, "Sign in", None, pages::login(app.access.is_agent(), &why, None)),
+            page(
+                app,
+                None,
+                "Sign in",
+                None,
+                pages::login(app.access.is_agent(), &why, None),
+            ),
         )
             .into_response(),
         Refusal::Forbidden(why) => (
             StatusCode::FORBIDDEN,
-            page(app, None, "Not allowed", None, pages::problem("Not allowed", &why)),
+            page(
+                app,
+                None,
+                "Not allowed",
+                None,
+                pages::problem("Not allowed", &why),
+            ),
         )
             .into_response(),
         Refusal::Unavailable(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            page(app, None, "Unavailable", None, pages::problem("The API server could not be asked", &why)),
+            page(
+                app,
+                None,
+                "Unavailable",
+                None,
+                pages::problem("The API server could not be asked", &why),
+            ),
         )
             .into_response(),
     }
@@ -138,7 +174,11 @@ fn failed(app: &App, viewer: &Viewer, title: &str, err: &anyhow::Error) -> Respo
         .and_then(|(code, _)| StatusCode::from_u16(code).ok())
         .unwrap_or(StatusCode::BAD_GATEWAY);
     let text = reads::error_text(err);
-    (code, page(app, Some(viewer), title, None, pages::problem(title, &text))).into_response()
+    (
+        code,
+        page(app, Some(viewer), title, None, pages::problem(title, &text)),
+    )
+        .into_response()
 }
 
 async fn viewer(app: &App, headers: &HeaderMap) -> Result<Viewer, Response> {
@@ -149,7 +189,11 @@ async fn viewer(app: &App, headers: &HeaderMap) -> Result<Viewer, Response> {
         .map_err(|r| refused(app, r))
 }
 
-async fn overview(State(app): State<Arc<App>>, headers: HeaderMap, Query(query): Query<ListQuery>) -> Response {
+async fn overview(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
     let viewer = match viewer(&app, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -187,7 +231,14 @@ async fn bundle(
         Action::Pause(_) => "Paused.".to_string(),
         other => other.done(),
     });
-    bundle_page(&app, &viewer, &name, flash.as_deref().map(|t| ("notice", t)), StatusCode::OK).await
+    bundle_page(
+        &app,
+        &viewer,
+        &name,
+        flash.as_deref().map(|t| ("notice", t)),
+        StatusCode::OK,
+    )
+    .await
 }
 
 async fn bundle_page(
@@ -217,7 +268,11 @@ async fn bundle_page(
     }
 }
 
-async fn resume_page(State(app): State<Arc<App>>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+async fn resume_page(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     let viewer = match viewer(&app, &headers).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -226,7 +281,13 @@ async fn resume_page(State(app): State<Arc<App>>, headers: HeaderMap, Path(name)
         Ok(bd) => bd,
         Err(e) => return failed(&app, &viewer, &name, &e),
     };
-    let preview = crate::cli::ops::resume_preview(&viewer.config, &bd, app.fetch.as_ref(), &app.store_namespace).await;
+    let preview = crate::cli::ops::resume_preview(
+        &viewer.config,
+        &bd,
+        app.fetch.as_ref(),
+        &app.store_namespace,
+    )
+    .await;
     let compared = match (&preview, app.fetch.is_some()) {
         (Ok((Some(n), _)), true) => format!("Compared with revision {n}, the one rolled back to: resuming keeps it until the spec or the sources change."),
         (Ok((Some(n), _)), false) => format!("Compared with revision {n}, the active one (the agent's view fetches no sources: a source that moved meanwhile also makes a new revision)."),
@@ -268,11 +329,24 @@ async fn revision_diff(
         Ok(v) => v,
         Err(r) => return r,
     };
-    let result = reads::revision_diff(&viewer.client, &app.store_namespace, &name, query.from, query.to)
-        .await
-        .map_err(|e| reads::error_text(&e));
+    let result = reads::revision_diff(
+        &viewer.client,
+        &app.store_namespace,
+        &name,
+        query.from,
+        query.to,
+    )
+    .await
+    .map_err(|e| reads::error_text(&e));
     let body = pages::bundle::revision_diff(&name, query.from, query.to, &result);
-    page(&app, Some(&viewer), &format!("{name}: revision {} → {}", query.from, query.to), None, body).into_response()
+    page(
+        &app,
+        Some(&viewer),
+        &format!("{name}: revision {} → {}", query.from, query.to),
+        None,
+        body,
+    )
+    .into_response()
 }
 
 async fn act(
@@ -294,20 +368,40 @@ async fn resume(
     act_on(&app, &headers, &name, "resume", &form).await
 }
 
-async fn act_on(app: &App, headers: &HeaderMap, name: &str, action: &str, form: &ActionForm) -> Response {
+async fn act_on(
+    app: &App,
+    headers: &HeaderMap,
+    name: &str,
+    action: &str,
+    form: &ActionForm,
+) -> Response {
     let viewer = match app.access.viewer(headers, false).await {
         Ok(v) => v,
         Err(r) => return refused(app, r),
     };
     if !viewer.can_act {
-        return refused(app, Refusal::Forbidden("this view is read-only (the agent serves actions only with --ui-actions)".into()));
+        return refused(
+            app,
+            Refusal::Forbidden(
+                "this view is read-only (the agent serves actions only with --ui-actions)".into(),
+            ),
+        );
     }
     if !auth::same_origin(headers) || !auth::same_secret(&form.csrf, &viewer.csrf) {
         return refused(app, Refusal::Forbidden("the form did not come from this view (its CSRF token or origin does not match): reload the page and try again".into()));
     }
     let action = match Action::parse(action, form) {
         Ok(a) => a,
-        Err(why) => return bundle_page(app, &viewer, name, Some(("error", &why)), StatusCode::BAD_REQUEST).await,
+        Err(why) => {
+            return bundle_page(
+                app,
+                &viewer,
+                name,
+                Some(("error", &why)),
+                StatusCode::BAD_REQUEST,
+            )
+            .await
+        }
     };
     match action.run(&viewer.client, name).await {
         Ok(()) => {
@@ -338,11 +432,28 @@ async fn login_page(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>
         if auth::same_secret(&query.token, secret) {
             return signed_in(secret, false);
         }
-        let error = (!query.token.is_empty()).then_some("That login secret is not this server's: open the address `pallet ui` printed.");
-        let body = pages::login(false, "Open the address `pallet ui` printed: it carries the login secret.", error);
-        return (StatusCode::UNAUTHORIZED, page(&app, None, "Sign in", None, body)).into_response();
+        let error = (!query.token.is_empty()).then_some(
+            "That login secret is not this server's: open the address `pallet ui` printed.",
+        );
+        let body = pages::login(
+            false,
+            "Open the address `pallet ui` printed: it carries the login secret.",
+            error,
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            page(&app, None, "Sign in", None, body),
+        )
+            .into_response();
     }
-    page(&app, None, "Sign in", None, pages::login(true, "Sign in with a Kubernetes token.", None)).into_response()
+    page(
+        &app,
+        None,
+        "Sign in",
+        None,
+        pages::login(true, "Sign in with a Kubernetes token.", None),
+    )
+    .into_response()
 }
 
 fn signed_in(credential: &str, secure: bool) -> Response {
@@ -366,9 +477,16 @@ struct LoginForm {
     token: String,
 }
 
-async fn login(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     if !app.access.is_agent() || !auth::same_origin(&headers) {
-        return refused(&app, Refusal::Forbidden("sign in from this view's own page".into()));
+        return refused(
+            &app,
+            Refusal::Forbidden("sign in from this view's own page".into()),
+        );
     }
     let token = form.token.trim().to_string();
     let mut probe = HeaderMap::new();
@@ -377,17 +495,31 @@ async fn login(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): Form
     }
     match app.access.viewer(&probe, false).await {
         Ok(_) => signed_in(&token, over_https(&headers)),
-        Err(Refusal::Login(why)) | Err(Refusal::Forbidden(why)) | Err(Refusal::Unavailable(why)) => {
+        Err(Refusal::Login(why))
+        | Err(Refusal::Forbidden(why))
+        | Err(Refusal::Unavailable(why)) => {
             let body = pages::login(true, "Sign in with a Kubernetes token.", Some(&why));
-            (StatusCode::UNAUTHORIZED, page(&app, None, "Sign in", None, body)).into_response()
+            (
+                StatusCode::UNAUTHORIZED,
+                page(&app, None, "Sign in", None, body),
+            )
+                .into_response()
         }
     }
 }
 
-async fn logout(State(app): State<Arc<App>>, headers: HeaderMap, Form(form): Form<ActionForm>) -> Response {
-    let valid = auth::credential(&headers).is_some_and(|c| auth::same_secret(&form.csrf, &auth::csrf_token(&c)));
+async fn logout(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let valid = auth::credential(&headers)
+        .is_some_and(|c| auth::same_secret(&form.csrf, &auth::csrf_token(&c)));
     if !valid || !auth::same_origin(&headers) {
-        return refused(&app, Refusal::Forbidden("the form did not come from this view".into()));
+        return refused(
+            &app,
+            Refusal::Forbidden("the form did not come from this view".into()),
+        );
     }
     signed_in("", over_https(&headers))
 }
@@ -403,13 +535,21 @@ fn live_key(app: &App, bundle: &str) -> (u64, String, u64) {
     if bundle.is_empty() {
         return (app.index.version(), String::new(), 0);
     }
-    let version = app.index.get(bundle).map(|s| s.resource_version).unwrap_or_default();
+    let version = app
+        .index
+        .get(bundle)
+        .map(|s| s.resource_version)
+        .unwrap_or_default();
     (0, version, app.changes.version())
 }
 
 /// The live stream: a `refresh` event whenever what the page shows changed (the index moved,
 /// or new change-log lines arrived).
-async fn live(State(app): State<Arc<App>>, headers: HeaderMap, Query(query): Query<LiveQuery>) -> Response {
+async fn live(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(query): Query<LiveQuery>,
+) -> Response {
     if let Err(r) = viewer(&app, &headers).await {
         return r;
     }
@@ -421,24 +561,27 @@ async fn live(State(app): State<Arc<App>>, headers: HeaderMap, Query(query): Que
 fn live_events(app: Arc<App>, bundle: String) -> impl Stream<Item = Result<Event, Infallible>> {
     let changes = app.index.subscribe();
     let first = live_key(&app, &bundle);
-    futures::stream::unfold((app, bundle, changes, first), |(app, bundle, mut changes, last)| async move {
-        loop {
-            tokio::select! {
-                moved = changes.changed() => {
-                    if moved.is_err() {
-                        tokio::time::sleep(LIVE_POLL).await;
+    futures::stream::unfold(
+        (app, bundle, changes, first),
+        |(app, bundle, mut changes, last)| async move {
+            loop {
+                tokio::select! {
+                    moved = changes.changed() => {
+                        if moved.is_err() {
+                            tokio::time::sleep(LIVE_POLL).await;
+                        }
                     }
+                    () = tokio::time::sleep(LIVE_POLL) => {}
                 }
-                () = tokio::time::sleep(LIVE_POLL) => {}
-            }
-            let key = live_key(&app, &bundle);
-            if key != last {
-                // Let a burst of changes settle into one refresh.
-                tokio::time::sleep(LIVE_MIN_INTERVAL).await;
                 let key = live_key(&app, &bundle);
-                let event = Event::default().event("refresh").data("changed");
-                return Some((Ok(event), (app, bundle, changes, key)));
+                if key != last {
+                    // Let a burst of changes settle into one refresh.
+                    tokio::time::sleep(LIVE_MIN_INTERVAL).await;
+                    let key = live_key(&app, &bundle);
+                    let event = Event::default().event("refresh").data("changed");
+                    return Some((Ok(event), (app, bundle, changes, key)));
+                }
             }
-        }
-    })
+        },
+    )
 }

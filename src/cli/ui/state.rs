@@ -321,7 +321,10 @@ metadata: {{name: web, resourceVersion: "7", labels: {{team: a, sharding.fluxcd.
                     .as_second()
             )
         );
-        assert_eq!(BundleState::parse("rolledback"), Some(BundleState::RolledBack));
+        assert_eq!(
+            BundleState::parse("rolledback"),
+            Some(BundleState::RolledBack)
+        );
         assert_eq!(one_line(&"word ".repeat(100), 10).chars().count(), 10);
         assert_eq!(age(Some(0), 90), "90s");
         assert_eq!(age(Some(0), 7200), "2h");

@@ -94,7 +94,12 @@ fn conditions(view: &BundleView) -> Markup {
     }
 }
 
-fn revision(entry: &TimelineEntry, name: &str, active: Option<i64>, actions: &ActionContext<'_>) -> Markup {
+fn revision(
+    entry: &TimelineEntry,
+    name: &str,
+    active: Option<i64>,
+    actions: &ActionContext<'_>,
+) -> Markup {
     html! {
         li class={"revision phase-" (entry.phase)} id=(format!("revision-{}", entry.number)) {
             div.rev-head {
@@ -315,7 +320,11 @@ fn events(view: &BundleView) -> Markup {
 }
 
 /// The body of a bundle's page; `flash` is the outcome of the action just taken.
-pub fn bundle(view: &BundleView, actions: &ActionContext<'_>, flash: Option<(&str, &str)>) -> Markup {
+pub fn bundle(
+    view: &BundleView,
+    actions: &ActionContext<'_>,
+    flash: Option<(&str, &str)>,
+) -> Markup {
     let name = view.bd.metadata.name.as_deref().unwrap_or_default();
     html! {
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Bundles" } " / " span aria-current="page" { (name) } }
@@ -399,7 +408,12 @@ pub fn resume(
 }
 
 /// The diff between two revisions.
-pub fn revision_diff(name: &str, from: i64, to: i64, result: &Result<Vec<(String, String)>, String>) -> Markup {
+pub fn revision_diff(
+    name: &str,
+    from: i64,
+    to: i64,
+    result: &Result<Vec<(String, String)>, String>,
+) -> Markup {
     html! {
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Bundles" } " / " a href=(format!("/bundles/{name}")) { (name) } " / " span aria-current="page" { "Revision " (from) " → " (to) } }
         h1 { (name) ": revision " (from) " → " (to) }
@@ -422,7 +436,10 @@ mod tests {
             csrf: "tok",
         };
         let html = confirm(&actions, "web", "retry", "Retry…", "why", html! {}).into_string();
-        assert!(html.contains(r#"<form method="post" action="/bundles/web/retry">"#), "{html}");
+        assert!(
+            html.contains(r#"<form method="post" action="/bundles/web/retry">"#),
+            "{html}"
+        );
         assert!(html.contains(r#"name="csrf" value="tok""#));
         assert!(html.contains("Confirm: Retry"));
         let preview = Ok(vec![PreviewLine {
@@ -430,9 +447,13 @@ mod tests {
             missing: false,
             fields: vec![".data.greeting".into()],
         }]);
-        let html = resume("web", true, "compared with the sources", &preview, &actions).into_string();
+        let html =
+            resume("web", true, "compared with the sources", &preview, &actions).into_string();
         assert!(html.contains("1 object(s) would be reverted"));
-        assert!(html.contains("ConfigMap web/conf</span>: .data.greeting"), "{html}");
+        assert!(
+            html.contains("ConfigMap web/conf</span>: .data.greeting"),
+            "{html}"
+        );
         assert!(html.contains("Confirm: resume web"));
         let read_only = ActionContext {
             enabled: false,
@@ -444,7 +465,11 @@ mod tests {
 
     #[test]
     fn diffs_mark_added_and_removed_lines() {
-        let html = diffs(&[("ConfigMap/web/conf".into(), "@@ -1 +1 @@\n-a: 1\n+a: 2\n".into())]).into_string();
+        let html = diffs(&[(
+            "ConfigMap/web/conf".into(),
+            "@@ -1 +1 @@\n-a: 1\n+a: 2\n".into(),
+        )])
+        .into_string();
         assert!(html.contains(r#"<span class="del">-a: 1</span>"#), "{html}");
         assert!(html.contains(r#"<span class="add">+a: 2</span>"#));
     }

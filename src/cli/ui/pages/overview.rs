@@ -137,7 +137,10 @@ mod tests {
         assert!(html.contains(r#"href="/bundles/web""#), "{html}");
         assert!(html.contains("badge state-Failed"));
         assert!(html.contains("60s"));
-        assert!(html.contains("Failed <span class=\"count\">1</span>"), "{html}");
+        assert!(
+            html.contains("Failed <span class=\"count\">1</span>"),
+            "{html}"
+        );
         let query = Query {
             q: "a b".into(),
             ..Query::default()
