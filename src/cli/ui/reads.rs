@@ -58,12 +58,7 @@ pub fn api_status(err: &anyhow::Error) -> Option<(u16, String)> {
 /// Everything on `name`'s page.
 pub async fn bundle_view(reads: &Reads<'_>, name: &str, now: i64) -> anyhow::Result<BundleView> {
     let bd = crate::cli::ops::get_bd(reads.client, name).await?;
-    let inventory = bd
-        .status
-        .as_ref()
-        .and_then(|s| s.inventory.clone())
-        .map(|i| i.objects)
-        .unwrap_or_default();
+    let inventory = crate::cli::tree::inventory(&bd);
     let shown = &inventory[..inventory.len().min(OBJECTS_READ)];
     let (nodes, events, drift) = futures::join!(
         crate::cli::tree::nodes(reads.client, shown),
