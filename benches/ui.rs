@@ -11,10 +11,6 @@
 //! Needs `tools/controlplane.sh start`, then `cargo bench --bench ui`. The BundleDeployments are
 //! deleted at the end.
 
-#[path = "../tests/support/mod.rs"]
-#[allow(dead_code)]
-mod support;
-
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
 
@@ -22,7 +18,6 @@ mod cluster;
 mod browser;
 
 #[path = "common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::time::{Duration, Instant};

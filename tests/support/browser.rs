@@ -87,8 +87,8 @@ impl Browser {
                 .await
             {
                 Ok(client) => break client,
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
+                // chromedriver is still starting.
+                Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => panic!("no WebDriver session from chromedriver at {url}: {e}"),

@@ -111,29 +111,35 @@ impl<K: std::hash::Hash + Eq, V: Clone> Expiring<K, V> {
     }
 }
 
+/// SubjectAccessReview answers by user and verb: allowed, or why not.
+type AccessAnswers = Expiring<(User, &'static str), Result<(), String>>;
+
 /// How the agent's view authenticates and acts.
 pub struct AgentAccess {
     client: Client,
     config: Config,
     actions: bool,
     reviews: Mutex<Expiring<String, User>>,
-    allowed: Mutex<Expiring<(User, &'static str), Result<(), String>>>,
+    allowed: Mutex<AccessAnswers>,
     clients: Mutex<Expiring<User, Client>>,
+}
+
+/// `pallet ui`'s one user.
+pub struct LocalAccess {
+    /// The login secret (also the cookie's value).
+    pub secret: String,
+    /// The kubeconfig's client.
+    pub client: Client,
+    /// The kubeconfig's configuration.
+    pub config: Config,
+    /// The kubeconfig's user and context, in words.
+    pub who: String,
 }
 
 /// How requests are authenticated.
 pub enum Access {
     /// `pallet ui`: one user with their kubeconfig.
-    Local {
-        /// The login secret (also the cookie's value).
-        secret: String,
-        /// The kubeconfig's client.
-        client: Client,
-        /// The kubeconfig's configuration.
-        config: Config,
-        /// The kubeconfig's user and context, in words.
-        who: String,
-    },
+    Local(Box<LocalAccess>),
     /// The agent's view.
     Agent(Box<AgentAccess>),
 }
@@ -241,17 +247,12 @@ impl Access {
     pub async fn viewer(&self, headers: &HeaderMap, list_access: bool) -> Result<Viewer, Refusal> {
         let credential = credential(headers);
         match self {
-            Access::Local {
-                secret,
-                client,
-                config,
-                who,
-            } => match credential {
-                Some(given) if same_secret(&given, secret) => Ok(Viewer {
-                    client: client.clone(),
-                    config: config.clone(),
-                    user: who.clone(),
-                    csrf: csrf_token(secret),
+            Access::Local(local) => match credential {
+                Some(given) if same_secret(&given, &local.secret) => Ok(Viewer {
+                    client: local.client.clone(),
+                    config: local.config.clone(),
+                    user: local.who.clone(),
+                    csrf: csrf_token(&local.secret),
                     can_act: true,
                 }),
                 _ => Err(Refusal::Login(

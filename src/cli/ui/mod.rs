@@ -118,12 +118,12 @@ pub fn run(args: UiArgs) -> anyhow::Result<()> {
         let config = args.kube.config().await?;
         let client = Client::try_from(config.clone()).context("building the Kubernetes client")?;
         let secret = auth::new_secret()?;
-        let access = Access::Local {
+        let access = Access::Local(Box::new(auth::LocalAccess {
             secret: secret.clone(),
             client: client.clone(),
             config,
             who: context_name(&args.kube),
-        };
+        }));
         let changes = match &args.change_log {
             Some(path) => ChangeSource::File(path.clone()),
             None => ChangeSource::None,

@@ -428,7 +428,8 @@ struct LoginQuery {
 }
 
 async fn login_page(State(app): State<Arc<App>>, Query(query): Query<LoginQuery>) -> Response {
-    if let Access::Local { secret, .. } = &app.access {
+    if let Access::Local(local) = &app.access {
+        let secret = &local.secret;
         if auth::same_secret(&query.token, secret) {
             return signed_in(secret, false);
         }
