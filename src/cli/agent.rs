@@ -267,6 +267,16 @@ pub struct AgentArgs {
     /// first: those without a valid credential never spend a sender's allowance.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub receiver_requests_per_second: u32,
+    /// Address (ip:port) of the web view; off by default (""). Each request is authenticated
+    /// with a Kubernetes bearer token (TokenReview), and everything it shows or does is done as
+    /// that user (impersonation); read-only unless --ui-actions.
+    #[arg(long, default_value = "")]
+    pub ui_address: String,
+    /// Offer the view's actions (pause, resume, rollback, retry, reconcile, tests), each done
+    /// as the signed-in user. Needs the agent to impersonate users and groups
+    /// (deploy/components/web-view).
+    #[arg(long, requires = "ui_address")]
+    pub ui_actions: bool,
 }
 
 /// What a takeover's release record may decode to, as the flags say.
@@ -286,6 +296,9 @@ fn lookup_limits(args: &AgentArgs) -> crate::reconcile::lookups::LookupLimits {
         render_bytes: args.lookup_render_max_mib << 20,
     }
 }
+
+/// Change-log lines the agent keeps in memory for its web view.
+const UI_CHANGE_LOG_LINES: usize = 5000;
 
 /// `--default-service-account NAMESPACE/NAME`.
 fn parse_service_account(text: &str) -> Result<ServiceAccountReference, String> {
@@ -348,12 +361,30 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             default_service_account: args.default_service_account.clone(),
             reads_as_service_account: false,
         };
-        let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
+        let mut changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
+        if !args.ui_address.is_empty() {
+            changelog = changelog.keep_recent(UI_CHANGE_LOG_LINES);
+        }
         // Health first: a standby must answer its probes while it waits for the Lease.
         if !args.metrics_addr.is_empty() {
             let bound = crate::metrics::serve(&args.metrics_addr).await?;
             tracing::info!(address = %bound, "metrics server listening");
+        }
+        // Every replica serves the view (it only reads, and acts as its users), not only the
+        // leader.
+        if !args.ui_address.is_empty() {
+            let view = super::ui::AgentView {
+                address: args.ui_address.clone(),
+                actions: args.ui_actions,
+                namespace: args.namespace.clone(),
+                changes: changelog
+                    .recent()
+                    .map(super::ui::changes::ChangeSource::Memory)
+                    .unwrap_or_default(),
+            };
+            let bound = super::ui::serve_agent(view, client.clone(), config.clone()).await?;
+            tracing::info!(address = %bound, actions = args.ui_actions, "web view listening");
         }
         let mut elector = if args.leader_elect {
             let config = LeaseConfig {

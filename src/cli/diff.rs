@@ -198,21 +198,33 @@ pub fn object_diff(
     bundle: Option<&Value>,
     context_lines: usize,
 ) -> anyhow::Result<String> {
-    let before = yaml_of(live.map(|l| masked(l, bundle, "before")).as_ref())?;
-    let after = yaml_of(bundle.map(|b| masked(b, live, "after")).as_ref())?;
-    if before == after {
+    sides_diff(("live", live), ("bundle", bundle), label, context_lines)
+}
+
+/// The unified diff of one object between two named sides (`live`/`bundle`, `revision 3`/
+/// `revision 4`), Secret values masked; empty when they are equal.
+pub fn sides_diff(
+    (before_side, before): (&str, Option<&Value>),
+    (after_side, after): (&str, Option<&Value>),
+    label: &str,
+    context_lines: usize,
+) -> anyhow::Result<String> {
+    let before_text = yaml_of(before.map(|l| masked(l, after, "before")).as_ref())?;
+    let after_text = yaml_of(after.map(|b| masked(b, before, "after")).as_ref())?;
+    if before_text == after_text {
         return Ok(String::new());
     }
-    let diff = similar::TextDiff::from_lines(&before, &after);
+    let diff = similar::TextDiff::from_lines(&before_text, &after_text);
     let mut unified = diff.unified_diff();
-    unified
-        .context_radius(context_lines)
-        .header(&format!("live/{label}"), &format!("bundle/{label}"));
+    unified.context_radius(context_lines).header(
+        &format!("{before_side}/{label}"),
+        &format!("{after_side}/{label}"),
+    );
     Ok(unified.to_string())
 }
 
 /// `Kind/namespace/name` or `Kind/name`: the path-like label of an object in a diff header.
-fn label(kind: &str, namespace: Option<&str>, name: &str) -> String {
+pub(crate) fn label(kind: &str, namespace: Option<&str>, name: &str) -> String {
     match namespace.filter(|ns| !ns.is_empty()) {
         Some(ns) => format!("{kind}/{ns}/{name}"),
         None => format!("{kind}/{name}"),

@@ -9,20 +9,21 @@ pub mod terminal;
 mod acting;
 mod agent;
 mod completion;
-mod diff;
-mod events;
+pub(crate) mod diff;
+pub mod events;
 pub mod exit;
 mod fetch;
 mod get;
 mod help;
 pub mod install;
-mod ops;
-mod plan;
+pub(crate) mod ops;
+pub(crate) mod plan;
 mod progress;
 mod push;
 mod render;
-mod test;
-mod tree;
+pub(crate) mod test;
+pub mod tree;
+pub mod ui;
 
 use std::path::PathBuf;
 
@@ -88,6 +89,9 @@ pub enum Command {
     Resume(ops::ResumeArgs),
     /// Show which BundleDeployment and revision wrote an object, and where that came from.
     Trace(ops::TraceArgs),
+    /// Serve the web view on 127.0.0.1 with your kubeconfig: every bundle, its revisions,
+    /// objects, drift and change log, live, and the on-call actions.
+    Ui(Box<ui::UiArgs>),
     /// Publish a directory as an OCI bundle image.
     Push(push::PushArgs),
     /// Print a shell completion script.
@@ -496,6 +500,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pause(args) => ops::pause(args),
         Command::Resume(args) => ops::resume(args),
         Command::Trace(args) => ops::trace(args),
+        Command::Ui(args) => ui::run(*args),
         Command::Push(args) => push::run(args),
         Command::RenderSandbox(args) => {
             match crate::render_sandbox::child::run(

@@ -159,7 +159,7 @@ pub enum Request {
 }
 
 /// The BundleDeployment `name`; its absence is a not-found error (exit status 3).
-pub(super) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
+pub(crate) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
     Api::<BundleDeployment>::all(client.clone())
         .get_opt(name)
         .await
@@ -464,32 +464,41 @@ pub fn history(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Asks the agent to roll `name` back to its stored revision `to` (refused when status lists
+/// stored revisions and `to` is not among them); returns the request's annotation value.
+pub(crate) async fn request_rollback(
+    client: &Client,
+    name: &str,
+    to: i64,
+) -> anyhow::Result<String> {
+    let bd = get_bd(client, name).await?;
+    let status = bd.status.clone().unwrap_or_default();
+    if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == to) {
+        let known: Vec<String> = status
+            .revisions
+            .iter()
+            .map(|r| r.number.to_string())
+            .collect();
+        return Err(super::exit::not_found(format!(
+            "BundleDeployment {name} has no stored revision {to}; stored: {}",
+            known.join(", ")
+        )));
+    }
+    let value = format!("{to}@{}", token());
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
+    )
+    .await?;
+    Ok(value)
+}
+
 /// Runs `pallet rollback`.
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        let bd = get_bd(&client, &args.name).await?;
-        let status = bd.status.clone().unwrap_or_default();
-        if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == args.to) {
-            let known: Vec<String> = status
-                .revisions
-                .iter()
-                .map(|r| r.number.to_string())
-                .collect();
-            return Err(super::exit::not_found(format!(
-                "BundleDeployment {} has no stored revision {}; stored: {}",
-                args.name,
-                args.to,
-                known.join(", ")
-            )));
-        }
-        let value = format!("{}@{}", args.to, token());
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
-        )
-        .await?;
+        let value = request_rollback(&client, &args.name, args.to).await?;
         tprintln!(
             "requested rollback of {} to revision {} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
             args.name,
@@ -516,6 +525,27 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Asks the agent for a retry or a reconcile of `name` now; returns the annotation's value.
+pub(crate) async fn request_now(
+    client: &Client,
+    name: &str,
+    kind: Request,
+) -> anyhow::Result<String> {
+    let annotation = match kind {
+        Request::Retry => REQUESTED_RETRY_ANNOTATION,
+        Request::Reconcile => REQUESTED_RECONCILE_ANNOTATION,
+    };
+    get_bd(client, name).await?;
+    let value = token();
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {annotation: value}}}),
+    )
+    .await?;
+    Ok(value)
+}
+
 /// Runs `pallet retry` or `pallet reconcile`.
 pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     let (annotation, what, handled): (&str, &str, HandledField) = match kind {
@@ -528,14 +558,7 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     };
     super::block_on(async {
         let client = args.kube.client().await?;
-        get_bd(&client, &args.name).await?;
-        let value = token();
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {annotation: value}}}),
-        )
-        .await?;
+        let value = request_now(&client, &args.name, kind).await?;
         tprintln!("requested {what} of {} ({annotation}={value})", args.name);
         if args.wait {
             let bd = wait_handled(&client, &args.name, &value, args.timeout, what, handled).await?;
@@ -545,18 +568,27 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Pauses `name` with `reason` (`Some`), or resumes it (`None`).
+pub(crate) async fn set_paused(
+    client: &Client,
+    name: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
+    get_bd(client, name).await?;
+    let patch = match reason {
+        Some(reason) => json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: reason}},
+                               "spec": {"paused": true}}),
+        None => json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: null}},
+                       "spec": {"paused": false}}),
+    };
+    patch_bd(client, name, &patch).await
+}
+
 /// Runs `pallet pause`.
 pub fn pause(args: PauseArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        get_bd(&client, &args.name).await?;
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: args.reason}},
-                    "spec": {"paused": true}}),
-        )
-        .await?;
+        set_paused(&client, &args.name, Some(&args.reason)).await?;
         tprintln!("paused {}: {}", args.name, args.reason);
         Ok(())
     })
@@ -567,55 +599,18 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let config = args.kube.config().await?;
         let client = Client::try_from(config.clone())?;
-        let bd = get_bd(&client, &args.name).await?;
         if !args.dry_run {
-            patch_bd(
-                &client,
-                &args.name,
-                &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: null}},
-                        "spec": {"paused": false}}),
-            )
-            .await?;
+            set_paused(&client, &args.name, None).await?;
             tprintln!("resumed {}", args.name);
             return Ok(());
         }
-        let objects = match rolled_back_to(&bd) {
-            // After a rollback the agent stays on the revision it rolled back to until the spec
-            // or the sources move again: that revision is what resuming applies.
-            Some(active) => {
-                let store =
-                    crate::revision::RevisionStore::new(client.clone(), args.namespace.clone());
-                let record = store.load(&args.name, active).await.map_err(|e| {
-                    anyhow!(
-                        "reading revision {active} of {} from the store: {e}",
-                        args.name
-                    )
-                })?;
-                if args.output == Output::Table {
-                    tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
-                }
-                let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-                let stored = crate::reconcile::context::snapshot_objects(&record)?;
-                crate::reconcile::hook_plan::split(&stored, helm).release
-            }
-            None => {
-                let what = format!("BundleDeployment {}", args.name);
-                let acting =
-                    super::acting::acting_for(&config, &client, &bd, &what, &args.namespace)
-                        .await?;
-                super::diff::render_bundle(&client, &acting, &bd, &args.fetch).await?
-            }
-        };
-        let target = preview::Target {
-            client: &client,
-            owner: &args.name,
-            install_namespace: bd.spec.install_namespace.as_deref(),
-            collision_protection: bd.spec.collision_protection(),
-            takeover: bd.spec.takeover.as_ref(),
-        };
-        // Helm hooks are not kept in line with the bundle: resuming reverts none of them (they
-        // are not among the objects compared).
-        let drifted = preview::drift(&target, &objects).await?;
+        let bd = get_bd(&client, &args.name).await?;
+        let (rolled_back, drifted) =
+            resume_preview(&config, &bd, Some(&args.fetch), &args.namespace).await?;
+        if let (Some(active), Output::Table) = (rolled_back, args.output) {
+            // With sources to fetch, a stored revision is compared with only after a rollback.
+            tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
+        }
         if args.output != Output::Table {
             let list: Vec<Value> = drifted
                 .iter()
@@ -658,8 +653,56 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// What resuming `bd` would revert: the objects that differ from what the agent would apply,
+/// with their differing field paths. That is the revision rolled back to while a rollback holds
+/// (the agent stays on it until the spec or the sources move), else what the sources render now
+/// (fetched with `fetch`), or, without `fetch`, the active revision's stored snapshot. Returns
+/// the stored revision compared with, if one was, and the objects.
+pub(crate) async fn resume_preview(
+    config: &kube::Config,
+    bd: &BundleDeployment,
+    fetch: Option<&FetchFlags>,
+    namespace: &str,
+) -> anyhow::Result<(Option<i64>, Vec<preview::Drifted>)> {
+    let client = Client::try_from(config.clone())?;
+    let name = bd.metadata.name.clone().unwrap_or_default();
+    let stored = match (rolled_back_to(bd), fetch) {
+        (Some(active), _) => Some(active),
+        (None, None) => bd.status.as_ref().and_then(|s| s.active_revision),
+        (None, Some(_)) => None,
+    };
+    let objects = match (stored, fetch) {
+        (Some(number), _) => {
+            let store = crate::revision::RevisionStore::new(client.clone(), namespace.to_string());
+            let record = store
+                .load(&name, number)
+                .await
+                .map_err(|e| anyhow!("reading revision {number} of {name} from the store: {e}"))?;
+            let helm = bd.spec.format == crate::api::BundleFormat::Helm;
+            let stored = crate::reconcile::context::snapshot_objects(&record)?;
+            crate::reconcile::hook_plan::split(&stored, helm).release
+        }
+        (None, Some(fetch)) => {
+            let what = format!("BundleDeployment {name}");
+            let acting = super::acting::acting_for(config, &client, bd, &what, namespace).await?;
+            super::diff::render_bundle(&client, &acting, bd, fetch).await?
+        }
+        (None, None) => Vec::new(),
+    };
+    let target = preview::Target {
+        client: &client,
+        owner: &name,
+        install_namespace: bd.spec.install_namespace.as_deref(),
+        collision_protection: bd.spec.collision_protection(),
+        takeover: bd.spec.takeover.as_ref(),
+    };
+    // Helm hooks are not kept in line with the bundle: resuming reverts none of them (they
+    // are not among the objects compared).
+    Ok((stored, preview::drift(&target, &objects).await?))
+}
+
 /// The revision a rollback left active, while the `RolledBack` condition holds.
-fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
+pub(crate) fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
     let status = bd.status.as_ref()?;
     let rolled_back = crate::api::conditions::find(
         &status.conditions,

@@ -255,7 +255,7 @@ fn format_table(report: &Report) -> String {
 }
 
 /// An inventory entry as `Kind.group ns/name`.
-pub(super) fn reference_text(r: &crate::api::ObjectReference) -> String {
+pub(crate) fn reference_text(r: &crate::api::ObjectReference) -> String {
     let kind = if r.group.is_empty() {
         r.kind.clone()
     } else {

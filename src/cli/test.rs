@@ -25,21 +25,28 @@ pub struct TestArgs {
     pub kube: KubeArgs,
 }
 
+/// Asks the agent to run the test hooks of helm BundleDeployment `name`; returns the request's
+/// annotation value.
+pub(crate) async fn request_tests(client: &kube::Client, name: &str) -> anyhow::Result<String> {
+    let bd = get_bd(client, name).await?;
+    if bd.spec.format != crate::api::BundleFormat::Helm {
+        bail!("{name} is not a helm chart: it has no test hooks");
+    }
+    let value = token();
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {REQUESTED_TEST_ANNOTATION: value}}}),
+    )
+    .await?;
+    Ok(value)
+}
+
 /// Runs `pallet test`.
 pub fn run(args: TestArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        let bd = get_bd(&client, &args.name).await?;
-        if bd.spec.format != crate::api::BundleFormat::Helm {
-            bail!("{} is not a helm chart: it has no test hooks", args.name);
-        }
-        let value = token();
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {REQUESTED_TEST_ANNOTATION: value}}}),
-        )
-        .await?;
+        let value = request_tests(&client, &args.name).await?;
         tprintln!(
             "requested the tests of {} ({REQUESTED_TEST_ANNOTATION}={value})",
             args.name
