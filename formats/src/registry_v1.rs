@@ -850,7 +850,7 @@ fn validate(bundle: &Bundle) -> Result<(), RenderError> {
     let strategy = install_strategy_spec(csv)?;
     let mut deployment_names = HashSet::new();
     for name in strings_at(strategy, &["deployments"]) {
-        if !is_dns1123_subdomain(name) {
+        if !webhooks::is_dns1123_subdomain(name) {
             return Err(reject(
                 RegistryV1Rule::InvalidDeploymentName,
                 csv_label,
@@ -945,21 +945,6 @@ fn check_install_mode(
         ));
     }
     Ok(watch_namespace.to_owned())
-}
-
-/// A DNS-1123 subdomain: at most 253 characters, dot-separated labels of lowercase letters, digits
-/// and `-` that start and end with a letter or digit.
-pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// A DNS-1123 label, the rule for namespace names.
