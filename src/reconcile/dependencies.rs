@@ -71,7 +71,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
     let name = bd.name_any();
     let dependencies = &bd.spec.depends_on;
     if dependencies.is_empty() {
-        if let Some(watches) = &ctx.dependency_watches {
+        if let Some(watches) = &ctx.watchers.dependency_watches {
             watches.set(&name, Vec::new());
         }
         return Ok(Gate::Open);
@@ -118,7 +118,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             waiting.push(format!("{} ({why})", dependency.describe()));
         }
     }
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         watches.set(&name, watched);
     }
     if let Some(cycle) = find_cycle(ctx, bd, read).await? {
@@ -150,7 +150,7 @@ async fn read_bundle_deployment(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<BundleDeployment>, ReconcileError> {
-    Api::<BundleDeployment>::all(ctx.client.clone())
+    Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .get_opt(name)
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -226,8 +226,9 @@ async fn object_state(
         source,
     };
     let Some((resource, capabilities)) = ctx
+        .cluster
         .kinds
-        .resolve(&ctx.client, &gvk)
+        .resolve(&ctx.cluster.client, &gvk)
         .await
         .map_err(kube_error)?
     else {
@@ -244,7 +245,7 @@ async fn object_state(
         Scope::Cluster => None,
     };
     // Read as the dependent's ServiceAccount: an author learns nothing it may not get.
-    let client = ctx.writer(bd)?;
+    let client = ctx.cluster.writer(bd)?;
     let api: Api<DynamicObject> = match &namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &resource),
         None => Api::all_with(client, &resource),
@@ -361,7 +362,7 @@ pub async fn wait_for_dependents(
             let age = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
             Duration::try_from(age).is_ok_and(|age| age < DELETED_TOGETHER)
         });
-    let all = Api::<BundleDeployment>::all(ctx.client.clone())
+    let all = Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .list(&Default::default())
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -381,7 +382,7 @@ pub async fn wait_for_dependents(
                     .any(|d| d.is_bundle_deployment() && d.name == name)
         })
         .collect();
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         let watched = dependents
             .iter()
             .map(|other| {

@@ -68,14 +68,15 @@ pub(super) async fn finish(
         Some(done) => format!("; the release's records: {done}"),
         None => String::new(),
     };
-    ctx.event(
-        bd,
-        false,
-        REASON_TAKEN_OVER,
-        "Takeover",
-        format!("took over the objects of {takeover}{records}"),
-    )
-    .await;
+    ctx.records
+        .event(
+            bd,
+            false,
+            REASON_TAKEN_OVER,
+            "Takeover",
+            format!("took over the objects of {takeover}{records}"),
+        )
+        .await;
     Ok(())
 }
 
