@@ -35,17 +35,17 @@ pub enum Gate {
 /// The clock a hook run is judged by, and its deadline (`rollout.progressDeadline`).
 #[derive(Clone, Copy)]
 pub struct Timing<'a> {
-    /// The time of the pass.
+    /// The time now.
     pub now: &'a Time,
     /// How long a run may take from its start.
     pub deadline: Duration,
 }
 
 impl<'a> Timing<'a> {
-    /// The timing of the pass seen by `view`.
-    pub fn of(view: &'a View<'a>) -> Timing<'a> {
+    /// The timing of the pass seen by `view`, at `now`.
+    pub fn of(view: &View<'_>, now: &'a Time) -> Timing<'a> {
         Timing {
-            now: &view.now,
+            now,
             deadline: view.rollout.progress_deadline,
         }
     }
@@ -188,7 +188,8 @@ pub async fn advance_test(
     ctx: &Context,
     work: &mut crate::api::BundleDeploymentStatus,
 ) -> Result<Option<Duration>, ReconcileError> {
-    let (bd, timing) = (view.bd, Timing::of(view));
+    let current = view.current();
+    let (bd, timing) = (view.bd, Timing::of(view, &current));
     let now = timing.now;
     let requested = bd
         .annotations()

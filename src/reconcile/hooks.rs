@@ -67,7 +67,7 @@ pub(super) struct StageRun<'a> {
     bd: &'a BundleDeployment,
     number: i64,
     deadline: Duration,
-    now: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 }
 
 impl<'a> StageRun<'a> {
@@ -77,7 +77,7 @@ impl<'a> StageRun<'a> {
             bd: view.bd,
             number,
             deadline: view.rollout.progress_deadline,
-            now: &view.now,
+            now: view.current(),
         }
     }
 }
@@ -200,7 +200,7 @@ async fn run_stage(
                     Progress::Failed(why) => (HookPhase::Failed, Some(why)),
                     Progress::Running(what) => {
                         let revision = rollout::entry(work, number);
-                        if rollout::deadline_passed(revision, stage_run.deadline, stage_run.now) {
+                        if rollout::deadline_passed(revision, stage_run.deadline, &stage_run.now) {
                             let why = format!(
                                 "not done within rollout.progressDeadline ({}): {what}",
                                 bd.spec.rollout().progress_deadline()
@@ -210,7 +210,7 @@ async fn run_stage(
                             let remaining = rollout::deadline_remaining(
                                 revision,
                                 stage_run.deadline,
-                                stage_run.now,
+                                &stage_run.now,
                             )
                             .unwrap_or_default();
                             set_run(work, number, i, HookPhase::Running, None);

@@ -347,7 +347,7 @@ impl<'a> Pass<'a> {
                 objects: objects.len(),
             },
             view.rollout.history_limit,
-            &view.now,
+            &view.current(),
         );
         tracing::info!(bundle_deployment = %view.name, revision = number, digest = %content.digest, "new revision");
         METRICS.revision_created();
@@ -446,7 +446,7 @@ impl<'a> Pass<'a> {
             None => format!("rolled back to revision {to} on request"),
         };
         let objects = ctx.revisions.load(&view.name, to).await?;
-        rollout::start_rollback(&mut self.work, to, &message, &view.now);
+        rollout::start_rollback(&mut self.work, to, &message, &view.current());
         // Content that came while the request waited (paused) is no newer than the wish to go back.
         rollback_hold::refuse_newer_content(view, ctx, &mut self.work, to).await;
         METRICS.rollback("request");
@@ -500,7 +500,7 @@ impl<'a> Pass<'a> {
                 &self.work,
                 number,
                 &rolled.outcome,
-                &view.now,
+                &view.current(),
                 window,
             )
         });

@@ -145,7 +145,7 @@ impl Pass<'_> {
                 "revision {failed} failed ({reason}: {message}); rolled back to revision {to}"
             );
             objects = self.ctx.revisions.load(&self.view.name, to).await?;
-            rollout::start_rollback(&mut self.work, to, &message, &self.view.now);
+            rollout::start_rollback(&mut self.work, to, &message, &self.view.current());
             METRICS.rollback(if reason == REASON_DEADLINE {
                 "deadline"
             } else {
@@ -469,7 +469,7 @@ impl Pass<'_> {
         if super::pod_problems::worth_explaining(
             self.entry(apply.target.number),
             &assessed,
-            &view.now,
+            &view.current(),
         ) {
             super::pod_problems::explain(&ctx.cluster.client, applied, &mut assessed).await;
         }
@@ -507,12 +507,13 @@ impl Pass<'_> {
         installed: Installed,
     ) -> Result<Step, ReconcileError> {
         let view = self.view;
+        let now = view.current();
         let mut requeue = self.ctx.settings.requeue_interval;
         let deadline = view.rollout.progress_deadline;
         let phase = self.entry(number).map(|r| r.phase);
         if health.healthy {
             if let Some(number) = number {
-                rollout::mark_healthy(&mut self.work, number, &view.now);
+                rollout::mark_healthy(&mut self.work, number, &now);
                 if phase != Some(RevisionPhase::Healthy) {
                     tracing::info!(bundle_deployment = %view.name, revision = number, "revision healthy");
                 }
@@ -528,7 +529,7 @@ impl Pass<'_> {
             // An object reported Failed (a Pod in CrashLoopBackOff) can still recover, so only
             // the deadline fails a revision: the contract users tune with progressDeadline.
             let revision = self.entry(number);
-            if rollout::deadline_passed(revision, deadline, &view.now) {
+            if rollout::deadline_passed(revision, deadline, &now) {
                 return Ok(Step::Failed {
                     reason: REASON_DEADLINE.into(),
                     message: format!(
@@ -542,7 +543,7 @@ impl Pass<'_> {
             // The watches on the objects bring each change as it happens; this only bounds the
             // wait when an event is missed (or when nothing watches).
             let remaining =
-                rollout::deadline_remaining(revision, deadline, &view.now).unwrap_or_default();
+                rollout::deadline_remaining(revision, deadline, &now).unwrap_or_default();
             let poll = if self.ctx.watchers.owned.is_some() {
                 PROGRESS_WATCHED_POLL
             } else {

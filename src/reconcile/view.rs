@@ -128,6 +128,15 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The time now, as the pass's clock counts it: its start on the wall clock plus how long
+    /// it has run on the monotonic one. The wall clock is read once per pass; a phase that
+    /// comes after long I/O (an apply, a render) judges deadlines and records times with this.
+    pub fn current(&self) -> Time {
+        let elapsed = k8s_openapi::jiff::SignedDuration::try_from(self.clock.elapsed())
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::MAX);
+        Time(self.now.0.saturating_add(elapsed).unwrap_or(self.now.0))
+    }
+
     /// The active revision's number.
     pub fn active_number(&self) -> Option<i64> {
         self.active.as_ref().map(|r| r.number)
