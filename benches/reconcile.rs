@@ -268,31 +268,19 @@ struct Steady {
 
 /// The agent's API requests so far (`pallet_api_requests_total`, every verb and resource).
 async fn agent_requests(metrics_url: &str) -> f64 {
-    let text = reqwest::get(metrics_url)
+    common::scrape(metrics_url)
         .await
-        .expect("scraping the agent")
-        .text()
-        .await
-        .expect("reading /metrics");
-    common::metric_samples(&text)
         .iter()
         .filter(|(name, _)| name.starts_with("pallet_api_requests_total"))
         .map(|(_, value)| value)
         .sum()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// Starts the agent binary `bin` for `bundles`; its process and its metrics URL.
 async fn start_agent(bin: &Path, work: &Path, bundles: &Bundles) -> (AgentProc, String) {
     let log = work.join(format!("{}-agent.log", bundles.run));
     let changes = work.join(format!("{}-changes.jsonl", bundles.run));
-    let port = free_port();
+    let port = common::free_port();
     let child = Command::new(bin)
         .args([
             "agent",
@@ -324,17 +312,8 @@ async fn start_agent(bin: &Path, work: &Path, bundles: &Bundles) -> (AgentProc, 
         log,
         changes,
     };
-    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
-    let ready = format!("http://127.0.0.1:{port}/readyz");
-    cluster::poll_until("the agent ready", Duration::from_secs(60), || async {
-        match reqwest::get(&ready).await {
-            Ok(r) if r.status().is_success() => Ok(()),
-            Ok(r) => Err(r.status().to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-    (agent, metrics_url)
+    common::wait_agent_ready(port).await;
+    (agent, format!("http://127.0.0.1:{port}/metrics"))
 }
 
 /// Runs 1 to 4 with the agent binary `bin` on `bundles`, then deletes what it made.
@@ -664,6 +643,9 @@ fn print_report(
     );
 }
 
+/// One figure of a run.
+type Figure = fn(&Figures) -> f64;
+
 /// This build against the baseline binary, side by side.
 fn print_baseline(base: &Figures, this: &Figures) {
     let ratio_of = |this: f64, base: f64| {
@@ -685,58 +667,25 @@ fn print_baseline(base: &Figures, this: &Figures) {
         "  {:<52} {:>12} {:>12} {:>9}",
         "figure", "baseline", "this build", "this/base"
     );
-    row(
-        "1. time to Ready, s",
-        base.agent_big.as_secs_f64(),
-        this.agent_big.as_secs_f64(),
-    );
-    row("1. API requests", base.big_requests, this.big_requests);
-    row(
-        "1. change-log entries",
-        base.big_writes as f64,
-        this.big_writes as f64,
-    );
-    row(
-        "2. time to all Ready, s",
-        base.agent_many.as_secs_f64(),
-        this.agent_many.as_secs_f64(),
-    );
-    row("2. API requests", base.many_requests, this.many_requests);
-    row(
-        "2. change-log entries",
-        base.many_writes as f64,
-        this.many_writes as f64,
-    );
-    row(
-        "3. steady: agent writes",
-        base.steady.writes as f64,
-        this.steady.writes as f64,
-    );
-    row(
-        "3. steady: BDs written",
-        base.steady.bds_changed as f64,
-        this.steady.bds_changed as f64,
-    );
-    row(
-        "3. steady: objects written",
-        base.steady.objects_changed as f64,
-        this.steady.objects_changed as f64,
-    );
-    row(
-        "3. steady: API requests",
-        base.steady.requests,
-        this.steady.requests,
-    );
-    row(
-        "3. steady: reconciles",
-        base.steady.reconciles as f64,
-        this.steady.reconciles as f64,
-    );
-    row(
-        "3. steady: source fetches",
-        base.steady.fetches as f64,
-        this.steady.fetches as f64,
-    );
+    let figures: [(&str, Figure); 12] = [
+        ("1. time to Ready, s", |f| f.agent_big.as_secs_f64()),
+        ("1. API requests", |f| f.big_requests),
+        ("1. change-log entries", |f| f.big_writes as f64),
+        ("2. time to all Ready, s", |f| f.agent_many.as_secs_f64()),
+        ("2. API requests", |f| f.many_requests),
+        ("2. change-log entries", |f| f.many_writes as f64),
+        ("3. steady: agent writes", |f| f.steady.writes as f64),
+        ("3. steady: BDs written", |f| f.steady.bds_changed as f64),
+        ("3. steady: objects written", |f| {
+            f.steady.objects_changed as f64
+        }),
+        ("3. steady: API requests", |f| f.steady.requests),
+        ("3. steady: reconciles", |f| f.steady.reconciles as f64),
+        ("3. steady: source fetches", |f| f.steady.fetches as f64),
+    ];
+    for (what, figure) in figures {
+        row(what, figure(base), figure(this));
+    }
     let kib = |text: &str| {
         text.split_whitespace()
             .next()

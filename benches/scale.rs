@@ -250,13 +250,6 @@ struct Agent {
     metrics_url: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 impl Agent {
     /// Starts the agent binary `bin` authenticating as `user` (a kubeconfig from
     /// [`Plane::user`]).
@@ -270,7 +263,7 @@ impl Agent {
     ) -> Agent {
         let log = work.join(format!("{name}.log"));
         let changes = work.join(format!("{name}-changes.jsonl"));
-        let port = free_port();
+        let port = common::free_port();
         // PALLET_BENCH_AGENT_WRAP (e.g. `heaptrack -o /tmp/agent`) runs the agent under a
         // profiler; its figures of time and RSS are then the profiler's, not the agent's.
         let wrap = std::env::var("PALLET_BENCH_AGENT_WRAP").unwrap_or_default();
@@ -308,16 +301,7 @@ impl Agent {
             },
             metrics_url: format!("http://127.0.0.1:{port}/metrics"),
         };
-        // Ready once its BundleDeployment watch has listed everything.
-        let ready = agent.metrics_url.replace("/metrics", "/readyz");
-        cluster::poll_until("the agent ready", Duration::from_secs(60), || async {
-            match reqwest::get(&ready).await {
-                Ok(r) if r.status().is_success() => Ok(()),
-                Ok(r) => Err(r.status().to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await;
+        common::wait_agent_ready(port).await;
         agent
     }
 
@@ -327,13 +311,7 @@ impl Agent {
 
     /// Every sample of its /metrics, by `name{labels}`.
     async fn metrics(&self) -> BTreeMap<String, f64> {
-        let text = reqwest::get(&self.metrics_url)
-            .await
-            .expect("scraping the agent")
-            .text()
-            .await
-            .expect("reading /metrics");
-        common::metric_samples(&text)
+        common::scrape(&self.metrics_url).await
     }
 }
 

@@ -274,30 +274,43 @@ async fn read_config_map(
     requester: Requester<'_>,
     reference: &TrustedRootReference,
 ) -> Result<(String, BTreeMap<String, Vec<u8>>), ReconcileError> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let namespace = reference
-        .namespace
-        .as_deref()
-        .unwrap_or(&policy.agent_namespace);
-    let origin = format!("configmap {namespace}/{}", reference.name);
-    let found: Option<ConfigMap> = read_under_policy(
+    let name = (reference.namespace.as_deref(), reference.name.as_str());
+    let (origin, map) = read_named::<k8s_openapi::api::core::v1::ConfigMap>(
         client,
         policy,
         requester,
-        namespace,
-        &reference.name,
-        &origin,
+        name,
+        "configmap",
     )
-    .await?
-    .map_err(|why| ReconcileError::Secret {
-        reason: "SecretNotAllowed",
-        message: format!("{origin} {why}"),
-    })?;
-    let map = found.ok_or_else(|| ReconcileError::Secret {
-        reason: "SecretNotFound",
-        message: format!("{origin} not found"),
-    })?;
+    .await?;
     Ok((origin, config_map_data(&map)))
+}
+
+/// Reads object `name` (`namespace`, else the agent's) of kind `K` (`kind` in messages) under
+/// the policy (see [`read_under_policy`]): the object, or why it may not be used or is missing
+/// (`SecretNotAllowed`, `SecretNotFound`), with how messages name it.
+async fn read_named<K: PolicyObject>(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    (namespace, name): (Option<&str>, &str),
+    kind: &str,
+) -> Result<(String, K), ReconcileError> {
+    let namespace = namespace.unwrap_or(&policy.agent_namespace);
+    let origin = format!("{kind} {namespace}/{name}");
+    let found: Option<K> = read_under_policy(client, policy, requester, namespace, name, &origin)
+        .await?
+        .map_err(|why| ReconcileError::Secret {
+            reason: "SecretNotAllowed",
+            message: format!("{origin} {why}"),
+        })?;
+    match found {
+        Some(object) => Ok((origin, object)),
+        None => Err(ReconcileError::Secret {
+            reason: "SecretNotFound",
+            message: format!("{origin} not found"),
+        }),
+    }
 }
 
 /// A Secret's `data` and `stringData` (which wins), as bytes.
@@ -335,31 +348,8 @@ pub(crate) async fn read_secret(
     requester: Requester<'_>,
     reference: &SecretReference,
 ) -> Result<(String, Secret), ReconcileError> {
-    let namespace = reference
-        .namespace
-        .as_deref()
-        .unwrap_or(&policy.agent_namespace);
-    let origin = format!("secret {namespace}/{}", reference.name);
-    let found: Option<Secret> = read_under_policy(
-        client,
-        policy,
-        requester,
-        namespace,
-        &reference.name,
-        &origin,
-    )
-    .await?
-    .map_err(|why| ReconcileError::Secret {
-        reason: "SecretNotAllowed",
-        message: format!("{origin} {why}"),
-    })?;
-    match found {
-        Some(secret) => Ok((origin, secret)),
-        None => Err(ReconcileError::Secret {
-            reason: "SecretNotFound",
-            message: format!("{origin} not found"),
-        }),
-    }
+    let name = (reference.namespace.as_deref(), reference.name.as_str());
+    read_named::<Secret>(client, policy, requester, name, "secret").await
 }
 
 /// A kind of object a BundleDeployment may read under the policy: ConfigMaps and Secrets.
