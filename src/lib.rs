@@ -10,6 +10,7 @@ pub mod changelog;
 pub mod cli;
 pub mod client_metrics;
 pub mod docs;
+pub mod duration;
 pub mod egress;
 pub mod fault;
 pub mod health;

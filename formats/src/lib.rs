@@ -8,6 +8,7 @@ pub mod error;
 mod gojson;
 pub mod helm;
 pub mod kustomize;
+pub mod kustomize_error;
 pub mod object;
 pub mod plain;
 pub mod processors;

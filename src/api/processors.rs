@@ -125,7 +125,7 @@ impl FunctionProcessor {
     pub fn timeout(&self) -> std::time::Duration {
         self.timeout
             .as_deref()
-            .and_then(|t| super::parse_duration(t).ok())
+            .and_then(|t| crate::duration::parse(t).ok())
             .unwrap_or(DEFAULT_FUNCTION_TIMEOUT)
     }
 }

@@ -84,7 +84,7 @@ pub struct AgentArgs {
     pub apply_parallelism: usize,
     /// Time between reconciles of an unchanged BundleDeployment (drift checks, floating refs),
     /// as a Go duration (a bare number is seconds).
-    #[arg(long, alias = "requeue-seconds", default_value = "5m", value_parser = parse_positive_duration)]
+    #[arg(long, alias = "requeue-seconds", default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub requeue_interval: Duration,
     /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
     /// these, never a worker); at most half of them from one server.
@@ -108,31 +108,31 @@ pub struct AgentArgs {
     /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks (CA
     /// and serving certificates; renewed when a third remains), as a Go duration. Default two
     /// years; a short one is for tests of renewal.
-    #[arg(long, default_value = "17520h", value_parser = parse_positive_duration, hide = true)]
+    #[arg(long, default_value = "17520h", value_parser = crate::duration::parse_positive_arg, hide = true)]
     pub webhook_cert_validity: Duration,
     /// What one source may unpack.
     #[command(flatten)]
     pub unpack: super::UnpackFlags,
     /// Deadline of one whole source fetch (connect, answer and body), as a Go duration. Unpack
     /// threads stop with it.
-    #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "2m", value_parser = crate::duration::parse_positive_arg)]
     pub fetch_timeout: Duration,
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
-    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub default_poll_interval: Duration,
     /// Notification requests in flight at once (over all BundleDeployments and targets).
     #[arg(long, default_value_t = 8)]
     pub notification_concurrency: usize,
     /// Time limit of one notification request (connect, send, answer), as a Go duration.
-    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_positive_arg)]
     pub notification_timeout: Duration,
     /// A notification not delivered this long after its transition is given up (Failed), as a
     /// Go duration.
-    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive_arg)]
     pub notification_deadline: Duration,
     /// The longest wait between two attempts of a notification (the wait starts at 1s and
     /// doubles), as a Go duration.
-    #[arg(long, default_value = "1m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "1m", value_parser = crate::duration::parse_positive_arg)]
     pub notification_retry_max: Duration,
     /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
     /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
@@ -156,11 +156,11 @@ pub struct AgentArgs {
     /// The longest `timeout` a function processor may ask for, as a Go duration; a
     /// BundleDeployment asking for more is refused (InvalidProcessor) before anything is
     /// fetched.
-    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub function_timeout_max: Duration,
     /// Wall-clock time the function calls of one render may take together, as a Go duration;
     /// past it the render stops with FunctionUnavailable and is tried again later.
-    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive_arg)]
     pub function_deadline: Duration,
     /// Function calls running at once, over all BundleDeployments. A call runs apart from the
     /// reconcile workers: a function that is slow to answer holds one of these, never a worker.
@@ -170,7 +170,7 @@ pub struct AgentArgs {
     #[arg(long, default_value_t = crate::reconcile::functions::DEFAULT_EXEC_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(16..))]
     pub function_memory_mib: u64,
     /// CPU time an `exec` function's process may use, as a Go duration of whole seconds.
-    #[arg(long, default_value = "60s", value_parser = crate::leader::parse_seconds)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_whole_seconds_arg)]
     pub function_cpu_time: Duration,
     /// Loopback, link-local and local-repository targets a BundleDeployment may name (all
     /// refused by default).
@@ -204,7 +204,7 @@ pub struct AgentArgs {
     pub lease_namespace: Option<String>,
     /// How long the Lease stays valid without renewal, in whole seconds (`15s`); the leader
     /// renews every third of it.
-    #[arg(long, default_value = "15s", value_parser = leader::parse_seconds)]
+    #[arg(long, default_value = "15s", value_parser = crate::duration::parse_whole_seconds_arg)]
     pub lease_duration: Duration,
     /// Memory one render may allocate, in MiB. Every render runs in a child process of the
     /// agent, limited to this (RLIMIT_DATA); it times --render-concurrency, plus the agent's
@@ -214,11 +214,11 @@ pub struct AgentArgs {
     pub render_memory_mib: u64,
     /// CPU time one render may use, as a Go duration of whole seconds (a bare number is
     /// seconds; SIGXCPU ends it).
-    #[arg(long, alias = "render-cpu-seconds", default_value = "20s", value_parser = crate::leader::parse_seconds)]
+    #[arg(long, alias = "render-cpu-seconds", default_value = "20s", value_parser = crate::duration::parse_whole_seconds_arg)]
     pub render_cpu_time: Duration,
     /// Wall-clock time one render may take, as a Go duration; its process is killed past it.
     /// Waiting for a turn (--render-concurrency) does not count.
-    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_positive_arg)]
     pub render_timeout: Duration,
     /// Rendered text one render may produce, in MiB; also the largest string a template may
     /// build. The reply read back from a render's process is capped at twice this plus 1 MiB.
@@ -464,9 +464,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!(
             namespace = %args.namespace,
             cache = %args.cache_dir.display(),
-            shard = ctx.scope.shard().unwrap_or(""),
-            selector = ctx.scope.watch_selector().unwrap_or_default(),
-            identity = %ctx.identity,
+            shard = ctx.cluster.scope.shard().unwrap_or(""),
+            selector = ctx.cluster.scope.watch_selector().unwrap_or_default(),
+            identity = %ctx.cluster.identity,
             "pallet agent starting"
         );
         if !args.receiver_addr.is_empty() {
@@ -647,13 +647,6 @@ fn parse_absolute_path(text: &str) -> Result<PathBuf, String> {
         Ok(path)
     } else {
         Err(format!("{text:?} is not an absolute path"))
-    }
-}
-
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match super::parse_duration_arg(text)? {
-        d if d.is_zero() => Err("the duration must be positive".into()),
-        d => Ok(d),
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 use kube::api::Api;
-use kube::{Client, Config};
+use kube::Client;
 use pallet_formats::Object;
 use serde_json::Value;
 

@@ -22,7 +22,7 @@ pub struct EventsArgs {
     #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Only Events seen within this long (`30m`, `2h`; a bare number is seconds).
-    #[arg(long, value_parser = super::parse_duration_arg)]
+    #[arg(long, value_parser = crate::duration::parse_arg)]
     pub since: Option<Duration>,
     /// Only Warning Events.
     #[arg(long)]

@@ -231,20 +231,6 @@ impl KubeArgs {
     }
 }
 
-/// A time given on the command line: a Go duration (`90s`, `5m`, `1h30m`) or a bare number of
-/// seconds (`300`).
-pub fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse::<u64>()
-            .map(std::time::Duration::from_secs)
-            .map_err(|e| format!("{text:?}: {e}"));
-    }
-    crate::api::parse_duration(text).map_err(|_| {
-        format!("{text:?} is not a duration (examples: 90s, 5m, 1h30m; a bare number is seconds)")
-    })
-}
-
 /// How data is printed.
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Output {
@@ -525,13 +511,13 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Docs(DocsCommand::Generate { dir }) => {
-            for path in crate::docs::write_pages(&dir)? {
+            for path in crate::docs::write_pages(&dir, &Cli::command())? {
                 eprintln!("wrote {}", path.display());
             }
             Ok(())
         }
         Command::Docs(DocsCommand::Man { dir }) => {
-            crate::docs::write_man_pages(&dir)?;
+            crate::docs::write_man_pages(&dir, Cli::command())?;
             eprintln!("wrote the man pages into {}", dir.display());
             Ok(())
         }

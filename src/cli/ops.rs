@@ -52,7 +52,7 @@ pub struct RequestArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
@@ -72,7 +72,7 @@ pub struct RollbackArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
@@ -679,7 +679,7 @@ pub(crate) async fn resume_preview(
                 .await
                 .map_err(|e| anyhow!("reading revision {number} of {name} from the store: {e}"))?;
             let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-            let stored = crate::reconcile::context::snapshot_objects(&record)?;
+            let stored = record.objects_to_apply()?;
             crate::reconcile::hook_plan::split(&stored, helm).release
         }
         (None, Some(fetch)) => {
@@ -785,125 +785,160 @@ async fn find_resource(
     )))
 }
 
-/// Runs `pallet trace`.
+/// Runs `pallet trace`: finds the object, the BundleDeployment and revision that wrote it, then
+/// prints what that revision was made of.
 pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let (kind, name) = args
         .object
         .split_once('/')
         .ok_or_else(|| super::exit::usage("give the object as KIND/NAME, e.g. configmap/app"))?;
-    let report = super::block_on(async {
-        let config = args.kube.config().await?;
-        let default_namespace = config.default_namespace.clone();
-        let client = Client::try_from(config)?;
-        let (resource, scope) = find_resource(&client, kind).await?;
-        let api: Api<DynamicObject> = match scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                args.namespace.as_deref().unwrap_or(&default_namespace),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-        };
-        let object = api
-            .get_opt(name)
-            .await?
-            .ok_or_else(|| super::exit::not_found(format!("{} {name} not found", resource.kind)))?;
-        let namespace = object.metadata.namespace.clone();
-        let what = match &namespace {
-            Some(ns) => format!("{} {ns}/{name}", resource.kind),
-            None => format!("{} {name}", resource.kind),
-        };
-        let owner = match object
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned()
-        {
-            Some(owner) => owner,
-            None => {
-                let made_by = match written_ancestor(&client, &object).await {
-                    Some((chain, bd)) => format!(
-                        "; it is made by {chain}, which BundleDeployment {bd} wrote (trace that instead)"
-                    ),
-                    None => String::new(),
-                };
-                bail!("{what} carries no {OWNER_LABEL} label: pallet did not write it{made_by}")
-            }
-        };
-        let revision: Option<i64> = object
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REVISION_ANNOTATION))
-            .and_then(|v| v.parse().ok());
-        let bd = get_bd(&client, &owner).await.with_context(|| {
-            format!("{what} is labelled as written by BundleDeployment {owner}")
-        })?;
-        let status = bd.status.clone().unwrap_or_default();
-        let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
-        // The stored snapshot names its sources and digest (beyond the status list too), and
-        // what each processor did.
-        let record = match revision {
-            Some(n) => {
-                let store = crate::revision::RevisionStore::new(
-                    client.clone(),
-                    args.store_namespace.clone(),
-                );
-                match store.load(&owner, n).await {
-                    Ok(record) => Some(record),
-                    Err(crate::revision::RevisionError::NotFound { .. }) => None,
-                    Err(e) => {
-                        return Err(anyhow!(
-                            "reading revision {n} of {owner} from the store: {e}"
-                        ))
-                    }
-                }
-            }
-            None => None,
-        };
-        let stored = match (&record, &found) {
-            (Some(record), None) => Some(json!({
-                "number": record.number, "generation": record.generation,
-                "digest": record.digest, "sources": record.sources,
-                "objects": record.objects.len(),
-            })),
-            _ => None,
-        };
-        let key = pallet_formats::ObjectKey {
-            group: resource.group.clone(),
-            kind: resource.kind.clone(),
-            namespace: namespace.clone(),
-            name: name.to_string(),
-        }
-        .to_string();
-        let processed_by: Vec<Value> = record
-            .iter()
-            .flat_map(|r| r.processors.iter())
-            .filter_map(|t| {
-                let how = if t.added.contains(&key) {
-                    "added"
-                } else if t.changed.contains(&key) {
-                    "changed"
-                } else {
-                    return None;
-                };
-                Some(json!({"processor": t.processor, "how": how}))
-            })
-            .collect();
-        Ok(json!({
-            "object": what,
-            "bundleDeployment": owner,
-            "revision": revision,
-            "activeRevision": status.active_revision,
-            "revisionStatus": found,
-            "storedRevision": stored,
-            "processedBy": processed_by,
-        }))
-    })?;
+    let report = super::block_on(trace_report(&args, kind, name))?;
     if args.output != Output::Table {
         return print_data(args.output, &report);
     }
+    tprint!("{}", trace_table(&report, &args.store_namespace));
+    Ok(())
+}
+
+/// The object `kind/name` as the cluster has it: its API resource and the object.
+async fn traced_object(
+    args: &TraceArgs,
+    client: &Client,
+    default_namespace: &str,
+    (kind, name): (&str, &str),
+) -> anyhow::Result<(kube::discovery::ApiResource, DynamicObject)> {
+    let (resource, scope) = find_resource(client, kind).await?;
+    let api: Api<DynamicObject> = match scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            args.namespace.as_deref().unwrap_or(default_namespace),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let object = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| super::exit::not_found(format!("{} {name} not found", resource.kind)))?;
+    Ok((resource, object))
+}
+
+/// The BundleDeployment that wrote `object` (its owner label), or why there is none: pallet
+/// did not write it, and what made it when that was a BundleDeployment's object.
+async fn traced_owner(
+    client: &Client,
+    object: &DynamicObject,
+    what: &str,
+) -> anyhow::Result<String> {
+    let owner = object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL))
+        .cloned();
+    if let Some(owner) = owner {
+        return Ok(owner);
+    }
+    let made_by = match written_ancestor(client, object).await {
+        Some((chain, bd)) => format!(
+            "; it is made by {chain}, which BundleDeployment {bd} wrote (trace that instead)"
+        ),
+        None => String::new(),
+    };
+    bail!("{what} carries no {OWNER_LABEL} label: pallet did not write it{made_by}")
+}
+
+/// Revision `revision` of `owner` as stored (it names its sources and digest beyond the status
+/// list too, and what each processor did); None when it is not stored.
+async fn traced_record(
+    client: &Client,
+    store_namespace: &str,
+    owner: &str,
+    revision: Option<i64>,
+) -> anyhow::Result<Option<crate::revision::RevisionRecord>> {
+    let Some(n) = revision else {
+        return Ok(None);
+    };
+    let store = crate::revision::RevisionStore::new(client.clone(), store_namespace.to_string());
+    match store.load(owner, n).await {
+        Ok(record) => Ok(Some(record)),
+        Err(crate::revision::RevisionError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(anyhow!(
+            "reading revision {n} of {owner} from the store: {e}"
+        )),
+    }
+}
+
+/// The processors of `record` that added or changed the object `key`.
+fn processed_by(record: Option<&crate::revision::RevisionRecord>, key: &str) -> Vec<Value> {
+    record
+        .iter()
+        .flat_map(|r| r.processors.iter())
+        .filter_map(|t| {
+            let how = if t.added.iter().any(|k| k == key) {
+                "added"
+            } else if t.changed.iter().any(|k| k == key) {
+                "changed"
+            } else {
+                return None;
+            };
+            Some(json!({"processor": t.processor, "how": how}))
+        })
+        .collect()
+}
+
+/// What `pallet trace` reports of object `kind/name`, as data.
+async fn trace_report(args: &TraceArgs, kind: &str, name: &str) -> anyhow::Result<Value> {
+    let config = args.kube.config().await?;
+    let default_namespace = config.default_namespace.clone();
+    let client = Client::try_from(config)?;
+    let (resource, object) = traced_object(args, &client, &default_namespace, (kind, name)).await?;
+    let namespace = object.metadata.namespace.clone();
+    let what = match &namespace {
+        Some(ns) => format!("{} {ns}/{name}", resource.kind),
+        None => format!("{} {name}", resource.kind),
+    };
+    let owner = traced_owner(&client, &object, &what).await?;
+    let revision: Option<i64> = object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REVISION_ANNOTATION))
+        .and_then(|v| v.parse().ok());
+    let bd = get_bd(&client, &owner)
+        .await
+        .with_context(|| format!("{what} is labelled as written by BundleDeployment {owner}"))?;
+    let status = bd.status.clone().unwrap_or_default();
+    let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
+    let record = traced_record(&client, &args.store_namespace, &owner, revision).await?;
+    let stored = match (&record, &found) {
+        (Some(record), None) => Some(json!({
+            "number": record.number, "generation": record.generation,
+            "digest": record.digest, "sources": record.sources,
+            "objects": record.objects.len(),
+        })),
+        _ => None,
+    };
+    let key = pallet_formats::ObjectKey {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: namespace.clone(),
+        name: name.to_string(),
+    }
+    .to_string();
+    Ok(json!({
+        "object": what,
+        "bundleDeployment": owner,
+        "revision": revision,
+        "activeRevision": status.active_revision,
+        "revisionStatus": found,
+        "storedRevision": stored,
+        "processedBy": processed_by(record.as_ref(), &key),
+    }))
+}
+
+/// `pallet trace`'s report as text.
+fn trace_table(report: &Value, store_namespace: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -928,62 +963,13 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             let marker = if Some(n) == active { " (active)" } else { "" };
             let _ = writeln!(out, "Revision:         {n}{marker}");
             match serde_json::from_value::<RevisionStatus>(report["revisionStatus"].clone()) {
-                Ok(r) => {
-                    let _ = writeln!(out, "Phase:            {}", phase_name(&r));
-                    let _ = writeln!(out, "Content digest:   {}", r.digest);
-                    let _ = writeln!(out, "Generation:       {}", r.generation);
-                    let _ = writeln!(out, "Sources:");
-                    for s in &r.sources {
-                        let kind = serde_json::to_value(s.kind)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default();
-                        let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
-                        let _ = writeln!(out, "  {kind} {line}");
-                        if let Some(signer) = &s.verified {
-                            let _ = writeln!(out, "    verified: {}", signer.summary());
-                        }
-                    }
-                    if !r.values_from.is_empty() {
-                        let _ = writeln!(out, "Values from:");
-                        for v in &r.values_from {
-                            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
-                        }
-                    }
-                }
+                Ok(r) => status_revision_lines(&mut out, &r),
                 Err(_) => match report["storedRevision"].as_object() {
-                    Some(stored) => {
-                        let _ = writeln!(
-                            out,
-                            "Phase:            (not in status.revisions; from the revision store)"
-                        );
-                        let _ = writeln!(
-                            out,
-                            "Content digest:   {}",
-                            stored["digest"].as_str().unwrap_or("")
-                        );
-                        let _ = writeln!(out, "Generation:       {}", stored["generation"]);
-                        let _ = writeln!(out, "Sources:");
-                        for s in stored["sources"].as_array().into_iter().flatten() {
-                            let line = resolved_line(
-                                s["ref"].as_str().unwrap_or(""),
-                                s["resolved"].as_str().unwrap_or(""),
-                                s["version"].as_str(),
-                            );
-                            let _ = writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
-                            if let Ok(signer) = serde_json::from_value::<
-                                crate::api::VerifiedSignature,
-                            >(s["verified"].clone())
-                            {
-                                let _ = writeln!(out, "    verified: {}", signer.summary());
-                            }
-                        }
-                    }
+                    Some(stored) => stored_revision_lines(&mut out, stored),
                     None => {
                         let _ = writeln!(
                             out,
-                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {})",
-                            args.store_namespace
+                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {store_namespace})",
                         );
                     }
                 },
@@ -1001,8 +987,60 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             );
         }
     }
-    tprint!("{out}");
-    Ok(())
+    out
+}
+
+/// A revision as `status.revisions` lists it: phase, content, generation, sources, values.
+fn status_revision_lines(out: &mut String, r: &RevisionStatus) {
+    let _ = writeln!(out, "Phase:            {}", phase_name(r));
+    let _ = writeln!(out, "Content digest:   {}", r.digest);
+    let _ = writeln!(out, "Generation:       {}", r.generation);
+    let _ = writeln!(out, "Sources:");
+    for s in &r.sources {
+        let kind = serde_json::to_value(s.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
+        let _ = writeln!(out, "  {kind} {line}");
+        if let Some(signer) = &s.verified {
+            let _ = writeln!(out, "    verified: {}", signer.summary());
+        }
+    }
+    if !r.values_from.is_empty() {
+        let _ = writeln!(out, "Values from:");
+        for v in &r.values_from {
+            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
+        }
+    }
+}
+
+/// A revision no longer in `status.revisions`, as the revision store has it.
+fn stored_revision_lines(out: &mut String, stored: &serde_json::Map<String, Value>) {
+    let _ = writeln!(
+        out,
+        "Phase:            (not in status.revisions; from the revision store)"
+    );
+    let _ = writeln!(
+        out,
+        "Content digest:   {}",
+        stored["digest"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(out, "Generation:       {}", stored["generation"]);
+    let _ = writeln!(out, "Sources:");
+    for s in stored["sources"].as_array().into_iter().flatten() {
+        let line = resolved_line(
+            s["ref"].as_str().unwrap_or(""),
+            s["resolved"].as_str().unwrap_or(""),
+            s["version"].as_str(),
+        );
+        let _ = writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
+        if let Ok(signer) =
+            serde_json::from_value::<crate::api::VerifiedSignature>(s["verified"].clone())
+        {
+            let _ = writeln!(out, "    verified: {}", signer.summary());
+        }
+    }
 }
 
 /// A source as written, what it resolved to, and the version a range or chart repository chose:

@@ -18,7 +18,7 @@ pub struct TestArgs {
     /// The BundleDeployment (a helm chart).
     pub name: String,
     /// How long to wait for the tests: a duration (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]

@@ -259,10 +259,10 @@ impl Receiver {
             return answer(StatusCode::ACCEPTED, ACCEPTED);
         }
         let mut lp = ListParams::default();
-        if let Some(selector) = self.ctx.scope.watch_selector() {
+        if let Some(selector) = self.ctx.cluster.scope.watch_selector() {
             lp = lp.labels(&selector);
         }
-        let all = match Api::<BundleDeployment>::all(self.ctx.client.clone())
+        let all = match Api::<BundleDeployment>::all(self.ctx.cluster.client.clone())
             .list(&lp)
             .await
         {
@@ -283,7 +283,7 @@ impl Receiver {
             let mut hit = false;
             for (subject, _) in &fresh {
                 for index in trigger::matching_sources(&bd.spec.sources, subject) {
-                    self.ctx.polls.expire(uid, index, now);
+                    self.ctx.sources.polls.expire(uid, index, now);
                     hit = true;
                 }
             }
@@ -321,7 +321,7 @@ impl Receiver {
             .is_none_or(|(read_at, _)| read_at.elapsed() >= TOKENS_FOR);
         if stale {
             let api: Api<Secret> =
-                Api::namespaced(self.ctx.client.clone(), &self.settings.namespace);
+                Api::namespaced(self.ctx.cluster.client.clone(), &self.settings.namespace);
             match api.get_opt(&self.settings.secret).await {
                 Ok(found) => {
                     let data: BTreeMap<String, Vec<u8>> = found

@@ -74,7 +74,7 @@ enum State {
 /// without reading or evaluating anything until the spec changes.
 fn refused(bd: &BundleDeployment, ctx: &Context) -> Option<Gate> {
     (0..bd.spec.depends_on.len()).find_map(|index| {
-        let message = ctx.cel.ready_refusal(bd, index)?;
+        let message = ctx.memory.cel.ready_refusal(bd, index)?;
         Some(Gate::Wait {
             reason: REASON_CEL_BUDGET,
             message,
@@ -93,7 +93,7 @@ fn over_budget(
     why: &str,
 ) -> Gate {
     let message = format!("{described}: {why}; not evaluated again until the spec changes");
-    ctx.cel.refuse_ready(bd, index, message.clone());
+    ctx.memory.cel.refuse_ready(bd, index, message.clone());
     Gate::Wait {
         reason: REASON_CEL_BUDGET,
         message,
@@ -106,7 +106,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
     let name = bd.name_any();
     let dependencies = &bd.spec.depends_on;
     if dependencies.is_empty() {
-        if let Some(watches) = &ctx.dependency_watches {
+        if let Some(watches) = &ctx.watchers.dependency_watches {
             watches.set(&name, Vec::new());
         }
         return Ok(Gate::Open);
@@ -176,7 +176,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             State::Ready => {}
             State::NotReady(why) => waiting.push(format!("{} ({why})", dependency.describe())),
             State::OverBudget(why) => {
-                if let Some(watches) = &ctx.dependency_watches {
+                if let Some(watches) = &ctx.watchers.dependency_watches {
                     watches.set(&name, watched);
                 }
                 let described = format!("dependsOn[{index}] ({})", dependency.describe());
@@ -184,7 +184,7 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             }
         }
     }
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         watches.set(&name, watched);
     }
     if let Some(cycle) = find_cycle(ctx, bd, read).await? {
@@ -216,7 +216,7 @@ async fn read_bundle_deployment(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<BundleDeployment>, ReconcileError> {
-    Api::<BundleDeployment>::all(ctx.client.clone())
+    Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .get_opt(name)
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -288,8 +288,9 @@ async fn object_state(
         source,
     };
     let Some((resource, capabilities)) = ctx
+        .cluster
         .kinds
-        .resolve(&ctx.client, &gvk)
+        .resolve(&ctx.cluster.client, &gvk)
         .await
         .map_err(kube_error)?
     else {
@@ -306,7 +307,7 @@ async fn object_state(
         Scope::Cluster => None,
     };
     // Read as the dependent's ServiceAccount: an author learns nothing it may not get.
-    let client = ctx.writer(bd)?;
+    let client = ctx.cluster.writer(bd)?;
     let api: Api<DynamicObject> = match &namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &resource),
         None => Api::all_with(client, &resource),
@@ -437,7 +438,7 @@ pub async fn wait_for_dependents(
             let age = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
             Duration::try_from(age).is_ok_and(|age| age < DELETED_TOGETHER)
         });
-    let all = Api::<BundleDeployment>::all(ctx.client.clone())
+    let all = Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .list(&Default::default())
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -457,7 +458,7 @@ pub async fn wait_for_dependents(
                     .any(|d| d.is_bundle_deployment() && d.name == name)
         })
         .collect();
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         let watched = dependents
             .iter()
             .map(|other| {

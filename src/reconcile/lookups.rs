@@ -217,10 +217,10 @@ impl<'a> Reader<'a> {
     pub fn of(ctx: &'a super::Context, acting: &'a Client, bd: &'a BundleDeployment) -> Self {
         Reader::new(
             acting,
-            &ctx.client,
-            &ctx.secret_policy,
+            &ctx.cluster.client,
+            &ctx.cluster.secret_policy,
             bd,
-            ctx.lookup_limits,
+            ctx.rendering.lookup_limits,
         )
     }
 

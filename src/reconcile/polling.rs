@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::api::{parse_duration, Source};
+use crate::api::Source;
+use crate::duration::parse as parse_duration;
 use crate::source::Fetched;
 
 /// The poll interval of a floating source without `pollInterval`, unless the agent's

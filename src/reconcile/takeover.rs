@@ -105,7 +105,7 @@ pub(super) async fn finish(
                 client,
                 name: release,
                 namespace,
-                budget: ctx.takeover_records,
+                budget: ctx.settings.takeover_records,
             };
             Some(handle_records(&release, takeover.release_records(), &bd.name_any()).await?)
         }
@@ -122,14 +122,15 @@ pub(super) async fn finish(
         Some(done) => format!("; the release's records: {done}"),
         None => String::new(),
     };
-    ctx.event(
-        bd,
-        false,
-        REASON_TAKEN_OVER,
-        "Takeover",
-        format!("took over the objects of {takeover}{records}"),
-    )
-    .await;
+    ctx.records
+        .event(
+            bd,
+            false,
+            REASON_TAKEN_OVER,
+            "Takeover",
+            format!("took over the objects of {takeover}{records}"),
+        )
+        .await;
     Ok(())
 }
 
@@ -274,12 +275,12 @@ pub(super) async fn check_records(
     let Some((name, namespace)) = takeover.helm_release() else {
         return Ok(());
     };
-    let client = ctx.writer(bd)?;
+    let client = ctx.cluster.writer(bd)?;
     let release = Release {
         client: &client,
         name,
         namespace,
-        budget: ctx.takeover_records,
+        budget: ctx.settings.takeover_records,
     };
     let records = release.records().await?;
     let rewrite = to_rewrite(&records);

@@ -2,7 +2,8 @@
 //! build` v5.5.0. Pure: a tree in, objects out; nothing is fetched.
 
 mod config;
-pub mod error;
+/// The engine's error, defined below the renderers' shared error type.
+pub use crate::kustomize_error as error;
 mod field_names;
 mod fieldspec;
 mod generators;

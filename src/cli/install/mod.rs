@@ -61,7 +61,7 @@ pub struct InstallArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// How long to wait for the agents (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
