@@ -291,6 +291,8 @@ pub async fn wait_agent_ready(port: u16) {
 }
 
 /// Every sample an agent's `/metrics` at `url` serves, by `name{labels}`.
+// The benchmark's own agent on loopback answers.
+#[allow(clippy::disallowed_methods)]
 pub async fn scrape(url: &str) -> std::collections::BTreeMap<String, f64> {
     let text = reqwest::get(url)
         .await

@@ -352,7 +352,7 @@ impl RenderError {
                 processor,
                 message: f(message),
             },
-            Self::Kustomize(error) => Self::Kustomize(crate::kustomize::KustomizeError {
+            Self::Kustomize(error) => Self::Kustomize(crate::kustomize_error::KustomizeError {
                 file: error.file.map(f),
                 field: error.field,
                 message: f(error.message),

@@ -373,19 +373,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         // Every replica serves the view (it only reads, and acts as its users), not only the
         // leader.
-        if !args.ui_address.is_empty() {
-            let view = super::ui::AgentView {
-                address: args.ui_address.clone(),
-                actions: args.ui_actions,
-                namespace: args.namespace.clone(),
-                changes: changelog
-                    .recent()
-                    .map(super::ui::changes::ChangeSource::Memory)
-                    .unwrap_or_default(),
-            };
-            let bound = super::ui::serve_agent(view, client.clone(), config.clone()).await?;
-            tracing::info!(address = %bound, actions = args.ui_actions, "web view listening");
-        }
+        serve_web_view(&args, &changelog, &client, &config).await?;
         let mut elector = if args.leader_elect {
             let config = LeaseConfig {
                 name: scope.lease_name(args.lease_name.as_deref()),
@@ -482,21 +470,53 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         controller::run(ctx, owned_rx).await;
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.
-        if let Some(renewer) = renewer {
-            renewer.abort();
-            // Wait for it to stop, so no renewal races the release below.
-            let _ = renewer.await;
-        }
-        if let Some(elector) = elector.as_mut() {
-            match elector.release().await {
-                Ok(()) => tracing::info!(lease = %elector.config().name, "released the leader lease"),
-                Err(error) => tracing::warn!(%error, "could not release the leader lease; it expires by itself"),
-            }
-            METRICS.set_leader(false);
-        }
+        step_down(renewer, elector.as_mut()).await;
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Serves the web view when `--ui-address` is set.
+async fn serve_web_view(
+    args: &AgentArgs,
+    changelog: &ChangeLog,
+    client: &kube::Client,
+    config: &kube::Config,
+) -> anyhow::Result<()> {
+    if args.ui_address.is_empty() {
+        return Ok(());
+    }
+    let view = super::ui::AgentView {
+        address: args.ui_address.clone(),
+        actions: args.ui_actions,
+        namespace: args.namespace.clone(),
+        changes: changelog
+            .recent()
+            .map(super::ui::changes::ChangeSource::Memory)
+            .unwrap_or_default(),
+    };
+    let bound = super::ui::serve_agent(view, client.clone(), config.clone()).await?;
+    tracing::info!(address = %bound, actions = args.ui_actions, "web view listening");
+    Ok(())
+}
+
+/// Stops renewing the leader Lease, then hands it over at once instead of letting the next
+/// leader wait for it to expire.
+async fn step_down(renewer: Option<tokio::task::JoinHandle<()>>, elector: Option<&mut Elector>) {
+    if let Some(renewer) = renewer {
+        renewer.abort();
+        // Wait for it to stop, so no renewal races the release below.
+        let _ = renewer.await;
+    }
+    if let Some(elector) = elector {
+        match elector.release().await {
+            Ok(()) => tracing::info!(lease = %elector.config().name, "released the leader lease"),
+            Err(error) => {
+                tracing::warn!(%error, "could not release the leader lease; it expires by itself")
+            }
+        }
+        METRICS.set_leader(false);
+    }
 }
 
 /// Where function processors may run, and their limits, from the agent's flags.
