@@ -4,7 +4,8 @@
 //! `support/hostile.rs` for every property asserted and the figures printed): a CEL bomb in a
 //! `readyExpr` and in `healthChecks`, an expression over budget only on its actual input, a
 //! `readyExpr` that would print a Secret, function processors whose server never answers, and a
-//! function URL to a host the operator did not allow.
+//! function URL to a host the operator did not allow, and an `exec` function that hangs past
+//! its timeout after starting a process of its own.
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -21,9 +22,7 @@ use serde_json::{json, Value};
 
 const BOMB: &str = "lists.range(1000000).map(i, lists.range(1000000)).size() > 0";
 
-/// The harness's agent holds its Lease in the agent's namespace: made when missing.
 async fn start(test: &str, args: &[&str]) -> Hostile {
-    cluster::ensure_agent_namespace(&cluster::client().await).await;
     Hostile::start(test, args).await
 }
 
@@ -263,4 +262,71 @@ async fn functions_that_never_answer_hold_no_reconcile_worker() {
         ),
     );
     harness.run(case).await;
+}
+
+/// The processes whose command line contains `marker` (zombies aside).
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = state.rsplit(')').next()?.trim_start().starts_with('Z');
+            (cmdline.contains(marker) && !zombie).then_some(cmdline)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_exec_function_past_its_timeout_is_ended_with_what_it_started() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Markers unique to this run: `sleep` with an argument nothing else uses.
+    let marker = 900_000 + std::process::id() % 90_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hang.sh");
+    // A child of its own in the background (left behind if only the function were killed),
+    // then no answer at all.
+    let body = format!("#!/bin/sh\nsleep {marker}1 &\nexec sleep {marker}2\n");
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exec = path.to_str().unwrap().to_string();
+    let mut harness = start("hostile-exec", &["--allow-function-exec", &exec]).await;
+    let function = json!({"processors": [{"name": "hang",
+        "function": {"exec": exec, "timeout": "2s"}}]});
+    let case = spec_case(
+        &harness,
+        "hang",
+        json!({}),
+        function,
+        expected("FunctionUnavailable", &["hang.sh did not answer within 2s"]),
+    );
+    // Transient: the sources' condition says so, Ready stays with the healthy revision.
+    harness.run_watching(case, "Unpacked").await;
+    // Once the BundleDeployment is gone, no call of it runs, and nothing any call started is
+    // left: each was ended at its timeout with everything it started.
+    let name = format!("{}-hang", harness.label);
+    Api::<pallet::api::BundleDeployment>::all(harness.client.clone())
+        .delete(&name, &Default::default())
+        .await
+        .unwrap();
+    agent::wait_bd_gone(&harness.client, &name).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let running = processes_with(&format!("sleep {marker}"));
+        if running.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes the function started still run: {running:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

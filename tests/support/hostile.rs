@@ -174,6 +174,8 @@ impl Hostile {
     pub async fn start(test: &str, extra_args: &[&str]) -> Hostile {
         let client = cluster::client().await;
         cluster::install_crd(&client).await;
+        // The agent holds its Lease in the agent's namespace: made when missing.
+        cluster::ensure_agent_namespace(&client).await;
         let label = cluster::unique_name(test);
         let lease_name = format!("{label}-lease");
         let mut args = vec![
