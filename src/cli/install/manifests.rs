@@ -76,6 +76,14 @@ pub const DEPLOY_FILES: &[(&str, &str)] = &[
         include_str!("../../../deploy/components/least-privilege/rbac-read.yaml"),
     ),
     (
+        "components/web-view/kustomization.yaml",
+        include_str!("../../../deploy/components/web-view/kustomization.yaml"),
+    ),
+    (
+        "components/web-view/rbac.yaml",
+        include_str!("../../../deploy/components/web-view/rbac.yaml"),
+    ),
+    (
         "shards/kustomization.yaml",
         include_str!("../../../deploy/shards/kustomization.yaml"),
     ),

@@ -41,7 +41,11 @@ pub struct UiArgs {
     pub address: String,
     /// The agent's namespace: where revision snapshots are stored and Secrets named without a
     /// namespace are read (the resume preview renders the sources).
-    #[arg(long, default_value = "pallet-system")]
+    #[arg(
+        long = "agent-namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// The agent's change-log file (`pallet agent --change-log FILE`): each bundle's page shows
     /// its lines, live.
