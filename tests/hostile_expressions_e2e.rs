@@ -305,7 +305,10 @@ async fn an_exec_function_past_its_timeout_is_ended_with_what_it_started() {
         "hang",
         json!({}),
         function,
-        expected("FunctionUnavailable", &["hang.sh did not answer within 2s"]),
+        expected(
+            "FunctionUnavailable",
+            &["the function did not answer within 2s"],
+        ),
     );
     // Transient: the sources' condition says so, Ready stays with the healthy revision.
     harness.run_watching(case, "Unpacked").await;
