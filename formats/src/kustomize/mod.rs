@@ -6,6 +6,7 @@ mod config;
 pub use crate::kustomize_error as error;
 mod field_names;
 mod fieldspec;
+mod folded;
 mod generators;
 mod hash;
 mod helm_charts;
