@@ -6,7 +6,6 @@ mod config;
 pub use crate::kustomize_error as error;
 mod field_names;
 mod fieldspec;
-mod folded;
 mod generators;
 mod hash;
 mod helm_charts;
@@ -29,6 +28,7 @@ pub mod strategic_merge;
 mod target;
 mod transformers;
 mod vars;
+mod yaml_v3;
 
 pub use error::{KustomizeError, KustomizeErrorKind};
 

@@ -1,12 +1,17 @@
-//! Folded block scalars (`>`) as `kustomize build` writes them.
+//! YAML documents as `kustomize build` outputs what it read from them: two go-yaml quirks
+//! this crate's reader (which follows the YAML spec, as kubectl and helm do) does not have.
 //!
-//! kustomize turns each resource into JSON by printing its YAML nodes with go-yaml v3 and
-//! reading the text back (kyaml's `RNode.MarshalJSON`). A string read from a folded scalar is
-//! printed folded again, and go-yaml v3's folded printer decides whether a line break needs a
-//! second one (so that reading does not fold it into a space) by looking at the first line of the
-//! whole value instead of the line after the break (`k := 0` in
-//! `yaml_emitter_write_folded_scalar`, where libyaml's index is relative to the break). The text
-//! read back then differs from the value first read:
+//! **A block scalar that ends the text without a line break** (`|` or `>` as the last node, as
+//! in every inline `patch: |-` whose last field is a block scalar) keeps no final line break:
+//! go-yaml (v2 and v3 alike) adds one only when the text has it.
+//!
+//! **Folded scalars** (`>`): kustomize turns each resource into JSON by printing its YAML nodes
+//! with go-yaml v3 and reading the text back (kyaml's `RNode.MarshalJSON`). A string read from
+//! a folded scalar is printed folded again, and go-yaml v3's folded printer decides whether a
+//! line break needs a second one (so that reading does not fold it into a space) by looking at
+//! the first line of the whole value instead of the line after the break (`k := 0` in
+//! `yaml_emitter_write_folded_scalar`, where libyaml's index is relative to the break). The
+//! text read back then differs from the value first read:
 //! - a value whose first line starts with a non-blank gains a line break after each normal
 //!   line followed by a more-indented one (`x\n  y\n` becomes `x\n\n  y\n`), and, with `>+`,
 //!   before the empty lines that end it;
@@ -15,24 +20,55 @@
 //!
 //! Values the printer cannot write as a block scalar are printed double-quoted and keep their
 //! text; so do literal (`|`), quoted and plain scalars. Aliases of a folded scalar, and copies
-//! merged with `<<`, are the same node and change the same way. Strings that only reach the
-//! output through JSON (JSON 6902 values, kustomization fields) never were a folded node.
+//! merged with `<<`, are the same node and change the same way. Strings that reach the output
+//! only through JSON (JSON 6902 values, kustomization fields) never were a folded node; a
+//! replacement's value copied into a new field is not one either, which is not followed here
+//! (the copy keeps the source's printed text).
 //!
-//! This module reads a document with the crate's reader, finds its folded scalars in the
-//! parser's events, and rewrites those strings in the parsed value.
+//! The document is read with the crate's reader; the parser's events then locate the scalars
+//! concerned, whose strings are rewritten in the parsed value.
 
 use std::collections::HashMap;
 
 use serde_json::Value;
 use serde_saphyr::granit_parser::{Event, Options as ParserOptions, Parser, ScalarStyle};
 
-/// Reads one YAML document as kustomize's output has it: [`crate::object::from_yaml_str`],
-/// then each folded scalar's string as go-yaml v3 prints and reads it back ([`refolded`]).
+/// Reads one YAML document as kustomize's output has it (resources, strategic-merge patches,
+/// `helmCharts` output): [`from_yaml_str_unprinted`], then each folded scalar's string as
+/// go-yaml v3 prints and reads it back ([`refolded`]).
 pub(crate) fn from_yaml_str(text: &str) -> Result<Value, serde_saphyr::Error> {
+    read(text, true, true)
+}
+
+/// [`from_yaml_str`] for a document cut out of a longer text without its final line break
+/// (helm's output, split and trimmed): the document's end is not the text's.
+pub(crate) fn from_yaml_str_within(text: &str) -> Result<Value, serde_saphyr::Error> {
+    read(text, false, true)
+}
+
+/// Reads one YAML document as go-yaml reads it, for text kustomize reads but never prints as
+/// YAML (JSON 6902 operations): a block scalar ending the text without a line break keeps none.
+pub(crate) fn from_yaml_str_unprinted(text: &str) -> Result<Value, serde_saphyr::Error> {
+    read(text, true, false)
+}
+
+/// Reads `text`; `end_of_text`: its end is where go-yaml's reader stops; `printed`: kustomize
+/// prints the value as YAML before its output.
+fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_saphyr::Error> {
     let (mut value, fixed): (Value, _) = crate::object::from_yaml_str_fixed(text)?;
     let text = fixed.as_deref().unwrap_or(text);
-    if may_have_folded_scalar(text) {
-        for (path, read) in folded_scalars(text) {
+    let unterminated = end_of_text && !text.ends_with(['\n', '\r']) && text.contains(['|', '>']);
+    if !unterminated && !(printed && may_have_folded_scalar(text)) {
+        return Ok(value);
+    }
+    let mut scalars = block_scalars(text);
+    if unterminated {
+        if let Some(last) = scalars.last.take() {
+            unterminated_block_scalar(&mut value, text, last, &mut scalars.folded);
+        }
+    }
+    if printed {
+        for (path, read) in scalars.folded {
             if let Some(Value::String(s)) = navigate(&mut value, &path) {
                 // A repeated key's later value may have replaced the folded one.
                 if *s == read {
@@ -44,6 +80,35 @@ pub(crate) fn from_yaml_str(text: &str) -> Result<Value, serde_saphyr::Error> {
         }
     }
     Ok(value)
+}
+
+/// The block scalar that is the document's last node, when the text ends on its last line
+/// without a line break: its string loses the final line break the crate's reader gave it
+/// (also in the folded scalars found, which are matched by string).
+fn unterminated_block_scalar(
+    value: &mut Value,
+    text: &str,
+    (path, read): (Vec<Step>, String),
+    folded: &mut [(Vec<Step>, String)],
+) {
+    let last_line = text.rsplit(['\n', '\r']).next().unwrap_or("").trim_start();
+    // A comment below the scalar, or a blank last line, leaves its line break read.
+    let Some(without) = read.strip_suffix('\n') else {
+        return;
+    };
+    if last_line.is_empty() || !without.ends_with(last_line) {
+        return;
+    }
+    if let Some(Value::String(s)) = navigate(value, &path) {
+        if *s == read {
+            s.pop();
+        }
+    }
+    for (at, string) in folded.iter_mut() {
+        if *at == path && *string == read {
+            string.pop();
+        }
+    }
 }
 
 /// The string go-yaml v3 reads back after printing `value` as a folded scalar, when it is not
@@ -112,8 +177,13 @@ fn printable_as_block(value: &str) -> bool {
 fn may_have_folded_scalar(text: &str) -> bool {
     text.match_indices('>').any(|(i, _)| {
         let before = text[..i].chars().next_back();
-        let after = text[i + 1..].trim_start_matches(|c: char| c == '-' || c == '+' || c.is_ascii_digit());
-        matches!(before, Some(' ' | '\t')) && matches!(after.chars().next(), None | Some(' ' | '\t' | '\n' | '\r' | '#'))
+        let after =
+            text[i + 1..].trim_start_matches(|c: char| c == '-' || c == '+' || c.is_ascii_digit());
+        matches!(before, Some(' ' | '\t'))
+            && matches!(
+                after.chars().next(),
+                None | Some(' ' | '\t' | '\n' | '\r' | '#')
+            )
     })
 }
 
@@ -127,8 +197,12 @@ enum Step {
 /// Where the reader is in the document.
 enum Frame {
     /// A mapping: the key of the value being read, `None` while a key is expected.
-    Map { key: Option<String> },
-    Seq { index: usize },
+    Map {
+        key: Option<String>,
+    },
+    Seq {
+        index: usize,
+    },
     /// A collection used as a mapping key (rare): its contents are not values of the document.
     Key,
 }
@@ -161,9 +235,8 @@ fn node_done(stack: &mut [Frame]) {
     }
 }
 
-/// The folded scalars of the first document (with their aliases and merged copies): each
-/// one's path and the string read.
-fn folded_scalars(text: &str) -> Vec<(Vec<Step>, String)> {
+/// The block scalars of the first document that [`read`] may rewrite.
+fn block_scalars(text: &str) -> Walk {
     let mut found = Walk::default();
     let mut stack: Vec<Frame> = Vec::new();
     let mut options = ParserOptions::default();
@@ -182,6 +255,7 @@ fn folded_scalars(text: &str) -> Vec<(Vec<Step>, String)> {
                 }
             }
             Event::Scalar(value, style, anchor, _) => {
+                found.last = None;
                 if !in_key {
                     let path = current_path(&stack);
                     found.open(anchor, &path);
@@ -189,16 +263,21 @@ fn folded_scalars(text: &str) -> Vec<(Vec<Step>, String)> {
                         found.record(path.clone(), value.to_string());
                     }
                     found.close(anchor);
+                    if matches!(style, ScalarStyle::Folded | ScalarStyle::Literal) {
+                        found.last = Some((path, value.to_string()));
+                    }
                 }
                 node_done(&mut stack);
             }
             Event::Alias(anchor) => {
+                found.last = None;
                 if !in_key {
                     found.copy(anchor, &current_path(&stack));
                 }
                 node_done(&mut stack);
             }
             Event::MappingStart(_, anchor, _) | Event::SequenceStart(_, anchor, _) => {
+                found.last = None;
                 if is_key {
                     // A complex key: the value after it is not a key.
                     if let Some(Frame::Map { key }) = stack.last_mut() {
@@ -229,14 +308,16 @@ fn folded_scalars(text: &str) -> Vec<(Vec<Step>, String)> {
             _ => {}
         }
     }
-    found.scalars
+    found
 }
 
 /// What the event walk collects.
 #[derive(Default)]
 struct Walk {
     /// Folded scalars (and copies) found: path and string.
-    scalars: Vec<(Vec<Step>, String)>,
+    folded: Vec<(Vec<Step>, String)>,
+    /// The document's last node, when a block scalar: path and string.
+    last: Option<(Vec<Step>, String)>,
     /// Anchored nodes being read: anchor id and the node's path.
     open: Vec<(usize, Vec<Step>)>,
     /// The anchor (or 0) of each open collection, innermost last.
@@ -268,7 +349,7 @@ impl Walk {
                 }
             }
         }
-        self.scalars.push((path, read));
+        self.folded.push((path, read));
     }
 
     /// An alias at `path`: the anchored node's folded strings, again below `path`.
@@ -293,7 +374,6 @@ fn navigate<'v>(value: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
     }
     Some(current)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -349,7 +429,11 @@ mod tests {
             "  v: >+\n    x\n      y\n    z\n\n\n",
             "x\n\n  y\nz\n\n\n\n",
         ),
-        ("keep, no more-indented line", "  v: >+\n    x\n    z\n\n", "x z\n\n\n"),
+        (
+            "keep, no more-indented line",
+            "  v: >+\n    x\n    z\n\n",
+            "x z\n\n\n",
+        ),
         (
             "keep, more-indented line last",
             "  v: >+\n    x\n      y\n\n",
@@ -380,7 +464,11 @@ mod tests {
             "  v: >+2\n      y\n    z\n\n",
             "  y\nz\n\n",
         ),
-        ("no more-indented line", "  v: >\n    a\n    b\n\n    c\n", "a b\nc\n"),
+        (
+            "no more-indented line",
+            "  v: >\n    a\n    b\n\n    c\n",
+            "a b\nc\n",
+        ),
         (
             "printed double-quoted: a trailing space on a line",
             "  v: >\n    x \n      y\n    z\n",
@@ -396,7 +484,11 @@ mod tests {
             "  v: |\n    x\n\n      y\n    z\n",
             "x\n\n  y\nz\n",
         ),
-        ("literal, more-indented first", "  v: |2\n      y\n    z\n", "  y\nz\n"),
+        (
+            "literal, more-indented first",
+            "  v: |2\n      y\n    z\n",
+            "  y\nz\n",
+        ),
         (
             "literal, keep",
             "  v: |+\n    x\n      y\n\n\n",
@@ -407,7 +499,11 @@ mod tests {
             "  v: 'a\n\n    b\n      c\n\n    d'\n",
             "a\nb c\nd",
         ),
-        ("double-quoted", "  v: \"a\\n  b\\n\\nc\\n\"\n", "a\n  b\n\nc\n"),
+        (
+            "double-quoted",
+            "  v: \"a\\n  b\\n\\nc\\n\"\n",
+            "a\n  b\n\nc\n",
+        ),
     ];
 
     #[test]
@@ -436,9 +532,28 @@ mod tests {
     }
 
     #[test]
+    fn a_block_scalar_ending_the_text_keeps_no_final_line_break() {
+        // kustomize v5.5.0, the last field of an inline `patch: |-` (recorded from the binary).
+        let read = |text: &str| from_yaml_str(text).expect("valid YAML")["v"].clone();
+        assert_eq!(read("v: |\n  x\n    y"), "x\n  y");
+        assert_eq!(read("v: |+\n  x"), "x");
+        assert_eq!(read("v: >\n  x\n    y"), "x\n\n  y");
+        assert_eq!(read("v: |\n  x\n# trailing comment"), "x\n");
+        assert_eq!(read("v: |\n  x\n  "), "x\n");
+        assert_eq!(read("v: |\n  x\nw: plain"), "x\n");
+        assert_eq!(read("v: |\n  x\n"), "x\n");
+        // Within helm's output, a document's end is not the text's.
+        assert_eq!(from_yaml_str_within("v: |\n  x").unwrap()["v"], "x\n");
+        // JSON 6902 operations are read the same way, but never printed as YAML.
+        let ops = from_yaml_str_unprinted("- value: >\n    x\n      y").unwrap();
+        assert_eq!(ops[0]["value"], "x\n  y");
+    }
+
+    #[test]
     fn a_later_repeated_key_is_left_alone() {
         // (kustomize rejects repeated keys; this crate's reader keeps the last.)
-        let spec = spec_strings("kind: Thing\nspec:\n  v: >\n    x\n      y\n  v: |\n    x\n     y\n");
+        let spec =
+            spec_strings("kind: Thing\nspec:\n  v: >\n    x\n      y\n  v: |\n    x\n     y\n");
         assert_eq!(spec["v"], "x\n y\n");
     }
 
