@@ -172,18 +172,26 @@ fn printable_as_block(value: &str) -> bool {
         })
 }
 
-/// A cheap test before reading the events: a `>` that may open a block scalar (after a blank,
-/// then only an indentation or chomping indicator before the end of the line or a blank).
+/// A cheap test before reading the events: a `>` that may open a block scalar, after a blank
+/// that follows `:`, `-`, `?` or an anchor or tag, and before the end of the line, a blank or a
+/// comment (with its indentation and chomping indicators between).
 fn may_have_folded_scalar(text: &str) -> bool {
     text.match_indices('>').any(|(i, _)| {
-        let before = text[..i].chars().next_back();
         let after =
             text[i + 1..].trim_start_matches(|c: char| c == '-' || c == '+' || c.is_ascii_digit());
-        matches!(before, Some(' ' | '\t'))
-            && matches!(
-                after.chars().next(),
-                None | Some(' ' | '\t' | '\n' | '\r' | '#')
-            )
+        if !matches!(
+            after.chars().next(),
+            None | Some(' ' | '\t' | '\n' | '\r' | '#')
+        ) {
+            return false;
+        }
+        let before = &text[..i];
+        let token_end = before.trim_end_matches([' ', '\t']);
+        if token_end.len() == before.len() {
+            return false;
+        }
+        let token = token_end.rsplit([' ', '\t', '\n']).next().unwrap_or("");
+        token.ends_with([':', '-', '?']) || token.starts_with(['&', '!'])
     })
 }
 
@@ -569,6 +577,11 @@ mod tests {
         assert!(may_have_folded_scalar("a: >\n  x\n"));
         assert!(may_have_folded_scalar("a: >-2 # note\n  x\n"));
         assert!(may_have_folded_scalar("- >+"));
+        assert!(may_have_folded_scalar("a: &anchor >\n  x\n"));
+        assert!(may_have_folded_scalar("a: !!str >\n  x\n"));
+        assert!(may_have_folded_scalar("a:\n  ? >\n    x\n"));
+        assert!(!may_have_folded_scalar("description: when x > y\n"));
+        assert!(!may_have_folded_scalar("a: b -> c\n"));
         assert!(!may_have_folded_scalar("a: x>y\n"));
         assert!(!may_have_folded_scalar("a: x >y\n"));
         assert!(!may_have_folded_scalar("a: '<b>'\n"));
