@@ -33,6 +33,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 use serde_saphyr::granit_parser::{Event, Options as ParserOptions, Parser, ScalarStyle};
 
+use crate::yaml_path::{navigate, node_done, Frame, Step};
+
 /// Reads one YAML document as kustomize's output has it (resources, strategic-merge patches,
 /// `helmCharts` output): [`from_yaml_str_unprinted`], then each folded scalar's string as
 /// go-yaml v3 prints and reads it back ([`refolded`]).
@@ -58,7 +60,8 @@ fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_sap
     let (mut value, fixed): (Value, _) = crate::object::from_yaml_str_fixed(text)?;
     let text = fixed.as_deref().unwrap_or(text);
     let unterminated = end_of_text && !text.ends_with(['\n', '\r']) && text.contains(['|', '>']);
-    if !unterminated && !(printed && may_have_folded_scalar(text)) {
+    let refold = printed && may_have_folded_scalar(text);
+    if !unterminated && !refold {
         return Ok(value);
     }
     let mut scalars = block_scalars(text);
@@ -67,7 +70,7 @@ fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_sap
             unterminated_block_scalar(&mut value, text, last, &mut scalars.folded);
         }
     }
-    if printed {
+    if refold {
         for (path, read) in scalars.folded {
             if let Some(Value::String(s)) = navigate(&mut value, &path) {
                 // A repeated key's later value may have replaced the folded one.
@@ -195,26 +198,6 @@ fn may_have_folded_scalar(text: &str) -> bool {
     })
 }
 
-/// One step of a path into a parsed document.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// Where the reader is in the document.
-enum Frame {
-    /// A mapping: the key of the value being read, `None` while a key is expected.
-    Map {
-        key: Option<String>,
-    },
-    Seq {
-        index: usize,
-    },
-    /// A collection used as a mapping key (rare): its contents are not values of the document.
-    Key,
-}
-
 /// The path of the value being read. The values of a merge key (`<<`) land in the mapping
 /// that holds it, so that key (and a list of merged mappings under it) adds no step.
 fn current_path(stack: &[Frame]) -> Vec<Step> {
@@ -232,15 +215,6 @@ fn current_path(stack: &[Frame]) -> Vec<Step> {
         }
     }
     path
-}
-
-/// After a node: the parent mapping expects a key again, the parent list moves on.
-fn node_done(stack: &mut [Frame]) {
-    match stack.last_mut() {
-        Some(Frame::Map { key }) => *key = None,
-        Some(Frame::Seq { index }) => *index += 1,
-        _ => {}
-    }
 }
 
 /// The block scalars of the first document that [`read`] may rewrite.
@@ -369,18 +343,6 @@ impl Walk {
             self.record(at, read);
         }
     }
-}
-
-fn navigate<'v>(value: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
-    let mut current = value;
-    for step in path {
-        current = match (step, current) {
-            (Step::Key(k), Value::Object(m)) => m.get_mut(k)?,
-            (Step::Index(i), Value::Array(a)) => a.get_mut(*i)?,
-            _ => return None,
-        };
-    }
-    Some(current)
 }
 
 #[cfg(test)]
