@@ -29,6 +29,7 @@
 //! concerned, whose strings are rewritten in the parsed value.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use serde_json::Value;
 use serde_saphyr::granit_parser::{Event, Options as ParserOptions, Parser, ScalarStyle};
@@ -74,7 +75,7 @@ fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_sap
         for (path, read) in scalars.folded {
             if let Some(Value::String(s)) = navigate(&mut value, &path) {
                 // A repeated key's later value may have replaced the folded one.
-                if *s == read {
+                if s.as_str() == &*read {
                     if let Some(printed) = refolded(s) {
                         *s = printed;
                     }
@@ -91,8 +92,8 @@ fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_sap
 fn unterminated_block_scalar(
     value: &mut Value,
     text: &str,
-    (path, read): (Vec<Step>, String),
-    folded: &mut [(Vec<Step>, String)],
+    (path, read): (Vec<Step>, Rc<str>),
+    folded: &mut [(Vec<Step>, Rc<str>)],
 ) {
     let last_line = text.rsplit(['\n', '\r']).next().unwrap_or("").trim_start();
     // A comment below the scalar, or a blank last line, leaves its line break read.
@@ -103,13 +104,13 @@ fn unterminated_block_scalar(
         return;
     }
     if let Some(Value::String(s)) = navigate(value, &path) {
-        if *s == read {
+        if s.as_str() == &*read {
             s.pop();
         }
     }
     for (at, string) in folded.iter_mut() {
         if *at == path && *string == read {
-            string.pop();
+            *string = Rc::from(without);
         }
     }
 }
@@ -241,12 +242,13 @@ fn block_scalars(text: &str) -> Walk {
                 if !in_key {
                     let path = current_path(&stack);
                     found.open(anchor, &path);
+                    let read: Rc<str> = Rc::from(value.as_ref());
                     if style == ScalarStyle::Folded {
-                        found.record(path.clone(), value.to_string());
+                        found.record(path.clone(), Rc::clone(&read));
                     }
                     found.close(anchor);
                     if matches!(style, ScalarStyle::Folded | ScalarStyle::Literal) {
-                        found.last = Some((path, value.to_string()));
+                        found.last = Some((path, read));
                     }
                 }
                 node_done(&mut stack);
@@ -293,19 +295,23 @@ fn block_scalars(text: &str) -> Walk {
     found
 }
 
+/// At most this many folded strings (with their copies through aliases) are rewritten in one
+/// document; the reader's node budget already bounds them, this bounds the walk's own lists.
+const MAX_FOLDED: usize = 100_000;
+
 /// What the event walk collects.
 #[derive(Default)]
 struct Walk {
     /// Folded scalars (and copies) found: path and string.
-    folded: Vec<(Vec<Step>, String)>,
+    folded: Vec<(Vec<Step>, Rc<str>)>,
     /// The document's last node, when a block scalar: path and string.
-    last: Option<(Vec<Step>, String)>,
+    last: Option<(Vec<Step>, Rc<str>)>,
     /// Anchored nodes being read: anchor id and the node's path.
     open: Vec<(usize, Vec<Step>)>,
     /// The anchor (or 0) of each open collection, innermost last.
     anchors_at_depth: Vec<usize>,
     /// Each anchored node's folded scalars: path below the node, string.
-    anchored: HashMap<usize, Vec<(Vec<Step>, String)>>,
+    anchored: HashMap<usize, Vec<(Vec<Step>, Rc<str>)>>,
 }
 
 impl Walk {
@@ -323,11 +329,14 @@ impl Walk {
     }
 
     /// A folded string at `path`, also below every anchored node being read.
-    fn record(&mut self, path: Vec<Step>, read: String) {
+    fn record(&mut self, path: Vec<Step>, read: Rc<str>) {
+        if self.folded.len() >= MAX_FOLDED {
+            return;
+        }
         for (id, base) in &self.open {
             if let Some(below) = path.strip_prefix(base.as_slice()) {
                 if let Some(list) = self.anchored.get_mut(id) {
-                    list.push((below.to_vec(), read.clone()));
+                    list.push((below.to_vec(), Rc::clone(&read)));
                 }
             }
         }
@@ -517,6 +526,38 @@ mod tests {
         // JSON 6902 operations are read the same way, but never printed as YAML.
         let ops = from_yaml_str_unprinted("- value: >\n    x\n      y").unwrap();
         assert_eq!(ops[0]["value"], "x\n  y");
+    }
+
+    #[test]
+    fn aliases_of_folded_scalars_stay_within_the_readers_budget() {
+        // Each level aliases the one before ten times: 10^8 copies of one folded scalar.
+        let read = from_yaml_str(&aliased_levels(8, 10));
+        let error = read.expect_err("past the node budget").to_string();
+        assert!(error.contains("budget"), "{error}");
+    }
+
+    #[test]
+    fn the_walk_records_a_bounded_number_of_folded_strings() {
+        // 2 * 9^5 copies: within the reader's budget, past the walk's.
+        let spec = spec_strings(&aliased_levels(5, 9));
+        assert_eq!(spec["l5"][0][0][0][0][0][0], "x\n\n  y\n");
+        let walk = block_scalars(&aliased_levels(5, 9));
+        assert_eq!(walk.folded.len(), MAX_FOLDED);
+    }
+
+    /// A resource whose `spec.l0` holds two folded scalars and each `spec.l<n>` `fanout`
+    /// aliases of `spec.l<n-1>`.
+    fn aliased_levels(levels: usize, fanout: usize) -> String {
+        let mut text = String::from(
+            "kind: Thing\nspec:\n  l0: &l0\n  - >\n    x\n      y\n  - >\n    x\n      y\n",
+        );
+        for level in 1..=levels {
+            text.push_str(&format!("  l{level}: &l{level}\n"));
+            for _ in 0..fanout {
+                text.push_str(&format!("  - *l{}\n", level - 1));
+            }
+        }
+        text
     }
 
     #[test]
