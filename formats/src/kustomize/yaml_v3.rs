@@ -92,8 +92,8 @@ fn read(text: &str, end_of_text: bool, printed: bool) -> Result<Value, serde_sap
 fn unterminated_block_scalar(
     value: &mut Value,
     text: &str,
-    (path, read): (Vec<Step>, Rc<str>),
-    folded: &mut [(Vec<Step>, Rc<str>)],
+    (path, read): Found,
+    folded: &mut [Found],
 ) {
     let last_line = text.rsplit(['\n', '\r']).next().unwrap_or("").trim_start();
     // A comment below the scalar, or a blank last line, leaves its line break read.
@@ -295,6 +295,9 @@ fn block_scalars(text: &str) -> Walk {
     found
 }
 
+/// A scalar found by the walk: its path and the string the crate's reader read.
+type Found = (Vec<Step>, Rc<str>);
+
 /// At most this many folded strings (with their copies through aliases) are rewritten in one
 /// document; the reader's node budget already bounds them, this bounds the walk's own lists.
 const MAX_FOLDED: usize = 100_000;
@@ -303,15 +306,15 @@ const MAX_FOLDED: usize = 100_000;
 #[derive(Default)]
 struct Walk {
     /// Folded scalars (and copies) found: path and string.
-    folded: Vec<(Vec<Step>, Rc<str>)>,
+    folded: Vec<Found>,
     /// The document's last node, when a block scalar: path and string.
-    last: Option<(Vec<Step>, Rc<str>)>,
+    last: Option<Found>,
     /// Anchored nodes being read: anchor id and the node's path.
     open: Vec<(usize, Vec<Step>)>,
     /// The anchor (or 0) of each open collection, innermost last.
     anchors_at_depth: Vec<usize>,
     /// Each anchored node's folded scalars: path below the node, string.
-    anchored: HashMap<usize, Vec<(Vec<Step>, Rc<str>)>>,
+    anchored: HashMap<usize, Vec<Found>>,
 }
 
 impl Walk {
