@@ -176,9 +176,9 @@ fn printable_as_block(value: &str) -> bool {
         })
 }
 
-/// A cheap test before reading the events: a `>` that may open a block scalar, after a blank
-/// that follows `:`, `-`, `?` or an anchor or tag, and before the end of the line, a blank or a
-/// comment (with its indentation and chomping indicators between).
+/// A cheap test before reading the events: a `>` that may open a block scalar, first on its
+/// line or after a blank that follows `:`, `-`, `?` or an anchor or tag, and before the end of
+/// the line, a blank or a comment (with its indentation and chomping indicators between).
 fn may_have_folded_scalar(text: &str) -> bool {
     text.match_indices('>').any(|(i, _)| {
         let after =
@@ -191,6 +191,10 @@ fn may_have_folded_scalar(text: &str) -> bool {
         }
         let before = &text[..i];
         let token_end = before.trim_end_matches([' ', '\t']);
+        if token_end.is_empty() || token_end.ends_with('\n') {
+            // First on its line: the value of a key on the line above.
+            return true;
+        }
         if token_end.len() == before.len() {
             return false;
         }
@@ -586,6 +590,7 @@ mod tests {
         assert!(may_have_folded_scalar("a: &anchor >\n  x\n"));
         assert!(may_have_folded_scalar("a: !!str >\n  x\n"));
         assert!(may_have_folded_scalar("a:\n  ? >\n    x\n"));
+        assert!(may_have_folded_scalar("a:\n  >\n  x\n"));
         assert!(!may_have_folded_scalar("description: when x > y\n"));
         assert!(!may_have_folded_scalar("a: b -> c\n"));
         assert!(!may_have_folded_scalar("a: x>y\n"));
