@@ -17,6 +17,7 @@ mod registry_v1_config;
 mod registry_v1_webhooks;
 pub mod scope;
 pub mod semver;
+mod yaml_path;
 
 use std::path::Path;
 

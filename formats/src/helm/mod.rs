@@ -918,7 +918,19 @@ pub fn split_manifests(content: &str) -> Vec<String> {
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
-    let parsed = files.iter().map(parse_file_objects).collect();
+    parse_objects_read_by(files, crate::object::from_yaml_str)
+}
+
+/// A YAML document reader for [`parse_objects_read_by`].
+pub(crate) type DocumentReader = fn(&str) -> Result<serde_json::Value, serde_saphyr::Error>;
+
+/// [`parse_objects`], each document read by `read` (kustomize's `helmCharts` read the output as
+/// kustomize reads resources).
+pub(crate) fn parse_objects_read_by(
+    files: &[RenderedFile],
+    read: DocumentReader,
+) -> Result<Vec<serde_json::Value>, HelmError> {
+    let parsed = files.iter().map(|f| parse_file_objects(f, read)).collect();
     Ok(first_error_in_path_order(files, parsed)?
         .into_iter()
         .flatten()
@@ -926,14 +938,17 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
 }
 
 /// One rendered file's objects for [`parse_objects`].
-fn parse_file_objects(f: &RenderedFile) -> Result<Vec<serde_json::Value>, HelmError> {
+fn parse_file_objects(
+    f: &RenderedFile,
+    read: DocumentReader,
+) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
     check_yaml11_breaks(&f.source, &f.content)?;
     for doc in split_manifests(&f.content) {
         if doc.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
+        let v: serde_json::Value = read(&doc).map_err(|e| {
             HelmError::template(
                 &f.source,
                 0,

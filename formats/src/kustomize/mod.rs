@@ -28,6 +28,7 @@ pub mod strategic_merge;
 mod target;
 mod transformers;
 mod vars;
+mod yaml_v3;
 
 pub use error::{KustomizeError, KustomizeErrorKind};
 
