@@ -35,7 +35,8 @@ const RELEASE: &str = "rel";
 const NAMESPACE: &str = "ns";
 const KUBE_VERSION: &str = "v1.35.4";
 /// Where the benchmark's section of `docs/performance.md` starts and ends.
-const BEGIN_MARKER: &str = "<!-- helm-charts: begin (written by `cargo bench --bench helm_charts`) -->";
+const BEGIN_MARKER: &str =
+    "<!-- helm-charts: begin (written by `cargo bench --bench helm_charts`) -->";
 const END_MARKER: &str = "<!-- helm-charts: end -->";
 
 /// One chart with one set of values.
@@ -133,7 +134,8 @@ fn cases(scratch: &Path, only: Option<&[String]>) -> Result<Vec<Case>, String> {
         out.extend(pair(name, chart, values_dir.join(format!("{name}.yaml"))));
     }
     if wanted("webhook-umbrella") {
-        let umbrella = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/charts/webhook-umbrella");
+        let umbrella =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/charts/webhook-umbrella");
         out.push(Case {
             label: "webhook-umbrella (values file)".into(),
             values: Some(umbrella.join("values.yaml")),
@@ -174,7 +176,10 @@ fn helm_cmd(case: &Case, helm_cache: &Path) -> Command {
 /// or its error output.
 fn run_once(cmd: Command) -> Result<(f64, u64), String> {
     let mut timed = Command::new("/usr/bin/time");
-    timed.args(["-f", "%M"]).arg(cmd.get_program()).args(cmd.get_args());
+    timed
+        .args(["-f", "%M"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
     for (key, value) in cmd.get_envs() {
         match value {
             Some(value) => timed.env(key, value),
@@ -282,7 +287,9 @@ fn agent_cost(
         Ok::<_, String>(start.elapsed().as_secs_f64() * 1000.0)
     };
     let first_ms = render()?;
-    let warm = (0..iters).map(|_| render()).collect::<Result<Vec<_>, _>>()?;
+    let warm = (0..iters)
+        .map(|_| render())
+        .collect::<Result<Vec<_>, _>>()?;
     let mut round_trips = Vec::new();
     for _ in 0..iters {
         let start = Instant::now();
@@ -369,12 +376,20 @@ impl Report<'_> {
             self.load_before,
             self.load_after,
         ));
+        // Charts by name, the cases helm refuses included: `name (values)`.
+        let mut charts: Vec<&str> = (self.rows.iter().map(|(label, _)| label))
+            .chain(self.skipped)
+            .filter_map(|label| label.split(" (").next())
+            .collect();
+        charts.sort_unstable();
+        charts.dedup();
         s.push_str(&format!(
-            "{} cases ({} charts × default values and values file, and the webhook umbrella), \
-             `pallet render` against `helm template`, each a new process, {} interleaved runs \
-             per tool and case; time is the median wall time, memory the peak resident set.\n\n",
+            "{} cases compared ({} charts, each with its default values and with its values \
+             file; the webhook umbrella with its values file only), `pallet render` against \
+             `helm template`, each a new process, {} interleaved runs per tool and case; time \
+             is the median wall time, memory the peak resident set.\n\n",
             self.rows.len(),
-            self.rows.len() / 2,
+            charts.len(),
             self.iters,
         ));
         s.push_str(&format!(
@@ -386,7 +401,10 @@ impl Report<'_> {
         s.push_str(&format!(
             "- peak memory, pallet/helm: median **{mem_med:.2}×**, worst **{mem_worst:.2}×** \
              ({mem_case}); {} cases at or above 1.0×\n",
-            self.rows.iter().filter(|(_, m)| m.memory_ratio() >= 1.0).count(),
+            self.rows
+                .iter()
+                .filter(|(_, m)| m.memory_ratio() >= 1.0)
+                .count(),
         ));
         if !self.skipped.is_empty() {
             s.push_str(&format!(
@@ -439,9 +457,16 @@ fn write_docs(section: &str) -> Result<PathBuf, String> {
     let block = format!("{BEGIN_MARKER}\n{section}{END_MARKER}");
     let updated = match (text.find(BEGIN_MARKER), text.find(END_MARKER)) {
         (Some(begin), Some(end)) if begin < end => {
-            format!("{}{block}{}", &text[..begin], &text[end + END_MARKER.len()..])
+            format!(
+                "{}{block}{}",
+                &text[..begin],
+                &text[end + END_MARKER.len()..]
+            )
         }
-        _ => format!("{}\n## Helm charts against helm template\n\n{block}\n", text.trim_end()),
+        _ => format!(
+            "{}\n## Helm charts against helm template\n\n{block}\n",
+            text.trim_end()
+        ),
     };
     std::fs::write(&path, updated).map_err(|e| e.to_string())?;
     Ok(path)
