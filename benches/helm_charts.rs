@@ -464,7 +464,7 @@ fn write_docs(section: &str) -> Result<PathBuf, String> {
             )
         }
         _ => format!(
-            "{}\n## Helm charts against helm template\n\n{block}\n",
+            "{}\n\n## Helm charts against helm template\n\n{block}\n",
             text.trim_end()
         ),
     };
