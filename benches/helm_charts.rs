@@ -306,10 +306,7 @@ fn agent_cost(
 }
 
 /// The median and the worst (highest) of `ratio` over the rows, with the worst row's label.
-fn summary<'a>(
-    rows: &'a [(String, Measured)],
-    ratio: impl Fn(&Measured) -> f64,
-) -> (f64, f64, &'a str) {
+fn summary(rows: &[(String, Measured)], ratio: impl Fn(&Measured) -> f64) -> (f64, f64, &str) {
     let med = median(rows.iter().map(|(_, m)| ratio(m)).collect());
     let worst = rows
         .iter()
