@@ -415,21 +415,22 @@ fn bd_values(
 
 /// The rendered objects as YAML documents or a JSON List.
 pub fn format_rendered(rendered: &Rendered, output: RenderOutput) -> anyhow::Result<String> {
-    let objects: Vec<serde_json::Value> = rendered
-        .objects
-        .iter()
-        .map(|o| serde_json::Value::Object(o.object.body().clone()))
-        .collect();
     Ok(match output {
         RenderOutput::Json => {
+            let objects: Vec<serde_json::Value> = rendered
+                .objects
+                .iter()
+                .map(|o| serde_json::Value::Object(o.object.body().clone()))
+                .collect();
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
             format!("{}\n", serde_json::to_string_pretty(&list)?)
         }
+        // Each object is written from the rendered one, not from a copy of it.
         RenderOutput::Yaml => {
             let mut out = String::new();
-            for object in &objects {
+            for object in &rendered.objects {
                 out.push_str("---\n");
-                out.push_str(&super::to_yaml(object)?);
+                out.push_str(&super::to_yaml(object.object.body())?);
             }
             out
         }

@@ -414,17 +414,18 @@ fn chart_tops(
     out: &mut BTreeMap<String, Value>,
 ) -> Value {
     let mut subcharts = BTreeMap::new();
+    // A subchart's values when this chart's values have no table for it.
+    let no_values = serde_json::json!({});
     for sub in &chart.subcharts {
         let name = sub.name();
         let sv = values
             .get(&name)
             .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
+            .unwrap_or(&no_values);
         let top = chart_tops(
             sub,
             &format!("{full_path}/charts/{name}"),
-            &sv,
+            sv,
             false,
             shared,
             out,
@@ -439,7 +440,7 @@ fn chart_tops(
     top.insert("Chart".into(), chart_object(&chart.metadata, is_root));
     top.insert(
         "Files".into(),
-        Value::from_object(Files(chart.files.clone())),
+        Value::from_object(Files(std::sync::Arc::clone(&chart.files))),
     );
     top.insert("Subcharts".into(), GoMap::value(subcharts));
     let top = GoMap::value(top);

@@ -197,11 +197,11 @@ impl Files {
                     .iter()
                     .filter(|(k, _)| glob_match(&pat, k))
                     .map(|(k, v)| (k.clone(), v.clone()));
-                Ok(Value::from_object(Files(sel.collect())))
+                Ok(Value::from_object(Files(Arc::new(sel.collect()))))
             }
             "AsConfig" | "AsSecrets" => {
                 let mut m = BTreeMap::new();
-                for (k, v) in &self.0 {
+                for (k, v) in self.0.iter() {
                     let base = k.rsplit('/').next().unwrap_or(k).to_string();
                     let val = if method == "AsConfig" {
                         String::from_utf8_lossy(v).into_owned()

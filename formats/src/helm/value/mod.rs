@@ -240,7 +240,7 @@ pub fn from_json(v: &serde_json::Value) -> Value {
 
 /// `.Files`: the chart's non-template files (Go's `engine.files`, a `map[string][]byte`).
 #[derive(Debug, Default)]
-pub struct Files(pub BTreeMap<String, Vec<u8>>);
+pub struct Files(pub Arc<BTreeMap<String, Vec<u8>>>);
 
 /// `.Capabilities.APIVersions` (Go's `chartutil.VersionSet`, a `[]string`).
 #[derive(Debug, Default)]
