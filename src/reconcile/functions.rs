@@ -327,6 +327,18 @@ async fn call_http(
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
+/// Sends SIGTERM to the function sandbox `.0` when dropped, unless cleared: the sandbox then
+/// ends the function and everything it started (see `render_sandbox::exec`).
+struct EndOnDrop(Option<rustix::process::Pid>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        if let Some(sandbox) = self.0 {
+            let _ = rustix::process::kill_process(sandbox, rustix::process::Signal::TERM);
+        }
+    }
+}
+
 async fn call_exec(
     policy: &FunctionPolicy,
     path: &Path,
@@ -355,12 +367,15 @@ async fn call_exec(
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("running {} in the function sandbox: {e}", path.display()))?;
     let group = child
         .id()
         .and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?));
+    // A call dropped before it ends (its BundleDeployment deleted, its render abandoned) asks the
+    // sandbox to end the function with everything it started; killing the sandbox alone would
+    // leave them running.
+    let mut end_early = EndOnDrop(group);
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -384,6 +399,8 @@ async fn call_exec(
         Ok::<_, String>((status, out, err))
     };
     let ended = tokio::time::timeout(outer, exchange).await;
+    // The sandbox has exited (and been waited for), or its group is killed below.
+    end_early.0 = None;
     let Ok(ended) = ended else {
         // The sandbox itself hung: its whole group goes.
         if let Some(group) = group {

@@ -4,8 +4,9 @@
 //! the subreaper of everything the function starts, runs the function with the same empty
 //! environment and its own standard input and output, and ends it at its deadline.
 //!
-//! When the function exits, or its deadline passes, whatever it left behind is killed: its
-//! process group first, then every process reparented here (those that left the group with
+//! When the function exits, its deadline passes, or the agent ends the call early (SIGTERM to
+//! this process: the call's BundleDeployment was deleted, its render abandoned), whatever the
+//! function left behind is killed: its process group first, then every process reparented here (those that left the group with
 //! `setsid` included), each reaped, so nothing it started outlives the call and no zombie is left
 //! to the agent (PID 1 in its container, which reaps only its own children).
 //!
@@ -15,6 +16,8 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::process::{
@@ -62,6 +65,14 @@ pub fn run(
         eprintln!("function sandbox: becoming the subreaper: {error}");
         return EXIT_NOT_STARTED;
     }
+    // Registered before the function starts: an early end never leaves it running.
+    let ended_early = match on_terminate() {
+        Ok(flag) => flag,
+        Err(error) => {
+            eprintln!("function sandbox: handling SIGTERM: {error}");
+            return EXIT_NOT_STARTED;
+        }
+    };
     use std::os::unix::process::CommandExt as _;
     let started = Instant::now();
     let mut function = match Command::new(program)
@@ -83,7 +94,9 @@ pub fn run(
     let status = loop {
         match function.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= timeout => break None,
+            Ok(None) if started.elapsed() >= timeout || ended_early.load(Ordering::SeqCst) => {
+                break None
+            }
             Ok(None) => std::thread::sleep(POLL),
             Err(error) => {
                 eprintln!("function sandbox: waiting for the function: {error}");
@@ -103,6 +116,29 @@ pub fn run(
         None => EXIT_TIMED_OUT,
         Some(status) => exit_status(status),
     }
+}
+
+/// A flag set when this process receives SIGTERM, the agent's way to end a call early. The
+/// handler is registered before this returns; a thread of its own waits for the signal.
+fn on_terminate() -> std::io::Result<Arc<AtomicBool>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    let mut terminate = {
+        let _context = runtime.enter();
+        signal(SignalKind::terminate())?
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    let set = flag.clone();
+    std::thread::spawn(move || {
+        runtime.block_on(async move {
+            if terminate.recv().await.is_some() {
+                set.store(true, Ordering::SeqCst);
+            }
+        })
+    });
+    Ok(flag)
 }
 
 fn exit_status(status: std::process::ExitStatus) -> u8 {
