@@ -11,6 +11,9 @@ use pallet::reconcile::fetch::SecretPolicy;
 use pallet::reconcile::functions::{call, FunctionCaller, FunctionPolicy};
 use serde_json::json;
 
+mod support;
+use support::processes_with;
+
 fn bundle() -> BundleDeployment {
     serde_json::from_value(json!({
         "apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
@@ -27,26 +30,6 @@ fn script(dir: &Path, body: &str) -> PathBuf {
     std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
-}
-
-/// The processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        })
-        .filter_map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let zombie = state.rsplit(')').next()?.trim_start().starts_with('Z');
-            (cmdline.contains(marker) && !zombie).then_some(cmdline)
-        })
-        .collect()
 }
 
 /// The descriptors of this process that are not close-on-exec: what it was started with.

@@ -264,26 +264,6 @@ async fn functions_that_never_answer_hold_no_reconcile_worker() {
     harness.run(case).await;
 }
 
-/// The processes whose command line contains `marker` (zombies aside).
-fn processes_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        })
-        .filter_map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            let zombie = state.rsplit(')').next()?.trim_start().starts_with('Z');
-            (cmdline.contains(marker) && !zombie).then_some(cmdline)
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn an_exec_function_past_its_timeout_is_ended_with_what_it_started() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -310,8 +290,9 @@ async fn an_exec_function_past_its_timeout_is_ended_with_what_it_started() {
             &["the function did not answer within 2s"],
         ),
     );
-    // Transient: the sources' condition says so, Ready stays with the healthy revision.
-    harness.run_watching(case, "Unpacked").await;
+    // Transient: the sources' condition says so, Ready stays with the healthy revision, and
+    // the call is tried again later.
+    harness.run_retried(case, "Unpacked").await;
     // Once the BundleDeployment is gone, no call of it runs, and nothing any call started is
     // left: each was ended at its timeout with everything it started.
     let name = format!("{}-hang", harness.label);
@@ -322,7 +303,7 @@ async fn an_exec_function_past_its_timeout_is_ended_with_what_it_started() {
     agent::wait_bd_gone(&harness.client, &name).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
-        let running = processes_with(&format!("sleep {marker}"));
+        let running = support::processes_with(&format!("sleep {marker}"));
         if running.is_empty() {
             break;
         }

@@ -15,6 +15,8 @@ mod browser;
 mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/identities.rs"]
+mod identities;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -23,11 +25,9 @@ use std::time::Duration;
 use agent::{Agent, TEST_LABEL};
 use browser::{Browser, View};
 use fantoccini::Locator;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::config::Kubeconfig;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::Client;
 use pallet::api::BundleDeployment;
 use serde_json::{json, Value};
@@ -44,21 +44,6 @@ fn deployment(image: &str) -> String {
          selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
          spec:\n      containers:\n      - {{name: web, image: \"{image}\"}}\n"
     )
-}
-
-/// A namespace where the fake kubelet runs Pods (crash-looping when the image tag ends in
-/// `broken`).
-async fn kubelet_namespace(client: &Client, name: &str) {
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}});
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&namespace),
-        )
-        .await
-        .unwrap();
 }
 
 async fn wait_status(
@@ -213,7 +198,7 @@ async fn the_view_follows_a_failed_upgrade_a_hotfix_under_pause_and_a_rollback()
     cluster::install_crd(&client).await;
     cluster::ensure_agent_namespace(&client).await;
     let name = support::unique_name("ui-demo");
-    kubelet_namespace(&client, &name).await;
+    cluster::kubelet_namespace(&client, &name).await;
     let fixtures = support::Fixtures::load();
     let repo = fixtures.git_repo(&name);
     let publish = |image: &str, greeting: &str, message: &str| {
@@ -466,51 +451,6 @@ fn apply_web_view_grant() {
     );
 }
 
-/// A kubeconfig with a token of ServiceAccount `namespace/name` (the admin kubeconfig's server
-/// and CA); returns its path and the token.
-async fn token_kubeconfig(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    dir: &Path,
-) -> (PathBuf, String) {
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
-            .unwrap();
-    let token = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
-        .create_token_request(name, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token;
-    let admin = Kubeconfig::read_from(cluster::kubeconfig_path()).unwrap();
-    let cluster = admin.clusters[0].cluster.clone().unwrap();
-    let ca = match (
-        &cluster.certificate_authority_data,
-        &cluster.certificate_authority,
-    ) {
-        (Some(data), _) => data.clone(),
-        (None, Some(file)) => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD.encode(std::fs::read(file).unwrap())
-        }
-        (None, None) => panic!("the admin kubeconfig has no CA"),
-    };
-    let path = dir.join(format!("{namespace}-{name}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    \
-             certificate-authority-data: {ca}\nusers:\n- name: {name}\n  user:\n    token: {token}\n\
-             contexts:\n- name: {name}\n  context: {{cluster: local, user: {name}}}\ncurrent-context: {name}\n",
-            cluster.server.unwrap()
-        ),
-    )
-    .unwrap();
-    (path, token)
-}
-
 /// A ServiceAccount that may read BundleDeployments (and Events and Pods) but change nothing.
 async fn viewer_account(client: &Client, namespace: &str) -> String {
     let name = format!("{namespace}-viewer");
@@ -556,7 +496,8 @@ async fn an_action_refused_by_rbac_shows_the_api_servers_message() {
         "conditions": [cli::condition("Ready", "False", "ProgressDeadlineExceeded", "revision 2 not healthy within 10m")]}))).await;
     let grant = viewer_account(&client, &name).await;
     let work = tempfile::tempdir().unwrap();
-    let (kubeconfig, token) = token_kubeconfig(&client, &name, "viewer", work.path()).await;
+    let (kubeconfig, token) =
+        identities::token_kubeconfig_with_token(&client, &name, "viewer", work.path()).await;
     let forbidden = format!(
         "bundledeployments.pallet.dev \"{name}\" is forbidden: User \"system:serviceaccount:{name}:viewer\" cannot patch resource \"bundledeployments\""
     );

@@ -256,6 +256,17 @@ impl Hostile {
     /// [`Hostile::run`], the refusal expected on condition `condition` (a transient one, such
     /// as a function not answering, leaves Ready to the healthy active revision).
     pub async fn run_watching(&mut self, case: Case, condition: &str) -> Figures {
+        self.run_case(case, condition, false).await
+    }
+
+    /// [`Hostile::run_watching`] for a refusal that is tried again by design (a function that
+    /// did not answer within its timeout is `FunctionUnavailable`, retried with backoff): the
+    /// case may render again while its inputs are unchanged.
+    pub async fn run_retried(&mut self, case: Case, condition: &str) -> Figures {
+        self.run_case(case, condition, true).await
+    }
+
+    async fn run_case(&mut self, case: Case, condition: &str, retried: bool) -> Figures {
         let name = format!("{}-{}", self.label, case.name);
         agent::apply_bd_labelled(&self.client, &name, &self.label, case.spec.clone()).await;
         let bd = agent::wait_condition(
@@ -299,7 +310,9 @@ impl Hostile {
             still_now, still,
             "{name}: the neighbour's other object is untouched"
         );
-        self.assert_no_render_loop(&name).await;
+        if !retried {
+            self.assert_no_render_loop(&name).await;
+        }
         self.assert_lease_kept(&name, &holder, &renewed).await;
         let figures = Figures {
             peak_rss_bytes,

@@ -883,3 +883,23 @@ impl RunExt for Command {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
+
+/// The processes whose command line contains `marker` (zombies aside).
+pub fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = state.rsplit(')').next()?.trim_start().starts_with('Z');
+            (cmdline.contains(marker) && !zombie).then_some(cmdline)
+        })
+        .collect()
+}
