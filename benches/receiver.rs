@@ -1,6 +1,6 @@
 //! Receiver and dependency latencies (figures, not a test). Against the local control plane and
-//! the fixture git server, with the real `pallet agent` binary (receiver on, `--requeue-seconds
-//! 3600`):
+//! the fixture git server, with the real `pallet agent` binary (receiver on, `--requeue-interval
+//! 1h`):
 //!
 //! 1. push to Ready: a commit to a branch, then a signed GitHub push notification, until the
 //!    BundleDeployment (`pollInterval: 1h`) is Ready with the new revision; `ROUNDS` times;
@@ -153,8 +153,8 @@ async fn main() {
             "agent",
             "--namespace",
             "pallet-system",
-            "--requeue-seconds",
-            "3600",
+            "--requeue-interval",
+            "1h",
         ])
         .arg("--kubeconfig")
         .arg(cluster::kubeconfig_path())
@@ -206,7 +206,7 @@ async fn main() {
     } else {
         "release build"
     };
-    println!("agent: {build}, --requeue-seconds 3600; source: fixture git server (smart HTTP)\n");
+    println!("agent: {build}, --requeue-interval 1h; source: fixture git server (smart HTTP)\n");
 
     // ---- 1. push to Ready ----
     let push_bd = format!("{run}-push");

@@ -57,11 +57,20 @@
 //! `PALLET_BENCH_SCALE_PROFILE=DIR` saves a CPU profile and allocation profiles of the control
 //! plane for each of the phases b, b2, m, m2, c and e (see `scale/profile.rs`).
 //!
+//! `PALLET_BENCH_BASELINE_BIN=PATH` also runs pallet's install and upgrade (c, e) with the agent
+//! binary at PATH (another build, such as the one a change started from), each round on a fresh
+//! control plane of its own, in turn with this build's (baseline first in odd rounds, second in
+//! even ones), and prints both side by side: the agent's API requests (audit log), the bytes
+//! the control plane allocated, and the time, with this build's over the baseline's.
+//!
 //! `PALLET_BENCH_AGENT_WRAP` runs each agent under a command prefix, for profiling (for example
 //! `heaptrack -o /tmp/agent`); the time and RSS figures of such a run are not the agent's.
 //!
 //! Run: `tools/fixtures.sh start`, then `cargo bench --bench scale` (builds the control plane
 //! if needed and `pallet` in the bench profile); `tools/bench.sh` runs it with the others.
+
+// The benchmark's clients of its own servers and profiles read whole answers (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -244,29 +253,30 @@ struct Agent {
     metrics_url: String,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 impl Agent {
-    /// Starts an agent authenticating as `user` (a kubeconfig from [`Plane::user`]).
-    async fn start(user: &Path, work: &Path, name: &str, selector: &str, registry: &str) -> Agent {
+    /// Starts the agent binary `bin` authenticating as `user` (a kubeconfig from
+    /// [`Plane::user`]).
+    async fn start(
+        bin: &Path,
+        user: &Path,
+        work: &Path,
+        name: &str,
+        selector: &str,
+        registry: &str,
+    ) -> Agent {
         let log = work.join(format!("{name}.log"));
         let changes = work.join(format!("{name}-changes.jsonl"));
-        let port = free_port();
+        let port = common::free_port();
         // PALLET_BENCH_AGENT_WRAP (e.g. `heaptrack -o /tmp/agent`) runs the agent under a
         // profiler; its figures of time and RSS are then the profiler's, not the agent's.
         let wrap = std::env::var("PALLET_BENCH_AGENT_WRAP").unwrap_or_default();
         let mut command = match wrap.split_whitespace().collect::<Vec<_>>().split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
-                command.args(args).arg(env!("CARGO_BIN_EXE_pallet"));
+                command.args(args).arg(bin);
                 command
             }
-            None => Command::new(env!("CARGO_BIN_EXE_pallet")),
+            None => Command::new(bin),
         };
         let child = command
             .args(["agent", "--namespace", "pallet-system"])
@@ -294,16 +304,7 @@ impl Agent {
             },
             metrics_url: format!("http://127.0.0.1:{port}/metrics"),
         };
-        // Ready once its BundleDeployment watch has listed everything.
-        let ready = agent.metrics_url.replace("/metrics", "/readyz");
-        cluster::poll_until("the agent ready", Duration::from_secs(60), || async {
-            match reqwest::get(&ready).await {
-                Ok(r) if r.status().is_success() => Ok(()),
-                Ok(r) => Err(r.status().to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await;
+        common::wait_agent_ready(port).await;
         agent
     }
 
@@ -313,13 +314,7 @@ impl Agent {
 
     /// Every sample of its /metrics, by `name{labels}`.
     async fn metrics(&self) -> BTreeMap<String, f64> {
-        let text = reqwest::get(&self.metrics_url)
-            .await
-            .expect("scraping the agent")
-            .text()
-            .await
-            .expect("reading /metrics");
-        common::metric_samples(&text)
+        common::scrape(&self.metrics_url).await
     }
 }
 
@@ -532,6 +527,42 @@ struct PalletRound {
     upgrade: Cost,
 }
 
+/// An agent binary a round runs.
+struct AgentBin {
+    path: PathBuf,
+    /// `this build` or `baseline`.
+    label: &'static str,
+    /// Appended to the names of its agent, namespaces and profiles.
+    suffix: &'static str,
+}
+
+impl AgentBin {
+    /// The binary cargo built with this benchmark.
+    fn this_build() -> AgentBin {
+        AgentBin {
+            path: PathBuf::from(env!("CARGO_BIN_EXE_pallet")),
+            label: "this build",
+            suffix: "",
+        }
+    }
+
+    /// The binary `PALLET_BENCH_BASELINE_BIN` names, if any.
+    fn baseline() -> Option<AgentBin> {
+        let path = std::env::var_os("PALLET_BENCH_BASELINE_BIN").filter(|p| !p.is_empty())?;
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "PALLET_BENCH_BASELINE_BIN={}: no such file",
+            path.display()
+        );
+        Some(AgentBin {
+            path,
+            label: "baseline",
+            suffix: "-base",
+        })
+    }
+}
+
 /// One round: the floors, then pallet on the same objects. Rounds alternate floor and pallet so
 /// that a slow or fast stretch of the shared machine lands on both sides of a ratio.
 struct Round {
@@ -539,6 +570,8 @@ struct Round {
     /// The least any agent adds to the floors (`scale/least.rs`).
     least: least::Least,
     pallet: PalletRound,
+    /// The same with the baseline binary (`PALLET_BENCH_BASELINE_BIN`).
+    baseline: Option<PalletRound>,
 }
 
 impl Round {
@@ -588,15 +621,18 @@ async fn pallet_round(
     (registry, images): (&Server, Images<'_>),
     work: &Path,
     run: &str,
-    at: RoundOf,
+    (at, bin): (RoundOf, &AgentBin),
     steady_seconds: Option<u64>,
 ) -> (PalletRound, Option<Steady>) {
-    let (n, suffix, tag) = (at.n, at.suffix(), at.tag());
-    eprintln!("[N={n}{tag}] c. pallet install ...");
+    let (n, tag) = (at.n, at.tag());
+    let suffix = format!("{}{}", at.suffix(), bin.suffix);
+    let which = bin.label;
+    eprintln!("[N={n}{tag}] c. pallet install ({which}) ...");
     let ns = format!("{run}-p{n}{suffix}");
     plane.fake_kubelet_namespace(&ns);
     let selector = format!("{TEST_LABEL}={run},{SIZE_LABEL}={n}");
     let agent = Agent::start(
+        &bin.path,
         &plane.agent_user,
         work,
         &format!("agent-{n}{suffix}"),
@@ -631,7 +667,7 @@ async fn pallet_round(
         }
         None => None,
     };
-    eprintln!("[N={n}{tag}] e. pallet upgrade of all {n} ...");
+    eprintln!("[N={n}{tag}] e. pallet upgrade of all {n} ({which}) ...");
     let upgrade_file = write_bds(
         work,
         &format!("bds-{n}-v2.yaml"),
@@ -652,6 +688,60 @@ async fn pallet_round(
     // No clean-up: the control plane goes with the round (`Plane::start`).
     drop(agent);
     (PalletRound { install, upgrade }, steady)
+}
+
+/// One phase's cost of a pallet round.
+type CostOf = fn(&PalletRound) -> &Cost;
+
+/// This build against the baseline binary (`PALLET_BENCH_BASELINE_BIN`) at `n` apps: for the
+/// install and the upgrade, the agent's API requests, the bytes the control plane allocated and
+/// the time of each, and this build's over the baseline's (the median over the rounds).
+fn print_baseline(n: usize, measured: &[Round]) {
+    println!(
+        "this build against the baseline binary at {n} apps, side by side in this run (each on a fresh control plane; requests: the agent's, from the audit log; alloc: MiB the control plane allocated during the phase; median over {} round(s)):",
+        measured.len()
+    );
+    println!(
+        "  {:<9} {:>14} {:>14} {:>8}   {:>12} {:>12} {:>8}   {:>10} {:>10} {:>8}",
+        "phase",
+        "requests base",
+        "requests this",
+        "ratio",
+        "alloc base",
+        "alloc this",
+        "ratio",
+        "time base",
+        "time this",
+        "ratio"
+    );
+    let phases: [(&str, CostOf); 2] = [("install", |r| &r.install), ("upgrade", |r| &r.upgrade)];
+    for (phase, cost_of) in phases {
+        let pairs: Vec<(&Cost, &Cost)> = measured
+            .iter()
+            .filter_map(|r| Some((cost_of(r.baseline.as_ref()?), cost_of(&r.pallet))))
+            .collect();
+        let median_of = |f: &dyn Fn(&Cost) -> f64, side: usize| {
+            let mut values: Vec<f64> = pairs
+                .iter()
+                .map(|(base, this)| f(if side == 0 { base } else { this }))
+                .collect();
+            values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+            values.get(values.len() / 2).copied().unwrap_or(0.0)
+        };
+        let requests = |c: &Cost| audit::total(&c.requests) as f64;
+        let alloc = |c: &Cost| c.timeline.plane_allocated() / (1 << 20) as f64;
+        let time = |c: &Cost| c.time.as_secs_f64();
+        let cell = |f: &dyn Fn(&Cost) -> f64| {
+            let (base, this) = (median_of(f, 0), median_of(f, 1));
+            (base, this, if base > 0.0 { this / base } else { 0.0 })
+        };
+        let (rb, rt, rr) = cell(&requests);
+        let (ab, at, ar) = cell(&alloc);
+        let (tb, tt, tr) = cell(&time);
+        println!(
+            "  {phase:<9} {rb:>14.0} {rt:>14.0} {rr:>7.3}x   {ab:>12.1} {at:>12.1} {ar:>7.3}x   {tb:>9.1}s {tt:>9.1}s {tr:>7.3}x"
+        );
+    }
 }
 
 /// Every round of one size, one line each, and the medians: how far a single run can be trusted.
@@ -979,6 +1069,8 @@ async fn main() {
         Plane::start(work.path()).await
     };
     let run = cluster::unique_name("scale");
+    let this_build = AgentBin::this_build();
+    let baseline = AgentBin::baseline();
     let mut report = Vec::new();
     // ---- report: the setting first, each size when done, then the summary ----
     println!();
@@ -1026,16 +1118,45 @@ async fn main() {
             .await;
             // The steady state once per size: it measures what a settled agent does, not a race.
             let steady_for = (round == 0 && n == steady_n).then_some(steady_seconds);
+            // The baseline's round first in odd rounds, second in even ones: a slow or fast
+            // stretch of the shared machine lands on both sides of the comparison.
+            let baseline_round = || async {
+                match &baseline {
+                    Some(bin) => {
+                        let plane = fresh_plane().await;
+                        let round = pallet_round(
+                            &plane,
+                            fx,
+                            (&registry, images),
+                            work.path(),
+                            &run,
+                            (at, bin),
+                            None,
+                        )
+                        .await;
+                        Some(round.0)
+                    }
+                    None => None,
+                }
+            };
+            let mut baseline_first = None;
+            if round % 2 == 0 {
+                baseline_first = baseline_round().await;
+            }
             let (pallet, settled) = pallet_round(
                 &fresh_plane().await,
                 fx,
                 (&registry, images),
                 work.path(),
                 &run,
-                at,
+                (at, &this_build),
                 steady_for,
             )
             .await;
+            let baseline_run = match baseline_first {
+                Some(done) => Some(done),
+                None => baseline_round().await,
+            };
             if settled.is_some() {
                 steady = settled;
             }
@@ -1043,6 +1164,7 @@ async fn main() {
                 floor,
                 least,
                 pallet,
+                baseline: baseline_run,
             });
         }
         let sharded = if n == shard_n {
@@ -1078,6 +1200,9 @@ async fn main() {
         print_size(n, first, &steady, &sharded, &peer);
         if rounds > 1 {
             print_rounds(n, &measured);
+        }
+        if baseline.is_some() {
+            print_baseline(n, &measured);
         }
         report.push((n, measured, peer));
     }
@@ -1218,6 +1343,7 @@ async fn sharded(
         let selector = format!("{TEST_LABEL}={run},{SHARD_LABEL}={shard}");
         agents.push(
             Agent::start(
+                Path::new(env!("CARGO_BIN_EXE_pallet")),
                 user,
                 work,
                 &format!("agent-{n}-{shard}"),
@@ -1348,6 +1474,7 @@ fn print_size(
         floor,
         least,
         pallet,
+        ..
     }: &Round,
     steady: &Option<Steady>,
     sharded: &Option<Sharded>,

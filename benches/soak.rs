@@ -22,6 +22,9 @@
 //! `cargo bench --bench soak`. Everything it creates carries a unique `pallet.dev/test` label (or
 //! lives in its own namespace) and is deleted at the end.
 
+// The benchmark's clients of the agent's own endpoints read whole answers (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

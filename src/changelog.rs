@@ -178,6 +178,43 @@ pub struct ChangeLog {
     /// When this process opened the log: a deletion requested before then may have been under
     /// way in a previous process.
     opened_at: k8s_openapi::jiff::Timestamp,
+    /// The last lines written, for the agent's web view (see [`ChangeLog::keep_recent`]).
+    recent: Option<Arc<Recent>>,
+}
+
+/// The last lines of a change log, kept in memory.
+pub struct Recent {
+    lines: Mutex<std::collections::VecDeque<Arc<str>>>,
+    capacity: usize,
+    /// Lines written so far: moves with every line, so a reader knows when to look again.
+    written: std::sync::atomic::AtomicU64,
+}
+
+impl Recent {
+    /// The lines kept, oldest first.
+    pub fn lines(&self) -> Vec<Arc<str>> {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// How many lines were written so far.
+    pub fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn push(&self, line: &str) {
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() >= self.capacity {
+            lines.pop_front();
+        }
+        lines.push_back(Arc::from(line.trim_end()));
+        self.written
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl ChangeLog {
@@ -214,7 +251,23 @@ impl ChangeLog {
             file,
             seen: Arc::default(),
             opened_at: k8s_openapi::jiff::Timestamp::now(),
+            recent: None,
         })
+    }
+
+    /// Also keeps the last `capacity` lines in memory (the agent's web view shows them).
+    pub fn keep_recent(mut self, capacity: usize) -> Self {
+        self.recent = Some(Arc::new(Recent {
+            lines: Mutex::new(std::collections::VecDeque::with_capacity(capacity)),
+            capacity: capacity.max(1),
+            written: std::sync::atomic::AtomicU64::new(0),
+        }));
+        self
+    }
+
+    /// The lines kept in memory, when [`ChangeLog::keep_recent`] asked for them.
+    pub fn recent(&self) -> Option<Arc<Recent>> {
+        self.recent.clone()
     }
 
     /// True the first time this process asks about `uid`: the moment to look for a pass a
@@ -275,6 +328,7 @@ impl ChangeLog {
             file: None,
             seen: Arc::default(),
             opened_at: k8s_openapi::jiff::Timestamp::now(),
+            recent: None,
         }
     }
 
@@ -317,6 +371,9 @@ impl ChangeLog {
     /// One `write` per destination for the whole line (a kill never leaves half a line behind
     /// another), stdout flushed.
     fn write_line(&self, mut line: String) {
+        if let Some(recent) = &self.recent {
+            recent.push(&line);
+        }
         line.push('\n');
         if self.to_stdout {
             let mut out = std::io::stdout().lock();
@@ -446,5 +503,30 @@ mod tests {
         assert!(log.first_look("u1"));
         assert!(!log.clone().first_look("u1"), "clones share what was seen");
         assert!(log.first_look("u2"));
+    }
+
+    #[test]
+    fn the_last_lines_are_kept_in_memory_when_asked() {
+        let log = ChangeLog::disabled().keep_recent(2);
+        let object = ObjectRef {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: None,
+            name: "a".into(),
+        };
+        for name in ["one", "two", "three"] {
+            log.record(&log.entry(name, Operation::Create, Reason::NewRevision, object.clone()));
+        }
+        let recent = log.recent().unwrap();
+        assert_eq!(recent.written(), 3);
+        let lines = recent.lines();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[0].contains(r#""bundleDeployment":"two""#),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[1].contains(r#""bundleDeployment":"three""#));
+        assert!(ChangeLog::disabled().recent().is_none());
     }
 }

@@ -10,8 +10,9 @@
 //! The check is made on the addresses a name resolves to, not on the name: the reqwest clients
 //! resolve through [`GuardedResolver`] (so every connection, redirects included, is checked on
 //! the address it connects to), and IP literals, which reqwest does not resolve, are checked on
-//! the URL of the request and of every redirect. libgit2 and the OCI client resolve names
-//! themselves: their host is resolved and checked just before they connect.
+//! the URL of the request and of every redirect; registries are reached with such a client.
+//! libgit2 connects through the agent's git relay, which resolves the repository's host and
+//! checks the addresses it connects to itself (see `source::git_relay`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -183,8 +184,8 @@ impl EgressPolicy {
     }
 
     /// Resolves `host` and refuses it when any of its addresses is of a class not allowed; for
-    /// clients that resolve names themselves (libgit2, the OCI client). An IP literal is checked
-    /// as it is; a name that does not resolve is left to the client to report.
+    /// clients that resolve names themselves. An IP literal is checked as it is; a name that
+    /// does not resolve is left to the client to report.
     pub async fn check_host(&self, host: &str, port: u16) -> Result<(), EgressRefused> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         if let Ok(ip) = bare.parse::<IpAddr>() {
@@ -388,8 +389,8 @@ pub fn git_location(repository: &str) -> Result<GitLocation, String> {
 }
 
 /// Refuses a git repository location that is a local path or a `file://` URL unless the policy
-/// allows local repositories. Returns the host and port to check ([`EgressPolicy::check_host`])
-/// for a remote one.
+/// allows local repositories. Returns the host and port of a remote one (the git relay checks
+/// the addresses it connects to there).
 pub fn check_git_location(
     policy: &EgressPolicy,
     repository: &str,

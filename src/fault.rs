@@ -2,11 +2,16 @@
 //! call [`std::process::abort`] the `n`-th time (default 1) this process reaches `point`, leaving
 //! the cluster, the status and the change log exactly as `kill -9` at that moment would.
 //!
+//! The one way to inject a fault. Compiled in only with the `fault-injection` feature, which the
+//! tests' and benchmarks' builds turn on (a dev-dependency of the crate on itself); in any other
+//! build [`reached`] does nothing and the variable is never read.
+//!
 //! | point | reached |
 //! | --- | --- |
 //! | `fetch` | when a pass has fetched its sources, before rendering |
 //! | `snapshot` | when a new revision's snapshot is stored, before its intent is recorded |
 //! | `intent` | when the intent (`Applying` with the inventory) is recorded (a first install, or an upgrade writing exactly the installed objects: staged, kept out of status), before any write |
+//! | `rollback` | when a rollback's intent is recorded, before any of its writes |
 //! | `apply` | when an object write (create or update) has returned, before it is logged |
 //! | `prune` | when a delete has returned, before it is logged |
 //! | `health` | when a pass finds the applied revision not yet healthy and will wait for it |
@@ -15,7 +20,9 @@
 //! The variable is read once, at the first point reached; an unknown point is ignored with an
 //! error in the agent's log. Never set it outside tests.
 
+#[cfg(feature = "fault-injection")]
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(feature = "fault-injection")]
 use std::sync::OnceLock;
 
 /// The environment variable naming the fault.
@@ -30,6 +37,8 @@ pub enum Point {
     Snapshot,
     /// The intent to apply recorded (in status, or kept out of it: see `reconcile::unwritten_intent`).
     Intent,
+    /// A rollback's intent recorded, before any of its writes.
+    Rollback,
     /// An object write returned (not yet logged).
     Apply,
     /// A delete returned (not yet logged).
@@ -41,11 +50,13 @@ pub enum Point {
 }
 
 impl Point {
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     fn parse(name: &str) -> Option<Point> {
         Some(match name {
             "fetch" => Point::Fetch,
             "snapshot" => Point::Snapshot,
             "intent" => Point::Intent,
+            "rollback" => Point::Rollback,
             "apply" => Point::Apply,
             "prune" => Point::Prune,
             "health" => Point::Health,
@@ -57,12 +68,14 @@ impl Point {
 
 /// A parsed fault: abort at the `nth` time `point` is reached.
 #[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 struct Fault {
     point: Point,
     nth: u64,
 }
 
 /// Parses `<point>[:<n>]`; `None` for anything else.
+#[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
 fn parse(spec: &str) -> Option<Fault> {
     let (name, nth) = match spec.split_once(':') {
         Some((name, n)) => (name, n.parse().ok().filter(|n| *n > 0)?),
@@ -74,9 +87,12 @@ fn parse(spec: &str) -> Option<Fault> {
     })
 }
 
+#[cfg(feature = "fault-injection")]
 static FAULT: OnceLock<Option<Fault>> = OnceLock::new();
+#[cfg(feature = "fault-injection")]
 static HITS: AtomicU64 = AtomicU64::new(0);
 
+#[cfg(feature = "fault-injection")]
 fn configured() -> Option<&'static Fault> {
     FAULT
         .get_or_init(|| {
@@ -91,6 +107,7 @@ fn configured() -> Option<&'static Fault> {
 }
 
 /// Marks that `point` is reached; aborts the process when the configured fault says so.
+#[cfg(feature = "fault-injection")]
 pub fn reached(point: Point) {
     let Some(fault) = configured() else {
         return;
@@ -101,6 +118,11 @@ pub fn reached(point: Point) {
         std::process::abort();
     }
 }
+
+/// Marks that `point` is reached: nothing, in a build without fault points.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn reached(_point: Point) {}
 
 #[cfg(test)]
 mod tests {
@@ -119,6 +141,13 @@ mod tests {
             parse("intent"),
             Some(Fault {
                 point: Point::Intent,
+                nth: 1
+            })
+        );
+        assert_eq!(
+            parse("rollback"),
+            Some(Fault {
+                point: Point::Rollback,
                 nth: 1
             })
         );

@@ -312,19 +312,6 @@ pub fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Parses a duration of whole seconds, at least one: a Go duration (`15s`, `1m`) or a bare
-/// number of seconds (`15`).
-pub fn parse_seconds(text: &str) -> Result<Duration, String> {
-    let duration = crate::cli::parse_duration_arg(text)?;
-    if duration.subsec_nanos() != 0 {
-        return Err(format!("{text:?} is not whole seconds like 15s"));
-    }
-    match duration.as_secs() {
-        0 => Err("must be at least 1s".into()),
-        _ => Ok(duration),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,11 +356,6 @@ mod tests {
         };
         assert_eq!(config.retry_period(), Duration::from_secs(5));
         assert_eq!(config.renew_deadline(), Duration::from_secs(10));
-        assert_eq!(parse_seconds("15s"), Ok(Duration::from_secs(15)));
-        assert_eq!(parse_seconds("4"), Ok(Duration::from_secs(4)));
-        assert!(parse_seconds("0s").is_err());
-        assert_eq!(parse_seconds("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_seconds("1500ms").is_err());
         let record = Record {
             holder: Some("x".into()),
             renew_time: None,

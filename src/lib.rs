@@ -5,14 +5,16 @@
 
 pub mod api;
 pub mod apply;
+pub mod bounded;
 pub mod changelog;
 pub mod cli;
 pub mod client_metrics;
 pub mod clusters;
 pub mod docs;
+pub mod duration;
 pub mod egress;
-pub mod fleet;
 pub mod fault;
+pub mod fleet;
 pub mod health;
 pub mod leader;
 pub mod metrics;

@@ -267,7 +267,8 @@ const CLUSTER_UP: MetricDoc = MetricDoc {
     name: "cluster_up",
     kind: MetricKind::Gauge,
     labels: &["cluster"],
-    help: "1 while a remote cluster answers, 0 while it is down (unreachable, too slow, or \
+    help:
+        "1 while a remote cluster answers, 0 while it is down (unreachable, too slow, or \
              refusing the kubeconfig's credentials): its bundles wait and it is probed with backoff",
 };
 /// `pallet_cluster_bundle_deployments`.
@@ -580,12 +581,28 @@ impl Metrics {
 
     /// Sets the gauges of remote cluster `cluster`: whether it is up, its BundleDeployments,
     /// the objects its watches know and the bytes they keep.
-    pub fn set_cluster(&self, cluster: &str, up: bool, bundles: usize, objects: usize, bytes: usize) {
+    pub fn set_cluster(
+        &self,
+        cluster: &str,
+        up: bool,
+        bundles: usize,
+        objects: usize,
+        bytes: usize,
+    ) {
         let label = label(cluster);
         self.clusters.up.get_or_create(&label).set(i64::from(up));
-        self.clusters.bundles.get_or_create(&label).set(i64::try_from(bundles).unwrap_or(i64::MAX));
-        self.clusters.objects.get_or_create(&label).set(i64::try_from(objects).unwrap_or(i64::MAX));
-        self.clusters.bytes.get_or_create(&label).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        self.clusters
+            .bundles
+            .get_or_create(&label)
+            .set(i64::try_from(bundles).unwrap_or(i64::MAX));
+        self.clusters
+            .objects
+            .get_or_create(&label)
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+        self.clusters
+            .bytes
+            .get_or_create(&label)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Drops the series of remote cluster `cluster` (no bundle targets it any more).

@@ -251,7 +251,8 @@ pub async fn fetch_sources(
 /// processor did.
 ///
 /// With `lookups` (a cluster to read), a helm chart's `lookup`s are answered from it, as the
-/// agent answers them; without, they are empty, as in `helm template`.
+/// agent answers them; without, they are empty, as in `helm template`. `now` is the clock a
+/// chart's `now` reads (Unix seconds; see [`crate::reconcile::render_time`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn assemble_and_render(
     fetcher: &Fetcher,
@@ -262,6 +263,7 @@ pub async fn assemble_and_render(
     processors: &ProcessorInputs,
     caller: &FunctionCaller<'_>,
     lookups: Option<&crate::reconcile::lookups::Reader<'_>>,
+    now: i64,
 ) -> Result<(Rendered, Vec<ProcessorTrace>), PreviewError> {
     let tree: PathBuf = fetcher.cache().scratch_dir()?;
     let inputs = RenderInputs {
@@ -270,6 +272,7 @@ pub async fn assemble_and_render(
         processors,
         caller,
         lookups,
+        now,
     };
     let result = render_tree(&tree, fetched, bd, inputs).await;
     crate::reconcile::fetch::remove_tree(&tree);
@@ -283,6 +286,7 @@ struct RenderInputs<'a> {
     processors: &'a ProcessorInputs,
     caller: &'a FunctionCaller<'a>,
     lookups: Option<&'a crate::reconcile::lookups::Reader<'a>>,
+    now: i64,
 }
 
 async fn render_tree(
@@ -298,9 +302,11 @@ async fn render_tree(
         processors,
         caller,
         lookups: reader,
+        now,
     } = inputs;
     assemble(fetched, tree)?;
     let mut config = render::render_config(bd, capabilities, values);
+    config.helm.now = now;
     if reader.is_some() {
         config.helm.lookups = pallet_formats::Lookups::Answers(Vec::new());
     }

@@ -1107,3 +1107,76 @@ async fn a_second_agent_writing_the_same_bundle_is_reported() {
         .unwrap();
     agent::wait_bd_gone(&client, &test).await;
 }
+
+/// A duration too long for any clock (`99999999999999999999h`, which the CRD's pattern admits)
+/// refuses the spec with reason InvalidDuration naming the field, at once and without a panic:
+/// the agent keeps running, its neighbour installs, and the bad BundleDeployment's objects stay
+/// as the last good spec left them.
+#[tokio::test]
+async fn a_duration_too_long_refuses_the_spec_and_names_the_field() {
+    let client = cluster::client().await;
+    cluster::install_crd(&client).await;
+    let fixtures = support::Fixtures::load();
+    let test = support::unique_name("e2e-dur");
+    let repo = fixtures.git_repo(&test);
+    repo.commit_files(
+        "main",
+        &[("manifests/app.yaml", config_map("app", "1").as_bytes())],
+        "v1",
+    );
+    let url = repo.url(fixtures.git_plain());
+    let agent = Agent::start(&test);
+    let pid = agent.pid();
+    create_bd(&client, &test, &test, &url).await;
+    wait_condition(&client, &agent, &test, "Ready", "True", "1 objects").await;
+
+    // The same bundle with a progress deadline no clock can hold.
+    let spec = json!({
+        "installNamespace": test,
+        "sources": [{"kind": "git", "git": {"repository": url, "ref": {"branch": "main"}}}],
+        "format": "plain",
+        "rollout": {"progressDeadline": "99999999999999999999h"},
+    });
+    agent::apply_bd(&client, &test, spec).await;
+    let bd = wait_condition(
+        &client,
+        &agent,
+        &test,
+        "Ready",
+        "False",
+        "spec.rollout.progressDeadline",
+    )
+    .await;
+    let conditions = &bd.status.as_ref().unwrap().conditions;
+    let ready = find(conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "InvalidDuration");
+    assert!(
+        ready.message.contains("longer than the longest duration"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(find(conditions, "Stalled").unwrap().status, "True");
+    assert!(
+        !agent.log_tail().contains("panicked"),
+        "no pass panicked:\n{}",
+        agent.log_tail()
+    );
+
+    // The agent is the same process and still reconciles: a neighbour installs.
+    let neighbour = format!("{test}-n");
+    let spec = json!({
+        "installNamespace": neighbour,
+        "sources": [{"kind": "git", "git": {"repository": url, "ref": {"branch": "main"}}}],
+        "format": "plain",
+    });
+    agent::apply_bd_labelled(&client, &neighbour, &test, spec).await;
+    wait_condition(&client, &agent, &neighbour, "Ready", "True", "1 objects").await;
+    assert_eq!(agent.pid(), pid);
+    // The refused spec's objects are as the last good spec left them.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &test);
+    assert_eq!(
+        cms.get("app").await.unwrap().data.unwrap()["value"],
+        "1",
+        "the installed object stays"
+    );
+}

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use agent::Agent;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -31,21 +31,6 @@ fn deployment(image: &str) -> String {
          selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    \
          spec:\n      containers:\n      - {{name: web, image: \"{image}\"}}\n"
     )
-}
-
-/// A namespace where the fake kubelet runs Pods (crash-looping when the image tag ends in
-/// `broken`).
-async fn kubelet_namespace(client: &Client, name: &str) {
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}});
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&namespace),
-        )
-        .await
-        .unwrap();
 }
 
 /// A BundleDeployment `name` of the files in a git repository of its own.
@@ -79,7 +64,7 @@ async fn crash_looping_pods_are_named_with_their_reason_in_the_condition_history
     let client = cluster::client().await;
     cluster::install_crd(&client).await;
     let name = support::unique_name("day2-crash");
-    kubelet_namespace(&client, &name).await;
+    cluster::kubelet_namespace(&client, &name).await;
     git_bundle(
         &client,
         &name,

@@ -463,7 +463,7 @@ async fn resume_dry_run_after_a_rollback_compares_with_the_revision_rolled_back_
         "resume",
         &name,
         "--dry-run",
-        "--namespace",
+        "--agent-namespace",
         &name,
         "--allow-loopback-egress",
         "--cache-dir",
@@ -631,7 +631,7 @@ async fn trace_falls_back_to_the_revision_store() {
         "configmap/old",
         "-n",
         &name,
-        "--store-namespace",
+        "--agent-namespace",
         &name,
     ]);
     for expected in [

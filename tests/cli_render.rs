@@ -440,3 +440,52 @@ fn registry_v1_config_file() {
         "{stderr}"
     );
 }
+
+/// A chart that builds a value in a loop, each level holding the previous, then serialises it:
+/// held to the values budget, a clear error and exit status 1, not a stack overflow (134); the
+/// same chart within the budget renders.
+#[test]
+fn a_value_a_chart_nests_past_the_budget_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("nesting");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: nesting\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    let write = |depth: usize, print: &str| {
+        std::fs::write(
+            chart.join("templates/cm.yaml"),
+            format!(
+                "{{{{- $d := dict }}}}{{{{- range until {depth} }}}}{{{{- $d = dict \"inner\" $d }}}}{{{{- end }}}}\n\
+                 apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nested\ndata:\n  \
+                 out: {{{{ {print} | len | quote }}}}\n"
+            ),
+        )
+        .unwrap();
+    };
+    for print in [
+        "toJson $d",
+        "toYaml $d",
+        "toString $d",
+        "deepCopy $d | toJson",
+    ] {
+        write(100_000, print);
+        let out = pallet(&["render", "--format", "helm", chart.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{print}: {stderr}");
+        for part in [
+            "render budget exceeded: value nesting depth",
+            "limit of 64",
+            "nesting/templates/cm.yaml",
+        ] {
+            assert!(stderr.contains(part), "{print}: {part:?} in {stderr}");
+        }
+    }
+    write(20, "toJson $d");
+    let (yaml, stderr) = ok(&["render", "--format", "helm", chart.to_str().unwrap()]);
+    assert!(yaml.contains("name: nested"), "{yaml}");
+    // Offline, the chart's `now` is the current time, and render says so.
+    assert!(stderr.contains("`now` is the current time"), "{stderr}");
+}

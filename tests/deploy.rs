@@ -77,6 +77,7 @@ fn every_rbac_rule_has_a_comment_saying_why() {
         "rbac-install.yaml",
         "tenant-role.yaml",
         "components/least-privilege/rbac-read.yaml",
+        "components/web-view/rbac.yaml",
     ] {
         let text = std::fs::read_to_string(deploy_dir().join(file)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -421,6 +422,32 @@ fn the_least_privilege_component_applies_with_a_server_side_dry_run() {
         "{applied}"
     );
     assert!(!applied.contains("pallet-agent-install"), "{applied}");
+}
+
+/// The web-view component turns the agent's view on (loopback in the Pod, read-only) and grants
+/// what it needs: TokenReviews and impersonating users and groups.
+#[test]
+fn the_web_view_component_serves_the_view_on_loopback_with_its_grant() {
+    let built = kustomize_build("components:\n- ../deploy/components/web-view\n");
+    let deployment = &built["Deployment pallet-system/pallet-agent"];
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap();
+    assert!(
+        args.contains(&serde_json::json!("--ui-address=127.0.0.1:8090")),
+        "{args:?}"
+    );
+    assert!(
+        !args.contains(&serde_json::json!("--ui-actions")),
+        "read-only by default"
+    );
+    let role = &built["ClusterRole /pallet-agent-web-view"];
+    let text = role["rules"].to_string();
+    assert!(
+        text.contains("tokenreviews") && text.contains("impersonate"),
+        "{text}"
+    );
+    assert!(built.contains_key("ClusterRoleBinding /pallet-agent-web-view"));
 }
 
 /// deploy/monitoring's alert rules name only metrics the agent exports, and its ServiceMonitor

@@ -3,6 +3,10 @@
 //! should be, git serves what the helpers commit, the file server honours validators and auth, and
 //! the request counters see every request.
 
+// Test clients of the local fixture servers and the agent's own endpoints: whole answers are
+// read there, not in the agent (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 use std::io::Read;

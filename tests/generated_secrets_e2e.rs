@@ -11,11 +11,10 @@ mod cluster;
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use agent::{wait_condition, Agent};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::Client;
 use pallet::api::BundleDeployment;
 use serde_json::{json, Value};
@@ -52,47 +51,6 @@ async fn generated(client: &Client, namespace: &str) -> BTreeMap<String, String>
         .into_iter()
         .map(|(k, v)| (k, String::from_utf8(v.0).unwrap()))
         .collect()
-}
-
-/// Waits until `name` has handled generation `generation` and is Ready; its status.
-async fn wait_settled(
-    client: &Client,
-    agent: &Agent,
-    name: &str,
-    what: &str,
-    done: impl Fn(&pallet::api::BundleDeploymentStatus, i64) -> bool,
-) -> pallet::api::BundleDeploymentStatus {
-    let api: Api<BundleDeployment> = Api::all(client.clone());
-    cluster::poll_until(what, Duration::from_secs(90), || {
-        let api = api.clone();
-        let done = &done;
-        async move {
-            let bd = api.get(name).await.map_err(|e| e.to_string())?;
-            let generation = bd.metadata.generation.unwrap_or_default();
-            let status = bd.status.unwrap_or_default();
-            if done(&status, generation) {
-                Ok(status)
-            } else {
-                Err(format!("{status:?}\nagent log:\n{}", agent.log_tail()))
-            }
-        }
-    })
-    .await
-}
-
-fn ready(status: &pallet::api::BundleDeploymentStatus, generation: i64) -> bool {
-    status.observed_generation == Some(generation)
-        && status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-}
-
-async fn patch_bd(client: &Client, name: &str, patch: Value) {
-    Api::<BundleDeployment>::all(client.clone())
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
 }
 
 /// The render-key Secret of the BundleDeployment with `uid`, if any.
@@ -152,18 +110,21 @@ async fn generated_values_come_from_a_secret_key_and_survive_everything_but_recr
             agent = agent.restart_with_env(&[]);
         }
         let request = format!("again-{n}");
-        patch_bd(
+        agent::patch_bd(
             &client,
             &test,
             json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": request}}}),
         )
         .await;
-        let status = wait_settled(
+        let status = agent::wait_status(
             &client,
             &agent,
             &test,
             "the reconcile request handled",
-            |s, g| ready(s, g) && s.last_handled_reconcile.as_deref() == Some(request.as_str()),
+            |s, g| {
+                agent::is_ready(s, g)
+                    && s.last_handled_reconcile.as_deref() == Some(request.as_str())
+            },
         )
         .await;
         assert_eq!(status.active_revision, Some(1));
@@ -171,10 +132,10 @@ async fn generated_values_come_from_a_secret_key_and_survive_everything_but_recr
     }
 
     // A pause and a resume (two new generations): nothing new to render.
-    patch_bd(&client, &test, json!({"spec": {"paused": true}})).await;
+    agent::patch_bd(&client, &test, json!({"spec": {"paused": true}})).await;
     wait_condition(&client, &agent, &test, "Paused", "True", "").await;
-    patch_bd(&client, &test, json!({"spec": {"paused": false}})).await;
-    let status = wait_settled(&client, &agent, &test, "resumed", ready).await;
+    agent::patch_bd(&client, &test, json!({"spec": {"paused": false}})).await;
+    let status = agent::wait_status(&client, &agent, &test, "resumed", agent::is_ready).await;
     assert_eq!(status.active_revision, Some(1), "no new revision");
     assert_eq!(
         generated(&client, &test).await,
@@ -183,13 +144,14 @@ async fn generated_values_come_from_a_secret_key_and_survive_everything_but_recr
     );
 
     // An edit of the spec that renders nothing new.
-    patch_bd(
+    agent::patch_bd(
         &client,
         &test,
         json!({"spec": {"rollout": {"historyLimit": 4}}}),
     )
     .await;
-    let status = wait_settled(&client, &agent, &test, "the edit handled", ready).await;
+    let status =
+        agent::wait_status(&client, &agent, &test, "the edit handled", agent::is_ready).await;
     assert_eq!(status.active_revision, Some(1), "no new revision");
     assert_eq!(
         generated(&client, &test).await,

@@ -93,8 +93,8 @@ async fn deeply_nested_values_are_refused() {
         expected(&["values nesting depth", "values.yaml"]),
     );
     harness.run(case).await;
-    // A value nested 100,000 deep built by the template itself: printing it overflows the
-    // render's stack, which ends the render's process, not the agent.
+    // A value nested 100,000 deep built by the template itself: held to the same depth budget
+    // when it is serialised, named in the condition.
     let built = format!(
         "{{{{- $x := dict }}}}{{{{- range until 100000 }}}}{{{{ $x = dict \"a\" $x }}}}{{{{- end }}}}{CONFIG_MAP}  a: {{{{ toJson $x | len | quote }}}}\n"
     );
@@ -102,7 +102,11 @@ async fn deeply_nested_values_are_refused() {
         "built",
         &harness.namespace.clone(),
         chart_files(&built, ""),
-        expected(&["render stack", "stack overflow"]),
+        expected(&[
+            "value nesting depth",
+            "limit of 64",
+            "hostile/templates/cm.yaml",
+        ]),
     );
     harness.run(case).await;
 }

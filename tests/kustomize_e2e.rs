@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use agent::{apply_bd, wait_condition, Agent};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::Client;
 use pallet::api::{BundleDeployment, BundleDeploymentStatus, RevisionPhase};
@@ -70,19 +70,6 @@ images:
 - name: registry.example/app
   newTag: \"1.1\"
 ";
-
-async fn labelled_namespace(client: &Client, name: &str) {
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}});
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            name,
-            &PatchParams::apply(cluster::TEST_FIELD_MANAGER),
-            &Patch::Apply(&namespace),
-        )
-        .await
-        .unwrap();
-}
 
 async fn status(client: &Client, name: &str) -> BundleDeploymentStatus {
     Api::<BundleDeployment>::all(client.clone())
@@ -181,7 +168,7 @@ async fn an_overlay_from_git_rolls_its_generated_config_map_forward_and_back() {
     cluster::install_crd(&client).await;
     let fx = support::Fixtures::load();
     let name = support::unique_name("kz");
-    labelled_namespace(&client, &name).await;
+    cluster::kubelet_namespace(&client, &name).await;
     let repo = fx.git_repo(&name);
     let files = |level: &'static str| {
         vec![
@@ -305,7 +292,7 @@ async fn a_remote_base_is_refused_and_nothing_is_applied() {
     cluster::install_crd(&client).await;
     let fx = support::Fixtures::load();
     let name = support::unique_name("kz-remote");
-    labelled_namespace(&client, &name).await;
+    cluster::kubelet_namespace(&client, &name).await;
     let repo = fx.git_repo(&name);
     let kustomization =
         "resources:\n- local.yaml\n- https://github.com/example/platform//base?ref=v1.2.0\n";

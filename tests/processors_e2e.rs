@@ -148,7 +148,17 @@ async fn processors_patch_hooks_substitute_from_a_config_map_and_call_a_function
     )
     .await;
     let function = krm_function::KrmFunction::serve();
-    // The variables' namespace is the test's own: allow-listed, as an operator would.
+    let function_host = function
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/');
+    let function_host = function_host
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    // The variables' namespace is the test's own, the function's host the test's server:
+    // allow-listed, as an operator would.
     let agent = Agent::start_with(
         &name,
         &[
@@ -156,6 +166,8 @@ async fn processors_patch_hooks_substitute_from_a_config_map_and_call_a_function
             &registry.host,
             "--allow-secret-namespace",
             &name,
+            "--allow-function-host",
+            &function_host,
         ],
     );
     let source = json!({"kind": "image", "image": {"ref": format!("{}/{name}:v1", registry.host)}});

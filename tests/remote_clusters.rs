@@ -110,8 +110,14 @@ async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
         secret.meta.labels.as_ref().unwrap()["pallet.dev/cluster"],
         "true"
     );
-    let one = registry.target(&key("target-a"), "remote-bd-one").await.unwrap();
-    let two = registry.target(&key("target-a"), "remote-bd-two").await.unwrap();
+    let one = registry
+        .target(&key("target-a"), "remote-bd-one")
+        .await
+        .unwrap();
+    let two = registry
+        .target(&key("target-a"), "remote-bd-two")
+        .await
+        .unwrap();
     assert!(std::sync::Arc::ptr_eq(&one, &two), "one client per cluster");
     // A write through it lands on target-a, not on the management cluster.
     let name = cluster::unique_name("remote-cm");
@@ -132,16 +138,20 @@ async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
     assert!(management.get_opt(&name).await.unwrap().is_none());
     // Its watch knows the object, and a change out of band asks for its owner.
     one.watches.watch(&config_maps());
-    cluster::poll_until("the watch to list the object", Duration::from_secs(30), || {
-        let live = one.watches.live();
-        let name = name.clone();
-        async move {
-            match live.lookup(&config_maps(), Some("default"), &name) {
-                Lookup::Found(_) => Ok(()),
-                other => Err(format!("{other:?}")),
+    cluster::poll_until(
+        "the watch to list the object",
+        Duration::from_secs(30),
+        || {
+            let live = one.watches.live();
+            let name = name.clone();
+            async move {
+                match live.lookup(&config_maps(), Some("default"), &name) {
+                    Lookup::Found(_) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     assert!(one.watches.usage().objects >= 1);
     admin_a
@@ -153,7 +163,10 @@ async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
         .await
         .unwrap();
     triggered(&mut triggers, "remote-bd-one", Duration::from_secs(30)).await;
-    admin_a.delete(&name, &DeleteParams::default()).await.unwrap();
+    admin_a
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
     // The registry reports the cluster's figures.
     let clusters = registry.clusters();
     let (_, health, bundles) = clusters
@@ -164,7 +177,10 @@ async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
     assert_eq!(*bundles, 2);
     registry.release("remote-bd-one");
     registry.release("remote-bd-two");
-    assert!(registry.clusters().is_empty(), "no bundle holds it: dropped");
+    assert!(
+        registry.clusters().is_empty(),
+        "no bundle holds it: dropped"
+    );
 }
 
 #[tokio::test]
@@ -174,12 +190,18 @@ async fn kubeconfigs_that_reach_the_agents_files_or_run_a_program_are_refused() 
     let cases = [
         (
             "exec",
-            kubeconfig_as("target-a", json!({"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "sh", "args": ["-c", "id"]}})),
+            kubeconfig_as(
+                "target-a",
+                json!({"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "sh", "args": ["-c", "id"]}}),
+            ),
             "exec credential plugin",
         ),
         (
             "token-file",
-            kubeconfig_as("target-a", json!({"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"})),
+            kubeconfig_as(
+                "target-a",
+                json!({"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}),
+            ),
             "tokenFile file",
         ),
         ("garbage", "{{{ not yaml".to_string(), "not valid"),
@@ -188,7 +210,10 @@ async fn kubeconfigs_that_reach_the_agents_files_or_run_a_program_are_refused() 
         let name = cluster::unique_name(&format!("bad-{case}"));
         secret_with(&management, &name, &kubeconfig).await;
         let error = registry.target(&key(&name), "bad").await.err().unwrap();
-        assert!(matches!(error, ClusterError::Invalid { .. }), "{case}: {error}");
+        assert!(
+            matches!(error, ClusterError::Invalid { .. }),
+            "{case}: {error}"
+        );
         assert_eq!(error.reason(), "KubeConfigInvalid");
         let text = error.to_string();
         assert!(text.contains(expected), "{case}: {text}");
@@ -196,12 +221,19 @@ async fn kubeconfigs_that_reach_the_agents_files_or_run_a_program_are_refused() 
         delete_secret(&management, &name).await;
     }
     // A missing Secret, a missing key.
-    let missing = registry.target(&key("no-such-cluster"), "bad").await.err().unwrap();
+    let missing = registry
+        .target(&key("no-such-cluster"), "bad")
+        .await
+        .err()
+        .unwrap();
     assert_eq!(missing.reason(), "KubeConfigNotFound");
     let mut other_key = key("target-a");
     other_key.key = Some("kubeconfig".into());
     let error = registry.target(&other_key, "bad").await.err().unwrap();
-    assert!(error.to_string().contains("has no key \"kubeconfig\""), "{error}");
+    assert!(
+        error.to_string().contains("has no key \"kubeconfig\""),
+        "{error}"
+    );
     // An API server on loopback, with the agent's default egress rules.
     let (trigger, _t) = mpsc::unbounded_channel();
     let strict = ClusterRegistry::new(
@@ -213,7 +245,10 @@ async fn kubeconfigs_that_reach_the_agents_files_or_run_a_program_are_refused() 
         Some(trigger),
     );
     let error = strict.target(&key("target-a"), "bad").await.err().unwrap();
-    assert!(error.to_string().contains("--allow-loopback-egress"), "{error}");
+    assert!(
+        error.to_string().contains("--allow-loopback-egress"),
+        "{error}"
+    );
 }
 
 /// Starts (or thaws) a target again even when the test fails midway.
@@ -233,7 +268,10 @@ impl Drop for Restore {
 async fn a_stopped_cluster_is_reported_at_once_and_back_at_once() {
     let _lock = remote::outage_lock();
     let (registry, mut triggers) = registry(Duration::from_secs(10)).await;
-    let target = registry.target(&key("target-b"), "outage-bd").await.unwrap();
+    let target = registry
+        .target(&key("target-b"), "outage-bd")
+        .await
+        .unwrap();
     target.watches.watch(&config_maps());
     target.client.apiserver_version().await.unwrap();
     let restore = Restore("target-b", false);
@@ -242,10 +280,22 @@ async fn a_stopped_cluster_is_reported_at_once_and_back_at_once() {
     let reported = triggered(&mut triggers, "outage-bd", Duration::from_secs(30)).await;
     eprintln!("outage reported after {reported:?}");
     let started = Instant::now();
-    let error = registry.target(&key("target-b"), "outage-bd").await.err().unwrap();
-    assert!(started.elapsed() < Duration::from_millis(500), "no wait on a dead cluster");
+    let error = registry
+        .target(&key("target-b"), "outage-bd")
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "no wait on a dead cluster"
+    );
     assert_eq!(error.reason(), "ClusterUnreachable");
-    assert!(error.to_string().contains("cluster target-b is unreachable"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("cluster target-b is unreachable"),
+        "{error}"
+    );
     assert!(error.is_transient());
     // A request through a client already held fails at once too.
     let started = Instant::now();
@@ -260,7 +310,10 @@ async fn a_stopped_cluster_is_reported_at_once_and_back_at_once() {
     drop(restore);
     let back = triggered(&mut triggers, "outage-bd", Duration::from_secs(60)).await;
     eprintln!("recovery reported {back:?} after the start returned");
-    let target = registry.target(&key("target-b"), "outage-bd").await.unwrap();
+    let target = registry
+        .target(&key("target-b"), "outage-bd")
+        .await
+        .unwrap();
     target.client.apiserver_version().await.unwrap();
     assert!(registry.health(&key("target-b")).is_up());
 }
@@ -277,11 +330,18 @@ async fn a_hung_cluster_costs_one_deadline_then_nothing() {
     let started = Instant::now();
     let error = namespaces.list(&Default::default()).await.unwrap_err();
     let waited = started.elapsed();
-    assert!(waited < Duration::from_secs(8), "the deadline bounds the wait: {waited:?}");
+    assert!(
+        waited < Duration::from_secs(8),
+        "the deadline bounds the wait: {waited:?}"
+    );
     assert!(error.to_string().contains("no answer within 2s"), "{error}");
     triggered(&mut triggers, "hung-bd", Duration::from_secs(5)).await;
     let started = Instant::now();
-    let down = registry.target(&key("target-a"), "hung-bd").await.err().unwrap();
+    let down = registry
+        .target(&key("target-a"), "hung-bd")
+        .await
+        .err()
+        .unwrap();
     assert!(started.elapsed() < Duration::from_millis(500));
     assert_eq!(down.reason(), "ClusterUnreachable");
     drop(restore);
@@ -306,7 +366,12 @@ async fn new_credentials_are_used_without_a_restart() {
     let target = registry.target(&key(&name), "rotate-bd").await.unwrap();
     target.client.apiserver_version().await.unwrap();
     // Credentials the cluster refuses: the bundle is asked for, and the cluster refuses.
-    secret_with(&management, &name, &kubeconfig_as("target-a", json!({"token": "revoked"}))).await;
+    secret_with(
+        &management,
+        &name,
+        &kubeconfig_as("target-a", json!({"token": "revoked"})),
+    )
+    .await;
     triggered(&mut triggers, "rotate-bd", Duration::from_secs(30)).await;
     let refused = registry.target(&key(&name), "rotate-bd").await.unwrap();
     assert!(!std::sync::Arc::ptr_eq(&refused, &target), "a new client");
@@ -315,7 +380,11 @@ async fn new_credentials_are_used_without_a_restart() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("Unauthorized"), "{error}");
-    let down = registry.target(&key(&name), "rotate-bd").await.err().unwrap();
+    let down = registry
+        .target(&key(&name), "rotate-bd")
+        .await
+        .err()
+        .unwrap();
     assert_eq!(down.reason(), "ClusterUnauthorized");
     // The right ones again: used at once.
     secret_with(&management, &name, &good).await;

@@ -495,12 +495,9 @@ async fn an_agent_killed_in_the_middle_of_a_rollback_finishes_it_after_restart()
     let s = Scenario::new("rb-crash").await;
     let extra = format!("{}-extra", s.name);
     s.commit(docs(&[config_map("app", "1")]), "v1");
-    // This agent exits right after recording the rollback, before restoring anything.
-    let mut crashing = Agent::start_with_env(
-        &s.name,
-        &[],
-        &[("PALLET_FAULT_INJECT", "exit-after-rollback-recorded")],
-    );
+    // This agent aborts right after recording the rollback, before restoring anything.
+    let mut crashing =
+        Agent::start_with_env(&s.name, &[], &[("PALLET_FAULT_ABORT_AT", "rollback")]);
     s.create_bd(json!({})).await;
     s.wait_healthy(&crashing, 1, Duration::from_secs(60)).await;
     s.commit(
@@ -511,11 +508,19 @@ async fn an_agent_killed_in_the_middle_of_a_rollback_finishes_it_after_restart()
         ]),
         "v2",
     );
-    let code = crashing.wait_exit(Duration::from_secs(60));
+    let ended = crashing.wait_end(Duration::from_secs(60));
     assert_eq!(
-        code,
-        Some(3),
-        "the agent died mid-rollback:\n{}",
+        {
+            use std::os::unix::process::ExitStatusExt;
+            ended.and_then(|status| status.signal())
+        },
+        Some(6), // SIGABRT, at the fault point
+        "the agent died mid-rollback (ended: {ended:?}):\n{}",
+        crashing.log_tail()
+    );
+    assert!(
+        crashing.log_tail().contains("aborting at Rollback"),
+        "at the rollback's fault point:\n{}",
         crashing.log_tail()
     );
     let midway = s.bds().get(&s.name).await.unwrap().status.unwrap();

@@ -6,6 +6,10 @@
 //! mismatched identities); a semver range whose newest tag is unsigned; and the requests
 //! verification costs, counted by the fixture registry.
 
+// Test clients of the local fixture servers and the agent's own endpoints: whole answers are
+// read there, not in the agent (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 #[path = "support/agent.rs"]
 mod agent;
 #[path = "support/cli.rs"]

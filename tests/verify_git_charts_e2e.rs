@@ -277,17 +277,7 @@ struct Work {
 
 impl Work {
     fn git(&self, args: &[&str]) -> String {
-        let mut cmd = support::git(None, &[]);
-        cmd.current_dir(self.dir.path())
-            .env("GNUPGHOME", &self.gnupg)
-            .args([
-                "-c",
-                "user.name=pallet tests",
-                "-c",
-                "user.email=tests@pallet.invalid",
-            ])
-            .args(args);
-        run(&mut cmd).trim().to_string()
+        signing::git_in(self.dir.path(), &self.gnupg, args)
     }
 
     /// Writes the ConfigMap holding `value` and commits it, SSH-signed when `signed`; pushes.

@@ -71,7 +71,7 @@ benchmarks=(
   "source|cargo bench --locked --bench source"
   "receiver|cargo bench --locked --bench receiver"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"
-  "helm_cold|cargo bench --locked --bench helm_cold"
+  "helm_charts|cargo bench --locked --bench helm_charts"
   "kustomize_render|cargo bench --locked --bench kustomize_render"
   "changelog|cargo bench --locked --bench changelog"
   "soak|cargo bench --locked --bench soak"

@@ -10,8 +10,10 @@ set -euo pipefail
 # git tags use (tests/verify_git_charts_e2e.rs). openssh-client: ssh-keygen signs git commits
 # there. time: GNU time's peak memory in benchmarks. musl-tools, perl, make: the static release
 # binary (tools/release.sh; OpenSSL is built from source for it). binutils: objcopy strips it.
+# chromium + chromium-driver: the web view's browser tests and benchmark (/usr/bin/chromium driven
+# through /usr/bin/chromedriver).
 packages=(docker-registry openssl git pkg-config libssl-dev ca-certificates python3 gnupg openssh-client
-  time musl-tools perl make binutils)
+  time musl-tools perl make binutils chromium chromium-driver)
 
 missing=()
 for p in "${packages[@]}"; do

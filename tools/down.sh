@@ -3,10 +3,12 @@
 # stays under .pallet/ (tools/controlplane.sh wipe deletes the cluster's).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-pidfile=${PALLET_STATE_DIR:-$root/.pallet}/agent/agent.pid
+state=${PALLET_STATE_DIR:-$root/.pallet}
+pidfile=$state/agent/agent.pid
 if [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null; then
   echo "agent stopped"
 fi
-rm -f "$pidfile"
+# The shell environment up.sh wrote names servers that are going away.
+rm -f "$pidfile" "$state/env"
 "$root/tools/fixtures.sh" stop
 "$root/tools/controlplane.sh" stop

@@ -10,9 +10,10 @@
 # control plane's fake kubelet, which serves namespaces labelled pallet.dev/fake-kubelet=on and
 # reports images tagged *broken as crashing.
 #
-# Leaves everything running so you can look around (`tools/down.sh` stops it):
-#   export KUBECONFIG=$(tools/controlplane.sh kubeconfig)
-#   ~/.cache/pallet/bin/kubectl get bd -o yaml
+# Leaves everything running so you can look around (`tools/down.sh` stops it), and writes what a
+# new shell needs for that (and for docs/getting-started.md) to .pallet/env:
+#   source .pallet/env
+#   kubectl get bd -o yaml
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +33,13 @@ tools/deps.sh
 
 say "building pallet"
 cargo build --locked --bin pallet
-pallet=$CARGO_TARGET_DIR/debug/pallet
+# The agent and the `pallet` of the getting-started guide's shell are one copy of this build, in
+# the state dir: a later build in the shared target dir (the test suite's) does not replace it.
+mkdir -p "$state/bin"
+cmp -s "$CARGO_TARGET_DIR/debug/pallet" "$state/bin/pallet" ||
+  cp -f "$CARGO_TARGET_DIR/debug/pallet" "$state/bin/pallet"
+ln -sf "$PALLET_CACHE_DIR/bin/kubectl" "$state/bin/kubectl"
+pallet=$state/bin/pallet
 
 say "starting the local control plane"
 tools/controlplane.sh start
@@ -67,7 +74,12 @@ done
 kubectl wait --for=condition=Established --timeout=5s crd/bundledeployments.pallet.dev
 
 # The selector leaves the BundleDeployments of tests (labelled pallet.dev/test) to the agents the
-# tests start, so the suite can run while this agent is up.
+# tests start, so the suite can run while this agent is up; everything else is this agent's:
+# the demo below, and what a person following docs/getting-started.md creates (tests/docs_walk.rs
+# walks that guide against this agent too, and checks it runs with these flags). The fixture
+# servers are on 127.0.0.1 (--allow-loopback-egress) and their registry speaks plain HTTP. Its
+# metrics server takes a free port (another checkout's agent may hold 8080); the log names it.
+registry=$(endpoint servers registry-plain host)
 say "starting the agent (log: $state/agent/agent.log)"
 mkdir -p "$state/agent"
 if [ -s "$state/agent/agent.pid" ] && kill -0 "$(cat "$state/agent/agent.pid")" 2>/dev/null; then
@@ -75,11 +87,23 @@ if [ -s "$state/agent/agent.pid" ] && kill -0 "$(cat "$state/agent/agent.pid")" 
 fi
 kubectl create namespace pallet-system --dry-run=client -o yaml | kubectl apply --server-side --field-manager=pallet-up -f - >/dev/null
 nohup "$pallet" agent --kubeconfig "$KUBECONFIG" --namespace pallet-system \
-  --cache-dir "$state/agent/cache" --requeue-seconds 30 --selector '!pallet.dev/test' \
+  --cache-dir "$state/agent/cache" --requeue-interval 30s --selector '!pallet.dev/test' \
   --change-log "$state/agent/changes.jsonl" \
-  --allow-loopback-egress \
+  --allow-loopback-egress --plain-http-registry "$registry" --metrics-addr 127.0.0.1:0 \
   >/dev/null 2>"$state/agent/agent.log" </dev/null &
 echo $! >"$state/agent/agent.pid"
+
+# What a new shell needs to follow docs/getting-started.md by hand: `source .pallet/env`.
+git_plain=$(endpoint servers git-plain url)
+cat >"$state/env" <<ENV
+# Written by tools/up.sh for a shell following docs/getting-started.md: \`source $state/env\`.
+# The addresses change when the fixture servers restart: run tools/up.sh again, then source it again.
+export KUBECONFIG=$KUBECONFIG
+case ":\$PATH:" in *":$state/bin:"*) ;; *) export PATH="$state/bin:\$PATH" ;; esac   # pallet, kubectl
+export PALLET_REGISTRY=$registry          # OCI registry, plain HTTP, no auth
+export PALLET_GIT=$git_plain             # git over smart HTTP, no auth: \$PALLET_GIT/NAME.git
+export PALLET_GIT_ROOT=$(endpoint git_root)   # its bare repositories (git init --bare \$PALLET_GIT_ROOT/NAME.git)
+ENV
 
 say "publishing testdata/bundles/hello-plain to the local git server"
 repo="$(endpoint git_root)/hello.git"
@@ -96,7 +120,7 @@ publish() {
   echo "published $(git -C "$work" rev-parse --short HEAD): $1"
 }
 publish "hello-plain example bundle"
-git_url="$(endpoint servers git-plain url)/hello.git"
+git_url="$git_plain/hello.git"
 
 # The demo's Pods become Ready through the control plane's fake kubelet (see the header).
 kubectl create namespace hello --dry-run=client -o yaml |
@@ -104,6 +128,9 @@ kubectl create namespace hello --dry-run=client -o yaml |
 kubectl label namespace hello pallet.dev/fake-kubelet=on --overwrite >/dev/null
 
 say "creating the example BundleDeployment (testdata/examples/hello-plain.yaml)"
+# The demo starts from a new BundleDeployment: one left by an earlier run remembers that the
+# broken version failed, and would not try it again.
+kubectl delete bd hello --ignore-not-found --timeout=120s >/dev/null
 sed "s|\${GIT_URL}|$git_url|" testdata/examples/hello-plain.yaml |
   kubectl apply --server-side --field-manager=pallet-up -f -
 
@@ -195,9 +222,15 @@ for line in sys.stdin:
 fi
 cat <<MSG
 
-The local control plane, the fixture servers and the agent keep running. To look around:
-  export KUBECONFIG=$KUBECONFIG
-  $PALLET_CACHE_DIR/bin/kubectl get bd hello -o yaml
-Agent log: $state/agent/agent.log; change log: $state/agent/changes.jsonl.
+The local control plane, the fixture servers and the agent keep running. In a new shell,
+  source $state/env
+sets what docs/getting-started.md needs:
+  KUBECONFIG=$KUBECONFIG
+  PATH=$state/bin:...   (pallet, kubectl)
+  PALLET_REGISTRY=$registry   (OCI registry, plain HTTP)
+  PALLET_GIT=$git_plain   (git over HTTP: \$PALLET_GIT/hello.git)
+then, e.g.: kubectl get bd hello -o yaml
+Agent log: $state/agent/agent.log; change log: $state/agent/changes.jsonl; metrics:
+$(sed -n 's/.*metrics server listening.*address=\([0-9.:]*\).*/  http:\/\/\1\/metrics/p' "$state/agent/agent.log" | head -n 1)
 Stop everything with tools/down.sh.
 MSG

@@ -269,6 +269,40 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
+/// A free port on 127.0.0.1, for an agent's metrics server.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits until the agent serving metrics on `port` is ready (its BundleDeployment watch has
+/// listed everything).
+pub async fn wait_agent_ready(port: u16) {
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    for _ in 0..600 {
+        match reqwest::get(&ready).await {
+            Ok(r) if r.status().is_success() => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("the agent on port {port} was not ready within 60 s");
+}
+
+/// Every sample an agent's `/metrics` at `url` serves, by `name{labels}`.
+// The benchmark's own agent on loopback answers.
+#[allow(clippy::disallowed_methods)]
+pub async fn scrape(url: &str) -> std::collections::BTreeMap<String, f64> {
+    let text = reqwest::get(url)
+        .await
+        .expect("scraping the agent")
+        .text()
+        .await
+        .expect("reading /metrics");
+    metric_samples(&text)
+}
+
 /// Lines in a file (the change log: one line per write); 0 when missing.
 pub fn line_count(path: &Path) -> usize {
     std::fs::read_to_string(path)

@@ -28,9 +28,9 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::runtime::watcher;
 
 use crate::common::{self, audit};
-use crate::common::{cpu_seconds, proc_mib, ratio, secs};
+use crate::common::{cpu_seconds, free_port, proc_mib, ratio, secs};
 use crate::support::{Fixtures, Server};
-use crate::{cluster, free_port, per_app, print_requests, Basis, Floor, Plane, DEADLINE};
+use crate::{cluster, per_app, print_requests, Basis, Floor, Plane, DEADLINE};
 
 /// The peers `PALLET_BENCH_SCALE_PEERS` can name.
 const PEERS_ENV: &str = "PALLET_BENCH_SCALE_PEERS";

@@ -20,7 +20,7 @@ impl Profiler {
     pub fn from_env() -> Option<Profiler> {
         let dir = PathBuf::from(std::env::var_os("PALLET_BENCH_SCALE_PROFILE")?);
         std::fs::create_dir_all(&dir).expect("creating the profile directory");
-        let url = format!("127.0.0.1:{}", crate::free_port());
+        let url = format!("127.0.0.1:{}", crate::common::free_port());
         Some(Profiler { url, dir })
     }
 

@@ -21,8 +21,9 @@ pub const MAX_TEMPLATE_NESTING: usize = 40;
 /// Nesting of `include`, `template` and `tpl` calls (each is a render within a render).
 pub const MAX_TEMPLATE_CALL_DEPTH: i64 = 64;
 
-/// Nesting of maps and lists in values (values.yaml, values files, `fromYaml`, `fromJson`),
-/// as the YAML reader counts it.
+/// Nesting of maps and lists in values (values.yaml, values files, `fromYaml`, `fromJson`,
+/// `fromToml`), as the YAML reader counts it; also in values a template builds, which every
+/// walk over a value (serialising, printing, comparing, copying, merging) is held to.
 pub const MAX_VALUES_DEPTH: usize = 64;
 
 /// Items of a list a template function builds (`until`, `untilStep`, `seq`, `append`, ...).
@@ -89,6 +90,9 @@ impl fmt::Display for BudgetBreach {
 }
 
 thread_local! {
+    static REFUSAL: RefCell<Option<String>> = const { RefCell::new(None) };
+    static FAILURES: Cell<u64> = const { Cell::new(0) };
+    static LAST_FAILURE: RefCell<String> = const { RefCell::new(String::new()) };
     static BUDGETS: Cell<RenderBudgets> = Cell::new(RenderBudgets::default());
     static STEPS_LEFT: Cell<u64> = const { Cell::new(DEFAULT_STEPS) };
     static OUTPUT_LEFT: Cell<usize> = const { Cell::new(DEFAULT_OUTPUT_BYTES) };
@@ -109,6 +113,7 @@ impl Meter {
         STEPS_LEFT.with(|s| s.set(budgets.steps));
         OUTPUT_LEFT.with(|o| o.set(budgets.output_bytes));
         BREACH.with(|b| b.borrow_mut().take());
+        REFUSAL.with(|r| r.borrow_mut().take());
         Meter { previous }
     }
 }
@@ -137,7 +142,45 @@ pub fn breach(breach: BudgetBreach) -> String {
             *kept = Some(breach);
         }
     });
+    failed(&message);
     message
+}
+
+/// Records that the render in progress meets content pallet cannot render as helm does (an
+/// unsupported construct), and returns the message for the engine's error. Like a breach, it
+/// fails the render even when a template function would turn the error into a value
+/// (`fromJson`'s `Error`, `regexMatch`'s false): see [`failures`]. The first one is kept.
+pub fn refuse(message: impl Into<String>) -> String {
+    let message = message.into();
+    REFUSAL.with(|r| {
+        let mut kept = r.borrow_mut();
+        if kept.is_none() {
+            *kept = Some(message.clone());
+        }
+    });
+    failed(&message);
+    message
+}
+
+fn failed(message: &str) {
+    FAILURES.with(|n| n.set(n.get() + 1));
+    LAST_FAILURE.with(|last| message.clone_into(&mut last.borrow_mut()));
+}
+
+/// How many breaches and refusals this thread has recorded so far. A caller that sees the count
+/// change across a call knows the call met one, whatever the call returned.
+pub fn failures() -> u64 {
+    FAILURES.with(Cell::get)
+}
+
+/// The message of the last breach or refusal recorded on this thread.
+pub fn last_failure() -> String {
+    LAST_FAILURE.with(|last| last.borrow().clone())
+}
+
+/// The refusal recorded by the render that just ran on this thread (cleared).
+pub fn take_refusal() -> Option<String> {
+    REFUSAL.with(|r| r.borrow_mut().take())
 }
 
 /// The breach recorded by the render that just failed on this thread, if it failed over a

@@ -203,7 +203,7 @@ pub enum RenderError {
     },
     /// A kustomization kustomize would refuse, naming the kustomization file and field.
     #[error("{0}")]
-    Kustomize(crate::kustomize::KustomizeError),
+    Kustomize(crate::kustomize_error::KustomizeError),
     /// An object larger than the API server stores: refused before anything is stored or applied.
     #[error(
         "object {object} is {bytes} bytes as JSON, over the {limit}-byte limit of an object the \
@@ -352,7 +352,7 @@ impl RenderError {
                 processor,
                 message: f(message),
             },
-            Self::Kustomize(error) => Self::Kustomize(crate::kustomize::KustomizeError {
+            Self::Kustomize(error) => Self::Kustomize(crate::kustomize_error::KustomizeError {
                 file: error.file.map(f),
                 field: error.field,
                 message: f(error.message),

@@ -8,6 +8,7 @@ pub mod error;
 mod gojson;
 pub mod helm;
 pub mod kustomize;
+pub mod kustomize_error;
 pub mod object;
 pub mod plain;
 pub mod processors;
@@ -16,6 +17,7 @@ mod registry_v1_config;
 mod registry_v1_webhooks;
 pub mod scope;
 pub mod semver;
+mod yaml_path;
 
 use std::path::Path;
 
@@ -64,8 +66,10 @@ pub struct HelmOptions {
     /// The target cluster's capabilities (`.Capabilities`); `None` renders with helm's
     /// built-in defaults, as `helm template` without a cluster does.
     pub capabilities: Option<HelmCapabilities>,
-    /// What `now` returns, as Unix seconds (UTC). Pinned by the caller, never the wall clock,
-    /// so a chart using `now` renders the same objects (and digest) on every reconcile.
+    /// What `now` returns, as Unix seconds (UTC), and what Sprig's date functions take for
+    /// "the current time". The caller chooses it, never the renderer: the agent passes the time
+    /// the revision was first rendered, so a chart using `now` renders the same objects (and
+    /// digest) on every reconcile of the same inputs.
     pub now: i64,
     /// Seed of the random functions (`randAlphaNum`, `uuidv4`, `genCA`, `genPrivateKey`,
     /// bcrypt salts, ...): 256 bits keying a ChaCha20 stream, so their output is stable for a
@@ -267,9 +271,19 @@ pub fn render(format: Format, tree: &Path, config: &RenderConfig) -> Result<Rend
         Format::Helm => helm::render_bundle(tree, config),
         Format::Kustomize => kustomize::render_kustomize(tree, config),
     };
-    let result = match (result, budget::take_breach()) {
-        (Err(error), Some(breach)) => Err(RenderError::over_budget(breach, &error)),
-        (result, _) => result,
+    // A breach or refusal fails the render even where a template function turned its error
+    // into a value and the render went on.
+    let result = match (result, budget::take_breach(), budget::take_refusal()) {
+        (Err(error), Some(breach), _) => Err(RenderError::over_budget(breach, &error)),
+        (Ok(_), Some(breach), _) => Err(RenderError::BudgetExceeded {
+            message: breach.to_string(),
+            breach,
+        }),
+        (Ok(_), None, Some(message)) => Err(RenderError::InvalidConfig {
+            format: format.name(),
+            message,
+        }),
+        (result, _, _) => result,
     };
     // Messages name files of the bundle, never the directory it was assembled in.
     result.map_err(|error| error.relative_to(tree))

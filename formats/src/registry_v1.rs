@@ -232,34 +232,26 @@ struct Bundle {
     metadata_properties: Vec<Value>,
 }
 
-/// Renders an OLM registry+v1 bundle.
+/// Objects rendered so far: body, origin, scope.
+type Out = Vec<(Value, Origin, Scope)>;
+
+/// Where a bundle is installed: the install namespace, and the namespace its operator watches
+/// (empty: all namespaces).
+struct Namespaces {
+    install: String,
+    target: String,
+}
+
+/// Renders an OLM registry+v1 bundle: the RBAC its install strategy asks for, the objects it
+/// ships, then its Deployments and what its webhooks need.
 pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered, RenderError> {
     let bundle = load(tree)?;
     validate(&bundle)?;
-    let csv_name = bundle.csv.name().to_owned();
-    let csv_label = format!("ClusterServiceVersion {csv_name}");
-
-    let install_namespace = if !config.install_namespace.is_empty() {
-        config.install_namespace.clone()
-    } else if let Some(suggested) = annotation(&bundle.csv, SUGGESTED_NAMESPACE_ANNOTATION) {
-        suggested.to_owned()
-    } else {
-        format!("{}-system", bundle.package_name)
-    };
-    check_namespace_name(&install_namespace, "install namespace")?;
-    if !config.watch_namespace.is_empty() {
-        check_namespace_name(&config.watch_namespace, "watch namespace")?;
-    }
-    let target_namespace =
-        check_install_mode(&bundle.csv, &install_namespace, &config.watch_namespace)?;
-    let all_namespaces = target_namespace.is_empty();
-
+    let csv_label = format!("ClusterServiceVersion {}", bundle.csv.name());
+    let namespaces = namespaces(&bundle, config)?;
     let strategy = install_strategy_spec(&bundle.csv)?;
     let permissions = read_permissions(strategy, "permissions", &csv_label)?;
     let cluster_permissions = read_permissions(strategy, "clusterPermissions", &csv_label)?;
-    let origin = bundle.csv.origin().clone();
-    let options = &config.registry_v1;
-    let provider = options.certificate_provider;
     let spec = csv_spec(&bundle.csv);
     let webhooks = webhooks::read_webhooks(
         spec,
@@ -273,9 +265,70 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             .map(InstallMode::name)
             .collect(),
     )?;
-    let mut out: Vec<(Value, Origin, Scope)> = Vec::new();
+    let mut out: Out = Vec::new();
+    rbac_objects(
+        &mut out,
+        &bundle,
+        &namespaces,
+        permissions,
+        cluster_permissions,
+    );
+    // The objects the bundle ships (CRDs and others), between the generated ones.
+    let shipped_start = out.len();
+    let provider = config.registry_v1.certificate_provider;
+    shipped_objects(
+        &mut out,
+        &bundle,
+        &webhooks,
+        &namespaces,
+        (provider, &csv_label),
+    )?;
+    let shipped = shipped_start..out.len();
+    let webhook_certificates = workload_objects(
+        &mut out,
+        &bundle,
+        (strategy, &webhooks),
+        &namespaces,
+        config,
+    )?;
+    Ok(Rendered {
+        objects: without_shadowed(out, &shipped)?,
+        install_namespace: namespaces.install,
+        webhook_certificates,
+    })
+}
 
-    // ServiceAccounts for every permission's account, except the namespace's default one.
+/// The install namespace (the configured one, else the CSV's suggested one, else
+/// `<package>-system`) and the target namespace its install modes allow.
+fn namespaces(bundle: &Bundle, config: &RenderConfig) -> Result<Namespaces, RenderError> {
+    let install = if !config.install_namespace.is_empty() {
+        config.install_namespace.clone()
+    } else if let Some(suggested) = annotation(&bundle.csv, SUGGESTED_NAMESPACE_ANNOTATION) {
+        suggested.to_owned()
+    } else {
+        format!("{}-system", bundle.package_name)
+    };
+    check_namespace_name(&install, "install namespace")?;
+    if !config.watch_namespace.is_empty() {
+        check_namespace_name(&config.watch_namespace, "watch namespace")?;
+    }
+    let target = check_install_mode(&bundle.csv, &install, &config.watch_namespace)?;
+    Ok(Namespaces { install, target })
+}
+
+/// The ServiceAccounts of the install strategy's permissions (but the namespace's default
+/// one), and their Roles, ClusterRoles and bindings. Watching all namespaces, OLM promotes
+/// namespaced permissions to cluster permissions that may also read namespaces.
+fn rbac_objects(
+    out: &mut Out,
+    bundle: &Bundle,
+    namespaces: &Namespaces,
+    permissions: Vec<Permission>,
+    mut cluster_permissions: Vec<Permission>,
+) {
+    let csv_name = bundle.csv.name();
+    let origin = bundle.csv.origin();
+    let install_namespace = &namespaces.install;
     let accounts: BTreeSet<&str> = permissions
         .iter()
         .chain(cluster_permissions.iter())
@@ -290,11 +343,8 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             Scope::Namespaced,
         ));
     }
-
     let subject = |account: &str| json!([{"kind": "ServiceAccount", "name": account, "namespace": install_namespace}]);
-    let mut cluster_permissions = cluster_permissions;
-    if all_namespaces {
-        // OLM promotes namespaced permissions to cluster permissions that may also read namespaces.
+    if namespaces.target.is_empty() {
         for permission in &permissions {
             let mut promoted = permission.clone();
             promoted
@@ -317,6 +367,7 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         for permission in &permissions {
             let account = permission.service_account();
             let name = unique_name(&format!("{csv_name}-{account}"), permission);
+            let target_namespace = &namespaces.target;
             out.push((
                 json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                        "metadata": {"name": name, "namespace": target_namespace},
@@ -352,7 +403,17 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             Scope::Cluster,
         ));
     }
+}
 
+/// The objects the bundle ships: its CRDs (wired to their conversion webhooks) and the other
+/// supported kinds, namespaced ones in the install namespace.
+fn shipped_objects(
+    out: &mut Out,
+    bundle: &Bundle,
+    webhooks: &[webhooks::WebhookDefinition],
+    namespaces: &Namespaces,
+    (provider, csv_label): (CertificateProvider, &str),
+) -> Result<(), RenderError> {
     let mut crds: Vec<Value> = Vec::with_capacity(bundle.crds.len());
     for crd in &bundle.crds {
         let mut body = crd.body().clone();
@@ -364,10 +425,8 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
         }
         crds.push(Value::Object(body));
     }
-    webhooks::check_conversion_crds(&webhooks, &crds, &csv_label)?;
-    webhooks::wire_conversion(&webhooks, &mut crds, &install_namespace, provider);
-    // The objects the bundle ships (CRDs and others), between the generated ones.
-    let shipped_start = out.len();
+    webhooks::check_conversion_crds(webhooks, &crds, csv_label)?;
+    webhooks::wire_conversion(webhooks, &mut crds, &namespaces.install, provider);
     for (body, crd) in crds.into_iter().zip(&bundle.crds) {
         out.push((body, crd.origin().clone(), Scope::Cluster));
     }
@@ -379,7 +438,7 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             .unwrap_or(false);
         let mut object = other.clone();
         let scope = if namespaced {
-            object.set_namespace(&install_namespace);
+            object.set_namespace(&namespaces.install);
             Scope::Namespaced
         } else {
             builtin_scope(other.group(), other.kind()).unwrap_or(Scope::Unknown)
@@ -390,25 +449,39 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             scope,
         ));
     }
+    Ok(())
+}
 
-    let shipped = shipped_start..out.len();
-    let csv_annotations = csv_annotations(&bundle)?;
-    for deployment in deployments(
+/// The install strategy's Deployments (with the configured deployment config and the webhook
+/// certificates' volumes), the webhook configurations and Services, and what the certificate
+/// provider needs: cert-manager objects, or the certificates the agent issues (returned).
+fn workload_objects(
+    out: &mut Out,
+    bundle: &Bundle,
+    (strategy, webhooks): (&Value, &[webhooks::WebhookDefinition]),
+    namespaces: &Namespaces,
+    config: &RenderConfig,
+) -> Result<Vec<crate::WebhookCertificate>, RenderError> {
+    let origin = bundle.csv.origin();
+    let options = &config.registry_v1;
+    let provider = options.certificate_provider;
+    let (install_namespace, target_namespace) = (&namespaces.install, &namespaces.target);
+    let csv_annotations = csv_annotations(bundle)?;
+    for mut deployment in deployments(
         &bundle.csv,
         strategy,
         &csv_annotations,
-        &install_namespace,
-        &target_namespace,
+        install_namespace,
+        target_namespace,
     )? {
-        let mut deployment = deployment;
         if let Some(deployment_config) = &options.deployment_config {
             deployment_config::apply_deployment_config(&mut deployment, deployment_config);
         }
-        webhooks::add_certificate_volumes(&webhooks, &mut deployment, provider);
+        webhooks::add_certificate_volumes(webhooks, &mut deployment, provider);
         out.push((deployment, origin.clone(), Scope::Namespaced));
     }
     for configuration in
-        webhooks::webhook_configurations(&webhooks, &install_namespace, &target_namespace, provider)
+        webhooks::webhook_configurations(webhooks, install_namespace, target_namespace, provider)
     {
         out.push((configuration, origin.clone(), Scope::Cluster));
     }
@@ -428,26 +501,18 @@ pub fn render_registry_v1(tree: &Path, config: &RenderConfig) -> Result<Rendered
             )
         })
         .collect();
-    for service in webhooks::services(&webhooks, &selectors, &install_namespace) {
+    for service in webhooks::services(webhooks, &selectors, install_namespace) {
         out.push((service, origin.clone(), Scope::Namespaced));
     }
-    let mut webhook_certificates = Vec::new();
-    match provider {
+    Ok(match provider {
         CertificateProvider::CertManager => {
-            for object in webhooks::cert_manager_objects(&webhooks, &install_namespace) {
+            for object in webhooks::cert_manager_objects(webhooks, install_namespace) {
                 out.push((object, origin.clone(), Scope::Namespaced));
             }
+            Vec::new()
         }
-        CertificateProvider::BuiltIn => {
-            webhook_certificates = webhooks::builtin_certificates(&webhooks, &install_namespace);
-        }
-        CertificateProvider::None => {}
-    }
-
-    Ok(Rendered {
-        objects: without_shadowed(out, &shipped)?,
-        install_namespace,
-        webhook_certificates,
+        CertificateProvider::BuiltIn => webhooks::builtin_certificates(webhooks, install_namespace),
+        CertificateProvider::None => Vec::new(),
     })
 }
 
@@ -850,7 +915,7 @@ fn validate(bundle: &Bundle) -> Result<(), RenderError> {
     let strategy = install_strategy_spec(csv)?;
     let mut deployment_names = HashSet::new();
     for name in strings_at(strategy, &["deployments"]) {
-        if !is_dns1123_subdomain(name) {
+        if !webhooks::is_dns1123_subdomain(name) {
             return Err(reject(
                 RegistryV1Rule::InvalidDeploymentName,
                 csv_label,
@@ -945,21 +1010,6 @@ fn check_install_mode(
         ));
     }
     Ok(watch_namespace.to_owned())
-}
-
-/// A DNS-1123 subdomain: at most 253 characters, dot-separated labels of lowercase letters, digits
-/// and `-` that start and end with a letter or digit.
-pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// A DNS-1123 label, the rule for namespace names.

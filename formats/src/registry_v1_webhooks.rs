@@ -166,7 +166,7 @@ pub(crate) fn read_webhooks(
                 ),
             ));
         }
-        if !crate::registry_v1::is_dns1123_subdomain(&webhook.generate_name) {
+        if !is_dns1123_subdomain(&webhook.generate_name) {
             return Err(reject(
                 csv_label,
                 format!(
@@ -746,6 +746,21 @@ pub(crate) fn injected_service_namespace(object: &mut Value) -> Option<String> {
         config.get("caBundle")?;
         Some(config.pointer("/service/namespace")?.as_str()?.to_owned())
     })
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, dot-separated labels of lowercase letters, digits
+/// and `-` that start and end with a letter or digit.
+pub(crate) fn is_dns1123_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 #[cfg(test)]

@@ -274,13 +274,16 @@ fn yaml11_line_breaks_in_the_output_are_errors() {
     );
 }
 
-/// toYaml of a struct (the whole context, `.Capabilities`) is text pallet cannot produce: a
-/// chart may pass it along unprinted (see the differential probe), but a rendered file that
-/// contains it fails, naming the construct and the file.
+/// A pointer printed inside another value (`toString (list .Capabilities)`) is its memory
+/// address in Go, which pallet cannot reproduce: refused, naming the construct, the file and
+/// the line.
 #[test]
-fn printed_toyaml_of_a_struct_is_an_unsupported_construct() {
+fn a_pointer_printed_inside_a_value_is_an_unsupported_construct() {
     assert_err(
-        "data: {{ toYaml .Capabilities | indent 2 }}",
-        &["unsupported construct: toYaml of a", "templates/"],
+        "a: 1\ndata: {{ toString (list .Capabilities) }}",
+        &[
+            "unsupported construct: printing a *chartutil.Capabilities",
+            "errs/templates/t.yaml:2",
+        ],
     );
 }

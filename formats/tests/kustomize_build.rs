@@ -87,6 +87,14 @@ fn vars_components_and_fifo_order() {
 }
 
 #[test]
+fn folded_scalars_come_out_as_kustomize_prints_them() {
+    assert_same(
+        &built("folded-scalars", ""),
+        &expected("folded-scalars/expected.yaml"),
+    );
+}
+
+#[test]
 fn remote_bases_and_paths_leaving_the_tree_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("app");

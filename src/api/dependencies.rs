@@ -50,6 +50,8 @@ pub struct DependencyReference {
     /// CEL: true when the dependency is ready. `dep` is the object, `self` this
     /// BundleDeployment. Required for objects other than BundleDeployments; on a
     /// BundleDeployment it replaces the built-in check (Ready=True at its current generation).
+    /// Evaluated under a budget (cost, memory, time; see the security guide): one over it is
+    /// `CelBudgetExceeded`, and a result that is not a bool is named by its type, never shown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub ready_expr: Option<String>,

@@ -30,6 +30,8 @@ pub const SET_REVISION_ANNOTATION: &str = "pallet.dev/set-revision";
 pub const SET_PREVIOUS_ANNOTATION: &str = "pallet.dev/set-previous-revision";
 
 /// One bundle on many clusters (see the module doc).
+// kube's printcolumn(...) repeats `type_` once per column, which clippy takes for a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "pallet.dev",
@@ -40,11 +42,7 @@ pub const SET_PREVIOUS_ANNOTATION: &str = "pallet.dev/set-previous-revision";
     category = "pallet",
     status = "BundleDeploymentSetStatus",
     doc = "One bundle on many clusters: a BundleDeployment stamped per selected cluster, a new revision rolled out in waves.",
-    printcolumn(
-        name = "Revision",
-        type_ = "integer",
-        json_path = ".status.revision"
-    ),
+    printcolumn(name = "Revision", type_ = "integer", json_path = ".status.revision"),
     printcolumn(
         name = "Ready",
         type_ = "string",

@@ -40,6 +40,8 @@ pub struct HealthCheck {
     pub selector: Option<LabelSelector>,
 
     /// CEL: true when the object is healthy (Flux's `current`). Required for a CEL check.
+    /// Every expression of a check is evaluated under a budget (cost, memory, time; see the
+    /// security guide): one over it is `CelBudgetExceeded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 4096))]
     pub current: Option<String>,

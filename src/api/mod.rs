@@ -698,7 +698,7 @@ pub enum CertificateProviderName {
 }
 
 /// OLM v1's `deploymentConfig`: each field set here is merged into every CSV Deployment the way
-/// OLM v1 merges it (see the README).
+/// OLM v1 merges it (see "Operators" in the docs).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = strip_nested_descriptions)]
@@ -850,40 +850,6 @@ impl BundleDeploymentSpec {
     }
 }
 
-/// Parses a Go duration (`90s`, `10m`, `1h30m`, `1.5h`, `500ms`) as the schema's pattern accepts it.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let invalid = || format!("{text:?} is not a duration (examples: 90s, 10m, 1h30m)");
-    let mut rest = text;
-    let mut seconds = 0f64;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| invalid())?;
-        rest = &rest[number_len..];
-        let (unit, scale) = [
-            ("ns", 1e-9),
-            ("us", 1e-6),
-            ("µs", 1e-6),
-            ("ms", 1e-3),
-            ("s", 1.0),
-            ("m", 60.0),
-            ("h", 3600.0),
-        ]
-        .into_iter()
-        // "ms" before "m": the longest unit that matches wins.
-        .filter(|(unit, _)| rest.starts_with(unit))
-        .max_by_key(|(unit, _)| unit.len())
-        .ok_or_else(invalid)?;
-        seconds += number * scale;
-        rest = &rest[unit.len()..];
-    }
-    Ok(std::time::Duration::from_secs_f64(seconds))
-}
-
 /// Observed state, written only by the agent.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -947,7 +913,7 @@ pub struct BundleDeploymentStatus {
     pub test: Option<HookRequest>,
 
     /// While the BundleDeployment is deleted: its chart's pre-delete and post-delete hooks and
-    /// how each went. A failed one stops the deletion (see the README's Helm section).
+    /// how each went. A failed one stops the deletion (see "Helm hooks" in the docs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_hooks: Option<HookRequest>,
 
@@ -985,6 +951,11 @@ pub struct RevisionStatus {
     pub values_from: Vec<ResolvedValues>,
     /// Where the revision is in its life.
     pub phase: RevisionPhase,
+    /// When it was first rendered: what a helm chart's `now` returns whenever the same spec and
+    /// sources render again (drift checks, restarts, `pallet plan`), so a chart that stamps its
+    /// install time renders the same objects and an unchanged spec makes no new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendered_at: Option<Time>,
     /// When its objects were applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_at: Option<Time>,
@@ -1379,19 +1350,6 @@ deletionPolicy: Orphan
             40
         );
         assert_eq!(json["collisionProtection"], "Prevent");
-    }
-
-    #[test]
-    fn go_durations_parse() {
-        let secs = |t| parse_duration(t).map(|d| d.as_secs_f64());
-        assert_eq!(secs("90s"), Ok(90.0));
-        assert_eq!(secs("10m"), Ok(600.0));
-        assert_eq!(secs("1h30m"), Ok(5400.0));
-        assert_eq!(secs("1.5h"), Ok(5400.0));
-        assert_eq!(secs("500ms"), Ok(0.5));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("5d").is_err());
     }
 
     #[test]

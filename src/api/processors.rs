@@ -86,7 +86,8 @@ pub struct VarsReference {
 #[serde(rename_all = "camelCase")]
 pub struct FunctionProcessor {
     /// URL the agent POSTs the ResourceList to (`http://` or `https://`), e.g. a function served
-    /// in the cluster; the answer is a ResourceList (JSON or YAML).
+    /// in the cluster; the answer is a ResourceList (JSON or YAML). Only hosts the agent's
+    /// operator lists with `--allow-function-host` (none by default).
     /// One of url or exec is required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
@@ -103,7 +104,9 @@ pub struct FunctionProcessor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::free_form_object")]
     pub config: Option<serde_json::Value>,
-    /// How long one call may take, as a Go duration. Default: 30s.
+    /// How long one call may take, as a Go duration; at most the agent's
+    /// `--function-timeout-max` (5m unless its operator says otherwise), a longer one is refused
+    /// (`InvalidProcessor`). Default: 30s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub timeout: Option<String>,
@@ -122,7 +125,7 @@ impl FunctionProcessor {
     pub fn timeout(&self) -> std::time::Duration {
         self.timeout
             .as_deref()
-            .and_then(|t| super::parse_duration(t).ok())
+            .and_then(|t| crate::duration::parse(t).ok())
             .unwrap_or(DEFAULT_FUNCTION_TIMEOUT)
     }
 }

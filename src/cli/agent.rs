@@ -84,7 +84,7 @@ pub struct AgentArgs {
     pub apply_parallelism: usize,
     /// Time between reconciles of an unchanged BundleDeployment (drift checks, floating refs),
     /// as a Go duration (a bare number is seconds).
-    #[arg(long, alias = "requeue-seconds", default_value = "5m", value_parser = parse_positive_duration)]
+    #[arg(long, alias = "requeue-seconds", default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub requeue_interval: Duration,
     /// Source fetches run at once, apart from the reconcile workers (a slow source holds one of
     /// these, never a worker); at most half of them from one server.
@@ -108,31 +108,31 @@ pub struct AgentArgs {
     /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks (CA
     /// and serving certificates; renewed when a third remains), as a Go duration. Default two
     /// years; a short one is for tests of renewal.
-    #[arg(long, default_value = "17520h", value_parser = parse_positive_duration, hide = true)]
+    #[arg(long, default_value = "17520h", value_parser = crate::duration::parse_positive_arg, hide = true)]
     pub webhook_cert_validity: Duration,
     /// What one source may unpack.
     #[command(flatten)]
     pub unpack: super::UnpackFlags,
     /// Deadline of one whole source fetch (connect, answer and body), as a Go duration. Unpack
     /// threads stop with it.
-    #[arg(long, default_value = "2m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "2m", value_parser = crate::duration::parse_positive_arg)]
     pub fetch_timeout: Duration,
     /// How often a floating source without `pollInterval` is re-resolved, as a Go duration.
-    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
     pub default_poll_interval: Duration,
     /// Notification requests in flight at once (over all BundleDeployments and targets).
     #[arg(long, default_value_t = 8)]
     pub notification_concurrency: usize,
     /// Time limit of one notification request (connect, send, answer), as a Go duration.
-    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::duration::parse_positive_arg)]
     pub notification_timeout: Duration,
     /// A notification not delivered this long after its transition is given up (Failed), as a
     /// Go duration.
-    #[arg(long, default_value = "10m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive_arg)]
     pub notification_deadline: Duration,
     /// The longest wait between two attempts of a notification (the wait starts at 1s and
     /// doubles), as a Go duration.
-    #[arg(long, default_value = "1m", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "1m", value_parser = crate::duration::parse_positive_arg)]
     pub notification_retry_max: Duration,
     /// Count a `type: LoadBalancer` Service as healthy without an ingress address. For clusters
     /// with no load-balancer controller (kind, bare metal), where such a Service never gets one.
@@ -146,6 +146,32 @@ pub struct AgentArgs {
     /// agent's container unless its operator lists them here.
     #[arg(long = "allow-function-exec", value_name = "PATH", value_parser = parse_absolute_path)]
     pub allow_function_exec: Vec<PathBuf>,
+    /// A host a `function` processor's `url` may name: `host`, `host:port` or `*.domain`
+    /// (repeatable). None by default: BundleDeployment authors cannot make the agent POST
+    /// their objects to cluster Services, node addresses or the API server unless its operator
+    /// lists the function's host here. Loopback and link-local addresses stay refused unless
+    /// allowed with --allow-loopback-egress or --allow-link-local-egress too.
+    #[arg(long = "allow-function-host", value_name = "HOST")]
+    pub allow_function_host: Vec<String>,
+    /// The longest `timeout` a function processor may ask for, as a Go duration; a
+    /// BundleDeployment asking for more is refused (InvalidProcessor) before anything is
+    /// fetched.
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
+    pub function_timeout_max: Duration,
+    /// Wall-clock time the function calls of one render may take together, as a Go duration;
+    /// past it the render stops with FunctionUnavailable and is tried again later.
+    #[arg(long, default_value = "10m", value_parser = crate::duration::parse_positive_arg)]
+    pub function_deadline: Duration,
+    /// Function calls running at once, over all BundleDeployments. A call runs apart from the
+    /// reconcile workers: a function that is slow to answer holds one of these, never a worker.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub function_concurrency: u16,
+    /// Memory an `exec` function's process may allocate, in MiB (RLIMIT_DATA).
+    #[arg(long, default_value_t = crate::reconcile::functions::DEFAULT_EXEC_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(16..))]
+    pub function_memory_mib: u64,
+    /// CPU time an `exec` function's process may use, as a Go duration of whole seconds.
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_whole_seconds_arg)]
+    pub function_cpu_time: Duration,
     /// Loopback, link-local and local-repository targets a BundleDeployment may name (all
     /// refused by default).
     #[command(flatten)]
@@ -178,7 +204,7 @@ pub struct AgentArgs {
     pub lease_namespace: Option<String>,
     /// How long the Lease stays valid without renewal, in whole seconds (`15s`); the leader
     /// renews every third of it.
-    #[arg(long, default_value = "15s", value_parser = leader::parse_seconds)]
+    #[arg(long, default_value = "15s", value_parser = crate::duration::parse_whole_seconds_arg)]
     pub lease_duration: Duration,
     /// Memory one render may allocate, in MiB. Every render runs in a child process of the
     /// agent, limited to this (RLIMIT_DATA); it times --render-concurrency, plus the agent's
@@ -188,11 +214,11 @@ pub struct AgentArgs {
     pub render_memory_mib: u64,
     /// CPU time one render may use, as a Go duration of whole seconds (a bare number is
     /// seconds; SIGXCPU ends it).
-    #[arg(long, alias = "render-cpu-seconds", default_value = "20s", value_parser = crate::leader::parse_seconds)]
+    #[arg(long, alias = "render-cpu-seconds", default_value = "20s", value_parser = crate::duration::parse_whole_seconds_arg)]
     pub render_cpu_time: Duration,
     /// Wall-clock time one render may take, as a Go duration; its process is killed past it.
     /// Waiting for a turn (--render-concurrency) does not count.
-    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse_positive_arg)]
     pub render_timeout: Duration,
     /// Rendered text one render may produce, in MiB; also the largest string a template may
     /// build. The reply read back from a render's process is capped at twice this plus 1 MiB.
@@ -206,6 +232,25 @@ pub struct AgentArgs {
     /// Renders running at once, each in its own process; more wait for a turn.
     #[arg(long, default_value_t = crate::render_sandbox::DEFAULT_CONCURRENCY as u16, value_parser = clap::value_parser!(u16).range(1..))]
     pub render_concurrency: u16,
+    /// Objects one helm `lookup` may return (a list is read in pages of 50); more fails the
+    /// render (LookupFailed) without the rest being read.
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.call_objects, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_max_objects: u64,
+    /// What one helm `lookup` may return, in MiB of JSON; more fails the render (LookupFailed).
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.call_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_max_mib: u64,
+    /// Objects all the helm `lookup`s of one render may return together.
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.render_objects, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_render_max_objects: u64,
+    /// What all the helm `lookup`s of one render may return together, in MiB of JSON (the
+    /// answers are the render's input, within --render-memory-mib).
+    #[arg(long, default_value_t = crate::reconcile::lookups::LookupLimits::DEFAULT.render_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub lookup_render_max_mib: u64,
+    /// What a Helm release record read for a takeover (`spec.takeover`) may decode to, in MiB
+    /// of JSON; it may also be at most 200 times its stored size (past 4 MiB). A record over
+    /// it stops the takeover before anything is applied (TakeoverFailed).
+    #[arg(long, default_value_t = crate::reconcile::takeover::RecordBudget::DEFAULT.max_bytes >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub takeover_record_max_mib: u64,
     /// Address (ip:port) of the /metrics, /healthz and /readyz server; "" disables it.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub metrics_addr: String,
@@ -217,15 +262,47 @@ pub struct AgentArgs {
     /// `token`. A provider without one refuses every request.
     #[arg(long, default_value = "pallet-receiver")]
     pub receiver_secret: String,
-    /// Requests a second the receiver answers (bursts of twice that); more are answered 429
-    /// before any signature is checked.
+    /// Authenticated requests a second the receiver answers from each sender (provider and
+    /// peer address; bursts of twice that); more are answered 429. Requests are authenticated
+    /// first: those without a valid credential never spend a sender's allowance.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
     pub receiver_requests_per_second: u32,
     /// Run no BundleDeploymentSet controller in this agent. In a sharded install, keep it in
     /// one agent only (the main one): the sets are the whole cluster's.
     #[arg(long)]
     pub no_bundle_deployment_sets: bool,
+    /// Address (ip:port) of the web view; off by default (""). Each request is authenticated
+    /// with a Kubernetes bearer token (TokenReview), and everything it shows or does is done as
+    /// that user (impersonation); read-only unless --ui-actions.
+    #[arg(long, default_value = "")]
+    pub ui_address: String,
+    /// Offer the view's actions (pause, resume, rollback, retry, reconcile, tests), each done
+    /// as the signed-in user. Needs the agent to impersonate users and groups
+    /// (deploy/components/web-view).
+    #[arg(long, requires = "ui_address")]
+    pub ui_actions: bool,
 }
+
+/// What a takeover's release record may decode to, as the flags say.
+fn record_budget(args: &AgentArgs) -> crate::reconcile::takeover::RecordBudget {
+    crate::reconcile::takeover::RecordBudget {
+        max_bytes: args.takeover_record_max_mib << 20,
+        ..Default::default()
+    }
+}
+
+/// What a chart's lookups may read, as the flags say.
+fn lookup_limits(args: &AgentArgs) -> crate::reconcile::lookups::LookupLimits {
+    crate::reconcile::lookups::LookupLimits {
+        call_objects: args.lookup_max_objects,
+        call_bytes: args.lookup_max_mib << 20,
+        render_objects: args.lookup_render_max_objects,
+        render_bytes: args.lookup_render_max_mib << 20,
+    }
+}
+
+/// Change-log lines the agent keeps in memory for its web view.
+const UI_CHANGE_LOG_LINES: usize = 5000;
 
 /// `--default-service-account NAMESPACE/NAME`.
 fn parse_service_account(text: &str) -> Result<ServiceAccountReference, String> {
@@ -275,13 +352,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
             .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
             .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
-        let options = FetchOptions {
+        let options = args.unpack.bound(FetchOptions {
             plain_http_registries: args.plain_http_registries.clone(),
             timeout: args.fetch_timeout,
             egress: args.egress.policy(),
-            limits: args.unpack.limits(),
             ..Default::default()
-        };
+        });
         let fetcher = Fetcher::new(Arc::new(cache), options);
         let policy = SecretPolicy {
             agent_namespace: args.namespace.clone(),
@@ -289,13 +365,19 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             default_service_account: args.default_service_account.clone(),
             reads_as_service_account: false,
         };
-        let changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
+        let mut changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
+        if !args.ui_address.is_empty() {
+            changelog = changelog.keep_recent(UI_CHANGE_LOG_LINES);
+        }
         // Health first: a standby must answer its probes while it waits for the Lease.
         if !args.metrics_addr.is_empty() {
             let bound = crate::metrics::serve(&args.metrics_addr).await?;
             tracing::info!(address = %bound, "metrics server listening");
         }
+        // Every replica serves the view (it only reads, and acts as its users), not only the
+        // leader.
+        serve_web_view(&args, &changelog, &client, &config).await?;
         let mut elector = if args.leader_elect {
             let config = LeaseConfig {
                 name: scope.lease_name(args.lease_name.as_deref()),
@@ -345,13 +427,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             total: args.snapshot_quota_mib.max(1) << 20,
         })
         .with_fetch_pool(args.fetch_concurrency.max(1), fetch_done.clone())
+        .with_function_calls(args.function_concurrency.into(), args.function_deadline, fetch_done.clone())
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_dependency_watches(dependency_watches)
-        .with_function_policy(crate::reconcile::functions::FunctionPolicy {
-            allowed_exec: args.allow_function_exec.clone(),
-        })
+        .with_function_policy(function_policy(&args))
         .with_webhook_cert_validity(args.webhook_cert_validity)
+        .with_read_limits(record_budget(&args), lookup_limits(&args))
         .with_require_service_account(args.require_service_account)
         .with_verification_policy(crate::reconcile::context::VerificationPolicy {
             require: args.require_verification,
@@ -374,9 +456,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!(
             namespace = %args.namespace,
             cache = %args.cache_dir.display(),
-            shard = ctx.scope.shard().unwrap_or(""),
-            selector = ctx.scope.watch_selector().unwrap_or_default(),
-            identity = %ctx.identity,
+            shard = ctx.cluster.scope.shard().unwrap_or(""),
+            selector = ctx.cluster.scope.watch_selector().unwrap_or_default(),
+            identity = %ctx.cluster.identity,
             "pallet agent starting"
         );
         if !args.receiver_addr.is_empty() {
@@ -393,7 +475,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         // BundleDeployment controller.
         let sets = (!args.no_bundle_deployment_sets).then(|| {
             tokio::spawn(crate::fleet::run(
-                ctx.client.clone(),
+                ctx.cluster.client.clone(),
                 args.namespace.clone(),
                 std::future::pending(),
             ))
@@ -404,21 +486,65 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         // The controller has finished its in-flight reconciles: stop renewing, then hand the
         // Lease over at once instead of letting the next leader wait for it to expire.
-        if let Some(renewer) = renewer {
-            renewer.abort();
-            // Wait for it to stop, so no renewal races the release below.
-            let _ = renewer.await;
-        }
-        if let Some(elector) = elector.as_mut() {
-            match elector.release().await {
-                Ok(()) => tracing::info!(lease = %elector.config().name, "released the leader lease"),
-                Err(error) => tracing::warn!(%error, "could not release the leader lease; it expires by itself"),
-            }
-            METRICS.set_leader(false);
-        }
+        step_down(renewer, elector.as_mut()).await;
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Serves the web view when `--ui-address` is set.
+async fn serve_web_view(
+    args: &AgentArgs,
+    changelog: &ChangeLog,
+    client: &kube::Client,
+    config: &kube::Config,
+) -> anyhow::Result<()> {
+    if args.ui_address.is_empty() {
+        return Ok(());
+    }
+    let view = super::ui::AgentView {
+        address: args.ui_address.clone(),
+        actions: args.ui_actions,
+        namespace: args.namespace.clone(),
+        changes: changelog
+            .recent()
+            .map(super::ui::changes::ChangeSource::Memory)
+            .unwrap_or_default(),
+    };
+    let bound = super::ui::serve_agent(view, client.clone(), config.clone()).await?;
+    tracing::info!(address = %bound, actions = args.ui_actions, "web view listening");
+    Ok(())
+}
+
+/// Stops renewing the leader Lease, then hands it over at once instead of letting the next
+/// leader wait for it to expire.
+async fn step_down(renewer: Option<tokio::task::JoinHandle<()>>, elector: Option<&mut Elector>) {
+    if let Some(renewer) = renewer {
+        renewer.abort();
+        // Wait for it to stop, so no renewal races the release below.
+        let _ = renewer.await;
+    }
+    if let Some(elector) = elector {
+        match elector.release().await {
+            Ok(()) => tracing::info!(lease = %elector.config().name, "released the leader lease"),
+            Err(error) => {
+                tracing::warn!(%error, "could not release the leader lease; it expires by itself")
+            }
+        }
+        METRICS.set_leader(false);
+    }
+}
+
+/// Where function processors may run, and their limits, from the agent's flags.
+fn function_policy(args: &AgentArgs) -> crate::reconcile::functions::FunctionPolicy {
+    crate::reconcile::functions::FunctionPolicy {
+        allowed_exec: args.allow_function_exec.clone(),
+        allowed_hosts: args.allow_function_host.clone(),
+        max_timeout: args.function_timeout_max,
+        exec_memory_bytes: args.function_memory_mib << 20,
+        exec_cpu: args.function_cpu_time,
+        sandbox_program: None,
+    }
 }
 
 /// The render sandbox's limits from the agent's flags.
@@ -557,13 +683,6 @@ fn parse_absolute_path(text: &str) -> Result<PathBuf, String> {
         Ok(path)
     } else {
         Err(format!("{text:?} is not an absolute path"))
-    }
-}
-
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match super::parse_duration_arg(text)? {
-        d if d.is_zero() => Err("the duration must be positive".into()),
-        d => Ok(d),
     }
 }
 

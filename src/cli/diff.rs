@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
+use kube::api::Api;
 use kube::Client;
 use pallet_formats::Object;
 use serde_json::Value;
@@ -27,8 +28,14 @@ pub struct DiffArgs {
     /// A BundleDeployment manifest instead (`-` for stdin): what applying it would change.
     #[arg(short = 'f', long = "filename", conflicts_with = "name")]
     pub file: Option<PathBuf>,
-    /// The agent's namespace: where Secrets named without a namespace are read.
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets named without a namespace are read; `--namespace`
+    /// is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Lines of context around each change.
     #[arg(long, default_value_t = 3)]
@@ -89,11 +96,33 @@ pub(super) async fn render_live(
         egress: fetcher.options().egress,
     };
     // `lookup` is answered from the cluster, as the identity the agent would read it as.
-    let lookups = crate::reconcile::lookups::Reader {
-        acting: reader,
-        agent: reader,
+    let lookups = crate::reconcile::lookups::Reader::new(
+        reader,
+        reader,
         policy,
         bd,
+        crate::reconcile::lookups::LookupLimits::DEFAULT,
+    );
+    // `now` as the agent reads it: the time the revision of these inputs recorded, in the
+    // status given or else the one the cluster holds (a manifest carries none).
+    let live_status = match &bd.status {
+        Some(_) => None,
+        None => Api::<BundleDeployment>::all(client.clone())
+            .get_opt(bd.metadata.name.as_deref().unwrap_or_default())
+            .await?
+            .and_then(|live| live.status),
+    };
+    let now = {
+        use crate::reconcile::{render_time, values::spec_digest};
+        let resolved: Vec<crate::api::ResolvedSource> =
+            fetched.iter().map(|f| f.resolved_source()).collect();
+        let spec = spec_digest(
+            &bd.spec.digest(),
+            &[values.resolved.as_slice(), processors.resolved.as_slice()].concat(),
+        );
+        let status = bd.status.as_ref().or(live_status.as_ref());
+        render_time::recorded(status, &spec, &resolved, render_time::created(bd))
+            .unwrap_or_else(render_time::current)
     };
     let (mut rendered, traces) = preview::assemble_and_render(
         &fetcher,
@@ -104,6 +133,7 @@ pub(super) async fn render_live(
         &processors,
         &caller,
         Some(&lookups),
+        now,
     )
     .await?;
     let name = bd.metadata.name.clone().unwrap_or_default();
@@ -168,21 +198,33 @@ pub fn object_diff(
     bundle: Option<&Value>,
     context_lines: usize,
 ) -> anyhow::Result<String> {
-    let before = yaml_of(live.map(|l| masked(l, bundle, "before")).as_ref())?;
-    let after = yaml_of(bundle.map(|b| masked(b, live, "after")).as_ref())?;
-    if before == after {
+    sides_diff(("live", live), ("bundle", bundle), label, context_lines)
+}
+
+/// The unified diff of one object between two named sides (`live`/`bundle`, `revision 3`/
+/// `revision 4`), Secret values masked; empty when they are equal.
+pub fn sides_diff(
+    (before_side, before): (&str, Option<&Value>),
+    (after_side, after): (&str, Option<&Value>),
+    label: &str,
+    context_lines: usize,
+) -> anyhow::Result<String> {
+    let before_text = yaml_of(before.map(|l| masked(l, after, "before")).as_ref())?;
+    let after_text = yaml_of(after.map(|b| masked(b, before, "after")).as_ref())?;
+    if before_text == after_text {
         return Ok(String::new());
     }
-    let diff = similar::TextDiff::from_lines(&before, &after);
+    let diff = similar::TextDiff::from_lines(&before_text, &after_text);
     let mut unified = diff.unified_diff();
-    unified
-        .context_radius(context_lines)
-        .header(&format!("live/{label}"), &format!("bundle/{label}"));
+    unified.context_radius(context_lines).header(
+        &format!("{before_side}/{label}"),
+        &format!("{after_side}/{label}"),
+    );
     Ok(unified.to_string())
 }
 
 /// `Kind/namespace/name` or `Kind/name`: the path-like label of an object in a diff header.
-fn label(kind: &str, namespace: Option<&str>, name: &str) -> String {
+pub(crate) fn label(kind: &str, namespace: Option<&str>, name: &str) -> String {
     match namespace.filter(|ns| !ns.is_empty()) {
         Some(ns) => format!("{kind}/{ns}/{name}"),
         None => format!("{kind}/{name}"),

@@ -22,7 +22,7 @@ pub struct EventsArgs {
     #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// Only Events seen within this long (`30m`, `2h`; a bare number is seconds).
-    #[arg(long, value_parser = super::parse_duration_arg)]
+    #[arg(long, value_parser = crate::duration::parse_arg)]
     pub since: Option<Duration>,
     /// Only Warning Events.
     #[arg(long)]
@@ -197,6 +197,12 @@ async fn events_about(client: &Client, subjects: &BTreeSet<Subject>) -> anyhow::
     Ok(lines)
 }
 
+/// The Events of BundleDeployment `name`, of its objects and of their Pods, oldest first.
+pub async fn lines(client: &Client, name: &str) -> anyhow::Result<Vec<Line>> {
+    let subjects = subjects(client, name).await?;
+    events_about(client, &subjects).await
+}
+
 /// The table of events, with their age relative to `now` (Unix seconds).
 pub fn format_lines(lines: &[Line], now: i64) -> String {
     let age = |t: i64| {
@@ -246,8 +252,7 @@ pub fn format_lines(lines: &[Line], now: i64) -> String {
 pub fn run(args: EventsArgs) -> anyhow::Result<()> {
     let lines = super::block_on(async {
         let client = args.kube.client().await?;
-        let subjects = subjects(&client, &args.name).await?;
-        events_about(&client, &subjects).await
+        lines(&client, &args.name).await
     })?;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let lines: Vec<Line> = lines

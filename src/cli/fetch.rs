@@ -21,8 +21,14 @@ pub struct FetchArgs {
     /// Cluster, used only to read Secrets the sources name.
     #[command(flatten)]
     pub kube: super::KubeArgs,
-    /// Namespace of Secrets whose reference names none (the agent's namespace).
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets whose reference names no namespace are read;
+    /// `--namespace` is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Source cache directory.
     #[arg(long, env = "PALLET_FETCH_CACHE")]
@@ -49,6 +55,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir.clone(),
         plain_http_registries: args.plain_http_registries.clone(),
         allow_function_exec: Vec::new(),
+        allow_function_host: Vec::new(),
         egress: args.egress.clone(),
         unpack: args.unpack.clone(),
     }

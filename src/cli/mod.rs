@@ -9,20 +9,21 @@ pub mod terminal;
 mod acting;
 mod agent;
 mod completion;
-mod diff;
-mod events;
+pub(crate) mod diff;
+pub mod events;
 pub mod exit;
 mod fetch;
 mod get;
 mod help;
 pub mod install;
-mod ops;
-mod plan;
+pub(crate) mod ops;
+pub(crate) mod plan;
 mod progress;
 mod push;
 mod render;
-mod test;
-mod tree;
+pub(crate) mod test;
+pub mod tree;
+pub mod ui;
 
 use std::path::PathBuf;
 
@@ -107,6 +108,9 @@ pub enum Command {
     Resume(ops::ResumeArgs),
     /// Show which BundleDeployment and revision wrote an object, and where that came from.
     Trace(ops::TraceArgs),
+    /// Serve the web view on 127.0.0.1 with your kubeconfig: every bundle, its revisions,
+    /// objects, drift and change log, live, and the on-call actions.
+    Ui(Box<ui::UiArgs>),
     /// Publish a directory as an OCI bundle image.
     Push(push::PushArgs),
     /// Print a shell completion script.
@@ -115,6 +119,10 @@ pub enum Command {
     /// sandbox runs this in a child process; not for direct use).
     #[command(name = "render-sandbox", hide = true)]
     RenderSandbox(RenderSandboxArgs),
+    /// Run an `exec` function within resource limits and a deadline, killing whatever it leaves
+    /// behind (the agent runs this for each call; not for direct use).
+    #[command(name = "function-sandbox", hide = true)]
+    FunctionSandbox(FunctionSandboxArgs),
     /// Write the generated reference pages or the man pages (the project's documentation and
     /// release builds run this; not for direct use).
     #[command(hide = true, subcommand)]
@@ -148,6 +156,25 @@ pub struct RenderSandboxArgs {
     /// The limits are in place (set by this command before it started again).
     #[arg(long)]
     pub limited: bool,
+}
+
+/// Flags of the hidden `pallet function-sandbox`.
+#[derive(Args, Debug)]
+pub struct FunctionSandboxArgs {
+    /// Memory the function may allocate, in bytes.
+    #[arg(long)]
+    pub memory_bytes: u64,
+    /// CPU time the function may use, in seconds.
+    #[arg(long)]
+    pub cpu_seconds: u64,
+    /// Wall-clock time the function may take, in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: u64,
+    /// The limits are in place (set by this command before it started again).
+    #[arg(long)]
+    pub limited: bool,
+    /// The function's executable.
+    pub program: PathBuf,
 }
 
 /// Flags of `pallet completion`.
@@ -223,20 +250,6 @@ impl KubeArgs {
     }
 }
 
-/// A time given on the command line: a Go duration (`90s`, `5m`, `1h30m`) or a bare number of
-/// seconds (`300`).
-pub fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse::<u64>()
-            .map(std::time::Duration::from_secs)
-            .map_err(|e| format!("{text:?}: {e}"));
-    }
-    crate::api::parse_duration(text).map_err(|_| {
-        format!("{text:?} is not a duration (examples: 90s, 5m, 1h30m; a bare number is seconds)")
-    })
-}
-
 /// How data is printed.
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Output {
@@ -309,6 +322,10 @@ pub struct FetchFlags {
     /// flag of the same name allows it.
     #[arg(long = "allow-function-exec", value_name = "PATH")]
     pub allow_function_exec: Vec<PathBuf>,
+    /// A host `function` processors' `url` may name (`host`, `host:port` or `*.domain`,
+    /// repeatable), as the agent's flag of the same name allows it.
+    #[arg(long = "allow-function-host", value_name = "HOST")]
+    pub allow_function_host: Vec<String>,
     /// Addresses and locations sources may name.
     #[command(flatten)]
     pub egress: EgressFlags,
@@ -317,7 +334,8 @@ pub struct FetchFlags {
     pub unpack: UnpackFlags,
 }
 
-/// Bounds on what one source may unpack, shared by the agent and the commands that fetch.
+/// Bounds on what one source may read and unpack, shared by the agent and the commands that
+/// fetch.
 #[derive(Args, Debug, Clone)]
 pub struct UnpackFlags {
     /// Bytes one source may inflate, in MiB: every byte of its decompressed archives (the data
@@ -334,9 +352,48 @@ pub struct UnpackFlags {
     /// Entries (files, directories, links) one source may hold.
     #[arg(long, default_value_t = crate::source::Limits::DEFAULT.max_entries)]
     pub unpack_max_entries: u64,
+    /// Largest document read from a registry, in KiB: an image manifest or index, a page of a
+    /// tag list, a referrers list. Counted as it arrives; past it the source is refused
+    /// (LimitExceeded). The default is containerd's bound on manifests, the size registries
+    /// must accept.
+    #[arg(long, default_value_t = crate::source::registry::RegistryLimits::DEFAULT.max_document_bytes >> 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_max_document_kib: u64,
+    /// Tags read from one repository's tag list (a `semver` range), over all its pages; more
+    /// is refused (LimitExceeded).
+    #[arg(long, default_value_t = crate::source::registry::RegistryLimits::DEFAULT.max_tags as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub registry_max_tags: u64,
+    /// Largest git ref advertisement read, in MiB (an ls-remote, and the start of every fetch;
+    /// a repository advertising every pull request's refs needs a few MiB). Counted as it
+    /// arrives; past it the connection is closed and the source refused (LimitExceeded).
+    #[arg(long, default_value_t = crate::source::DEFAULT_GIT_MAX_ADVERTISEMENT_BYTES >> 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub git_max_advertisement_mib: u64,
 }
 
 impl UnpackFlags {
+    /// `options` with the limits these flags set: what a source may unpack, what a registry
+    /// may send, the largest git ref advertisement.
+    pub fn bound(&self, options: crate::source::FetchOptions) -> crate::source::FetchOptions {
+        crate::source::FetchOptions {
+            limits: self.limits(),
+            registry: self.registry_limits(),
+            git_max_advertisement_bytes: self.git_max_advertisement_bytes(),
+            ..options
+        }
+    }
+
+    /// What these flags let a registry send.
+    pub fn registry_limits(&self) -> crate::source::registry::RegistryLimits {
+        crate::source::registry::RegistryLimits {
+            max_document_bytes: self.registry_max_document_kib.max(1) << 10,
+            max_tags: usize::try_from(self.registry_max_tags).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The largest git ref advertisement these flags let a server send.
+    pub fn git_max_advertisement_bytes(&self) -> u64 {
+        self.git_max_advertisement_mib.max(1) << 20
+    }
+
     /// The limits these flags set (GNU long-name and PAX records keep their fixed bound).
     pub fn limits(&self) -> crate::source::Limits {
         crate::source::Limits {
@@ -353,6 +410,8 @@ impl FetchFlags {
     pub fn function_policy(&self) -> crate::reconcile::functions::FunctionPolicy {
         crate::reconcile::functions::FunctionPolicy {
             allowed_exec: self.allow_function_exec.clone(),
+            allowed_hosts: self.allow_function_host.clone(),
+            ..Default::default()
         }
     }
 
@@ -366,12 +425,11 @@ impl FetchFlags {
             .with_context(|| format!("opening the cache at {}", dir.display()))?;
         Ok(crate::source::Fetcher::new(
             std::sync::Arc::new(cache),
-            crate::source::FetchOptions {
+            self.unpack.bound(crate::source::FetchOptions {
                 plain_http_registries: self.plain_http_registries.clone(),
                 egress: self.egress.policy(),
-                limits: self.unpack.limits(),
                 ..Default::default()
-            },
+            }),
         ))
     }
 }
@@ -455,6 +513,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pause(args) => ops::pause(args),
         Command::Resume(args) => ops::resume(args),
         Command::Trace(args) => ops::trace(args),
+        Command::Ui(args) => ui::run(*args),
         Command::Push(args) => push::run(args),
         Command::RenderSandbox(args) => {
             match crate::render_sandbox::child::run(
@@ -466,14 +525,26 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 code => std::process::exit(code.into()),
             }
         }
+        Command::FunctionSandbox(args) => {
+            match crate::render_sandbox::exec::run(
+                &args.program,
+                args.memory_bytes,
+                args.cpu_seconds,
+                std::time::Duration::from_millis(args.timeout_ms),
+                args.limited,
+            ) {
+                0 => Ok(()),
+                code => std::process::exit(code.into()),
+            }
+        }
         Command::Docs(DocsCommand::Generate { dir }) => {
-            for path in crate::docs::write_pages(&dir)? {
+            for path in crate::docs::write_pages(&dir, &Cli::command())? {
                 eprintln!("wrote {}", path.display());
             }
             Ok(())
         }
         Command::Docs(DocsCommand::Man { dir }) => {
-            crate::docs::write_man_pages(&dir)?;
+            crate::docs::write_man_pages(&dir, Cli::command())?;
             eprintln!("wrote the man pages into {}", dir.display());
             Ok(())
         }
@@ -532,5 +603,91 @@ mod error_message_tests {
     fn distinct_causes_are_all_printed() {
         let err = anyhow::anyhow!("disk full").context("writing the cache");
         assert_eq!(error_message(&err), "writing the cache: disk full");
+    }
+}
+
+/// The command line's naming rule for namespaces, as the reference and the commands page state
+/// it: `-n, --namespace` is the namespace of what the command acts on (kubectl's meaning);
+/// `--agent-namespace` is the agent's namespace where a command needs it beside something else.
+#[cfg(test)]
+mod namespace_flag_tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Command};
+
+    /// Commands whose subject lives in a namespace they take with `-n, --namespace`: the traced
+    /// object's (`trace`), the installation's, which is the agents' own (the rest).
+    const NAMESPACE_OF_THE_SUBJECT: [&str; 6] =
+        ["trace", "install", "uninstall", "check", "version", "agent"];
+
+    #[test]
+    fn namespace_flags_keep_one_meaning_per_name() {
+        let cli = Cli::command();
+        for sub in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+                match arg.get_long() {
+                    Some("namespace") => assert!(
+                        NAMESPACE_OF_THE_SUBJECT.contains(&sub.get_name()),
+                        "`pallet {} --namespace` must be the namespace of what it acts on; \
+                         the agent's namespace beside something else is --agent-namespace",
+                        sub.get_name()
+                    ),
+                    Some("agent-namespace") => assert!(
+                        help.contains("agent's namespace"),
+                        "`pallet {} --agent-namespace` says what it is: {help}",
+                        sub.get_name()
+                    ),
+                    Some(long) if help.starts_with("The agent's namespace") => panic!(
+                        "`pallet {} --{long}` is the agent's namespace: spell it --agent-namespace",
+                        sub.get_name()
+                    ),
+                    _ => {}
+                }
+                if arg.get_short() == Some('n') {
+                    assert_eq!(arg.get_long(), Some("namespace"), "{}", sub.get_name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn older_spellings_of_the_agent_namespace_still_parse() {
+        let parsed = |line: &[&str]| Cli::try_parse_from(line).unwrap().command;
+        for flag in ["--agent-namespace", "--namespace"] {
+            match parsed(&["pallet", "plan", "-f", "bd.yaml", flag, "ops"]) {
+                Command::Plan(args) => assert_eq!(args.namespace, "ops"),
+                other => panic!("{other:?}"),
+            }
+            match parsed(&["pallet", "resume", "web", "--dry-run", flag, "ops"]) {
+                Command::Resume(args) => assert_eq!(args.namespace, "ops"),
+                other => panic!("{other:?}"),
+            }
+        }
+        for flag in ["--agent-namespace", "--store-namespace"] {
+            match parsed(&["pallet", "trace", "cm/x", "-n", "shop", flag, "ops"]) {
+                Command::Trace(args) => {
+                    assert_eq!(args.namespace.as_deref(), Some("shop"));
+                    assert_eq!(args.store_namespace, "ops");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn test_timeout_is_a_duration_and_bare_seconds_still_work() {
+        let timeout =
+            |value: &str| match Cli::try_parse_from(["pallet", "test", "web", "--timeout", value])
+                .unwrap()
+                .command
+            {
+                Command::Test(args) => args.timeout,
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(timeout("90s").as_secs(), 90);
+        assert_eq!(timeout("2m").as_secs(), 120);
+        assert_eq!(timeout("45").as_secs(), 45);
+        assert!(Cli::try_parse_from(["pallet", "test", "web", "--timeout", "soon"]).is_err());
     }
 }

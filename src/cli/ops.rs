@@ -52,7 +52,7 @@ pub struct RequestArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
@@ -72,7 +72,7 @@ pub struct RollbackArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long `--wait` waits: a duration (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
@@ -103,8 +103,14 @@ pub struct ResumeArgs {
     /// revert) and their differing field paths.
     #[arg(long)]
     pub dry_run: bool,
-    /// The agent's namespace: where Secrets named without a namespace are read (`--dry-run`).
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets named without a namespace are read (`--dry-run`);
+    /// `--namespace` is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Output format of `--dry-run`.
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -127,8 +133,13 @@ pub struct TraceArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// The agent's namespace, where revision snapshots are stored (read when the revision is no
-    /// longer in the BundleDeployment's status).
-    #[arg(long, default_value = "pallet-system")]
+    /// longer in the BundleDeployment's status); `--store-namespace` is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "store-namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub store_namespace: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -148,7 +159,7 @@ pub enum Request {
 }
 
 /// The BundleDeployment `name`; its absence is a not-found error (exit status 3).
-pub(super) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
+pub(crate) async fn get_bd(client: &Client, name: &str) -> anyhow::Result<BundleDeployment> {
     Api::<BundleDeployment>::all(client.clone())
         .get_opt(name)
         .await
@@ -453,32 +464,41 @@ pub fn history(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Asks the agent to roll `name` back to its stored revision `to` (refused when status lists
+/// stored revisions and `to` is not among them); returns the request's annotation value.
+pub(crate) async fn request_rollback(
+    client: &Client,
+    name: &str,
+    to: i64,
+) -> anyhow::Result<String> {
+    let bd = get_bd(client, name).await?;
+    let status = bd.status.clone().unwrap_or_default();
+    if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == to) {
+        let known: Vec<String> = status
+            .revisions
+            .iter()
+            .map(|r| r.number.to_string())
+            .collect();
+        return Err(super::exit::not_found(format!(
+            "BundleDeployment {name} has no stored revision {to}; stored: {}",
+            known.join(", ")
+        )));
+    }
+    let value = format!("{to}@{}", token());
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
+    )
+    .await?;
+    Ok(value)
+}
+
 /// Runs `pallet rollback`.
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        let bd = get_bd(&client, &args.name).await?;
-        let status = bd.status.clone().unwrap_or_default();
-        if !status.revisions.is_empty() && !status.revisions.iter().any(|r| r.number == args.to) {
-            let known: Vec<String> = status
-                .revisions
-                .iter()
-                .map(|r| r.number.to_string())
-                .collect();
-            return Err(super::exit::not_found(format!(
-                "BundleDeployment {} has no stored revision {}; stored: {}",
-                args.name,
-                args.to,
-                known.join(", ")
-            )));
-        }
-        let value = format!("{}@{}", args.to, token());
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: value}}}),
-        )
-        .await?;
+        let value = request_rollback(&client, &args.name, args.to).await?;
         tprintln!(
             "requested rollback of {} to revision {} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
             args.name,
@@ -505,6 +525,27 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Asks the agent for a retry or a reconcile of `name` now; returns the annotation's value.
+pub(crate) async fn request_now(
+    client: &Client,
+    name: &str,
+    kind: Request,
+) -> anyhow::Result<String> {
+    let annotation = match kind {
+        Request::Retry => REQUESTED_RETRY_ANNOTATION,
+        Request::Reconcile => REQUESTED_RECONCILE_ANNOTATION,
+    };
+    get_bd(client, name).await?;
+    let value = token();
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {annotation: value}}}),
+    )
+    .await?;
+    Ok(value)
+}
+
 /// Runs `pallet retry` or `pallet reconcile`.
 pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     let (annotation, what, handled): (&str, &str, HandledField) = match kind {
@@ -517,14 +558,7 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     };
     super::block_on(async {
         let client = args.kube.client().await?;
-        get_bd(&client, &args.name).await?;
-        let value = token();
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {annotation: value}}}),
-        )
-        .await?;
+        let value = request_now(&client, &args.name, kind).await?;
         tprintln!("requested {what} of {} ({annotation}={value})", args.name);
         if args.wait {
             let bd = wait_handled(&client, &args.name, &value, args.timeout, what, handled).await?;
@@ -534,18 +568,27 @@ pub fn request(kind: Request, args: RequestArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Pauses `name` with `reason` (`Some`), or resumes it (`None`).
+pub(crate) async fn set_paused(
+    client: &Client,
+    name: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<()> {
+    get_bd(client, name).await?;
+    let patch = match reason {
+        Some(reason) => json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: reason}},
+                               "spec": {"paused": true}}),
+        None => json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: null}},
+                       "spec": {"paused": false}}),
+    };
+    patch_bd(client, name, &patch).await
+}
+
 /// Runs `pallet pause`.
 pub fn pause(args: PauseArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        get_bd(&client, &args.name).await?;
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: args.reason}},
-                    "spec": {"paused": true}}),
-        )
-        .await?;
+        set_paused(&client, &args.name, Some(&args.reason)).await?;
         tprintln!("paused {}: {}", args.name, args.reason);
         Ok(())
     })
@@ -556,55 +599,18 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let config = args.kube.config().await?;
         let client = Client::try_from(config.clone())?;
-        let bd = get_bd(&client, &args.name).await?;
         if !args.dry_run {
-            patch_bd(
-                &client,
-                &args.name,
-                &json!({"metadata": {"annotations": {PAUSED_REASON_ANNOTATION: null}},
-                        "spec": {"paused": false}}),
-            )
-            .await?;
+            set_paused(&client, &args.name, None).await?;
             tprintln!("resumed {}", args.name);
             return Ok(());
         }
-        let objects = match rolled_back_to(&bd) {
-            // After a rollback the agent stays on the revision it rolled back to until the spec
-            // or the sources move again: that revision is what resuming applies.
-            Some(active) => {
-                let store =
-                    crate::revision::RevisionStore::new(client.clone(), args.namespace.clone());
-                let record = store.load(&args.name, active).await.map_err(|e| {
-                    anyhow!(
-                        "reading revision {active} of {} from the store: {e}",
-                        args.name
-                    )
-                })?;
-                if args.output == Output::Table {
-                    tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
-                }
-                let helm = bd.spec.format == crate::api::BundleFormat::Helm;
-                let stored = crate::reconcile::context::snapshot_objects(&record)?;
-                crate::reconcile::hook_plan::split(&stored, helm).release
-            }
-            None => {
-                let what = format!("BundleDeployment {}", args.name);
-                let acting =
-                    super::acting::acting_for(&config, &client, &bd, &what, &args.namespace)
-                        .await?;
-                super::diff::render_bundle(&client, &acting, &bd, &args.fetch).await?
-            }
-        };
-        let target = preview::Target {
-            client: &client,
-            owner: &args.name,
-            install_namespace: bd.spec.install_namespace.as_deref(),
-            collision_protection: bd.spec.collision_protection(),
-            takeover: bd.spec.takeover.as_ref(),
-        };
-        // Helm hooks are not kept in line with the bundle: resuming reverts none of them (they
-        // are not among the objects compared).
-        let drifted = preview::drift(&target, &objects).await?;
+        let bd = get_bd(&client, &args.name).await?;
+        let (rolled_back, drifted) =
+            resume_preview(&config, &bd, Some(&args.fetch), &args.namespace).await?;
+        if let (Some(active), Output::Table) = (rolled_back, args.output) {
+            // With sources to fetch, a stored revision is compared with only after a rollback.
+            tprintln!("compared with revision {active}, the one rolled back to: resuming keeps it until the spec or the sources change");
+        }
         if args.output != Output::Table {
             let list: Vec<Value> = drifted
                 .iter()
@@ -647,8 +653,56 @@ pub fn resume(args: ResumeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// What resuming `bd` would revert: the objects that differ from what the agent would apply,
+/// with their differing field paths. That is the revision rolled back to while a rollback holds
+/// (the agent stays on it until the spec or the sources move), else what the sources render now
+/// (fetched with `fetch`), or, without `fetch`, the active revision's stored snapshot. Returns
+/// the stored revision compared with, if one was, and the objects.
+pub(crate) async fn resume_preview(
+    config: &kube::Config,
+    bd: &BundleDeployment,
+    fetch: Option<&FetchFlags>,
+    namespace: &str,
+) -> anyhow::Result<(Option<i64>, Vec<preview::Drifted>)> {
+    let client = Client::try_from(config.clone())?;
+    let name = bd.metadata.name.clone().unwrap_or_default();
+    let stored = match (rolled_back_to(bd), fetch) {
+        (Some(active), _) => Some(active),
+        (None, None) => bd.status.as_ref().and_then(|s| s.active_revision),
+        (None, Some(_)) => None,
+    };
+    let objects = match (stored, fetch) {
+        (Some(number), _) => {
+            let store = crate::revision::RevisionStore::new(client.clone(), namespace.to_string());
+            let record = store
+                .load(&name, number)
+                .await
+                .map_err(|e| anyhow!("reading revision {number} of {name} from the store: {e}"))?;
+            let helm = bd.spec.format == crate::api::BundleFormat::Helm;
+            let stored = record.objects_to_apply()?;
+            crate::reconcile::hook_plan::split(&stored, helm).release
+        }
+        (None, Some(fetch)) => {
+            let what = format!("BundleDeployment {name}");
+            let acting = super::acting::acting_for(config, &client, bd, &what, namespace).await?;
+            super::diff::render_bundle(&client, &acting, bd, fetch).await?
+        }
+        (None, None) => Vec::new(),
+    };
+    let target = preview::Target {
+        client: &client,
+        owner: &name,
+        install_namespace: bd.spec.install_namespace.as_deref(),
+        collision_protection: bd.spec.collision_protection(),
+        takeover: bd.spec.takeover.as_ref(),
+    };
+    // Helm hooks are not kept in line with the bundle: resuming reverts none of them (they
+    // are not among the objects compared).
+    Ok((stored, preview::drift(&target, &objects).await?))
+}
+
 /// The revision a rollback left active, while the `RolledBack` condition holds.
-fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
+pub(crate) fn rolled_back_to(bd: &BundleDeployment) -> Option<i64> {
     let status = bd.status.as_ref()?;
     let rolled_back = crate::api::conditions::find(
         &status.conditions,
@@ -731,125 +785,160 @@ async fn find_resource(
     )))
 }
 
-/// Runs `pallet trace`.
+/// Runs `pallet trace`: finds the object, the BundleDeployment and revision that wrote it, then
+/// prints what that revision was made of.
 pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
     let (kind, name) = args
         .object
         .split_once('/')
         .ok_or_else(|| super::exit::usage("give the object as KIND/NAME, e.g. configmap/app"))?;
-    let report = super::block_on(async {
-        let config = args.kube.config().await?;
-        let default_namespace = config.default_namespace.clone();
-        let client = Client::try_from(config)?;
-        let (resource, scope) = find_resource(&client, kind).await?;
-        let api: Api<DynamicObject> = match scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                args.namespace.as_deref().unwrap_or(&default_namespace),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-        };
-        let object = api
-            .get_opt(name)
-            .await?
-            .ok_or_else(|| super::exit::not_found(format!("{} {name} not found", resource.kind)))?;
-        let namespace = object.metadata.namespace.clone();
-        let what = match &namespace {
-            Some(ns) => format!("{} {ns}/{name}", resource.kind),
-            None => format!("{} {name}", resource.kind),
-        };
-        let owner = match object
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned()
-        {
-            Some(owner) => owner,
-            None => {
-                let made_by = match written_ancestor(&client, &object).await {
-                    Some((chain, bd)) => format!(
-                        "; it is made by {chain}, which BundleDeployment {bd} wrote (trace that instead)"
-                    ),
-                    None => String::new(),
-                };
-                bail!("{what} carries no {OWNER_LABEL} label: pallet did not write it{made_by}")
-            }
-        };
-        let revision: Option<i64> = object
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REVISION_ANNOTATION))
-            .and_then(|v| v.parse().ok());
-        let bd = get_bd(&client, &owner).await.with_context(|| {
-            format!("{what} is labelled as written by BundleDeployment {owner}")
-        })?;
-        let status = bd.status.clone().unwrap_or_default();
-        let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
-        // The stored snapshot names its sources and digest (beyond the status list too), and
-        // what each processor did.
-        let record = match revision {
-            Some(n) => {
-                let store = crate::revision::RevisionStore::new(
-                    client.clone(),
-                    args.store_namespace.clone(),
-                );
-                match store.load(&owner, n).await {
-                    Ok(record) => Some(record),
-                    Err(crate::revision::RevisionError::NotFound { .. }) => None,
-                    Err(e) => {
-                        return Err(anyhow!(
-                            "reading revision {n} of {owner} from the store: {e}"
-                        ))
-                    }
-                }
-            }
-            None => None,
-        };
-        let stored = match (&record, &found) {
-            (Some(record), None) => Some(json!({
-                "number": record.number, "generation": record.generation,
-                "digest": record.digest, "sources": record.sources,
-                "objects": record.objects.len(),
-            })),
-            _ => None,
-        };
-        let key = pallet_formats::ObjectKey {
-            group: resource.group.clone(),
-            kind: resource.kind.clone(),
-            namespace: namespace.clone(),
-            name: name.to_string(),
-        }
-        .to_string();
-        let processed_by: Vec<Value> = record
-            .iter()
-            .flat_map(|r| r.processors.iter())
-            .filter_map(|t| {
-                let how = if t.added.contains(&key) {
-                    "added"
-                } else if t.changed.contains(&key) {
-                    "changed"
-                } else {
-                    return None;
-                };
-                Some(json!({"processor": t.processor, "how": how}))
-            })
-            .collect();
-        Ok(json!({
-            "object": what,
-            "bundleDeployment": owner,
-            "revision": revision,
-            "activeRevision": status.active_revision,
-            "revisionStatus": found,
-            "storedRevision": stored,
-            "processedBy": processed_by,
-        }))
-    })?;
+    let report = super::block_on(trace_report(&args, kind, name))?;
     if args.output != Output::Table {
         return print_data(args.output, &report);
     }
+    tprint!("{}", trace_table(&report, &args.store_namespace));
+    Ok(())
+}
+
+/// The object `kind/name` as the cluster has it: its API resource and the object.
+async fn traced_object(
+    args: &TraceArgs,
+    client: &Client,
+    default_namespace: &str,
+    (kind, name): (&str, &str),
+) -> anyhow::Result<(kube::discovery::ApiResource, DynamicObject)> {
+    let (resource, scope) = find_resource(client, kind).await?;
+    let api: Api<DynamicObject> = match scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            args.namespace.as_deref().unwrap_or(default_namespace),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let object = api
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| super::exit::not_found(format!("{} {name} not found", resource.kind)))?;
+    Ok((resource, object))
+}
+
+/// The BundleDeployment that wrote `object` (its owner label), or why there is none: pallet
+/// did not write it, and what made it when that was a BundleDeployment's object.
+async fn traced_owner(
+    client: &Client,
+    object: &DynamicObject,
+    what: &str,
+) -> anyhow::Result<String> {
+    let owner = object
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL))
+        .cloned();
+    if let Some(owner) = owner {
+        return Ok(owner);
+    }
+    let made_by = match written_ancestor(client, object).await {
+        Some((chain, bd)) => format!(
+            "; it is made by {chain}, which BundleDeployment {bd} wrote (trace that instead)"
+        ),
+        None => String::new(),
+    };
+    bail!("{what} carries no {OWNER_LABEL} label: pallet did not write it{made_by}")
+}
+
+/// Revision `revision` of `owner` as stored (it names its sources and digest beyond the status
+/// list too, and what each processor did); None when it is not stored.
+async fn traced_record(
+    client: &Client,
+    store_namespace: &str,
+    owner: &str,
+    revision: Option<i64>,
+) -> anyhow::Result<Option<crate::revision::RevisionRecord>> {
+    let Some(n) = revision else {
+        return Ok(None);
+    };
+    let store = crate::revision::RevisionStore::new(client.clone(), store_namespace.to_string());
+    match store.load(owner, n).await {
+        Ok(record) => Ok(Some(record)),
+        Err(crate::revision::RevisionError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(anyhow!(
+            "reading revision {n} of {owner} from the store: {e}"
+        )),
+    }
+}
+
+/// The processors of `record` that added or changed the object `key`.
+fn processed_by(record: Option<&crate::revision::RevisionRecord>, key: &str) -> Vec<Value> {
+    record
+        .iter()
+        .flat_map(|r| r.processors.iter())
+        .filter_map(|t| {
+            let how = if t.added.iter().any(|k| k == key) {
+                "added"
+            } else if t.changed.iter().any(|k| k == key) {
+                "changed"
+            } else {
+                return None;
+            };
+            Some(json!({"processor": t.processor, "how": how}))
+        })
+        .collect()
+}
+
+/// What `pallet trace` reports of object `kind/name`, as data.
+async fn trace_report(args: &TraceArgs, kind: &str, name: &str) -> anyhow::Result<Value> {
+    let config = args.kube.config().await?;
+    let default_namespace = config.default_namespace.clone();
+    let client = Client::try_from(config)?;
+    let (resource, object) = traced_object(args, &client, &default_namespace, (kind, name)).await?;
+    let namespace = object.metadata.namespace.clone();
+    let what = match &namespace {
+        Some(ns) => format!("{} {ns}/{name}", resource.kind),
+        None => format!("{} {name}", resource.kind),
+    };
+    let owner = traced_owner(&client, &object, &what).await?;
+    let revision: Option<i64> = object
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REVISION_ANNOTATION))
+        .and_then(|v| v.parse().ok());
+    let bd = get_bd(&client, &owner)
+        .await
+        .with_context(|| format!("{what} is labelled as written by BundleDeployment {owner}"))?;
+    let status = bd.status.clone().unwrap_or_default();
+    let found = revision.and_then(|n| status.revisions.iter().find(|r| r.number == n).cloned());
+    let record = traced_record(&client, &args.store_namespace, &owner, revision).await?;
+    let stored = match (&record, &found) {
+        (Some(record), None) => Some(json!({
+            "number": record.number, "generation": record.generation,
+            "digest": record.digest, "sources": record.sources,
+            "objects": record.objects.len(),
+        })),
+        _ => None,
+    };
+    let key = pallet_formats::ObjectKey {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: namespace.clone(),
+        name: name.to_string(),
+    }
+    .to_string();
+    Ok(json!({
+        "object": what,
+        "bundleDeployment": owner,
+        "revision": revision,
+        "activeRevision": status.active_revision,
+        "revisionStatus": found,
+        "storedRevision": stored,
+        "processedBy": processed_by(record.as_ref(), &key),
+    }))
+}
+
+/// `pallet trace`'s report as text.
+fn trace_table(report: &Value, store_namespace: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -874,62 +963,13 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             let marker = if Some(n) == active { " (active)" } else { "" };
             let _ = writeln!(out, "Revision:         {n}{marker}");
             match serde_json::from_value::<RevisionStatus>(report["revisionStatus"].clone()) {
-                Ok(r) => {
-                    let _ = writeln!(out, "Phase:            {}", phase_name(&r));
-                    let _ = writeln!(out, "Content digest:   {}", r.digest);
-                    let _ = writeln!(out, "Generation:       {}", r.generation);
-                    let _ = writeln!(out, "Sources:");
-                    for s in &r.sources {
-                        let kind = serde_json::to_value(s.kind)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_string))
-                            .unwrap_or_default();
-                        let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
-                        let _ = writeln!(out, "  {kind} {line}");
-                        if let Some(signer) = &s.verified {
-                            let _ = writeln!(out, "    verified: {}", signer.summary());
-                        }
-                    }
-                    if !r.values_from.is_empty() {
-                        let _ = writeln!(out, "Values from:");
-                        for v in &r.values_from {
-                            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
-                        }
-                    }
-                }
+                Ok(r) => status_revision_lines(&mut out, &r),
                 Err(_) => match report["storedRevision"].as_object() {
-                    Some(stored) => {
-                        let _ = writeln!(
-                            out,
-                            "Phase:            (not in status.revisions; from the revision store)"
-                        );
-                        let _ = writeln!(
-                            out,
-                            "Content digest:   {}",
-                            stored["digest"].as_str().unwrap_or("")
-                        );
-                        let _ = writeln!(out, "Generation:       {}", stored["generation"]);
-                        let _ = writeln!(out, "Sources:");
-                        for s in stored["sources"].as_array().into_iter().flatten() {
-                            let line = resolved_line(
-                                s["ref"].as_str().unwrap_or(""),
-                                s["resolved"].as_str().unwrap_or(""),
-                                s["version"].as_str(),
-                            );
-                            let _ = writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
-                            if let Ok(signer) = serde_json::from_value::<
-                                crate::api::VerifiedSignature,
-                            >(s["verified"].clone())
-                            {
-                                let _ = writeln!(out, "    verified: {}", signer.summary());
-                            }
-                        }
-                    }
+                    Some(stored) => stored_revision_lines(&mut out, stored),
                     None => {
                         let _ = writeln!(
                             out,
-                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {})",
-                            args.store_namespace
+                            "                  revision {n} is neither in status.revisions nor in the revision store (namespace {store_namespace})",
                         );
                     }
                 },
@@ -947,8 +987,60 @@ pub fn trace(args: TraceArgs) -> anyhow::Result<()> {
             );
         }
     }
-    tprint!("{out}");
-    Ok(())
+    out
+}
+
+/// A revision as `status.revisions` lists it: phase, content, generation, sources, values.
+fn status_revision_lines(out: &mut String, r: &RevisionStatus) {
+    let _ = writeln!(out, "Phase:            {}", phase_name(r));
+    let _ = writeln!(out, "Content digest:   {}", r.digest);
+    let _ = writeln!(out, "Generation:       {}", r.generation);
+    let _ = writeln!(out, "Sources:");
+    for s in &r.sources {
+        let kind = serde_json::to_value(s.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let line = resolved_line(&s.reference, &s.resolved, s.version.as_deref());
+        let _ = writeln!(out, "  {kind} {line}");
+        if let Some(signer) = &s.verified {
+            let _ = writeln!(out, "    verified: {}", signer.summary());
+        }
+    }
+    if !r.values_from.is_empty() {
+        let _ = writeln!(out, "Values from:");
+        for v in &r.values_from {
+            let _ = writeln!(out, "  {:?} {} -> {}", v.kind, v.name, v.digest);
+        }
+    }
+}
+
+/// A revision no longer in `status.revisions`, as the revision store has it.
+fn stored_revision_lines(out: &mut String, stored: &serde_json::Map<String, Value>) {
+    let _ = writeln!(
+        out,
+        "Phase:            (not in status.revisions; from the revision store)"
+    );
+    let _ = writeln!(
+        out,
+        "Content digest:   {}",
+        stored["digest"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(out, "Generation:       {}", stored["generation"]);
+    let _ = writeln!(out, "Sources:");
+    for s in stored["sources"].as_array().into_iter().flatten() {
+        let line = resolved_line(
+            s["ref"].as_str().unwrap_or(""),
+            s["resolved"].as_str().unwrap_or(""),
+            s["version"].as_str(),
+        );
+        let _ = writeln!(out, "  {} {line}", s["kind"].as_str().unwrap_or(""),);
+        if let Ok(signer) =
+            serde_json::from_value::<crate::api::VerifiedSignature>(s["verified"].clone())
+        {
+            let _ = writeln!(out, "    verified: {}", signer.summary());
+        }
+    }
 }
 
 /// A source as written, what it resolved to, and the version a range or chart repository chose:

@@ -28,8 +28,14 @@ pub struct PlanArgs {
     /// goes to stderr.
     #[arg(long)]
     pub pin: bool,
-    /// The agent's namespace: where Secrets named without a namespace are read.
-    #[arg(long, default_value = "pallet-system")]
+    /// The agent's namespace: where Secrets named without a namespace are read; `--namespace`
+    /// is an older spelling
+    #[arg(
+        long = "agent-namespace",
+        alias = "namespace",
+        value_name = "NS",
+        default_value = "pallet-system"
+    )]
     pub namespace: String,
     /// Output format of the plan.
     #[arg(short = 'o', long, value_enum, default_value_t)]
@@ -249,7 +255,7 @@ fn format_table(report: &Report) -> String {
 }
 
 /// An inventory entry as `Kind.group ns/name`.
-pub(super) fn reference_text(r: &crate::api::ObjectReference) -> String {
+pub(crate) fn reference_text(r: &crate::api::ObjectReference) -> String {
     let kind = if r.group.is_empty() {
         r.kind.clone()
     } else {

@@ -139,6 +139,18 @@ pub const GENERATED_VALUES_NOTICE: &str = "note: values the chart generates (ran
 uuidv4, genCA, genPrivateKey, bcrypt salts, ...) are not the ones the agent generates: the agent \
 derives them from a secret key it keeps in the cluster for each BundleDeployment";
 
+/// Said on stderr when a helm chart renders offline: its `now` is the current time, where the
+/// agent renders with the time the revision was first rendered.
+pub fn now_notice(now: i64) -> String {
+    let at =
+        crate::reconcile::render_time::as_time(now).map_or(now.to_string(), |t| t.0.to_string());
+    format!(
+        "note: the chart's `now` is the current time, {at}; the agent renders with the time the \
+         revision was first rendered (status.revisions[].renderedAt), the same for every render \
+         of the same spec and sources"
+    )
+}
+
 /// Runs `pallet render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<()> {
     let default_kube_version = args.kube_version.is_none();
@@ -165,8 +177,10 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
             let (_, bd) =
                 crate::preview::parse_bundle_deployment(&text, &file.display().to_string())?;
             let values = bd_values(&bd, &read_values_files(&args.values)?)?;
+            let now = crate::reconcile::render_time::current();
             if bd.spec.format == crate::api::BundleFormat::Helm {
                 eprintln!("{GENERATED_VALUES_NOTICE}");
+                eprintln!("{}", now_notice(now));
             }
             let fetcher = args.fetch.fetcher()?;
             let vars = args.vars.iter().cloned().collect();
@@ -194,6 +208,7 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                     &processors,
                     &caller,
                     None,
+                    now,
                 )
                 .await?)
             })?;
@@ -217,7 +232,8 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                     release_name: args.release_name.clone(),
                     values,
                     capabilities,
-                    // No BundleDeployment here: `now` is the epoch, the random seed 0.
+                    // No BundleDeployment here: `now` is the current time, the random seed 0.
+                    now: crate::reconcile::render_time::current(),
                     ..HelmOptions::default()
                 },
                 registry_v1: crate::reconcile::render::registry_v1_options(&registry_v1),
@@ -238,7 +254,11 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
                 };
                 crate::preview::render_dir(format, &tree, &config)?
             } else {
-                crate::preview::render_dir(format, dir, &config)?
+                let rendered = crate::preview::render_dir(format, dir, &config)?;
+                if format == Format::Helm {
+                    eprintln!("{}", now_notice(config.helm.now));
+                }
+                rendered
             }
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
@@ -395,21 +415,22 @@ fn bd_values(
 
 /// The rendered objects as YAML documents or a JSON List.
 pub fn format_rendered(rendered: &Rendered, output: RenderOutput) -> anyhow::Result<String> {
-    let objects: Vec<serde_json::Value> = rendered
-        .objects
-        .iter()
-        .map(|o| serde_json::Value::Object(o.object.body().clone()))
-        .collect();
     Ok(match output {
         RenderOutput::Json => {
+            let objects: Vec<serde_json::Value> = rendered
+                .objects
+                .iter()
+                .map(|o| serde_json::Value::Object(o.object.body().clone()))
+                .collect();
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
             format!("{}\n", serde_json::to_string_pretty(&list)?)
         }
+        // Each object is written from the rendered one, not from a copy of it.
         RenderOutput::Yaml => {
             let mut out = String::new();
-            for object in &objects {
+            for object in &rendered.objects {
                 out.push_str("---\n");
-                out.push_str(&super::to_yaml(object)?);
+                out.push_str(&super::to_yaml(object.object.body())?);
             }
             out
         }

@@ -17,34 +17,41 @@ use crate::api::{HookPhase, HookRequest, REQUESTED_TEST_ANNOTATION};
 pub struct TestArgs {
     /// The BundleDeployment (a helm chart).
     pub name: String,
-    /// How long to wait for the tests (seconds).
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// How long to wait for the tests: a duration (`90s`, `5m`; a bare number is seconds).
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_positive_arg)]
+    pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]
     pub kube: KubeArgs,
+}
+
+/// Asks the agent to run the test hooks of helm BundleDeployment `name`; returns the request's
+/// annotation value.
+pub(crate) async fn request_tests(client: &kube::Client, name: &str) -> anyhow::Result<String> {
+    let bd = get_bd(client, name).await?;
+    if bd.spec.format != crate::api::BundleFormat::Helm {
+        bail!("{name} is not a helm chart: it has no test hooks");
+    }
+    let value = token();
+    patch_bd(
+        client,
+        name,
+        &json!({"metadata": {"annotations": {REQUESTED_TEST_ANNOTATION: value}}}),
+    )
+    .await?;
+    Ok(value)
 }
 
 /// Runs `pallet test`.
 pub fn run(args: TestArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        let bd = get_bd(&client, &args.name).await?;
-        if bd.spec.format != crate::api::BundleFormat::Helm {
-            bail!("{} is not a helm chart: it has no test hooks", args.name);
-        }
-        let value = token();
-        patch_bd(
-            &client,
-            &args.name,
-            &json!({"metadata": {"annotations": {REQUESTED_TEST_ANNOTATION: value}}}),
-        )
-        .await?;
+        let value = request_tests(&client, &args.name).await?;
         tprintln!(
             "requested the tests of {} ({REQUESTED_TEST_ANNOTATION}={value})",
             args.name
         );
-        let deadline = Instant::now() + Duration::from_secs(args.timeout);
+        let deadline = Instant::now() + args.timeout;
         let run = loop {
             let bd = get_bd(&client, &args.name).await?;
             let run = bd.status.and_then(|s| s.test);
@@ -55,12 +62,14 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
                 {
                     break run
                 }
-                last if Instant::now() >= deadline => bail!(
-                    "timed out after {}s waiting for the tests of {} (last: {}); is the agent running?",
-                    args.timeout,
-                    args.name,
-                    last.map(|r| describe(&r)).unwrap_or_else(|| "none".into())
-                ),
+                last if Instant::now() >= deadline => {
+                    return Err(super::exit::timed_out(format!(
+                        "timed out after {}s waiting for the tests of {} (last: {}); is the agent running?",
+                        args.timeout.as_secs(),
+                        args.name,
+                        last.map(|r| describe(&r)).unwrap_or_else(|| "none".into())
+                    )))
+                }
                 _ => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         };

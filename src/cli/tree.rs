@@ -153,6 +153,26 @@ async fn object_node(
     })
 }
 
+/// The objects of `bd`'s active revision, as its status lists them.
+pub fn inventory(bd: &crate::api::BundleDeployment) -> Vec<ObjectReference> {
+    bd.status
+        .as_ref()
+        .and_then(|s| s.inventory.clone())
+        .map(|i| i.objects)
+        .unwrap_or_default()
+}
+
+/// One node per object of `inventory` (in its order), read live with its health and, for
+/// workloads, its Pods.
+pub async fn nodes(client: &Client, inventory: &[ObjectReference]) -> anyhow::Result<Vec<Node>> {
+    let mut cache = BTreeMap::new();
+    let mut nodes = Vec::with_capacity(inventory.len());
+    for reference in inventory {
+        nodes.push(object_node(client, &mut cache, reference).await?);
+    }
+    Ok(nodes)
+}
+
 /// The tree as text: one line per object, its Pods indented under it.
 pub fn format_tree(root: &str, nodes: &[Node]) -> String {
     let width = nodes
@@ -195,17 +215,7 @@ pub fn run(args: TreeArgs) -> anyhow::Result<()> {
     let (bd, nodes) = super::block_on(async {
         let client = args.kube.client().await?;
         let bd = super::ops::get_bd(&client, &args.name).await?;
-        let inventory = bd
-            .status
-            .as_ref()
-            .and_then(|s| s.inventory.clone())
-            .map(|i| i.objects)
-            .unwrap_or_default();
-        let mut cache = BTreeMap::new();
-        let mut nodes = Vec::with_capacity(inventory.len());
-        for reference in &inventory {
-            nodes.push(object_node(&client, &mut cache, reference).await?);
-        }
+        let nodes = nodes(&client, &inventory(&bd)).await?;
         Ok((bd, nodes))
     })?;
     let status = bd.status.clone().unwrap_or_default();

@@ -198,9 +198,15 @@ mod tests {
     #[test]
     fn watches_are_told_apart_by_their_query() {
         let request = |uri: &str| Request::get(uri).body(()).unwrap();
-        assert!(is_watch(&request("/api/v1/configmaps?watch=true&labelSelector=a")));
-        assert!(is_watch(&request("/api/v1/configmaps?labelSelector=a&watch=1")));
-        assert!(!is_watch(&request("/api/v1/configmaps?labelSelector=watch%3Dtrue")));
+        assert!(is_watch(&request(
+            "/api/v1/configmaps?watch=true&labelSelector=a"
+        )));
+        assert!(is_watch(&request(
+            "/api/v1/configmaps?labelSelector=a&watch=1"
+        )));
+        assert!(!is_watch(&request(
+            "/api/v1/configmaps?labelSelector=watch%3Dtrue"
+        )));
         assert!(!is_watch(&request("/version")));
     }
 

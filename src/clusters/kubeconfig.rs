@@ -44,8 +44,7 @@ pub async fn remote_config(
         Some(context) => context.to_string(),
         None => kubeconfig.current_context.clone().ok_or_else(|| {
             KubeconfigRefused(
-                "the kubeconfig has no current-context; name one in spec.kubeConfig.context"
-                    .into(),
+                "the kubeconfig has no current-context; name one in spec.kubeConfig.context".into(),
             )
         })?,
     };
@@ -56,9 +55,7 @@ pub async fn remote_config(
     };
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| {
-            KubeconfigRefused(format!("context {context_name:?} cannot be used: {e}"))
-        })?;
+        .map_err(|e| KubeconfigRefused(format!("context {context_name:?} cannot be used: {e}")))?;
     let host = config
         .cluster_url
         .host()
@@ -146,7 +143,9 @@ pub fn check(kubeconfig: &Kubeconfig, context_name: &str) -> Result<(), Kubeconf
     match cluster.server.as_deref() {
         None | Some("") => return refused(format!("{where_} has no server")),
         Some(server) if !server.starts_with("https://") && !server.starts_with("http://") => {
-            return refused(format!("{where_} has server {server:?}, not an http(s) URL"))
+            return refused(format!(
+                "{where_} has server {server:?}, not an http(s) URL"
+            ))
         }
         Some(_) => {}
     }
@@ -237,20 +236,28 @@ mod tests {
     fn missing_pieces_are_named() {
         let token = "    token: abc\n";
         let text = kubeconfig(&server(), token);
-        assert!(refusal(&text, Some("elsewhere")).contains("no context \"elsewhere\" (it has: main, other)"));
+        assert!(refusal(&text, Some("elsewhere"))
+            .contains("no context \"elsewhere\" (it has: main, other)"));
         let no_server = kubeconfig("    insecure-skip-tls-verify: true\n", token);
         assert!(refusal(&no_server, None).contains("has no server"));
         let file_url = kubeconfig("    server: file:///etc/passwd\n", token);
         assert!(refusal(&file_url, None).contains("not an http(s) URL"));
         assert!(parse(b"").unwrap_err().to_string().contains("empty"));
-        assert!(parse(&[0xff, 0xfe]).unwrap_err().to_string().contains("UTF-8"));
+        assert!(parse(&[0xff, 0xfe])
+            .unwrap_err()
+            .to_string()
+            .contains("UTF-8"));
         let big = vec![b'#'; MAX_KUBECONFIG_BYTES + 1];
         assert!(parse(&big).unwrap_err().to_string().contains("over the"));
     }
 
     #[tokio::test]
     async fn inline_credentials_resolve_to_a_client_configuration() {
-        let cluster = format!("{}    certificate-authority-data: {}\n", server(), ca_data());
+        let cluster = format!(
+            "{}    certificate-authority-data: {}\n",
+            server(),
+            ca_data()
+        );
         let text = kubeconfig(&cluster, "    token: abc\n");
         let remote = remote_config(text.as_bytes(), Some("other")).await.unwrap();
         assert_eq!(remote.host, "127.0.0.1");
@@ -258,7 +265,10 @@ mod tests {
         assert!(remote.config.root_cert.is_some());
         // Without a context: the current one.
         let remote = remote_config(text.as_bytes(), None).await.unwrap();
-        assert_eq!(remote.config.cluster_url.to_string(), "https://127.0.0.1:6443/");
+        assert_eq!(
+            remote.config.cluster_url.to_string(),
+            "https://127.0.0.1:6443/"
+        );
         // A refusal never quotes a credential.
         let exec = "    token: s3cr3t\n    exec:\n      command: sh\n";
         let Err(error) = remote_config(kubeconfig(&server(), exec).as_bytes(), None).await else {

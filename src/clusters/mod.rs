@@ -277,11 +277,7 @@ impl Target {
         if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let client = guarded_client(
-            impersonating(&self.config, sa),
-            &self.layer,
-            &self.cluster,
-        )?;
+        let client = guarded_client(impersonating(&self.config, sa), &self.layer, &self.cluster)?;
         clients.insert(key, client.clone());
         Ok(client)
     }
@@ -307,10 +303,11 @@ fn guarded_client(
     cluster: &ClusterKey,
 ) -> Result<Client, kube::Error> {
     let name = cluster.display();
-    let count = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-        metrics::request(&name);
-        request
-    });
+    let count =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            metrics::request(&name);
+            request
+        });
     Ok(ClientBuilder::try_from(config)?
         .with_layer(&count)
         .with_layer(layer)
@@ -342,7 +339,12 @@ struct State {
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        for task in self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()).iter() {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             task.abort();
         }
     }
@@ -698,7 +700,10 @@ async fn handle_events(
                 metrics::outage(&name);
                 if let Some(entry) = inner.entry(&event.cluster) {
                     let health = entry.health.get();
-                    let message = health.outage().map(|o| o.message.clone()).unwrap_or_default();
+                    let message = health
+                        .outage()
+                        .map(|o| o.message.clone())
+                        .unwrap_or_default();
                     tracing::warn!(cluster = %name, error = %message, "remote cluster down; its bundles wait for it");
                     let prober = tokio::spawn(probe(Arc::downgrade(&entry)));
                     entry
@@ -750,9 +755,7 @@ async fn probe(entry: std::sync::Weak<Entry>) {
         };
         if let Err(error) = answer {
             let failure = health::judge_error(&error).unwrap_or(Failure::Unreachable);
-            strong
-                .health
-                .probe_failed(failure, guard::describe(&error));
+            strong.health.probe_failed(failure, guard::describe(&error));
         }
     }
 }
@@ -803,7 +806,10 @@ async fn watch_secret(registry: std::sync::Weak<Inner>, entry: std::sync::Weak<E
             .secret
             .as_ref()
             .map(|s| s.as_ref().and_then(|s| s.version()).map(str::to_string));
-        let after = snapshot.as_ref().and_then(|s| s.version()).map(str::to_string);
+        let after = snapshot
+            .as_ref()
+            .and_then(|s| s.version())
+            .map(str::to_string);
         state.secret = Some(snapshot);
         state.read_at = Some(Instant::now());
         entry
@@ -839,7 +845,11 @@ async fn refresh_metrics(registry: std::sync::Weak<Inner>) {
             .collect();
         drop(inner);
         for entry in entries {
-            let bundles = entry.bundles.lock().unwrap_or_else(|p| p.into_inner()).len();
+            let bundles = entry
+                .bundles
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
             let usage = entry
                 .state
                 .lock()
@@ -872,8 +882,14 @@ mod tests {
                 .map(|k| (k.to_string(), k.as_bytes().to_vec()))
                 .collect()
         };
-        assert_eq!(pick_key(&data(&["value.yaml", "value"]), None).unwrap(), b"value");
-        assert_eq!(pick_key(&data(&["value.yaml"]), None).unwrap(), b"value.yaml");
+        assert_eq!(
+            pick_key(&data(&["value.yaml", "value"]), None).unwrap(),
+            b"value"
+        );
+        assert_eq!(
+            pick_key(&data(&["value.yaml"]), None).unwrap(),
+            b"value.yaml"
+        );
         assert!(pick_key(&data(&["kubeconfig"]), None)
             .unwrap_err()
             .contains("none of the keys value, value.yaml"));
@@ -912,12 +928,19 @@ mod tests {
         };
         assert!(down(&key, &Health::Up).is_none());
         let mut health = Health::Unknown;
-        health.failed(Instant::now(), Failure::Unreachable, "connection refused".into());
+        health.failed(
+            Instant::now(),
+            Failure::Unreachable,
+            "connection refused".into(),
+        );
         let error = down(&key, &health).unwrap();
         assert_eq!(error.reason(), "ClusterUnreachable");
         assert!(error.is_transient());
         let text = error.to_string();
-        assert!(text.starts_with("cluster edge is unreachable since 0s ago"), "{text}");
+        assert!(
+            text.starts_with("cluster edge is unreachable since 0s ago"),
+            "{text}"
+        );
         assert!(text.ends_with("connection refused"), "{text}");
         assert!(error.retry_in().unwrap() >= Duration::from_secs(1));
     }

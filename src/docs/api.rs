@@ -32,7 +32,7 @@ fn sections_of(crd: &Value) -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
 
 /// The sections of the BundleDeployment's spec and of its status.
 #[cfg(test)]
-fn sections() -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
+pub(crate) fn sections() -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
     sections_of(&serde_json::to_value(BundleDeployment::crd())?)
 }
 

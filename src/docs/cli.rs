@@ -1,16 +1,17 @@
 //! `docs/reference/cli.md` and `docs/reference/agent-flags.md` from the argument parser, and
 //! the man pages (`pallet docs man DIR`).
 
-use clap::{Arg, ArgAction, Command, CommandFactory as _};
+use clap::{Arg, ArgAction, Command};
 
 use super::markdown::{anchor, code, generated_note, table};
 
 /// The command whose flags have a page of their own.
 const AGENT: &str = "agent";
 
-/// The parser, built (bin names and usage filled in), without the `help` subcommand.
-fn command() -> Command {
-    let mut command = crate::cli::Cli::command();
+/// The parser `cli`, built (bin names and usage filled in). The CLI hands its parser in: the
+/// pages describe it, and the CLI's `docs` command writes them.
+fn built(cli: &Command) -> Command {
+    let mut command = cli.clone();
     command.build();
     command
 }
@@ -158,8 +159,8 @@ fn command_section(out: &mut String, command: &Command, path: &str, level: usize
 }
 
 /// The CLI reference page.
-pub fn cli_page() -> String {
-    let command = command();
+pub fn cli_page(cli: &Command) -> String {
+    let command = built(cli);
     let mut out = String::from("# Command line\n\n");
     out.push_str(&generated_note("the argument parser"));
     out.push_str(&format!("\n{}\n\n", about(&command)));
@@ -187,8 +188,8 @@ pub fn cli_page() -> String {
 }
 
 /// The agent flags page.
-pub fn agent_page() -> anyhow::Result<String> {
-    let command = command();
+pub fn agent_page(cli: &Command) -> anyhow::Result<String> {
+    let command = built(cli);
     let agent = command
         .find_subcommand(AGENT)
         .ok_or_else(|| anyhow::anyhow!("no `{AGENT}` subcommand"))?;
@@ -208,20 +209,25 @@ pub fn agent_page() -> anyhow::Result<String> {
 }
 
 /// Writes a man page for `pallet` and each visible subcommand into `dir`.
-pub fn write_man_pages(dir: &std::path::Path) -> anyhow::Result<()> {
+pub fn write_man_pages(dir: &std::path::Path, cli: Command) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    clap_mangen::generate_to(crate::cli::Cli::command(), dir)?;
+    clap_mangen::generate_to(cli, dir)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory as _;
+
+    fn command() -> Command {
+        built(&crate::cli::Cli::command())
+    }
 
     #[test]
     fn every_visible_command_and_flag_is_on_a_page() {
-        let cli = cli_page();
-        let agent = agent_page().unwrap();
+        let cli = cli_page(&command());
+        let agent = agent_page(&command()).unwrap();
         let command = command();
         for sub in visible_subcommands(&command) {
             assert!(
@@ -251,7 +257,7 @@ mod tests {
     #[test]
     fn man_pages_are_written_for_each_command() {
         let dir = tempfile::tempdir().unwrap();
-        write_man_pages(dir.path()).unwrap();
+        write_man_pages(dir.path(), crate::cli::Cli::command()).unwrap();
         let agent = std::fs::read_to_string(dir.path().join("pallet-agent.1")).unwrap();
         assert!(agent.contains("notification\\-concurrency"), "{agent}");
         assert!(dir.path().join("pallet.1").exists());

@@ -6,8 +6,9 @@
 //!
 //! The tests here also check the documentation as a whole: every relative link and anchor of
 //! `docs/` resolves (`links`), every reason the code can write is documented
-//! (`reasons_scan`), and no file of the repository speaks of how it was made
-//! (`process_words`).
+//! (`reasons_scan`), the security model's inventory of untrusted input names every spec field
+//! and every reader of untrusted bytes (`inventory`), and no file of the repository speaks of
+//! how it was made (`process_words`).
 
 mod api;
 mod cli;
@@ -15,6 +16,8 @@ mod markdown;
 mod pages;
 mod schema;
 
+#[cfg(test)]
+mod inventory;
 #[cfg(test)]
 mod links;
 #[cfg(test)]
@@ -39,8 +42,8 @@ pub struct Page {
     pub text: String,
 }
 
-/// Every generated reference page.
-pub fn pages() -> anyhow::Result<Vec<Page>> {
+/// Every generated reference page; `cli` is the command line's parser.
+pub fn pages(cli: &clap::Command) -> anyhow::Result<Vec<Page>> {
     Ok(vec![
         Page {
             file: "api.md",
@@ -52,11 +55,11 @@ pub fn pages() -> anyhow::Result<Vec<Page>> {
         },
         Page {
             file: "cli.md",
-            text: cli::cli_page(),
+            text: cli::cli_page(cli),
         },
         Page {
             file: "agent-flags.md",
-            text: cli::agent_page()?,
+            text: cli::agent_page(cli)?,
         },
         Page {
             file: "metrics.md",
@@ -78,10 +81,10 @@ pub fn pages() -> anyhow::Result<Vec<Page>> {
 }
 
 /// Writes every reference page into `dir`; returns the paths written.
-pub fn write_pages(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn write_pages(dir: &Path, cli: &clap::Command) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
-    for page in pages()? {
+    for page in pages(cli)? {
         let path = dir.join(page.file);
         std::fs::write(&path, page.text).with_context(|| format!("writing {}", path.display()))?;
         written.push(path);
@@ -103,7 +106,7 @@ mod tests {
     fn committed_reference_pages_are_current() {
         let dir = repository_root().join("docs/reference");
         let mut stale = Vec::new();
-        for page in pages().unwrap() {
+        for page in pages(&<crate::cli::Cli as clap::CommandFactory>::command()).unwrap() {
             let committed = std::fs::read_to_string(dir.join(page.file)).unwrap_or_default();
             if committed != page.text {
                 stale.push(page.file);

@@ -63,17 +63,24 @@ struct Context {
 /// Runs the controller until `shutdown` resolves: the sets, the Secrets labelled
 /// `pallet.dev/cluster` in `agent_namespace`, and the BundleDeployments labelled
 /// `pallet.dev/set`.
-pub async fn run(client: Client, agent_namespace: String, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    client: Client,
+    agent_namespace: String,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let sets: Api<BundleDeploymentSet> = Api::all(client.clone());
     let secrets: Api<kube::api::PartialObjectMeta<Secret>> =
         Api::namespaced(client.clone(), &agent_namespace);
     let bds: Api<BundleDeployment> = Api::all(client.clone());
     let (clusters, cluster_writer) = reflector::store();
-    let cluster_changes = watcher(secrets, watcher::Config::default().labels(CLUSTER_SECRET_LABEL))
-        .default_backoff()
-        .reflect(cluster_writer)
-        .touched_objects()
-        .filter_map(|event| async move { event.ok().map(|_| ()) });
+    let cluster_changes = watcher(
+        secrets,
+        watcher::Config::default().labels(CLUSTER_SECRET_LABEL),
+    )
+    .default_backoff()
+    .reflect(cluster_writer)
+    .touched_objects()
+    .filter_map(|event| async move { event.ok().map(|_| ()) });
     let (stamped, stamped_writer) = reflector::store();
     let stamped_changes = watcher(bds, watcher::Config::default().labels(SET_LABEL))
         .default_backoff()
@@ -192,23 +199,26 @@ async fn act(client: &Client, set: &BundleDeploymentSet, action: &Action) -> Res
             .map_err(kube(format!("apply BundleDeployment {}", stamp.name)))?;
             tracing::info!(set = %set.name_any(), bundle_deployment = %stamp.name, "stamped");
         }
-        Action::Delete(name) => {
-            match bds.delete(name, &DeleteParams::default()).await {
-                Ok(_) => tracing::info!(set = %set.name_any(), bundle_deployment = %name, "cluster no longer selected; deleted its BundleDeployment"),
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(source) => {
-                    return Err(SetError::Kube {
-                        context: format!("delete BundleDeployment {name}"),
-                        source,
-                    })
-                }
+        Action::Delete(name) => match bds.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {
+                tracing::info!(set = %set.name_any(), bundle_deployment = %name, "cluster no longer selected; deleted its BundleDeployment")
             }
-        }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(SetError::Kube {
+                    context: format!("delete BundleDeployment {name}"),
+                    source,
+                })
+            }
+        },
         Action::RollBack { name, request } => {
-            let patch = json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: request}}});
+            let patch =
+                json!({"metadata": {"annotations": {REQUESTED_ROLLBACK_ANNOTATION: request}}});
             bds.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map_err(kube(format!("request a rollback of BundleDeployment {name}")))?;
+                .map_err(kube(format!(
+                    "request a rollback of BundleDeployment {name}"
+                )))?;
             tracing::info!(set = %set.name_any(), bundle_deployment = %name, %request, "asked for a rollback");
         }
     }
@@ -216,7 +226,11 @@ async fn act(client: &Client, set: &BundleDeploymentSet, action: &Action) -> Res
 }
 
 /// Writes the set's status when it changed.
-async fn write_status(client: &Client, set: &BundleDeploymentSet, planned: &Plan) -> Result<(), SetError> {
+async fn write_status(
+    client: &Client,
+    set: &BundleDeploymentSet,
+    planned: &Plan,
+) -> Result<(), SetError> {
     let before = set.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut status = BundleDeploymentSetStatus {
@@ -246,17 +260,25 @@ async fn write_status(client: &Client, set: &BundleDeploymentSet, planned: &Plan
     }
     let sets: Api<BundleDeploymentSet> = Api::all(client.clone());
     let patch = json!({"status": status});
-    sets.patch_status(&set.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|source| SetError::Kube {
-            context: format!("write the status of BundleDeploymentSet {}", set.name_any()),
-            source,
-        })?;
+    sets.patch_status(
+        &set.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|source| SetError::Kube {
+        context: format!("write the status of BundleDeploymentSet {}", set.name_any()),
+        source,
+    })?;
     Ok(())
 }
 
 /// Writes Ready=False for a set whose spec cannot be used.
-async fn write_invalid(client: &Client, set: &BundleDeploymentSet, message: &str) -> Result<(), SetError> {
+async fn write_invalid(
+    client: &Client,
+    set: &BundleDeploymentSet,
+    message: &str,
+) -> Result<(), SetError> {
     let mut status = set.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let changed = set_condition(

@@ -370,10 +370,7 @@ pub fn plan(
     let halted = rolled_back.is_some() || !failed.is_empty();
     // Metadata-only moves (the spec for this cluster is unchanged) cost no slot; content moves
     // wait for a slot, in order.
-    let mut updating = rows
-        .iter()
-        .filter(|r| r.current && r.in_flight())
-        .count();
+    let mut updating = rows.iter().filter(|r| r.current && r.in_flight()).count();
     for row in &mut rows {
         if row.current {
             continue;
@@ -394,7 +391,12 @@ pub fn plan(
         .iter()
         .map(|row| row.status(revision, rolled_back.is_some()))
         .collect();
-    let conditions = conditions(revision, &clusters_status, rolled_back.is_some(), order.is_empty());
+    let conditions = conditions(
+        revision,
+        &clusters_status,
+        rolled_back.is_some(),
+        order.is_empty(),
+    );
     let progressing = conditions
         .iter()
         .any(|c| c.type_ == set_conditions::PROGRESSING && c.status);
@@ -535,9 +537,7 @@ fn conditions(
     };
     let healthy = count(SetClusterPhase::Healthy);
     let total = clusters.len();
-    let failed = clusters
-        .iter()
-        .find(|c| c.phase == SetClusterPhase::Failed);
+    let failed = clusters.iter().find(|c| c.phase == SetClusterPhase::Failed);
     let (ready, reason, message) = if none_selected {
         (
             false,
@@ -606,7 +606,11 @@ fn conditions(
         SetCondition {
             type_: set_conditions::PROGRESSING,
             status: progressing,
-            reason: if progressing { reasons::PROGRESSING } else { reason },
+            reason: if progressing {
+                reasons::PROGRESSING
+            } else {
+                reason
+            },
             message: message.clone(),
         },
         SetCondition {

@@ -9,27 +9,43 @@
 //!    (InProgress, Failed, Current); none true → InProgress;
 //! 3. an expression that errors on the object (a missing field, a result that is not a bool)
 //!    leaves the object InProgress with the error in the message: never healthy by accident.
+//!    Messages name the check, the field, the expression and a result's type, never a value
+//!    read from the object;
+//! 4. every expression runs under a budget ([`budget`]): one over it for any object is refused
+//!    when the BundleDeployment is admitted; one over it on an object leaves that object Failed
+//!    with the bound named, and is not evaluated again (on any object) until the spec changes.
 //!
 //! Variables: `self` is the whole object (as in Kubernetes validation rules), and its top-level
 //! fields are variables too (`apiVersion`, `kind`, `metadata`, `spec`, `status`), as in Flux;
 //! `metadata`, `spec` and `status` are empty maps when the object has none, so `has(status.x)`
 //! works before a controller wrote any status.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use cel::objects::{Key, Map};
-use cel::{Context, Env, Program};
+use cel::Env;
 use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
 
 use super::{Health, HealthState};
 use crate::api::HealthCheck;
 
-/// The CEL checks of a spec, compiled. Cheap to clone.
+pub use budget::{BudgetError, CelLimits};
+pub use program::{
+    on_cel_stack, type_name, Bindings, BudgetedProgram, CompileError, EvalError, CEL_STACK_BYTES,
+};
+
+/// The variables of a health check's expressions.
+const CHECK_INPUTS: [&str; 6] = ["self", "apiVersion", "kind", "metadata", "spec", "status"];
+
+/// The CEL checks of a spec, compiled. Cheap to clone; the clones share which expressions went
+/// over their budget (not evaluated again: see [`CelChecks::refusal`]).
 #[derive(Clone, Default)]
 pub struct CelChecks {
     checks: Arc<Vec<CelCheck>>,
+    refused: Arc<Mutex<BTreeMap<(usize, &'static str), String>>>,
+    /// Cost spent by this pass's evaluations (see [`CelChecks::for_pass`]).
+    spent: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for CelChecks {
@@ -41,6 +57,8 @@ impl std::fmt::Debug for CelChecks {
 
 /// One compiled CEL check.
 struct CelCheck {
+    /// Its index in `spec.healthChecks`.
+    index: usize,
     /// How it is named in messages (`healthChecks[0] (example.com/v1 Widget)`).
     name: String,
     api_version: String,
@@ -52,14 +70,14 @@ struct CelCheck {
     current: Expression,
 }
 
-/// A compiled expression with its field name and text, for messages.
+/// A compiled expression with its field name, for messages.
 struct Expression {
     field: &'static str,
-    text: String,
-    program: Program,
+    program: BudgetedProgram,
 }
 
-/// Why a health check was refused (an expression that does not compile, a bad selector).
+/// Why a health check was refused (an expression that does not compile or is over its budget
+/// for any object, a bad selector).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{check}: {message}")]
 pub struct CheckError {
@@ -67,10 +85,13 @@ pub struct CheckError {
     pub check: String,
     /// What is wrong.
     pub message: String,
+    /// An expression is over its CEL budget (else it is invalid).
+    pub over_budget: bool,
 }
 
 /// The environment: CEL's standard library with the strings and lists extensions that
-/// Kubernetes' CEL offers too, and optional values (`status.?phase.orValue('')`).
+/// Kubernetes' CEL offers too, optional values (`status.?phase.orValue('')`), and the budget's
+/// meter.
 fn env() -> Arc<Env> {
     static ENV: std::sync::OnceLock<Arc<Env>> = std::sync::OnceLock::new();
     ENV.get_or_init(|| {
@@ -79,14 +100,25 @@ fn env() -> Arc<Env> {
         // the stdlib does not have. Without them the expressions that use them do not compile.
         let _ = env.add_extension(cel::extensions::strings);
         let _ = env.add_extension(cel::extensions::lists);
+        // Named with `@`, which no expression can spell; without them nothing is metered and
+        // every metered expression fails (never unbounded).
+        let _ = meter::declare(&mut env);
         Arc::new(env)
     })
     .clone()
 }
 
-/// Compiles the CEL checks of `checks` (HTTP probes are skipped); every error is reported, each
-/// naming its check and expression.
+/// Compiles the CEL checks of `checks` (HTTP probes are skipped) under the default limits;
+/// every error is reported, each naming its check and expression.
 pub fn compile(checks: &[HealthCheck]) -> Result<CelChecks, Vec<CheckError>> {
+    compile_with(checks, &CelLimits::default())
+}
+
+/// [`compile`] under `limits`.
+pub fn compile_with(
+    checks: &[HealthCheck],
+    limits: &CelLimits,
+) -> Result<CelChecks, Vec<CheckError>> {
     let mut compiled = Vec::new();
     let mut errors = Vec::new();
     for (index, check) in checks.iter().enumerate() {
@@ -94,40 +126,51 @@ pub fn compile(checks: &[HealthCheck]) -> Result<CelChecks, Vec<CheckError>> {
             continue;
         }
         let name = check.describe(index);
-        match compile_one(name.clone(), check) {
+        match compile_one(index, name.clone(), check, limits) {
             Ok(check) => compiled.push(check),
-            Err(messages) => errors.extend(messages.into_iter().map(|message| CheckError {
-                check: name.clone(),
-                message,
-            })),
+            Err(messages) => {
+                errors.extend(
+                    messages
+                        .into_iter()
+                        .map(|(message, over_budget)| CheckError {
+                            check: name.clone(),
+                            message,
+                            over_budget,
+                        }),
+                )
+            }
         }
     }
     if errors.is_empty() {
         Ok(CelChecks {
             checks: Arc::new(compiled),
+            refused: Arc::default(),
+            spent: Arc::default(),
         })
     } else {
         Err(errors)
     }
 }
 
-/// One CEL check, or what is wrong with it (every expression is tried).
-fn compile_one(name: String, check: &HealthCheck) -> Result<CelCheck, Vec<String>> {
-    let env = env();
+/// One CEL check, or what is wrong with it (every expression is tried), each error with
+/// whether it is the budget.
+fn compile_one(
+    index: usize,
+    name: String,
+    check: &HealthCheck,
+    limits: &CelLimits,
+) -> Result<CelCheck, Vec<(String, bool)>> {
     let mut errors = Vec::new();
     let mut expression = |field: &'static str, text: &Option<String>| {
         let text = text.as_ref()?;
-        match env.compile(text) {
-            Ok(program) => Some(Expression {
-                field,
-                text: text.clone(),
-                program,
-            }),
-            Err(e) => {
-                errors.push(format!(
-                    "expression {field} does not compile: {}",
-                    one_line(&e.to_string())
-                ));
+        match BudgetedProgram::compile(text, &CHECK_INPUTS, limits) {
+            Ok(program) => Some(Expression { field, program }),
+            Err(CompileError::Syntax(e)) => {
+                errors.push((format!("expression {field} does not compile: {e}"), false));
+                None
+            }
+            Err(CompileError::Budget(e)) => {
+                errors.push((format!("expression {field} is over its budget: {e}"), true));
                 None
             }
         }
@@ -138,19 +181,20 @@ fn compile_one(name: String, check: &HealthCheck) -> Result<CelCheck, Vec<String
     let selector = match check.selector.clone().map(Selector::try_from).transpose() {
         Ok(selector) => selector,
         Err(e) => {
-            errors.push(format!("selector is not valid: {e}"));
+            errors.push((format!("selector is not valid: {e}"), false));
             None
         }
     };
     if check.current.is_none() {
-        errors.push("current is required".into());
+        errors.push(("current is required".into(), false));
     }
     let (Some(api_version), Some(kind)) = (&check.api_version, &check.kind) else {
-        errors.push("a CEL check needs apiVersion and kind".into());
+        errors.push(("a CEL check needs apiVersion and kind".into(), false));
         return Err(errors);
     };
     match current {
         Some(current) if errors.is_empty() => Ok(CelCheck {
+            index,
             name,
             api_version: api_version.clone(),
             kind: kind.clone(),
@@ -170,11 +214,27 @@ impl CelChecks {
         self.checks.is_empty()
     }
 
+    /// The same checks (and refusals) for a new pass: its evaluations together spend at most
+    /// [`budget::DEFAULT_PASS_COST`].
+    pub fn for_pass(&self) -> CelChecks {
+        CelChecks {
+            spent: Arc::default(),
+            ..self.clone()
+        }
+    }
+
     /// The health of `object` by the first check that matches it, or None when none does (the
-    /// built-in rules apply).
+    /// built-in rules apply). Evaluates on this thread: call it off the async runtime.
     pub fn assess(&self, object: &Value) -> Option<Health> {
         let check = self.checks.iter().find(|c| c.matches(object))?;
-        Some(check.evaluate(object))
+        Some(check.evaluate(object, &self.refused, &self.spent))
+    }
+
+    /// The first expression that went over its budget, with why: it is not evaluated again
+    /// (its objects are Failed) until the spec changes.
+    pub fn refusal(&self) -> Option<String> {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.values().next().cloned()
     }
 }
 
@@ -205,7 +265,14 @@ impl CelCheck {
         true
     }
 
-    fn evaluate(&self, object: &Value) -> Health {
+    fn evaluate(
+        &self,
+        object: &Value,
+        refused: &Mutex<BTreeMap<(usize, &'static str), String>>,
+        spent: &std::sync::atomic::AtomicU64,
+    ) -> Health {
+        static EMPTY: std::sync::LazyLock<Value> =
+            std::sync::LazyLock::new(|| Value::Object(serde_json::Map::new()));
         let metadata = &object["metadata"];
         if !metadata["deletionTimestamp"].is_null() {
             return Health::new(HealthState::Terminating, "being deleted");
@@ -221,20 +288,15 @@ impl CelCheck {
                 ));
             }
         }
-        let mut context = Context::with_env(env());
-        context.add_variable_from_value("self", to_cel(object));
-        for field in ["metadata", "spec", "status"] {
-            let value = match object.get(field) {
-                Some(value) => to_cel(value),
-                None => cel::Value::Map(Map {
-                    map: Arc::new(HashMap::new()),
-                }),
-            };
-            context.add_variable_from_value(field, value);
-        }
-        for field in ["apiVersion", "kind"] {
-            context.add_variable_from_value(field, to_cel(&object[field]));
-        }
+        let field = |name: &str| object.get(name).unwrap_or(&EMPTY);
+        let bindings = Bindings::new(vec![
+            ("self", object),
+            ("apiVersion", &object["apiVersion"]),
+            ("kind", &object["kind"]),
+            ("metadata", field("metadata")),
+            ("spec", field("spec")),
+            ("status", field("status")),
+        ]);
         let steps = [
             (self.in_progress.as_ref(), HealthState::InProgress),
             (self.failed.as_ref(), HealthState::Failed),
@@ -244,58 +306,55 @@ impl CelCheck {
             let Some(expression) = expression else {
                 continue;
             };
-            match expression.program.execute(&context) {
+            let (field, text) = (expression.field, expression.program.text());
+            let key = (self.index, field);
+            let known = refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .cloned();
+            if let Some(refusal) = known {
+                return Health::new(HealthState::Failed, refusal);
+            }
+            match expression
+                .program
+                .evaluate_charged(&bindings, spent, budget::DEFAULT_PASS_COST)
+            {
                 Ok(cel::Value::Bool(true)) => {
-                    return Health::new(
-                        state,
-                        format!(
-                            "{}: {} is true ({})",
-                            self.name, expression.field, expression.text
-                        ),
-                    )
+                    return Health::new(state, format!("{}: {field} is true ({text})", self.name))
                 }
                 Ok(cel::Value::Bool(false)) => {}
                 Ok(other) => {
                     return Health::in_progress(format!(
-                        "{}: {} gave {:?}, not a bool ({})",
-                        self.name, expression.field, other, expression.text
+                        "{}: {field} gave a {}, not a bool ({text})",
+                        self.name,
+                        type_name(&other)
                     ))
                 }
-                Err(error) => {
+                Err(EvalError::Failed(error)) => {
                     return Health::in_progress(format!(
-                        "{}: {} could not be evaluated on this object: {error} ({})",
-                        self.name, expression.field, expression.text
+                        "{}: {field} could not be evaluated on this object: {error} ({text})",
+                        self.name
                     ))
+                }
+                Err(EvalError::Budget(error)) => {
+                    let refusal = format!(
+                        "{}: {field} is over its CEL budget on this object: {error} ({text}); not evaluated again until the spec changes",
+                        self.name
+                    );
+                    refused
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key, refusal.clone());
+                    return Health::new(HealthState::Failed, refusal);
                 }
             }
         }
         Health::in_progress(format!(
             "{}: current is not true yet ({})",
-            self.name, self.current.text
+            self.name,
+            self.current.program.text()
         ))
-    }
-}
-
-/// A JSON value as a CEL value. Integers stay `int` (CEL's usual number type, so
-/// `self.status.replicas == 3` holds); only those past i64 become `uint`.
-fn to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            _ => cel::Value::Float(n.as_f64().unwrap_or_default()),
-        },
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(map) => {
-            let map: HashMap<Key, cel::Value> = map
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
-                .collect();
-            cel::Value::Map(Map { map: Arc::new(map) })
-        }
     }
 }
 
@@ -304,6 +363,10 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+pub mod budget;
+pub mod estimate;
+mod meter;
+mod program;
 pub mod ready;
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! 2. **The kind's rule** (matched on API group and kind, so a custom `Deployment` kind in another
 //!    group is not mistaken for `apps/Deployment`): CustomResourceDefinition, Deployment,
 //!    StatefulSet, DaemonSet, ReplicaSet, Pod, Job, CronJob, Service, Ingress,
-//!    PersistentVolumeClaim, APIService, PodDisruptionBudget, and the kinds without status
+//!    PersistentVolumeClaim, APIService, PodDisruptionBudget, BundleDeployment (one a GitOps
+//!    root applies: Ready at its current generation once an agent has written its status), and
+//!    the kinds without status
 //!    (ConfigMap, Secret, Namespace, ServiceAccount, RBAC), which are always Current. Kinds
 //!    whose controller writes `status.observedGeneration` (Deployment, StatefulSet, DaemonSet,
 //!    ReplicaSet, PodDisruptionBudget) are InProgress until it is there: an object the
@@ -24,6 +26,9 @@
 //! - [`Health::is_healthy`] is true for Current **and Suspended**: a paused Deployment or a
 //!   suspended Job was shipped that way on purpose, and waiting for it would only run into the
 //!   progress deadline and roll back a revision that does what its author asked.
+//! - A paused BundleDeployment is Suspended, as a paused Deployment, before the generic checks
+//!   (its `Reconciling=True`, reason `Paused`, would make it InProgress): a root that applies it
+//!   must not wait for, or roll back over, a bundle someone paused for a hotfix.
 //! - [`HealthOptions::default`] requires a LoadBalancer Service to have an ingress address (as
 //!   Argo CD does); clusters without a load-balancer controller turn it off.
 //! - A Pending PVC that no provisioner has taken and no node has been selected for (the
@@ -112,6 +117,9 @@ impl Default for HealthOptions {
 
 /// The health of `object` (a live object as JSON).
 pub fn assess(object: &Value, options: &HealthOptions) -> Health {
+    if let Some(health) = paused_bundle_deployment(object) {
+        return health;
+    }
     if let Some(health) = generic(object) {
         return health;
     }
@@ -201,6 +209,7 @@ fn kind_rule(object: &Value, options: &HealthOptions) -> Option<Health> {
         ("", "PersistentVolumeClaim") => pvc(object),
         ("apiregistration.k8s.io", "APIService") => api_service(object),
         ("policy", "PodDisruptionBudget") => pdb(object),
+        ("pallet.dev", "BundleDeployment") => bundle_deployment(object),
         ("", "ConfigMap" | "Secret" | "Namespace" | "ServiceAccount")
         | (
             "rbac.authorization.k8s.io",
@@ -208,6 +217,42 @@ fn kind_rule(object: &Value, options: &HealthOptions) -> Option<Health> {
         ) => Health::current("exists"),
         _ => return None,
     })
+}
+
+/// A BundleDeployment that is paused and not being deleted: Suspended, with the pause's reason.
+fn paused_bundle_deployment(object: &Value) -> Option<Health> {
+    let is_bundle_deployment = object["kind"].as_str() == Some("BundleDeployment")
+        && object["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("pallet.dev/"));
+    if !is_bundle_deployment
+        || object["spec"]["paused"].as_bool() != Some(true)
+        || !object["metadata"]["deletionTimestamp"].is_null()
+    {
+        return None;
+    }
+    // The annotation `pallet pause --reason` writes (this module reads JSON only, no agent code).
+    let reason = object["metadata"]["annotations"]["pallet.dev/paused-reason"]
+        .as_str()
+        .unwrap_or_default();
+    Some(Health::new(
+        HealthState::Suspended,
+        format!("paused (spec.paused){}", why("", reason)),
+    ))
+}
+
+/// A BundleDeployment (applied by another one): InProgress until an agent has written its
+/// status, then its Ready condition (the generic checks handle a stale generation, Stalled and
+/// Reconciling).
+fn bundle_deployment(object: &Value) -> Health {
+    if let Some(health) = not_observed(object) {
+        return health;
+    }
+    match condition(object, "Ready") {
+        Some(c) if c.is_true() => Health::current("Ready"),
+        Some(c) => Health::in_progress(format!("not Ready{}", c.why())),
+        None => Health::in_progress("no Ready condition yet"),
+    }
 }
 
 /// InProgress until the controller wrote `status.observedGeneration` at all (the generic check

@@ -822,6 +822,92 @@ fn kinds_without_status_are_current() {
     );
 }
 
+fn bd(metadata: Value, spec: Value, status: Value) -> Value {
+    let mut metadata = metadata;
+    metadata["name"] = json!("child");
+    json!({"apiVersion": "pallet.dev/v1alpha1", "kind": "BundleDeployment",
+           "metadata": metadata, "spec": spec, "status": status})
+}
+
+#[test]
+fn bundle_deployment_applied_by_a_root() {
+    let ready = |status: &str, reason: &str| json!({"type": "Ready", "status": status, "reason": reason, "message": "m"});
+    check(
+        vec![
+            (
+                "just created: no agent has written its status",
+                bd(json!({"generation": 1}), json!({}), Value::Null),
+                InProgress,
+                "waiting for the controller to observe generation 1",
+            ),
+            (
+                "Ready at its generation",
+                bd(
+                    json!({"generation": 2}),
+                    json!({}),
+                    json!({"observedGeneration": 2, "conditions": [ready("True", "Healthy")]}),
+                ),
+                Current,
+                "Ready",
+            ),
+            (
+                "not Ready: rolled back",
+                bd(
+                    json!({"generation": 2}),
+                    json!({}),
+                    json!({"observedGeneration": 2, "conditions": [ready("False", "RolledBack")]}),
+                ),
+                InProgress,
+                "not Ready: RolledBack",
+            ),
+            (
+                "Ready, but for an older generation",
+                bd(
+                    json!({"generation": 3}),
+                    json!({}),
+                    json!({"observedGeneration": 2, "conditions": [ready("True", "Healthy")]}),
+                ),
+                InProgress,
+                "observe generation 3",
+            ),
+            (
+                "observed, no Ready condition yet",
+                bd(
+                    json!({"generation": 1}),
+                    json!({}),
+                    json!({"observedGeneration": 1}),
+                ),
+                InProgress,
+                "no Ready condition yet",
+            ),
+            (
+                "paused for a hotfix, though Reconciling says Paused",
+                bd(
+                    json!({"generation": 2, "annotations": {"pallet.dev/paused-reason": "INC-42"}}),
+                    json!({"paused": true}),
+                    json!({"observedGeneration": 2, "conditions": [
+                       ready("False", "Paused"),
+                       {"type": "Reconciling", "status": "True", "reason": "Paused"}]}),
+                ),
+                Suspended,
+                "paused (spec.paused): INC-42",
+            ),
+            (
+                "paused and being deleted",
+                bd(
+                    json!({"generation": 2, "deletionTimestamp": "2026-01-01T00:00:00Z",
+                          "finalizers": ["pallet.dev/cleanup"]}),
+                    json!({"paused": true}),
+                    json!({"observedGeneration": 2}),
+                ),
+                Terminating,
+                "being deleted",
+            ),
+        ],
+        &HealthOptions::default(),
+    );
+}
+
 #[test]
 fn healthy_means_current_or_suspended() {
     let h = |state| Health::new(state, "");

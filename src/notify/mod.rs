@@ -723,6 +723,7 @@ mod tests {
             sources: vec![],
             values_from: vec![],
             phase,
+            rendered_at: None,
             applied_at: Some(at(100)),
             healthy_at: None,
             objects: 1,

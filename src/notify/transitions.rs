@@ -188,37 +188,48 @@ pub fn detect(
             });
         }
     }
-    let paused = find(&after.conditions, types::PAUSED).filter(|c| c.status == "True");
-    if let (Some(paused), Some(drift)) = (paused, &after.drift) {
-        let drifted_before = before.drift.is_some() && is_true(&before.conditions, types::PAUSED);
-        if !drifted_before {
-            let shown: Vec<String> = drift
-                .objects
-                .iter()
-                .take(5)
-                .map(|o| format!("{} {}", o.kind, o.name))
-                .collect();
-            found.push(Transition {
-                id: id(
-                    after.active_revision,
-                    paused.last_transition_time.0.as_second(),
-                    TransitionType::Drifted,
-                ),
-                type_: TransitionType::Drifted,
-                revision: after.active_revision,
-                summary: match after.active_revision {
-                    Some(n) => format!("revision {n} Drifted"),
-                    None => "Drifted".to_string(),
-                },
-                detail: Some(format!(
-                    "paused; {} objects differ from the bundle ({})",
-                    drift.count,
-                    shown.join(", ")
-                )),
-            });
-        }
-    }
+    found.extend(drifted(uid, before, after));
     found
+}
+
+/// Drift found while paused, once per pause (the Paused condition's transition tells the pause).
+fn drifted(
+    uid: &str,
+    before: &BundleDeploymentStatus,
+    after: &BundleDeploymentStatus,
+) -> Option<Transition> {
+    let paused = find(&after.conditions, types::PAUSED).filter(|c| c.status == "True")?;
+    let drift = after.drift.as_ref()?;
+    let drifted_before = before.drift.is_some() && is_true(&before.conditions, types::PAUSED);
+    if drifted_before {
+        return None;
+    }
+    let shown: Vec<String> = drift
+        .objects
+        .iter()
+        .take(5)
+        .map(|o| format!("{} {}", o.kind, o.name))
+        .collect();
+    let type_ = TransitionType::Drifted;
+    Some(Transition {
+        id: format!(
+            "{uid}:{}:{}:{}",
+            after.active_revision.unwrap_or(0),
+            paused.last_transition_time.0.as_second(),
+            type_.as_str()
+        ),
+        type_,
+        revision: after.active_revision,
+        summary: match after.active_revision {
+            Some(n) => format!("revision {n} Drifted"),
+            None => "Drifted".to_string(),
+        },
+        detail: Some(format!(
+            "paused; {} objects differ from the bundle ({})",
+            drift.count,
+            shown.join(", ")
+        )),
+    })
 }
 
 /// What [`record`] changed.
@@ -351,6 +362,7 @@ mod tests {
             sources: vec![],
             values_from: vec![],
             phase,
+            rendered_at: None,
             applied_at: Some(time(applied)),
             healthy_at: None,
             objects: 1,

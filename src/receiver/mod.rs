@@ -10,10 +10,13 @@
 //! reconcile them: the next pass resolves those sources again, and renders only when what they
 //! resolve to changed (the render memo keeps the rest).
 //!
-//! Off unless `--receiver-addr` is given. Requests are rate-limited before any signature is
-//! computed (429), bodies are capped ([`MAX_BODY`], 413), refusals are answered 401 (no
-//! credential) or 403 (a wrong one) and logged with the provider, the peer and the header,
-//! never a value. Notifications of a revision already acted on are coalesced ([`trigger`]).
+//! Off unless `--receiver-addr` is given. A request without its provider's credential header
+//! is refused (401) before its body is read; bodies are read under [`MAX_BODY`] (413); a wrong
+//! credential is refused (403). Refusals are logged with the provider, the peer and the header,
+//! never a value. Only then is a request rate-limited, per sender (provider and peer address,
+//! 429): a flood without a valid credential never spends the allowance of a sender that has
+//! one. Every accepted notification is answered alike (202 `accepted`), whatever it matched.
+//! Notifications of a revision already acted on are coalesced ([`trigger`]).
 
 pub mod providers;
 pub mod trigger;
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
 use kube::runtime::reflector::ObjectRef;
@@ -37,10 +40,14 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::api::BundleDeployment;
 use crate::reconcile::Context;
 use providers::{Notice, Provider};
-use trigger::{Coalescer, RateLimit, Subject};
+use trigger::{Coalescer, SenderLimits, Subject};
 
 /// The largest body read (GitHub caps its payloads at 25 MB, but a push's is a few KiB).
 pub const MAX_BODY: usize = 1 << 20;
+/// The longest a request's head, and then its body, may take to arrive.
+const READ_DEADLINE: Duration = Duration::from_secs(10);
+/// What every accepted notification is answered, whatever it matched.
+const ACCEPTED: &str = "accepted";
 /// How long the tokens read from the Secret are used before it is read again (a rotated token
 /// is in force within this).
 const TOKENS_FOR: Duration = Duration::from_secs(10);
@@ -56,7 +63,8 @@ pub struct Settings {
     pub secret: String,
     /// The agent's namespace.
     pub namespace: String,
-    /// Requests a second over all providers (bursts of twice that).
+    /// Authenticated requests a second of each sender (provider and peer address; bursts of
+    /// twice that).
     pub requests_per_second: u32,
 }
 
@@ -70,7 +78,7 @@ pub struct Receiver {
     settings: Settings,
     tokens: tokio::sync::Mutex<Option<Tokens>>,
     coalescer: Mutex<Coalescer>,
-    limit: Mutex<RateLimit>,
+    limits: Mutex<SenderLimits<(Provider, std::net::IpAddr)>>,
 }
 
 /// Errors starting the receiver.
@@ -101,14 +109,14 @@ impl Receiver {
         trigger: UnboundedSender<ObjectRef<BundleDeployment>>,
         settings: Settings,
     ) -> Arc<Receiver> {
-        let limit = RateLimit::new(settings.requests_per_second, Instant::now());
+        let limits = SenderLimits::new(settings.requests_per_second);
         Arc::new(Receiver {
             ctx,
             trigger,
             settings,
             tokens: tokio::sync::Mutex::new(None),
             coalescer: Mutex::new(Coalescer::default()),
-            limit: Mutex::new(limit),
+            limits: Mutex::new(limits),
         })
     }
 
@@ -150,6 +158,8 @@ impl Receiver {
                         async move { Ok::<_, Infallible>(receiver.handle(request, peer).await) }
                     });
                     let connection = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(READ_DEADLINE)
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
                     if let Ok(Err(error)) =
                         tokio::time::timeout(CONNECTION_DEADLINE, connection).await
@@ -179,24 +189,25 @@ impl Receiver {
         if request.method() != Method::POST {
             return answer(StatusCode::METHOD_NOT_ALLOWED, "only POST");
         }
-        let admitted = self
-            .limit
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take(Instant::now());
-        if !admitted {
-            tracing::warn!(provider = provider.name(), %peer, "receiver refused a request: rate limit");
-            return answer(StatusCode::TOO_MANY_REQUESTS, "too many requests");
+        // No credential at all: refused before the body is read.
+        if let Err(refusal) = providers::check_present(provider, request.headers()) {
+            return refuse(provider, peer, refusal);
         }
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, MAX_BODY).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) => {
+        let limit = crate::bounded::Reader::ReceiverRequest.limit(MAX_BODY as u64);
+        let read = tokio::time::timeout(READ_DEADLINE, crate::bounded::read_request(body, limit));
+        let body = match read.await {
+            Ok(Ok(body)) => body,
+            Ok(Err(error)) => {
                 tracing::warn!(provider = provider.name(), %peer, %error, "receiver refused a request: body unreadable or too large");
                 return answer(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "body unreadable or too large",
                 );
+            }
+            Err(_) => {
+                tracing::warn!(provider = provider.name(), %peer, "receiver refused a request: body not received in time");
+                return answer(StatusCode::REQUEST_TIMEOUT, "body not received in time");
             }
         };
         let Some(token) = self.token(provider).await else {
@@ -204,13 +215,17 @@ impl Receiver {
             return answer(StatusCode::FORBIDDEN, "refused");
         };
         if let Err(refusal) = providers::authenticate(provider, &parts.headers, &body, &token) {
-            let why = match refusal {
-                providers::Refusal::Missing(_) => "no credential",
-                providers::Refusal::Wrong(_) => "credential does not match",
-            };
-            tracing::warn!(provider = provider.name(), %peer, header = refusal.header(), status = refusal.status(), "receiver refused a request: {why}");
-            let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
-            return answer(status, "refused");
+            return refuse(provider, peer, refusal);
+        }
+        // Authenticated: the sender's own allowance.
+        let admitted = self
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take((provider, peer.ip()), Instant::now());
+        if !admitted {
+            tracing::warn!(provider = provider.name(), %peer, "receiver refused a request: rate limit of this sender");
+            return answer(StatusCode::TOO_MANY_REQUESTS, "too many requests");
         }
         match providers::read(provider, &parts.headers, &body) {
             Err(why) => {
@@ -241,13 +256,13 @@ impl Receiver {
                 .collect()
         };
         if fresh.is_empty() {
-            return answer(StatusCode::ACCEPTED, "already notified");
+            return answer(StatusCode::ACCEPTED, ACCEPTED);
         }
         let mut lp = ListParams::default();
-        if let Some(selector) = self.ctx.scope.watch_selector() {
+        if let Some(selector) = self.ctx.cluster.scope.watch_selector() {
             lp = lp.labels(&selector);
         }
-        let all = match Api::<BundleDeployment>::all(self.ctx.client.clone())
+        let all = match Api::<BundleDeployment>::all(self.ctx.cluster.client.clone())
             .list(&lp)
             .await
         {
@@ -268,7 +283,7 @@ impl Receiver {
             let mut hit = false;
             for (subject, _) in &fresh {
                 for index in trigger::matching_sources(&bd.spec.sources, subject) {
-                    self.ctx.polls.expire(uid, index, now);
+                    self.ctx.sources.polls.expire(uid, index, now);
                     hit = true;
                 }
             }
@@ -286,10 +301,8 @@ impl Receiver {
             })
             .collect();
         tracing::info!(provider = provider.name(), subjects = ?subjects, bundle_deployments = ?matched, "notification accepted; polling the matching sources now");
-        answer(
-            StatusCode::ACCEPTED,
-            &format!("polling {} BundleDeployment(s)", matched.len()),
-        )
+        // Alike whatever matched: the answer says nothing of which BundleDeployments exist.
+        answer(StatusCode::ACCEPTED, ACCEPTED)
     }
 
     fn forget(&self, subjects: &[(Subject, Option<String>)]) {
@@ -308,7 +321,7 @@ impl Receiver {
             .is_none_or(|(read_at, _)| read_at.elapsed() >= TOKENS_FOR);
         if stale {
             let api: Api<Secret> =
-                Api::namespaced(self.ctx.client.clone(), &self.settings.namespace);
+                Api::namespaced(self.ctx.cluster.client.clone(), &self.settings.namespace);
             match api.get_opt(&self.settings.secret).await {
                 Ok(found) => {
                     let data: BTreeMap<String, Vec<u8>> = found
@@ -335,6 +348,21 @@ impl Receiver {
             .or_else(|| tokens.get("token"))
             .cloned()
     }
+}
+
+/// Logs and answers a refused credential (401 without one, 403 for a wrong one).
+fn refuse(
+    provider: Provider,
+    peer: SocketAddr,
+    refusal: providers::Refusal,
+) -> Response<Full<Bytes>> {
+    let why = match refusal {
+        providers::Refusal::Missing(_) => "no credential",
+        providers::Refusal::Wrong(_) => "credential does not match",
+    };
+    tracing::warn!(provider = provider.name(), %peer, header = refusal.header(), status = refusal.status(), "receiver refused a request: {why}");
+    let status = StatusCode::from_u16(refusal.status()).unwrap_or(StatusCode::FORBIDDEN);
+    answer(status, "refused")
 }
 
 fn answer(status: StatusCode, text: &str) -> Response<Full<Bytes>> {

@@ -92,6 +92,26 @@ impl Refusal {
     }
 }
 
+/// The header that carries `provider`'s credential.
+pub fn credential_header(provider: Provider) -> &'static str {
+    match provider {
+        Provider::GitHub => "x-hub-signature-256",
+        Provider::Gitea => "x-gitea-signature",
+        Provider::Generic => "x-signature",
+        Provider::GitLab => "x-gitlab-token",
+        Provider::Harbor | Provider::Registry => "authorization",
+    }
+}
+
+/// Refuses a request without `provider`'s credential header at all: answered before its body
+/// is read.
+pub fn check_present(provider: Provider, headers: &HeaderMap) -> Result<(), Refusal> {
+    let name = credential_header(provider);
+    header(headers, name)
+        .map(|_| ())
+        .ok_or(Refusal::Missing(name))
+}
+
 /// Checks the request's credential against `token`.
 pub fn authenticate(
     provider: Provider,
@@ -100,23 +120,28 @@ pub fn authenticate(
     token: &[u8],
 ) -> Result<(), Refusal> {
     match provider {
-        Provider::GitHub => signature(headers, "x-hub-signature-256", Some("sha256="), body, token),
-        Provider::Gitea => signature(headers, "x-gitea-signature", None, body, token),
-        Provider::Generic => signature(headers, "x-signature", Some("sha256="), body, token),
+        Provider::GitHub | Provider::Generic => signature(
+            headers,
+            credential_header(provider),
+            Some("sha256="),
+            body,
+            token,
+        ),
+        Provider::Gitea => signature(headers, credential_header(provider), None, body, token),
         Provider::GitLab => {
-            let given =
-                header(headers, "x-gitlab-token").ok_or(Refusal::Missing("X-Gitlab-Token"))?;
+            let name = credential_header(provider);
+            let given = header(headers, name).ok_or(Refusal::Missing(name))?;
             equal(given, token)
                 .then_some(())
-                .ok_or(Refusal::Wrong("X-Gitlab-Token"))
+                .ok_or(Refusal::Wrong(name))
         }
         Provider::Harbor | Provider::Registry => {
-            let given =
-                header(headers, "authorization").ok_or(Refusal::Missing("Authorization"))?;
+            let name = credential_header(provider);
+            let given = header(headers, name).ok_or(Refusal::Missing(name))?;
             let bearer = given.strip_prefix(b"Bearer ").unwrap_or(b"");
             (equal(given, token) | equal(bearer, token))
                 .then_some(())
-                .ok_or(Refusal::Wrong("Authorization"))
+                .ok_or(Refusal::Wrong(name))
         }
     }
 }

@@ -7,8 +7,9 @@
 //! - [`Coalescer`]: a notification of a (repository, revision) already acted on within
 //!   [`REVISION_WINDOW`] causes nothing (GitHub retries, a registry's event per layer, a flood
 //!   of the same push); one without a revision is coalesced within [`BURST_WINDOW`].
-//! - [`RateLimit`]: a token bucket over all requests, so a flood is answered 429 before any
-//!   signature is computed.
+//! - [`RateLimit`]: a token bucket; [`SenderLimits`] keeps one per sender (provider and peer
+//!   address), taken once a request is authenticated: requests without a valid credential
+//!   never use a sender's allowance.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -195,6 +196,12 @@ impl RateLimit {
         }
     }
 
+    /// Whether the bucket would be full at `now` (its sender was idle long enough).
+    pub fn is_full(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens + elapsed * self.rate >= self.burst
+    }
+
     /// Takes a token at `now`; false when there is none (the request is refused with 429).
     pub fn take(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
@@ -206,6 +213,43 @@ impl RateLimit {
         } else {
             false
         }
+    }
+}
+
+/// Senders whose buckets are kept at most; past it, the idle ones (full buckets) are dropped,
+/// then all (a flood of distinct authenticated senders costs them one burst each, no memory).
+const SENDERS_MAX: usize = 4096;
+
+/// A token bucket per sender: an authenticated sender's flood is answered 429 without
+/// touching another's allowance.
+#[derive(Debug)]
+pub struct SenderLimits<K> {
+    rate: u32,
+    buckets: HashMap<K, RateLimit>,
+}
+
+impl<K: std::hash::Hash + Eq> SenderLimits<K> {
+    /// Buckets of `rate` requests a second (bursts of twice that) for each sender.
+    pub fn new(rate: u32) -> SenderLimits<K> {
+        SenderLimits {
+            rate,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Takes a token of `sender`'s bucket at `now`; false when it has none.
+    pub fn take(&mut self, sender: K, now: Instant) -> bool {
+        if !self.buckets.contains_key(&sender) && self.buckets.len() >= SENDERS_MAX {
+            self.buckets.retain(|_, bucket| !bucket.is_full(now));
+            if self.buckets.len() >= SENDERS_MAX {
+                self.buckets.clear();
+            }
+        }
+        let rate = self.rate;
+        self.buckets
+            .entry(sender)
+            .or_insert_with(|| RateLimit::new(rate, now))
+            .take(now)
     }
 }
 
@@ -339,5 +383,16 @@ mod tests {
             "one token a tenth of a second"
         );
         assert!(!limit.take(t0 + Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn each_sender_has_its_own_bucket() {
+        let t0 = Instant::now();
+        let mut limits = SenderLimits::new(1);
+        assert!(limits.take("a", t0));
+        assert!(limits.take("a", t0));
+        assert!(!limits.take("a", t0), "a's burst of 2 is spent");
+        assert!(limits.take("b", t0), "b is not held back by a");
+        assert!(limits.take("a", t0 + Duration::from_secs(1)));
     }
 }

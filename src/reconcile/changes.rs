@@ -22,7 +22,7 @@ pub(super) fn logging(
     (revision, digest): (Option<i64>, &str),
     apply_reason: Reason,
 ) -> Applier {
-    let log = ctx.changelog.clone();
+    let log = ctx.records.changelog.clone();
     let name = bd.name_any();
     let digest = Some(digest.to_string()).filter(|d| !d.is_empty());
     let observer = move |write: &Applied| {
@@ -80,7 +80,7 @@ fn with_policy(entry: &mut changelog::Entry, outcome: &ApplyOutcome) {
 
 /// `applier` with a journal that logs each delete of a BundleDeployment's deletion as it returns.
 pub(super) fn logging_deletion(ctx: &Context, bd: &BundleDeployment, applier: Applier) -> Applier {
-    let log = ctx.changelog.clone();
+    let log = ctx.records.changelog.clone();
     let name = bd.name_any();
     let observer = move |write: &Applied| {
         let operation = match write.outcome {
@@ -157,7 +157,7 @@ pub(super) async fn log_writes(
                 .find(|o| &o.key() == key)
                 .map(|o| o.api_version())
                 .unwrap_or_default();
-            let mut entry = ctx.changelog.entry(
+            let mut entry = ctx.records.changelog.entry(
                 &name,
                 Operation::Update,
                 apply_reason,
@@ -167,13 +167,14 @@ pub(super) async fn log_writes(
             entry.digest = Some(digest.to_string()).filter(|d| !d.is_empty());
             entry.result = "failure";
             entry.error = Some(error.to_string());
-            ctx.changelog.record(&entry);
+            ctx.records.changelog.record(&entry);
         }
-        ctx.changelog.sync();
-        ctx.event(bd, true, error.category(), "Apply", error.to_string())
+        ctx.records.changelog.sync();
+        ctx.records
+            .event(bd, true, error.category(), "Apply", error.to_string())
             .await;
     } else if writes.iter().any(|w| w.outcome.is_write()) {
-        ctx.changelog.sync();
+        ctx.records.changelog.sync();
         let (event_reason, why) = match apply_reason {
             Reason::Rollback => ("RolledBack", "re-applied"),
             Reason::Drift => ("DriftCorrected", "corrected drift toward"),
@@ -184,7 +185,9 @@ pub(super) async fn log_writes(
         let note = format!(
             "{why} {name} ({short}): {created} created, {updated} updated, {deleted} deleted"
         );
-        ctx.event(bd, false, event_reason, "Apply", note).await;
+        ctx.records
+            .event(bd, false, event_reason, "Apply", note)
+            .await;
         if apply_reason == Reason::Drift {
             METRICS.drift_corrected(created + updated);
         }
@@ -207,22 +210,27 @@ pub(super) fn change_object(key: &ObjectKey, api_version: &str) -> changelog::Ob
 /// The first time this process looks at `bd`: when its status records the intent to write a
 /// revision (active revision still `Applying`) that no pass finished, the previous agent stopped
 /// mid-pass, and writes it had in flight may be missing from the change log: says so there.
-pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
+pub(super) fn mark_interrupted(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    active: Option<&crate::api::RevisionStatus>,
+) {
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
-    if !ctx.changelog.first_look(uid) {
+    if !ctx.records.changelog.first_look(uid) {
         return;
     }
-    let Some(marker) = interrupted_marker(&ctx.changelog, bd, ctx.apply_parallelism.max(1)) else {
+    let in_flight = ctx.settings.apply_parallelism.max(1);
+    let Some(marker) = interrupted_marker(&ctx.records.changelog, bd, active, in_flight) else {
         // Settled in status; an upgrade kept out of it shows on the objects (see `unwritten_intent`).
         if bd.metadata.deletion_timestamp.is_none() {
             if let Some(status) = &bd.status {
-                ctx.unwritten_intents.first_look_settled(bd, status);
+                ctx.memory.unwritten_intents.first_look_settled(bd, status);
             }
         }
         return;
     };
     tracing::warn!(bundle_deployment = %bd.name_any(), revision = ?marker.revision, "a previous agent stopped while applying; writes it had in flight may be missing from the change log");
-    ctx.changelog.record_marker(&marker);
+    ctx.records.changelog.record_marker(&marker);
 }
 
 /// The `interrupted-pass` marker `bd`'s status calls for, if any, for an agent that had at most
@@ -230,10 +238,9 @@ pub(super) fn mark_interrupted(ctx: &Context, bd: &BundleDeployment) {
 fn interrupted_marker(
     log: &changelog::ChangeLog,
     bd: &BundleDeployment,
+    active: Option<&crate::api::RevisionStatus>,
     in_flight: usize,
 ) -> Option<changelog::Marker> {
-    let status = bd.status.clone().unwrap_or_default();
-    let active = super::rollout::active_revision(&status);
     if let Some(deleted_at) = &bd.metadata.deletion_timestamp {
         // Requested before this process started: a previous agent may have been deleting.
         if deleted_at.0 >= log.opened_at() {
@@ -300,8 +307,8 @@ fn applying_marker(
 /// in status (a first install's intent is its snapshot, see [`super::unwritten_intent`]): writes it
 /// had in flight may be missing from the change log; says so there.
 pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeployment, digest: &str) {
-    let in_flight = ctx.apply_parallelism.max(1);
-    let mut marker = applying_marker(&ctx.changelog, bd, 1, digest, in_flight);
+    let in_flight = ctx.settings.apply_parallelism.max(1);
+    let mut marker = applying_marker(&ctx.records.changelog, bd, 1, digest, in_flight);
     marker.details.insert(
         "message".into(),
         json!(format!(
@@ -311,7 +318,7 @@ pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeploymen
         )),
     );
     tracing::warn!(bundle_deployment = %bd.name_any(), "a previous agent stopped while installing revision 1; writes it had in flight may be missing from the change log");
-    ctx.changelog.record_marker(&marker);
+    ctx.records.changelog.record_marker(&marker);
 }
 
 /// An earlier agent applied revision `number` of `bd` without recording it in status (an
@@ -319,8 +326,8 @@ pub(super) fn mark_interrupted_first_install(ctx: &Context, bd: &BundleDeploymen
 /// found its objects stamped with it or its snapshot stored: writes that agent had in flight
 /// may be missing from the change log; says so there.
 pub(super) fn mark_interrupted_upgrade(ctx: &Context, bd: &BundleDeployment, number: i64) {
-    let in_flight = ctx.apply_parallelism.max(1);
-    let mut marker = applying_marker(&ctx.changelog, bd, number, "", in_flight);
+    let in_flight = ctx.settings.apply_parallelism.max(1);
+    let mut marker = applying_marker(&ctx.records.changelog, bd, number, "", in_flight);
     marker.details.insert(
         "message".into(),
         json!(format!(
@@ -331,12 +338,19 @@ pub(super) fn mark_interrupted_upgrade(ctx: &Context, bd: &BundleDeployment, num
         )),
     );
     tracing::warn!(bundle_deployment = %bd.name_any(), revision = number, "a previous agent stopped while applying a revision status does not record; writes it had in flight may be missing from the change log");
-    ctx.changelog.record_marker(&marker);
+    ctx.records.changelog.record_marker(&marker);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The active revision of `bd`'s status as found on the server.
+    fn found(bd: &BundleDeployment) -> Option<&crate::api::RevisionStatus> {
+        bd.status
+            .as_ref()
+            .and_then(crate::reconcile::view::active_of)
+    }
     use crate::api::RevisionPhase;
 
     fn bd_with(phases: &[(i64, RevisionPhase)], active: i64) -> BundleDeployment {
@@ -360,7 +374,7 @@ mod tests {
             &[(2, RevisionPhase::Applying), (1, RevisionPhase::Superseded)],
             2,
         );
-        let marker = interrupted_marker(&log, &applying, 4).expect("marked");
+        let marker = interrupted_marker(&log, &applying, found(&applying), 4).expect("marked");
         assert_eq!(marker.marker, changelog::MARKER_INTERRUPTED);
         assert_eq!(marker.revision, Some(2));
         assert_eq!(marker.digest.as_deref(), Some("sha256:2"));
@@ -371,7 +385,10 @@ mod tests {
             RevisionPhase::Failed,
         ] {
             let bd = bd_with(&[(1, phase)], 1);
-            assert!(interrupted_marker(&log, &bd, 4).is_none(), "{phase:?}");
+            assert!(
+                interrupted_marker(&log, &bd, found(&bd), 4).is_none(),
+                "{phase:?}"
+            );
         }
     }
 
@@ -382,14 +399,14 @@ mod tests {
         let log = changelog::ChangeLog::disabled();
         let mut bd = bd_with(&[(1, RevisionPhase::Healthy)], 1);
         bd.metadata.deletion_timestamp = Some(Time(log.opened_at() - SignedDuration::from_secs(5)));
-        let marker = interrupted_marker(&log, &bd, 4).expect("marked");
+        let marker = interrupted_marker(&log, &bd, found(&bd), 4).expect("marked");
         assert_eq!(marker.revision, Some(1));
         assert_eq!(marker.details["phase"], "deleting");
         assert_eq!(marker.details["unloggedWritesAtMost"], 1);
         bd.metadata.deletion_timestamp =
             Some(Time(Timestamp::now() + SignedDuration::from_secs(5)));
         assert!(
-            interrupted_marker(&log, &bd, 4).is_none(),
+            interrupted_marker(&log, &bd, found(&bd), 4).is_none(),
             "asked of this very agent"
         );
     }

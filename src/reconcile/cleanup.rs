@@ -22,15 +22,18 @@ use changes::change_object;
 /// Deletes (or orphans) the objects of a BundleDeployment that is being deleted. Works while
 /// paused: deleting is the user's explicit request.
 pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, ReconcileError> {
-    changes::mark_interrupted(ctx, bd);
+    // The deletion pass's one look at the active revision: as the server's status has it.
+    let found = bd.status.clone().unwrap_or_default();
+    changes::mark_interrupted(ctx, bd, super::view::active_of(&found));
     let name = bd.name_any();
     let uid = bd.metadata.uid.as_deref().unwrap_or_default();
-    ctx.polls.forget(uid);
-    ctx.fetches.forget(uid);
-    ctx.renders.forget(uid);
-    ctx.lookups.forget(uid);
-    ctx.probes.forget(&name);
-    ctx.notifier.forget(&name);
+    ctx.sources.polls.forget(uid);
+    ctx.sources.fetches.forget(uid);
+    ctx.rendering.renders.forget(uid);
+    ctx.rendering.render_times.forget(uid);
+    ctx.rendering.lookups.forget(uid);
+    ctx.watchers.probes.forget(&name);
+    ctx.records.notifier.forget(&name);
     // Reverse order: a dependent being deleted too goes first.
     super::dependencies::wait_for_dependents(bd, ctx).await?;
     let mut inventory = bd
@@ -42,7 +45,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     inventory
         .objects
         .extend(unwritten_intent::unrecorded_objects(ctx, bd).await?);
-    ctx.unwritten_intents.forget(&name, uid);
+    ctx.memory.unwritten_intents.forget(&name, uid);
     let keys: Vec<ObjectKey> = inventory.objects.iter().map(key_of).collect();
     let versions: HashMap<ObjectKey, String> = inventory
         .objects
@@ -51,11 +54,12 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         .collect();
     // A helm chart's pre-delete hooks run before its objects are deleted (not when they are
     // orphaned: the release goes on running).
-    let delete_hooks = super::is_helm(bd) && bd.spec.deletion_policy() == DeletionPolicy::Delete;
+    let delete_hooks = bd.spec.format == crate::api::BundleFormat::Helm
+        && bd.spec.deletion_policy() == DeletionPolicy::Delete;
     if delete_hooks {
         delete_hooks::run(bd, ctx, HookEvent::PreDelete).await?;
     }
-    let applier = changes::logging_deletion(ctx, bd, ctx.applier(bd, ctx.writer(bd)?));
+    let applier = changes::logging_deletion(ctx, bd, ctx.applier(bd, ctx.cluster.writer(bd)?));
     let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
             // prune_set against an empty set orders every object for deletion: reverse stages.
@@ -65,7 +69,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 .collect();
             // Objects the writer may not even read are checked with the agent's own identity:
             // one that was never created (its ServiceAccount was refused) needs no deletion.
-            let own = ctx.applier(bd, ctx.client.clone());
+            let own = ctx.applier(bd, ctx.cluster.client.clone());
             delete_all(&applier, &own, &name, &order).await
         }
         DeletionPolicy::Orphan => {
@@ -75,7 +79,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                     result = Err(e.into());
                     break;
                 }
-                let mut entry = ctx.changelog.entry(
+                let mut entry = ctx.records.changelog.entry(
                     &name,
                     Operation::Update,
                     Reason::Deletion,
@@ -83,7 +87,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 );
                 entry.fields_changed = vec![format!(".metadata.labels.{}", plan::OWNER_LABEL)];
                 entry.details.insert("orphaned".into(), json!(true));
-                ctx.changelog.record(&entry);
+                ctx.records.changelog.record(&entry);
             }
             if result.is_ok() {
                 let namespaces: BTreeSet<String> = inventory
@@ -100,7 +104,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     };
     if let Err(ReconcileError::DeletionForbidden(message)) = &result {
         // Said on the object, not only in the log: the deletion waits for someone to act.
-        let mut writer = StatusWriter::new(ctx, bd);
+        let mut writer = StatusWriter::new(ctx, bd, super::view::wall_clock());
         let mut work = writer.written.clone();
         let outcome = Outcome::Failed {
             phase: FailedPhase::Install,
@@ -114,7 +118,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     }
     // Each delete was logged as it returned.
     if !applier.journal.take().is_empty() {
-        ctx.changelog.sync();
+        ctx.records.changelog.sync();
     }
     result?;
     // Then its post-delete hooks (they need the revision snapshot: before it goes).
@@ -122,20 +126,22 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
         delete_hooks::run(bd, ctx, HookEvent::PostDelete).await?;
     }
     // The objects are gone (or orphaned): their revision snapshots go with the BundleDeployment.
-    ctx.store
+    ctx.revisions
+        .store
         .delete_all(&name)
         .await
         .map_err(ReconcileError::Revision)?;
     // And its render key: a BundleDeployment made again with this name gets a new one.
-    ctx.render_keys.delete(bd).await?;
-    ctx.last_written
+    ctx.rendering.render_keys.delete(bd).await?;
+    ctx.memory
+        .last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&name);
-    if let Some(watches) = &ctx.values_watches {
+    if let Some(watches) = &ctx.watchers.values_watches {
         watches.set(&name, Vec::new());
     }
-    Ok(Next::RequeueAfter(ctx.requeue_interval))
+    Ok(Next::RequeueAfter(ctx.settings.requeue_interval))
 }
 
 /// Deletes the objects in `order` and waits briefly for them to be gone. Objects still there

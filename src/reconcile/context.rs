@@ -128,74 +128,142 @@ impl Written {
 /// How long an install namespace seen to exist is not looked up again.
 const NAMESPACE_SEEN_FOR: Duration = Duration::from_secs(300);
 
-/// Everything a reconcile needs besides the object.
+/// Everything a reconcile needs besides the object, by concern: a phase takes the parts it uses.
 pub struct Context {
+    /// The agent's clients, who it is, and what it knows of the cluster.
+    pub cluster: Cluster,
+    /// Fetching sources: the cache, polls and background fetches.
+    pub sources: Sources,
+    /// Rendering: the sandbox, budgets, kept renders, lookups and keys.
+    pub rendering: Rendering,
+    /// Revision snapshots.
+    pub revisions: Revisions,
+    /// What starts a pass besides the BundleDeployment's own watch.
+    pub watchers: Watchers,
+    /// The agent's settings for every pass.
+    pub settings: Settings,
+    /// What the agent tells: the change log, Events and notifications.
+    pub records: Records,
+    /// What passes remember of earlier ones, by BundleDeployment.
+    pub memory: Memory,
+}
+
+/// The agent's clients, who it is, and what it knows of the cluster.
+pub struct Cluster {
     /// The agent's client (reads, status, Secrets, reviews).
     pub client: Client,
     /// The agent's client configuration, from which impersonating clients are made.
     pub config: Config,
-    /// Fetches sources through the shared cache.
-    pub fetcher: Fetcher,
     /// Kind resolution shared by all applies.
     pub kinds: KindResolver,
-    /// Where Secrets may be read from.
+    /// Where Secrets may be read from, and whom the agent acts as by default.
     pub secret_policy: SecretPolicy,
-    /// Requeue interval when nothing else asks for one (drift checks, floating refs).
-    pub requeue_interval: Duration,
-    /// Objects applied at once within a stage.
-    pub apply_parallelism: usize,
-    /// Where every write is recorded.
-    pub changelog: ChangeLog,
-    /// Publishes summary Events on BundleDeployments.
-    pub recorder: Recorder,
-    /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
-    pub owned: Option<owned::OwnedWatches>,
     /// This agent's name in `status.agent`: `POD_NAME`, else `<host>-<pid>`; `@KEY` appended
     /// for shard KEY (see [`Context::with_scope`]).
     pub identity: String,
     /// The BundleDeployments this agent acts for (see [`super::scope`]).
     pub scope: crate::shard::Scope,
-    /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
-    pub health: health::HealthOptions,
-    /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
-    pub probes: health::probe::Probes,
-    /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
-    pub values_watches: Option<values_watch::ValuesWatches>,
-    /// Watches on what `spec.dependsOn` names (None: dependencies are seen at the requeue).
-    pub dependency_watches: Option<super::dependency_watch::DependencyWatches>,
-    /// Consecutive transient failures per BundleDeployment, for exponential backoff.
-    pub(super) failures: Mutex<HashMap<String, u32>>,
+    /// What the API server keeps of what pallet applied, where it differs (dropped fields).
+    pub stored_forms: crate::apply::stored::StoredForms,
+    /// Impersonating clients, by ServiceAccount (namespace, name).
+    writers: Mutex<HashMap<(String, String), Client>>,
+    /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
+    namespaces: Mutex<HashMap<String, std::time::Instant>>,
+    /// The cluster's capabilities for helm charts, with when they were read.
+    capabilities:
+        tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
+}
+
+/// Fetching sources.
+pub struct Sources {
+    /// Fetches sources through the shared cache.
+    pub fetcher: Fetcher,
+    /// Whether sources must have `verify` (`--require-verification`).
+    pub verification: VerificationPolicy,
     /// When each floating source was last resolved: polled at its `pollInterval`.
     pub polls: polling::SourcePolls,
     /// Fetches running apart from the reconcile workers.
     pub fetches: fetch_pool::FetchPool,
+}
+
+/// Rendering.
+pub struct Rendering {
     /// The last render of each BundleDeployment, reused while its inputs are unchanged.
     pub renders: render_memo::RenderMemo,
+    /// The clock of renders whose inputs no revision has recorded yet.
+    pub render_times: super::render_time::RenderTimes,
     /// The lookups each BundleDeployment's chart made in its last render.
     pub lookups: super::lookups::LastLookups,
+    /// What a chart's lookups may read.
+    pub lookup_limits: super::lookups::LookupLimits,
+    /// Function calls running apart from the reconcile workers.
+    pub function_calls: super::function_calls::FunctionCalls,
     /// Where renders run: in a sandboxed child process (the agent), else in this process on a
     /// blocking thread (see [`Context::with_render_sandbox`]).
     pub render_sandbox: Option<std::sync::Arc<crate::render_sandbox::RenderSandbox>>,
     /// The budgets of every render (nesting and sizes are the renderers' own).
     pub render_budgets: pallet_formats::RenderBudgets,
-    /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks.
-    pub webhook_cert_policy: webhook_certs::CertPolicy,
-    /// The cluster's capabilities for helm charts, with when they were read.
-    pub(super) capabilities:
-        tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
-    /// Revision snapshots, in Secrets in the agent's namespace.
-    pub store: RevisionStore,
     /// The keys behind the values charts generate, in Secrets in the agent's namespace.
     pub render_keys: super::render_key::RenderKeys,
-    /// Refuse BundleDeployments that name no ServiceAccount (`--require-service-account`).
-    pub require_service_account: bool,
-    /// Whether sources must have `verify` (`--require-verification`).
-    pub verification: VerificationPolicy,
+    /// Where `function` processors may run (`--allow-function-exec`).
+    pub functions: super::functions::FunctionPolicy,
+    /// Validity of the certificates the BuiltIn provider issues for registry-v1 webhooks.
+    pub webhook_cert_policy: webhook_certs::CertPolicy,
+}
+
+/// Revision snapshots, in Secrets in the agent's namespace.
+pub struct Revisions {
+    /// The store.
+    pub store: RevisionStore,
+    /// The agent's client, to create the agent's namespace when it is missing.
+    client: Client,
     /// Snapshots read or written by this process, by BundleDeployment and number: a held or
     /// rolled-back revision is re-applied at every pass without reading its Secrets again.
     pub(super) snapshots: Mutex<HashMap<(String, i64), Snapshot>>,
     /// Set once the agent's namespace (where snapshots live) is known to exist.
-    pub(super) agent_namespace_ready: tokio::sync::OnceCell<()>,
+    agent_namespace_ready: tokio::sync::OnceCell<()>,
+}
+
+/// What starts a pass besides the BundleDeployment's own watch.
+pub struct Watchers {
+    /// Watches on applied objects, for prompt drift correction (None: drift waits for requeue).
+    pub owned: Option<owned::OwnedWatches>,
+    /// Watches on the objects `valuesFrom` names (None: edits wait for the requeue).
+    pub values_watches: Option<values_watch::ValuesWatches>,
+    /// Watches on what `spec.dependsOn` names (None: dependencies are seen at the requeue).
+    pub dependency_watches: Option<super::dependency_watch::DependencyWatches>,
+    /// The HTTP probes of `spec.healthChecks`, running apart from the reconcile workers.
+    pub probes: health::probe::Probes,
+}
+
+/// The agent's settings for every pass.
+pub struct Settings {
+    /// Requeue interval when nothing else asks for one (drift checks, floating refs).
+    pub requeue_interval: Duration,
+    /// Objects applied at once within a stage.
+    pub apply_parallelism: usize,
+    /// Knobs of the built-in health rules (see [`Context::with_health_options`]).
+    pub health: health::HealthOptions,
+    /// Refuse BundleDeployments that name no ServiceAccount (`--require-service-account`).
+    pub require_service_account: bool,
+    /// What a Helm release record read for a takeover may decode to.
+    pub takeover_records: super::takeover::RecordBudget,
+}
+
+/// What the agent tells: the change log, Events and notifications.
+pub struct Records {
+    /// Where every write is recorded.
+    pub changelog: ChangeLog,
+    /// Publishes summary Events on BundleDeployments.
+    pub recorder: Recorder,
+    /// Records transitions with status writes and delivers notifications off the reconcile path.
+    pub notifier: crate::notify::Notifier,
+}
+
+/// What passes remember of earlier ones, by BundleDeployment.
+pub struct Memory {
+    /// Consecutive transient failures per BundleDeployment, for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
     /// Each BundleDeployment as this agent's last status write left it (see [`controller`]: a
     /// pass never starts from a cached object older than that).
     pub(super) last_written: Mutex<HashMap<String, Written>>,
@@ -205,24 +273,17 @@ pub struct Context {
     /// How long recent revisions took to become healthy: the settle window before a progress
     /// write (see [`super::settle`]).
     pub settle: super::settle::SettleWindow,
-    /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
-    namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The reconcile workers: how many BundleDeployments are reconciled at once.
     pub workers: super::workers::Workers,
-    /// Records transitions with status writes and delivers notifications off the reconcile path.
-    pub notifier: crate::notify::Notifier,
-    /// Impersonating clients, by ServiceAccount (namespace, name).
-    writers: Mutex<HashMap<(String, String), Client>>,
-    /// Where `function` processors may run (`--allow-function-exec`).
-    pub functions: super::functions::FunctionPolicy,
-    /// What the API server keeps of what pallet applied, where it differs (dropped fields).
-    pub stored_forms: crate::apply::stored::StoredForms,
+    /// Each BundleDeployment's compiled CEL expressions at its generation, and those found over
+    /// their budget.
+    pub cel: super::health_checks::CelMemo,
 }
 
 impl Context {
     /// The same context judging health with `health` instead of the defaults.
     pub fn with_health_options(mut self, health: health::HealthOptions) -> Self {
-        self.health = health;
+        self.settings.health = health;
         self
     }
 
@@ -234,13 +295,14 @@ impl Context {
             kube::runtime::reflector::ObjectRef<BundleDeployment>,
         >,
     ) -> Self {
-        self.probes = health::probe::Probes::new(Some(trigger), self.fetcher.options().egress);
+        self.watchers.probes =
+            health::probe::Probes::new(Some(trigger), self.sources.fetcher.options().egress);
         self
     }
 
     /// The same context polling floating sources without `pollInterval` every `interval`.
     pub fn with_default_poll_interval(mut self, interval: Duration) -> Self {
-        self.polls = polling::SourcePolls::new(interval);
+        self.sources.polls = polling::SourcePolls::new(interval);
         self
     }
 
@@ -253,19 +315,20 @@ impl Context {
             kube::runtime::reflector::ObjectRef<BundleDeployment>,
         >,
     ) -> Self {
-        self.fetches = fetch_pool::FetchPool::new(slots, fetch_pool::DEFAULT_GRACE, Some(trigger));
+        self.sources.fetches =
+            fetch_pool::FetchPool::new(slots, fetch_pool::DEFAULT_GRACE, Some(trigger));
         self
     }
 
     /// The same context refusing revisions whose snapshot is over `max_bytes` compressed.
     pub fn with_max_revision_bytes(mut self, max_bytes: usize) -> Self {
-        self.store = self.store.with_max_bytes(max_bytes);
+        self.revisions.store = self.revisions.store.with_max_bytes(max_bytes);
         self
     }
 
     /// The same context refusing revisions that would take the stored snapshots past `quota`.
     pub fn with_snapshot_quota(mut self, quota: crate::revision::quota::SnapshotQuota) -> Self {
-        self.store = self.store.with_quota(quota);
+        self.revisions.store = self.revisions.store.with_quota(quota);
         self
     }
 
@@ -275,61 +338,92 @@ impl Context {
         sandbox: crate::render_sandbox::RenderSandbox,
         budgets: pallet_formats::RenderBudgets,
     ) -> Self {
-        self.render_sandbox = Some(std::sync::Arc::new(sandbox));
-        self.render_budgets = budgets;
+        self.rendering.render_sandbox = Some(std::sync::Arc::new(sandbox));
+        self.rendering.render_budgets = budgets;
         self
     }
 
     /// The same context issuing webhook certificates valid for `validity` (renewed when a third
     /// of it remains).
     pub fn with_webhook_cert_validity(mut self, validity: Duration) -> Self {
-        self.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self.rendering.webhook_cert_policy = webhook_certs::CertPolicy { validity };
+        self
+    }
+
+    /// The same context decoding release records under `records` and answering lookups under
+    /// `lookups`.
+    pub fn with_read_limits(
+        mut self,
+        records: super::takeover::RecordBudget,
+        lookups: super::lookups::LookupLimits,
+    ) -> Self {
+        self.settings.takeover_records = records;
+        self.rendering.lookup_limits = lookups;
         self
     }
 
     /// The same context reconciling with `workers`.
     pub fn with_workers(mut self, workers: super::workers::Workers) -> Self {
-        self.workers = workers;
+        self.memory.workers = workers;
         self
     }
 
     /// The same context refusing (`true`) BundleDeployments that name no ServiceAccount.
     pub fn with_require_service_account(mut self, require: bool) -> Self {
-        self.require_service_account = require;
+        self.settings.require_service_account = require;
         self
     }
 
     /// The same context requiring `verify` on sources as `policy` says.
     pub fn with_verification_policy(mut self, policy: VerificationPolicy) -> Self {
-        self.verification = policy;
+        self.sources.verification = policy;
         self
     }
 
     /// The same context delivering notifications with `settings`.
     pub fn with_notification_settings(mut self, settings: crate::notify::Settings) -> Self {
-        self.notifier = self.notifier.with_settings(settings);
+        self.records.notifier = self.records.notifier.with_settings(settings);
         self
     }
 
     /// What `function` processors are called with.
     pub fn function_caller(&self) -> super::functions::FunctionCaller<'_> {
         super::functions::FunctionCaller {
-            client: Some(&self.client),
-            secret_policy: &self.secret_policy,
-            exec_policy: &self.functions,
-            egress: self.fetcher.options().egress,
+            client: Some(&self.cluster.client),
+            secret_policy: &self.cluster.secret_policy,
+            exec_policy: &self.rendering.functions,
+            egress: self.sources.fetcher.options().egress,
         }
+    }
+
+    /// The same context running at most `slots` function calls at once, those of one render
+    /// within `deadline`, each call's end sent to `trigger`.
+    pub fn with_function_calls(
+        mut self,
+        slots: usize,
+        deadline: Duration,
+        trigger: tokio::sync::mpsc::UnboundedSender<
+            kube::runtime::reflector::ObjectRef<BundleDeployment>,
+        >,
+    ) -> Self {
+        self.rendering.function_calls = super::function_calls::FunctionCalls::new(
+            slots,
+            super::function_calls::DEFAULT_GRACE,
+            deadline,
+            Some(trigger),
+        );
+        self
     }
 
     /// The same context letting `function` processors run what `policy` allows.
     pub fn with_function_policy(mut self, policy: super::functions::FunctionPolicy) -> Self {
-        self.functions = policy;
+        self.rendering.functions = policy;
         self
     }
 
     /// The same context watching `valuesFrom` objects through `watches`.
     pub fn with_values_watches(mut self, watches: values_watch::ValuesWatches) -> Self {
-        self.values_watches = Some(watches);
+        self.watchers.values_watches = Some(watches);
         self
     }
 
@@ -338,7 +432,7 @@ impl Context {
         mut self,
         watches: super::dependency_watch::DependencyWatches,
     ) -> Self {
-        self.dependency_watches = Some(watches);
+        self.watchers.dependency_watches = Some(watches);
         self
     }
 
@@ -360,62 +454,115 @@ impl Context {
         };
         let recorder = Recorder::new(client.clone(), reporter);
         let egress = fetcher.options().egress;
+        let agent_namespace = secret_policy.agent_namespace.clone();
         Context {
-            notifier: crate::notify::Notifier::new(
-                client.clone(),
-                secret_policy.clone(),
-                recorder.clone(),
-                crate::notify::Settings {
-                    egress,
-                    ..Default::default()
-                },
-            ),
-            recorder,
-            store: RevisionStore::new(client.clone(), secret_policy.agent_namespace.clone()),
-            render_keys: super::render_key::RenderKeys::new(
-                client.clone(),
-                &secret_policy.agent_namespace,
-            ),
-            require_service_account: false,
-            verification: VerificationPolicy::default(),
-            snapshots: Mutex::new(HashMap::new()),
-            agent_namespace_ready: tokio::sync::OnceCell::new(),
-            last_written: Mutex::new(HashMap::new()),
-            unwritten_intents: Default::default(),
-            settle: Default::default(),
-            writers: Mutex::new(HashMap::new()),
-            functions: Default::default(),
-            stored_forms: Default::default(),
-            workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
-            namespaces: Mutex::new(HashMap::new()),
-            // The same name the agent holds the leader Lease under.
-            identity: crate::leader::identity(),
-            scope: crate::shard::Scope::default(),
-            client,
-            config,
-            fetcher,
-            kinds: KindResolver::default(),
-            secret_policy,
-            requeue_interval,
-            apply_parallelism,
-            changelog,
-            owned,
-            health: health::HealthOptions::default(),
-            probes: health::probe::Probes::new(None, egress),
-            values_watches: None,
-            dependency_watches: None,
-            failures: Mutex::new(HashMap::new()),
-            polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
-            fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
-            renders: render_memo::RenderMemo::default(),
-            lookups: Default::default(),
-            render_sandbox: None,
-            render_budgets: pallet_formats::RenderBudgets::default(),
-            webhook_cert_policy: webhook_certs::CertPolicy::default(),
-            capabilities: tokio::sync::Mutex::new(None),
+            records: Records {
+                notifier: crate::notify::Notifier::new(
+                    client.clone(),
+                    secret_policy.clone(),
+                    recorder.clone(),
+                    crate::notify::Settings {
+                        egress,
+                        ..Default::default()
+                    },
+                ),
+                recorder,
+                changelog,
+            },
+            revisions: Revisions {
+                store: RevisionStore::new(client.clone(), agent_namespace.clone()),
+                client: client.clone(),
+                snapshots: Mutex::new(HashMap::new()),
+                agent_namespace_ready: tokio::sync::OnceCell::new(),
+            },
+            rendering: Rendering {
+                renders: render_memo::RenderMemo::default(),
+                render_times: Default::default(),
+                function_calls: Default::default(),
+                lookup_limits: Default::default(),
+                lookups: Default::default(),
+                render_sandbox: None,
+                render_budgets: pallet_formats::RenderBudgets::default(),
+                render_keys: super::render_key::RenderKeys::new(client.clone(), &agent_namespace),
+                functions: Default::default(),
+                webhook_cert_policy: webhook_certs::CertPolicy::default(),
+            },
+            sources: Sources {
+                fetcher,
+                verification: VerificationPolicy::default(),
+                polls: polling::SourcePolls::new(polling::DEFAULT_POLL_INTERVAL),
+                fetches: fetch_pool::FetchPool::new(4, fetch_pool::DEFAULT_GRACE, None),
+            },
+            watchers: Watchers {
+                owned,
+                values_watches: None,
+                dependency_watches: None,
+                probes: health::probe::Probes::new(None, egress),
+            },
+            settings: Settings {
+                requeue_interval,
+                apply_parallelism,
+                health: health::HealthOptions::default(),
+                require_service_account: false,
+                takeover_records: Default::default(),
+            },
+            memory: Memory {
+                failures: Mutex::new(HashMap::new()),
+                last_written: Mutex::new(HashMap::new()),
+                unwritten_intents: Default::default(),
+                settle: Default::default(),
+                workers: super::workers::Workers::fixed(DEFAULT_WORKERS),
+                cel: Default::default(),
+            },
+            cluster: Cluster {
+                client,
+                config,
+                kinds: KindResolver::default(),
+                secret_policy,
+                // The same name the agent holds the leader Lease under.
+                identity: crate::leader::identity(),
+                scope: crate::shard::Scope::default(),
+                stored_forms: Default::default(),
+                writers: Mutex::new(HashMap::new()),
+                namespaces: Mutex::new(HashMap::new()),
+                capabilities: tokio::sync::Mutex::new(None),
+            },
         }
     }
 
+    /// The render key of `bd` (see [`super::render_key`]), made at its first render; the
+    /// agent's namespace is created first if it is missing, as for snapshots.
+    pub(super) async fn render_key(
+        &self,
+        bd: &BundleDeployment,
+    ) -> Result<super::render_key::RenderKey, ReconcileError> {
+        self.revisions.ensure_agent_namespace().await?;
+        self.rendering.render_keys.get_or_create(bd).await
+    }
+
+    /// An applier for `bd` writing through `client` (see [`Cluster::writer`]).
+    pub(super) fn applier(&self, bd: &BundleDeployment, client: Client) -> Applier {
+        Applier {
+            client,
+            kinds: self.cluster.kinds.clone(),
+            owner: bd.name_any(),
+            install_namespace: bd.spec.install_namespace.clone(),
+            collision_protection: bd.spec.collision_protection(),
+            parallelism: self.settings.apply_parallelism,
+            journal: Default::default(),
+            revision: None,
+            live: self.watchers.owned.as_ref().map(|owned| owned.live()),
+            takeover: bd.spec.takeover.clone(),
+            rules: crate::apply::ApplyRules {
+                ignore: crate::apply::policy::DriftIgnore::compile(&bd.spec.drift_ignore),
+                drift_pass: false,
+                stored: self.cluster.stored_forms.clone(),
+            },
+        }
+    }
+}
+
+impl Cluster {
     /// The cluster's version and served APIs, for helm's `.Capabilities`. Read through discovery
     /// at most once a minute: it costs a request per API group.
     pub(super) async fn helm_capabilities(
@@ -461,135 +608,6 @@ impl Context {
         Ok(capabilities)
     }
 
-    /// Publishes an Event on `bd`; a failure to publish is logged, never fatal.
-    pub(super) async fn event(
-        &self,
-        bd: &BundleDeployment,
-        warning: bool,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &bd.object_ref(&())).await {
-            tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not publish an Event");
-        }
-    }
-
-    /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing (a
-    /// fresh cluster, an agent run outside one): checked once per process. Returns whether this
-    /// revision number was stored already (see [`crate::revision::RevisionStore::save`]).
-    pub(super) async fn save_snapshot(
-        &self,
-        record: &RevisionRecord,
-    ) -> Result<bool, ReconcileError> {
-        let _phase = crate::metrics::METRICS.phase("snapshot_store");
-        let namespace = self.store.namespace().to_string();
-        self.agent_namespace_ready
-            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
-            .await?;
-        self.store
-            .save(record)
-            .await
-            .map_err(ReconcileError::Revision)
-    }
-
-    /// The render key of `bd` (see [`super::render_key`]), made at its first render; the
-    /// agent's namespace is created first if it is missing, as for snapshots.
-    pub(super) async fn render_key(
-        &self,
-        bd: &BundleDeployment,
-    ) -> Result<super::render_key::RenderKey, ReconcileError> {
-        let namespace = self.store.namespace().to_string();
-        self.agent_namespace_ready
-            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
-            .await?;
-        self.render_keys.get_or_create(bd).await
-    }
-
-    /// Keeps a snapshot read back for later passes.
-    pub(super) fn remember(&self, record: RevisionRecord) {
-        let Ok(objects) = snapshot_objects(&record) else {
-            return; // not cached: a load reports the error
-        };
-        self.snapshots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                (record.bundle_deployment, record.number),
-                std::sync::Arc::new(objects),
-            );
-    }
-
-    /// Drops a snapshot that left the history.
-    pub(super) fn forget(&self, bundle_deployment: &str, number: i64) {
-        self.snapshots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(bundle_deployment.to_string(), number));
-    }
-
-    /// The objects of stored revision `number`, from memory or from its Secrets.
-    pub(super) async fn load(
-        &self,
-        bundle_deployment: &str,
-        number: i64,
-    ) -> Result<Vec<Object>, ReconcileError> {
-        let key = (bundle_deployment.to_string(), number);
-        if let Some(objects) = self
-            .snapshots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return Ok(objects.as_ref().clone());
-        }
-        let record = self
-            .store
-            .load(bundle_deployment, number)
-            .await
-            .map_err(ReconcileError::Revision)?;
-        let objects = snapshot_objects(&record)?;
-        self.remember(record);
-        Ok(objects)
-    }
-
-    /// The next backoff for `name` (1 s doubling to 5 min), counting this failure.
-    pub fn backoff(&self, name: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(name.to_string()).or_insert(0);
-        *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
-    }
-
-    /// The retry delay after a failure of `name`: the backoff, but at most [`API_RETRY_MAX`] when
-    /// the API server was unreachable.
-    pub fn retry_after(&self, name: &str, api_unreachable: bool) -> Duration {
-        let backoff = self.backoff(name);
-        if api_unreachable {
-            backoff.min(API_RETRY_MAX)
-        } else {
-            backoff
-        }
-    }
-
-    pub(super) fn reset_backoff(&self, name: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(name);
-    }
-
     /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names
     /// one, else the agent's default one (`--default-service-account`), else the agent itself.
     /// One client per ServiceAccount, kept: a new client is a new connection (and TLS handshake)
@@ -630,51 +648,133 @@ impl Context {
             .unwrap_or_else(|p| p.into_inner())
             .insert(namespace.to_string(), std::time::Instant::now());
     }
+}
 
-    /// An applier for `bd` writing through `client` (see [`Context::writer`]).
-    pub(super) fn applier(&self, bd: &BundleDeployment, client: Client) -> Applier {
-        Applier {
-            client,
-            kinds: self.kinds.clone(),
-            owner: bd.name_any(),
-            install_namespace: bd.spec.install_namespace.clone(),
-            collision_protection: bd.spec.collision_protection(),
-            parallelism: self.apply_parallelism,
-            journal: Default::default(),
-            revision: None,
-            live: self.owned.as_ref().map(|owned| owned.live()),
-            takeover: bd.spec.takeover.clone(),
-            rules: crate::apply::ApplyRules {
-                ignore: crate::apply::policy::DriftIgnore::compile(&bd.spec.drift_ignore),
-                drift_pass: false,
-                stored: self.stored_forms.clone(),
+impl Records {
+    /// Publishes an Event on `bd`; a failure to publish is logged, never fatal.
+    pub(super) async fn event(
+        &self,
+        bd: &BundleDeployment,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
             },
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &bd.object_ref(&())).await {
+            tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not publish an Event");
         }
     }
 }
 
-/// A stored revision's objects, ready to apply again (an entry that is not an object is an
-/// error naming the snapshot, never skipped).
-/// The objects of a stored revision, as the agent applies them again.
-pub fn snapshot_objects(
-    record: &RevisionRecord,
-) -> Result<Vec<Object>, pallet_formats::RenderError> {
-    record
-        .objects
-        .iter()
-        .enumerate()
-        .map(|(document, body)| {
-            let origin = pallet_formats::Origin {
-                file: format!(
-                    "snapshot of revision {} of {}",
-                    record.number, record.bundle_deployment
-                ),
-                document,
-                line: 0,
-            };
-            Object::new(body.clone(), origin)
-        })
-        .collect()
+impl Revisions {
+    /// Creates the agent's namespace (where snapshots and keys live) if it is missing (a fresh
+    /// cluster, an agent run outside one): checked once per process.
+    pub(super) async fn ensure_agent_namespace(&self) -> Result<(), ReconcileError> {
+        let namespace = self.store.namespace().to_string();
+        self.agent_namespace_ready
+            .get_or_try_init(|| ensure_namespace(&self.client, &self.client, &namespace))
+            .await?;
+        Ok(())
+    }
+
+    /// Stores `record`'s snapshot, creating the agent's namespace first if it is missing.
+    /// Returns whether this revision number was stored already (see
+    /// [`crate::revision::RevisionStore::save`]).
+    pub(super) async fn save(&self, record: &RevisionRecord) -> Result<bool, ReconcileError> {
+        let _phase = crate::metrics::METRICS.phase("snapshot_store");
+        self.ensure_agent_namespace().await?;
+        self.store
+            .save(record)
+            .await
+            .map_err(ReconcileError::Revision)
+    }
+
+    /// Keeps a snapshot read back for later passes.
+    pub(super) fn remember(&self, record: RevisionRecord) {
+        let Ok(objects) = record.objects_to_apply() else {
+            return; // not cached: a load reports the error
+        };
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (record.bundle_deployment, record.number),
+                std::sync::Arc::new(objects),
+            );
+    }
+
+    /// Drops a snapshot that left the history.
+    pub(super) fn forget(&self, bundle_deployment: &str, number: i64) {
+        self.snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(bundle_deployment.to_string(), number));
+    }
+
+    /// The objects of stored revision `number`, from memory or from its Secrets.
+    pub(super) async fn load(
+        &self,
+        bundle_deployment: &str,
+        number: i64,
+    ) -> Result<Vec<Object>, ReconcileError> {
+        let key = (bundle_deployment.to_string(), number);
+        if let Some(objects) = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(objects.as_ref().clone());
+        }
+        let record = self
+            .store
+            .load(bundle_deployment, number)
+            .await
+            .map_err(ReconcileError::Revision)?;
+        let objects = record.objects_to_apply()?;
+        self.remember(record);
+        Ok(objects)
+    }
+}
+
+impl Memory {
+    /// The next backoff for `name` (1 s doubling to 5 min), counting this failure.
+    pub fn backoff(&self, name: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(name.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    /// The retry delay after a failure of `name`: the backoff, but at most [`API_RETRY_MAX`] when
+    /// the API server was unreachable.
+    pub fn retry_after(&self, name: &str, api_unreachable: bool) -> Duration {
+        let backoff = self.backoff(name);
+        if api_unreachable {
+            backoff.min(API_RETRY_MAX)
+        } else {
+            backoff
+        }
+    }
+
+    /// Forgets the failures of `name`: its next failure starts the backoff again.
+    pub(super) fn reset_backoff(&self, name: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
 }
 
 #[cfg(test)]

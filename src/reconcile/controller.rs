@@ -18,6 +18,7 @@ use kube::ResourceExt;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::watches::WatchBackoff;
 use super::{cleanup, reconcile_apply, Context, Next, ReconcileError, FINALIZER};
 use crate::api::BundleDeployment;
 use crate::metrics::METRICS;
@@ -65,10 +66,10 @@ async fn reconcile_pass(
     cache: reflector::Store<BundleDeployment>,
 ) -> Result<Action, ControllerError> {
     // Held for the whole pass: how many run at once adapts to the API server (see `workers`).
-    let _worker = ctx.workers.acquire().await;
+    let _worker = ctx.memory.workers.acquire().await;
     let _in_flight = METRICS.reconcile_started();
     let started = std::time::Instant::now();
-    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let api: Api<BundleDeployment> = Api::all(ctx.cluster.client.clone());
     let bd = latest(&api, bd, &ctx).await;
     let name = bd.name_any();
     let uid = bd.metadata.uid.clone().unwrap_or_default();
@@ -78,7 +79,7 @@ async fn reconcile_pass(
         ctx.release(&name, &uid);
         return Ok(Action::await_change());
     }
-    ctx.unwritten_intents.looked(&bd);
+    ctx.memory.unwritten_intents.looked(&bd);
     let span = tracing::info_span!("reconcile", bundle_deployment = %name);
     let result = finalizer(&api, FINALIZER, bd, |event| async {
         let next = match event {
@@ -110,7 +111,7 @@ async fn reconcile_pass(
     );
     METRICS.reconciled(result.is_ok() || waiting, started.elapsed());
     let throttled = matches!(&result, Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) if e.throttled());
-    ctx.workers.finished(throttled);
+    ctx.memory.workers.finished(throttled);
     result.map_err(|e| ControllerError(Box::new(e)))
 }
 
@@ -125,6 +126,7 @@ async fn latest(
 ) -> Arc<BundleDeployment> {
     let name = cached.name_any();
     let known = ctx
+        .memory
         .last_written
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -139,7 +141,8 @@ async fn latest(
             let fresh = Arc::new(fresh);
             // What was read is now the newest this agent knows of.
             if let Some(version) = fresh.metadata.resource_version.clone() {
-                ctx.last_written
+                ctx.memory
+                    .last_written
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(
@@ -173,48 +176,17 @@ fn error_policy(bd: Arc<BundleDeployment>, error: &ControllerError, ctx: Arc<Con
     if permanent {
         // A bad spec or bad content: nothing changes until the user changes something, which the
         // watch delivers; the long requeue only re-checks floating sources.
-        return Action::requeue(ctx.requeue_interval);
+        return Action::requeue(ctx.settings.requeue_interval);
     }
     let unreachable = match &*error.0 {
         F::ApplyFailed(e) | F::CleanupFailed(e) => e.api_unreachable(),
         F::AddFinalizer(e) | F::RemoveFinalizer(e) => super::api_unreachable(e),
         _ => false,
     };
-    let after = ctx.retry_after(&name, unreachable);
+    let after = ctx.memory.retry_after(&name, unreachable);
     // Said at warn: during an outage this is what the agent is doing.
     tracing::warn!(bundle_deployment = %name, retry_in = ?after, api_unreachable = unreachable, error = %error, "reconcile failed; retrying");
     Action::requeue(after)
-}
-
-/// The backoff of the agent's watches after an error: 250 ms doubling to [`super::API_RETRY_MAX`]
-/// (kube's default grows to 30 s, which is how long recovery took after an API outage), reset
-/// once events flow again.
-pub struct WatchBackoff {
-    next: Duration,
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        WatchBackoff {
-            next: Duration::from_millis(250),
-        }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (self.next * 2).min(super::API_RETRY_MAX);
-        Some(now)
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        *self = WatchBackoff::default();
-    }
 }
 
 /// Runs the controller until a termination signal arrives.
@@ -227,10 +199,10 @@ pub async fn run(
 ) {
     // The controller may run as many passes as there can ever be workers; the workers' permits
     // decide how many actually run.
-    let concurrency = u16::try_from(ctx.workers.max()).unwrap_or(u16::MAX);
+    let concurrency = u16::try_from(ctx.memory.workers.max()).unwrap_or(u16::MAX);
     let config = ControllerConfig::default().concurrency(concurrency);
     let mut watch = watcher::Config::default();
-    if let Some(selector) = ctx.scope.watch_selector() {
+    if let Some(selector) = ctx.cluster.scope.watch_selector() {
         watch = watch.labels(&selector);
     }
     let (reader, writer) = reflector::store();
@@ -251,7 +223,7 @@ pub async fn run(
     // (say, written against a newer CRD) is skipped and logged instead of failing the whole
     // list and stalling every other BundleDeployment.
     let raw: Api<DynamicObject> = Api::all_with(
-        ctx.client.clone(),
+        ctx.cluster.client.clone(),
         &ApiResource::erase::<BundleDeployment>(&()),
     );
     let mut known = Known::default();

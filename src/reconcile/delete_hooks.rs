@@ -34,6 +34,16 @@ pub async fn run(
     event: HookEvent,
 ) -> Result<(), ReconcileError> {
     let status = bd.status.clone().unwrap_or_default();
+    // The deletion goes on whatever the spec says: a duration that is not one counts as the
+    // default deadline here (the pass that applies reports it).
+    let deadline = super::view::Rollout::of(bd)
+        .unwrap_or_else(|_| super::view::Rollout::defaults(bd))
+        .progress_deadline;
+    let now = super::view::wall_clock();
+    let timing = hook_requests::Timing {
+        now: &now,
+        deadline,
+    };
     let retry = bd
         .annotations()
         .get(REQUESTED_RETRY_ANNOTATION)
@@ -48,8 +58,8 @@ pub async fn run(
         (run, _) => run,
     };
     let objects = match (&run, status.active_revision) {
-        (Some(run), _) => ctx.load(&bd.name_any(), run.revision).await?,
-        (None, Some(active)) => ctx.load(&bd.name_any(), active).await?,
+        (Some(run), _) => ctx.revisions.load(&bd.name_any(), run.revision).await?,
+        (None, Some(active)) => ctx.revisions.load(&bd.name_any(), active).await?,
         (None, None) => return Ok(()),
     };
     let hooks = super::hook_plan::request_hooks(&objects, &EVENTS);
@@ -60,7 +70,7 @@ pub async fn run(
         Some(run) => run,
         None => {
             let revision = status.active_revision.unwrap_or_default();
-            hook_requests::start(&objects, &EVENTS, revision, None).0
+            hook_requests::start(&objects, &EVENTS, revision, None, &now).0
         }
     };
     if current.phase == HookPhase::Failed {
@@ -69,8 +79,9 @@ pub async fn run(
             current.message.clone().unwrap_or_default(),
         ));
     }
-    let applier = ctx.applier(bd, ctx.writer(bd)?);
-    let gate = hook_requests::run_event(ctx, bd, &applier, &mut current, &hooks, event).await?;
+    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
+    let gate =
+        hook_requests::run_event(ctx, (bd, timing), &applier, &mut current, &hooks, event).await?;
     let (outcome, result) = match gate {
         // The post-delete hooks were the last step: the BundleDeployment goes now.
         Gate::Done if event == HookEvent::PostDelete => return Ok(()),
@@ -95,9 +106,10 @@ pub async fn run(
                 "the deletion stopped: {why}; `pallet retry` runs the delete hooks again, \
                  removing the finalizer leaves everything as it is"
             );
-            ctx.event(bd, true, REASON_HOOK_FAILED, "Delete", message.clone())
+            ctx.records
+                .event(bd, true, REASON_HOOK_FAILED, "Delete", message.clone())
                 .await;
-            hook_requests::finish(&mut current, HookPhase::Failed, Some(why));
+            hook_requests::finish(&mut current, HookPhase::Failed, Some(why), &now);
             (
                 Outcome::Failed {
                     phase: FailedPhase::Install,
@@ -112,7 +124,7 @@ pub async fn run(
     if result.is_ok() && status.delete_hooks.as_ref() == Some(&current) {
         return result;
     }
-    let mut writer = StatusWriter::new(ctx, bd);
+    let mut writer = StatusWriter::new(ctx, bd, now.clone());
     let mut work = writer.written.clone();
     work.delete_hooks = Some(current);
     if retried {

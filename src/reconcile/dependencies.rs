@@ -18,6 +18,7 @@
 //! seconds, a deletion also waits for dependents whose own deletion has not shown up yet.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
@@ -27,11 +28,12 @@ use kube::ResourceExt;
 use serde_json::Value;
 
 use super::dependency_watch::WatchedObject;
+use super::health_checks::{off_runtime, REASON_CEL_BUDGET};
 use super::values_watch::Seen;
 use super::{Context, ReconcileError};
 use crate::api::conditions::find;
 use crate::api::{BundleDeployment, DependencyReference};
-use crate::health::cel::ready::ReadyExpression;
+use crate::health::cel::ready::{NotReady, ReadyExpression};
 
 /// Condition reason while a dependency is not ready.
 pub const REASON_NOT_READY: &str = "DependencyNotReady";
@@ -64,6 +66,39 @@ pub enum Gate {
 enum State {
     Ready,
     NotReady(String),
+    /// Its `readyExpr` went over its CEL budget (why).
+    OverBudget(String),
+}
+
+/// The refusal of an over-budget `readyExpr` recorded at `bd`'s generation: the pass waits
+/// without reading or evaluating anything until the spec changes.
+fn refused(bd: &BundleDeployment, ctx: &Context) -> Option<Gate> {
+    (0..bd.spec.depends_on.len()).find_map(|index| {
+        let message = ctx.memory.cel.ready_refusal(bd, index)?;
+        Some(Gate::Wait {
+            reason: REASON_CEL_BUDGET,
+            message,
+            stalled: true,
+        })
+    })
+}
+
+/// `dependsOn[index]`'s `readyExpr` is over its budget (`why`): recorded, so that it is not
+/// evaluated again at this generation.
+fn over_budget(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    index: usize,
+    described: &str,
+    why: &str,
+) -> Gate {
+    let message = format!("{described}: {why}; not evaluated again until the spec changes");
+    ctx.memory.cel.refuse_ready(bd, index, message.clone());
+    Gate::Wait {
+        reason: REASON_CEL_BUDGET,
+        message,
+        stalled: true,
+    }
 }
 
 /// Decides whether `bd` may apply, and watches its dependencies for the pass that follows.
@@ -71,22 +106,29 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
     let name = bd.name_any();
     let dependencies = &bd.spec.depends_on;
     if dependencies.is_empty() {
-        if let Some(watches) = &ctx.dependency_watches {
+        if let Some(watches) = &ctx.watchers.dependency_watches {
             watches.set(&name, Vec::new());
         }
         return Ok(Gate::Open);
     }
+    if let Some(wait) = refused(bd, ctx) {
+        return Ok(wait);
+    }
     let mut compiled = Vec::new();
     for (index, dependency) in dependencies.iter().enumerate() {
+        let described = format!("dependsOn[{index}] ({})", dependency.describe());
         match dependency
             .ready_expr
             .as_deref()
             .map(ReadyExpression::compile)
         {
-            Some(Err(message)) => {
+            Some(Err(why @ NotReady::OverBudget(_))) => {
+                return Ok(over_budget(bd, ctx, index, &described, &why.to_string()))
+            }
+            Some(Err(why)) => {
                 return Ok(Gate::Wait {
                     reason: REASON_INVALID,
-                    message: format!("dependsOn[{index}] ({}): {message}", dependency.describe()),
+                    message: format!("{described}: {why}"),
                     stalled: true,
                 })
             }
@@ -94,15 +136,31 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             None => compiled.push(None),
         }
     }
-    let dependent = serde_json::to_value(bd).unwrap_or_default();
+    let dependent = Arc::new(serde_json::to_value(bd).unwrap_or_default());
     let mut watched = Vec::new();
     let mut waiting = Vec::new();
     let mut read = BTreeMap::new();
-    for (dependency, expression) in dependencies.iter().zip(&compiled) {
+    for (index, (dependency, expression)) in dependencies.iter().zip(&compiled).enumerate() {
         let (state, watch) = if dependency.is_bundle_deployment() {
             let found = read_bundle_deployment(ctx, &dependency.name).await?;
             let seen = version_of(found.as_ref().map(|bd| &bd.metadata));
-            let state = bundle_deployment_state(found.as_ref(), expression.as_ref(), &dependent);
+            let (state, found) = match expression {
+                // The expression runs off the async runtime.
+                Some(expression) => {
+                    let (expression, dependent) = (expression.clone(), dependent.clone());
+                    off_runtime(move || {
+                        let state =
+                            bundle_deployment_state(found.as_ref(), Some(&expression), &dependent);
+                        (state, found)
+                    })
+                    .await
+                    .unwrap_or_else(|why| (State::OverBudget(why), None))
+                }
+                None => (
+                    bundle_deployment_state(found.as_ref(), None, &dependent),
+                    found,
+                ),
+            };
             if let Some(found) = found {
                 read.insert(dependency.name.clone(), found);
             }
@@ -114,11 +172,19 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
             object_state(bd, ctx, dependency, expression.as_ref(), &dependent).await?
         };
         watched.extend(watch);
-        if let State::NotReady(why) = state {
-            waiting.push(format!("{} ({why})", dependency.describe()));
+        match state {
+            State::Ready => {}
+            State::NotReady(why) => waiting.push(format!("{} ({why})", dependency.describe())),
+            State::OverBudget(why) => {
+                if let Some(watches) = &ctx.watchers.dependency_watches {
+                    watches.set(&name, watched);
+                }
+                let described = format!("dependsOn[{index}] ({})", dependency.describe());
+                return Ok(over_budget(bd, ctx, index, &described, &why));
+            }
         }
     }
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         watches.set(&name, watched);
     }
     if let Some(cycle) = find_cycle(ctx, bd, read).await? {
@@ -150,7 +216,7 @@ async fn read_bundle_deployment(
     ctx: &Context,
     name: &str,
 ) -> Result<Option<BundleDeployment>, ReconcileError> {
-    Api::<BundleDeployment>::all(ctx.client.clone())
+    Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .get_opt(name)
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -185,11 +251,7 @@ fn bundle_deployment_state(
     }
     if let Some(expression) = expression {
         let value = serde_json::to_value(dep).unwrap_or_default();
-        return match expression.evaluate(&value, dependent) {
-            Ok(true) => State::Ready,
-            Ok(false) => State::NotReady(format!("readyExpr is false: {}", expression.text())),
-            Err(why) => State::NotReady(why),
-        };
+        return ready_state(expression, &value, dependent);
     }
     let status = dep.status.as_ref();
     let generation = dep.metadata.generation;
@@ -214,7 +276,7 @@ async fn object_state(
     ctx: &Context,
     dependency: &DependencyReference,
     expression: Option<&ReadyExpression>,
-    dependent: &Value,
+    dependent: &Arc<Value>,
 ) -> Result<(State, Option<(WatchedObject, Seen)>), ReconcileError> {
     let (group, version) = match dependency.api_version().split_once('/') {
         Some((group, version)) => (group, version),
@@ -226,8 +288,9 @@ async fn object_state(
         source,
     };
     let Some((resource, capabilities)) = ctx
+        .cluster
         .kinds
-        .resolve(&ctx.client, &gvk)
+        .resolve(&ctx.cluster.client, &gvk)
         .await
         .map_err(kube_error)?
     else {
@@ -244,7 +307,7 @@ async fn object_state(
         Scope::Cluster => None,
     };
     // Read as the dependent's ServiceAccount: an author learns nothing it may not get.
-    let client = ctx.writer(bd)?;
+    let client = ctx.cluster.writer(bd)?;
     let api: Api<DynamicObject> = match &namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &resource),
         None => Api::all_with(client, &resource),
@@ -263,15 +326,29 @@ async fn object_state(
         (None, _) => State::NotReady("not found".into()),
         (Some(_), None) => State::NotReady("no readyExpr".into()),
         (Some(object), Some(expression)) => {
-            let value = serde_json::to_value(&object).unwrap_or_default();
-            match expression.evaluate(&value, dependent) {
-                Ok(true) => State::Ready,
-                Ok(false) => State::NotReady(format!("readyExpr is false: {}", expression.text())),
-                Err(why) => State::NotReady(why),
-            }
+            // Off the async runtime: the object is converted and the expression evaluated there.
+            let (expression, dependent) = (expression.clone(), dependent.clone());
+            off_runtime(move || {
+                let value = serde_json::to_value(&object).unwrap_or_default();
+                ready_state(&expression, &value, &dependent)
+            })
+            .await
+            .unwrap_or_else(State::OverBudget)
         }
     };
     Ok((state, Some((watch, seen))))
+}
+
+/// What `expression` says of dependency `dep` for `dependent`. Evaluates on this thread.
+fn ready_state(expression: &ReadyExpression, dep: &Value, dependent: &Value) -> State {
+    match expression.evaluate(dep, dependent) {
+        Ok(true) => State::Ready,
+        Ok(false) => State::NotReady(format!("readyExpr is false: {}", expression.text())),
+        Err(NotReady::OverBudget(why)) => {
+            State::OverBudget(format!("readyExpr is over its CEL budget: {why}"))
+        }
+        Err(why) => State::NotReady(why.to_string()),
+    }
 }
 
 /// The edges of the dependency graph between BundleDeployments that can block: those without
@@ -361,7 +438,7 @@ pub async fn wait_for_dependents(
             let age = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
             Duration::try_from(age).is_ok_and(|age| age < DELETED_TOGETHER)
         });
-    let all = Api::<BundleDeployment>::all(ctx.client.clone())
+    let all = Api::<BundleDeployment>::all(ctx.cluster.client.clone())
         .list(&Default::default())
         .await
         .map_err(|source| ReconcileError::Kube {
@@ -381,7 +458,7 @@ pub async fn wait_for_dependents(
                     .any(|d| d.is_bundle_deployment() && d.name == name)
         })
         .collect();
-    if let Some(watches) = &ctx.dependency_watches {
+    if let Some(watches) = &ctx.watchers.dependency_watches {
         let watched = dependents
             .iter()
             .map(|other| {

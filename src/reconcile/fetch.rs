@@ -97,29 +97,36 @@ pub async fn fetch_sources(
     let mut fetched = Vec::with_capacity(bd.spec.sources.len());
     let mut pending = Vec::new();
     for source in &bd.spec.sources {
-        if let Some(refusal) = ctx.verification.refusal(source) {
+        if let Some(refusal) = ctx.sources.verification.refusal(source) {
             return Err(SourceError::VerificationRequired(refusal).into());
         }
     }
     for (index, source) in bd.spec.sources.iter().enumerate() {
         if !force_poll {
-            if let Some(polled) = ctx.polls.fresh(uid, index, source, Instant::now()) {
+            if let Some(polled) = ctx.sources.polls.fresh(uid, index, source, Instant::now()) {
                 fetched.push(polled);
                 continue;
             }
         }
         let name = bd.metadata.name.as_deref().unwrap_or_default();
-        let requester = ctx.secret_policy.requester(name, &bd.spec);
-        let secrets = source_secrets(&ctx.client, &ctx.secret_policy, requester, source).await?;
+        let requester = ctx.cluster.secret_policy.requester(name, &bd.spec);
+        let secrets = source_secrets(
+            &ctx.cluster.client,
+            &ctx.cluster.secret_policy,
+            requester,
+            source,
+        )
+        .await?;
         let started = Instant::now();
         match ctx
+            .sources
             .fetches
-            .fetch(&ctx.fetcher, bd, index, source, secrets)
+            .fetch(&ctx.sources.fetcher, bd, index, source, secrets)
             .await
         {
             FetchState::Done(result) => {
                 let one = (*result)?;
-                ctx.polls.record(uid, index, source, &one, started);
+                ctx.sources.polls.record(uid, index, source, &one, started);
                 fetched.push(one);
             }
             FetchState::Pending(state) => pending.push(state.describe(&describe_source(source))),
@@ -263,76 +270,51 @@ async fn read_trusted_root(
     Ok((format!("{origin} key {key}"), json))
 }
 
-/// Reads a ConfigMap under the policy (see [`may_use`]): its `data` and `binaryData`.
+/// Reads the ConfigMap a trusted root names under the policy (see [`read_under_policy`]): its
+/// `data` and `binaryData`, as bytes.
 async fn read_config_map(
     client: &Client,
     policy: &SecretPolicy,
     requester: Requester<'_>,
     reference: &TrustedRootReference,
 ) -> Result<(String, BTreeMap<String, Vec<u8>>), ReconcileError> {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    let namespace = reference
-        .namespace
-        .as_deref()
-        .unwrap_or(&policy.agent_namespace);
-    let origin = format!("configmap {namespace}/{}", reference.name);
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let read = || async {
-        maps.get_opt(&reference.name)
-            .await
-            .map_err(|e| ReconcileError::Kube {
-                context: format!("read {origin}"),
-                source: e,
-            })
-    };
-    let not_allowed = |why: String| ReconcileError::Secret {
-        reason: "SecretNotAllowed",
-        message: format!("{origin} {why}"),
-    };
-    let name = &reference.name;
-    let found = if namespace == policy.agent_namespace {
-        let found = read().await?;
-        let object = found.as_ref().map(|m| Found::new(&m.metadata, None));
-        may_use(
-            client,
-            policy,
-            requester,
-            "configmaps",
-            namespace,
-            name,
-            object,
-        )
+    let name = (reference.namespace.as_deref(), reference.name.as_str());
+    let (origin, map) = read_named::<k8s_openapi::api::core::v1::ConfigMap>(
+        client,
+        policy,
+        requester,
+        name,
+        "configmap",
+    )
+    .await?;
+    Ok((origin, config_map_data(&map)))
+}
+
+/// Reads object `name` (`namespace`, else the agent's) of kind `K` (`kind` in messages) under
+/// the policy (see [`read_under_policy`]): the object, or why it may not be used or is missing
+/// (`SecretNotAllowed`, `SecretNotFound`), with how messages name it.
+async fn read_named<K: PolicyObject>(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    (namespace, name): (Option<&str>, &str),
+    kind: &str,
+) -> Result<(String, K), ReconcileError> {
+    let namespace = namespace.unwrap_or(&policy.agent_namespace);
+    let origin = format!("{kind} {namespace}/{name}");
+    let found: Option<K> = read_under_policy(client, policy, requester, namespace, name, &origin)
         .await?
-        .map_err(not_allowed)?;
-        found
-    } else {
-        may_use(
-            client,
-            policy,
-            requester,
-            "configmaps",
-            namespace,
-            name,
-            None,
-        )
-        .await?
-        .map_err(not_allowed)?;
-        read().await?
-    };
-    let map = found.ok_or_else(|| ReconcileError::Secret {
-        reason: "SecretNotFound",
-        message: format!("{origin} not found"),
-    })?;
-    let mut data: BTreeMap<String, Vec<u8>> = map
-        .binary_data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
-    for (k, v) in map.data.iter().flatten() {
-        data.insert(k.clone(), v.clone().into_bytes());
+        .map_err(|why| ReconcileError::Secret {
+            reason: "SecretNotAllowed",
+            message: format!("{origin} {why}"),
+        })?;
+    match found {
+        Some(object) => Ok((origin, object)),
+        None => Err(ReconcileError::Secret {
+            reason: "SecretNotFound",
+            message: format!("{origin} not found"),
+        }),
     }
-    Ok((origin, data))
 }
 
 /// A Secret's `data` and `stringData` (which wins), as bytes.
@@ -349,69 +331,111 @@ pub fn secret_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
     data
 }
 
-/// Reads a Secret under the policy (see [`may_use`]). In the agent's namespace the Secret is
-/// read first (its labels decide); elsewhere it is read only once the rule allows it.
+/// A ConfigMap's `data` and `binaryData` (`data` wins), as bytes.
+pub fn config_map_data(map: &k8s_openapi::api::core::v1::ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let mut data: BTreeMap<String, Vec<u8>> = map
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    for (k, v) in map.data.iter().flatten() {
+        data.insert(k.clone(), v.clone().into_bytes());
+    }
+    data
+}
+
+/// Reads a Secret under the policy (see [`read_under_policy`]).
 pub(crate) async fn read_secret(
     client: &Client,
     policy: &SecretPolicy,
     requester: Requester<'_>,
     reference: &SecretReference,
 ) -> Result<(String, Secret), ReconcileError> {
-    let namespace = reference
-        .namespace
-        .as_deref()
-        .unwrap_or(&policy.agent_namespace);
-    let origin = format!("secret {namespace}/{}", reference.name);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let name = (reference.namespace.as_deref(), reference.name.as_str());
+    read_named::<Secret>(client, policy, requester, name, "secret").await
+}
+
+/// A kind of object a BundleDeployment may read under the policy: ConfigMaps and Secrets.
+pub(crate) trait PolicyObject:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+{
+    /// The resource, as an access review names it.
+    const RESOURCE: &'static str;
+    /// A Secret's type.
+    fn secret_type(&self) -> Option<&str>;
+}
+
+impl PolicyObject for k8s_openapi::api::core::v1::ConfigMap {
+    const RESOURCE: &'static str = "configmaps";
+    fn secret_type(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl PolicyObject for Secret {
+    const RESOURCE: &'static str = "secrets";
+    fn secret_type(&self) -> Option<&str> {
+        self.type_.as_deref()
+    }
+}
+
+/// Reads object `name` of kind `K` in `namespace` (`origin` in messages) under the policy (see
+/// [`may_use`]): in the agent's namespace the object is read first (its labels decide);
+/// elsewhere it is read only once the rule allows it. `Ok(Err(why))` when the rule refuses it;
+/// `Ok(Ok(None))` when it does not exist.
+pub(crate) async fn read_under_policy<K: PolicyObject>(
+    client: &Client,
+    policy: &SecretPolicy,
+    requester: Requester<'_>,
+    namespace: &str,
+    name: &str,
+    origin: &str,
+) -> Result<Result<Option<K>, String>, ReconcileError> {
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let read = || async {
-        secrets
-            .get_opt(&reference.name)
-            .await
-            .map_err(|e| ReconcileError::Kube {
-                context: format!("read {origin}"),
-                source: e,
-            })
-    };
-    let not_allowed = |why: String| ReconcileError::Secret {
-        reason: "SecretNotAllowed",
-        message: format!("{origin} {why}"),
+        api.get_opt(name).await.map_err(|e| ReconcileError::Kube {
+            context: format!("read {origin}"),
+            source: e,
+        })
     };
     let found = if namespace == policy.agent_namespace {
         let found = read().await?;
         let object = found
             .as_ref()
-            .map(|s| Found::new(&s.metadata, s.type_.as_deref()));
+            .map(|o| Found::new(o.meta(), o.secret_type()));
         let rule = may_use(
             client,
             policy,
             requester,
-            "secrets",
+            K::RESOURCE,
             namespace,
-            &reference.name,
+            name,
             object,
         );
-        rule.await?.map_err(not_allowed)?;
+        if let Err(why) = rule.await? {
+            return Ok(Err(why));
+        }
         found
     } else {
         let rule = may_use(
             client,
             policy,
             requester,
-            "secrets",
+            K::RESOURCE,
             namespace,
-            &reference.name,
+            name,
             None,
         );
-        rule.await?.map_err(not_allowed)?;
+        if let Err(why) = rule.await? {
+            return Ok(Err(why));
+        }
         read().await?
     };
-    match found {
-        Some(secret) => Ok((origin, secret)),
-        None => Err(ReconcileError::Secret {
-            reason: "SecretNotFound",
-            message: format!("{origin} not found"),
-        }),
-    }
+    Ok(Ok(found))
 }
 
 /// What the agent read of a referenced object of its own namespace, for [`may_use`].

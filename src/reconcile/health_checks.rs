@@ -1,5 +1,12 @@
 //! Health of a revision as a report: the built-in rules or the user's CEL checks per object,
-//! and the HTTP probes of `spec.healthChecks` (see [`crate::health`]). Pure.
+//! and the HTTP probes of `spec.healthChecks` (see [`crate::health`]). Pure, but for
+//! [`off_runtime`], where CEL expressions are evaluated, and the [`CelMemo`] of each
+//! BundleDeployment's compiled expressions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use kube::ResourceExt;
 
 use crate::api::BundleDeployment;
 use crate::apply::Applied;
@@ -10,13 +17,117 @@ use super::ReconcileError;
 
 /// Condition and revision reason when a user's health check (`spec.healthChecks`) says failed.
 pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+/// Condition and revision reason when a CEL expression (`spec.healthChecks`, a `readyExpr`) is
+/// over its budget.
+pub const REASON_CEL_BUDGET: &str = "CelBudgetExceeded";
 
-/// The CEL checks of `bd.spec.healthChecks`, compiled; an expression that does not compile is
-/// refused, naming its check and field.
-pub fn health_checks(bd: &BundleDeployment) -> Result<health::CelChecks, ReconcileError> {
-    health::cel::compile(&bd.spec.health_checks).map_err(|errors| {
-        let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        ReconcileError::InvalidHealthCheck(messages.join("; "))
+/// CEL evaluations running at once (each on a blocking thread, each within its memory budget).
+pub const CEL_CONCURRENCY: usize = 2;
+
+/// Runs `evaluate` (CEL evaluations) on a thread of its own with a stack of
+/// [`health::cel::CEL_STACK_BYTES`], at most [`CEL_CONCURRENCY`] at once: never on the async
+/// runtime's threads, whose other tasks (the Lease's renewal, other BundleDeployments' passes)
+/// must not wait for it. An evaluation that panics is an error.
+pub async fn off_runtime<T: Send + 'static>(
+    evaluate: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    static TURNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CEL_CONCURRENCY);
+    let _turn = TURNS
+        .acquire()
+        .await
+        .map_err(|_| "the CEL evaluations are shut down".to_string())?;
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("cel".into())
+        .stack_size(health::cel::CEL_STACK_BYTES)
+        .spawn(move || {
+            let _ = done.send(evaluate());
+        })
+        .map_err(|e| format!("no thread for a CEL evaluation: {e}"))?;
+    result
+        .await
+        .map_err(|_| "a CEL evaluation ended abnormally".to_string())
+}
+
+/// The compiled health checks of each BundleDeployment at its current generation, with the
+/// expressions found over their budget (health checks and `readyExpr`s): not compiled again,
+/// and what went over budget not evaluated again, until the generation changes.
+#[derive(Default)]
+pub struct CelMemo {
+    entries: Mutex<HashMap<String, MemoEntry>>,
+}
+
+#[derive(Clone)]
+struct MemoEntry {
+    uid: String,
+    generation: i64,
+    checks: Option<Result<health::CelChecks, (bool, String)>>,
+    /// `readyExpr` refusals, by `dependsOn` index.
+    ready: BTreeMap<usize, String>,
+}
+
+impl CelMemo {
+    /// `bd`'s entry at its generation (a new one when the generation or uid changed).
+    fn with<T>(&self, bd: &BundleDeployment, f: impl FnOnce(&mut MemoEntry) -> T) -> T {
+        let uid = bd.metadata.uid.clone().unwrap_or_default();
+        let generation = bd.metadata.generation.unwrap_or_default();
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.entry(bd.name_any()).or_insert_with(|| MemoEntry {
+            uid: uid.clone(),
+            generation,
+            checks: None,
+            ready: BTreeMap::new(),
+        });
+        if entry.uid != uid || entry.generation != generation {
+            *entry = MemoEntry {
+                uid,
+                generation,
+                checks: None,
+                ready: BTreeMap::new(),
+            };
+        }
+        f(entry)
+    }
+
+    /// The refusal of `bd`'s `dependsOn[index]` `readyExpr` at this generation.
+    pub fn ready_refusal(&self, bd: &BundleDeployment, index: usize) -> Option<String> {
+        self.with(bd, |entry| entry.ready.get(&index).cloned())
+    }
+
+    /// Records that `bd`'s `dependsOn[index]` `readyExpr` went over its budget.
+    pub fn refuse_ready(&self, bd: &BundleDeployment, index: usize, message: String) {
+        self.with(bd, |entry| entry.ready.insert(index, message));
+    }
+
+    /// Forgets BundleDeployment `name`.
+    pub fn forget(&self, name: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+}
+
+/// The CEL checks of `bd.spec.healthChecks`, compiled (once per generation with `memo`); an
+/// expression that does not compile, or is over its budget for any object, is refused, naming
+/// its check and field.
+pub fn health_checks(
+    bd: &BundleDeployment,
+    memo: Option<&CelMemo>,
+) -> Result<health::CelChecks, ReconcileError> {
+    let compile = || {
+        health::cel::compile(&bd.spec.health_checks).map_err(|errors| {
+            let messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            (errors.iter().any(|e| e.over_budget), messages.join("; "))
+        })
+    };
+    let compiled = match memo {
+        Some(memo) => memo.with(bd, |entry| entry.checks.get_or_insert_with(compile).clone()),
+        None => compile(),
+    };
+    compiled.map_err(|(over_budget, message)| match over_budget {
+        true => ReconcileError::CelBudgetExceeded(message),
+        false => ReconcileError::InvalidHealthCheck(message),
     })
 }
 
@@ -63,6 +174,33 @@ pub fn assess_objects(
         .collect();
     (assessed, failed_check)
 }
+
+/// [`assess_objects`], with the CEL checks evaluated off the async runtime (see
+/// [`off_runtime`]); `applied` is handed back.
+pub async fn assess_objects_apart(
+    applied: Vec<Applied>,
+    options: &health::HealthOptions,
+    checks: &health::CelChecks,
+) -> Result<AssessedApart, ReconcileError> {
+    if checks.is_empty() {
+        let assessed = assess_objects(&applied, options, checks);
+        return Ok((applied, assessed));
+    }
+    let (options, checks) = (options.clone(), checks.for_pass());
+    off_runtime(move || {
+        let assessed = assess_objects(&applied, &options, &checks);
+        (applied, assessed)
+    })
+    .await
+    .map_err(ReconcileError::CelBudgetExceeded)
+}
+
+/// The objects handed back by [`assess_objects_apart`], each with its health, and the first
+/// failed by a CEL check.
+pub type AssessedApart = (
+    Vec<Applied>,
+    (Vec<(String, health::Health)>, Option<String>),
+);
 
 /// The applied objects whose health counts (those not skipped), in the order
 /// [`assess_objects`] lists them.

@@ -280,18 +280,16 @@ pub fn skip_pending(runs: &mut [HookRun], why: &str) {
     }
 }
 
-/// Sets up the active revision's hook runs as it starts: a new revision plans its hooks; a
+/// Sets up the hook runs of revision `number` (the one applied) as it starts: a new revision plans its hooks; a
 /// revision made active again by a rollback skips those it had not run. Nothing else changes
 /// them here (a re-apply continues where the runs are).
 pub fn prepare(
     status: &mut BundleDeploymentStatus,
+    number: i64,
     hooks: &[HookObject],
     transition: &Transition,
     continues_release: bool,
 ) {
-    let Some(number) = status.active_revision else {
-        return;
-    };
     let Some(revision) = status.revisions.iter_mut().find(|r| r.number == number) else {
         return;
     };
@@ -759,6 +757,7 @@ mod tests {
                     sources: vec![],
                     values_from: vec![],
                     objects: 2,
+                    rendered_at: None,
                 },
                 5,
                 &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -767,25 +766,25 @@ mod tests {
             );
         };
         start(&mut status, 1);
-        prepare(&mut status, &hooks, &Transition::NewRevision, false);
+        prepare(&mut status, 1, &hooks, &Transition::NewRevision, false);
         let first: Vec<String> = status.revisions[0]
             .hooks
             .iter()
             .map(|r| format!("{} {}", r.event, r.object.name))
             .collect();
         assert_eq!(first, ["pre-install a"], "revision 1 installs");
-        prepare(&mut status, &hooks, &Transition::NewRevision, true);
+        prepare(&mut status, 1, &hooks, &Transition::NewRevision, true);
         assert_eq!(
             status.revisions[0].hooks.len(),
             2,
             "a BundleDeployment taking over a Helm release upgrades it from its first revision"
         );
         start(&mut status, 2);
-        prepare(&mut status, &hooks, &Transition::NewRevision, false);
+        prepare(&mut status, 2, &hooks, &Transition::NewRevision, false);
         assert_eq!(status.revisions[0].hooks.len(), 2, "revision 2 upgrades");
         // A re-apply leaves the runs as they are.
         status.revisions[0].hooks[0].phase = HookPhase::Succeeded;
-        prepare(&mut status, &hooks, &Transition::Reapply, false);
+        prepare(&mut status, 2, &hooks, &Transition::Reapply, false);
         assert_eq!(status.revisions[0].hooks[0].phase, HookPhase::Succeeded);
         assert_eq!(status.revisions[0].hooks[1].phase, HookPhase::Pending);
         let rollback = Transition::Rollback {
@@ -793,7 +792,7 @@ mod tests {
             reason: "RollbackRequested".into(),
             message: "back".into(),
         };
-        prepare(&mut status, &hooks, &rollback, false);
+        prepare(&mut status, 2, &hooks, &rollback, false);
         assert_eq!(status.revisions[0].hooks[1].phase, HookPhase::Skipped);
     }
 

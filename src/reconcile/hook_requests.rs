@@ -12,9 +12,11 @@ use pallet_formats::helm::hooks::HookEvent;
 
 use super::hook_plan::{self, HookObject, Next};
 use super::hooks::{self, Progress};
-use super::{now, Context, ReconcileError};
-use crate::api::{parse_duration, BundleDeployment, HookPhase, HookRequest};
+use super::view::View;
+use super::{Context, ReconcileError};
+use crate::api::{BundleDeployment, HookPhase, HookRequest};
 use crate::apply::Applier;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// How often a running hook is looked at when no watch event comes first.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -30,12 +32,33 @@ pub enum Gate {
     Failed(String),
 }
 
-/// A new run of `events`' hooks among `objects` (revision `revision`'s), answering `request`.
+/// The clock a hook run is judged by, and its deadline (`rollout.progressDeadline`).
+#[derive(Clone, Copy)]
+pub struct Timing<'a> {
+    /// The time now.
+    pub now: &'a Time,
+    /// How long a run may take from its start.
+    pub deadline: Duration,
+}
+
+impl<'a> Timing<'a> {
+    /// The timing of the pass seen by `view`, at `now`.
+    pub fn of(view: &View<'_>, now: &'a Time) -> Timing<'a> {
+        Timing {
+            now,
+            deadline: view.rollout.progress_deadline,
+        }
+    }
+}
+
+/// A new run of `events`' hooks among `objects` (revision `revision`'s), answering `request`,
+/// started `now`.
 pub fn start(
     objects: &[pallet_formats::Object],
     events: &[HookEvent],
     revision: i64,
     request: Option<String>,
+    now: &Time,
 ) -> (HookRequest, Vec<HookObject>) {
     let hooks = hook_plan::request_hooks(objects, events);
     let runs = hook_plan::plan_events(&hooks, events);
@@ -43,7 +66,7 @@ pub fn start(
         request,
         revision,
         phase: HookPhase::Running,
-        started_at: Some(now()),
+        started_at: Some(now.clone()),
         finished_at: None,
         message: None,
         hooks: runs,
@@ -55,7 +78,7 @@ pub fn start(
 /// `rollout.progressDeadline` of the run's start.
 pub async fn run_event(
     ctx: &Context,
-    bd: &BundleDeployment,
+    (bd, timing): (&BundleDeployment, Timing<'_>),
     applier: &Applier,
     run: &mut HookRequest,
     hooks: &[HookObject],
@@ -95,7 +118,7 @@ pub async fn run_event(
                 let (phase, message) = match progress {
                     Progress::Succeeded => (HookPhase::Succeeded, None),
                     Progress::Failed(why) => (HookPhase::Failed, Some(why)),
-                    Progress::Running(what) if past_deadline(bd, run) => (
+                    Progress::Running(what) if past_deadline(timing, run) => (
                         HookPhase::Failed,
                         Some(format!(
                             "not done within rollout.progressDeadline ({}): {what}",
@@ -117,19 +140,17 @@ pub async fn run_event(
     }
 }
 
-/// Ends `run` as `phase` with `message`.
-pub fn finish(run: &mut HookRequest, phase: HookPhase, message: Option<String>) {
+/// Ends `run` as `phase` with `message`, `now`.
+pub fn finish(run: &mut HookRequest, phase: HookPhase, message: Option<String>, now: &Time) {
     run.phase = phase;
     run.message = message;
-    run.finished_at = Some(now());
+    run.finished_at = Some(now.clone());
 }
 
-fn past_deadline(bd: &BundleDeployment, run: &HookRequest) -> bool {
-    let deadline =
-        parse_duration(bd.spec.rollout().progress_deadline()).unwrap_or(Duration::from_secs(600));
+fn past_deadline(timing: Timing<'_>, run: &HookRequest) -> bool {
     run.started_at.as_ref().is_some_and(|started| {
-        let elapsed = now().0.as_second() - started.0.as_second();
-        elapsed >= i64::try_from(deadline.as_secs()).unwrap_or(i64::MAX)
+        let elapsed = timing.now.0.as_second() - started.0.as_second();
+        elapsed >= i64::try_from(timing.deadline.as_secs()).unwrap_or(i64::MAX)
     })
 }
 
@@ -163,10 +184,13 @@ async fn delete(
 /// the active revision's `test` hooks run one after the other, their results go to
 /// `status.test`. Returns when to look again while a test runs.
 pub async fn advance_test(
-    bd: &BundleDeployment,
+    view: &View<'_>,
     ctx: &Context,
     work: &mut crate::api::BundleDeploymentStatus,
 ) -> Result<Option<Duration>, ReconcileError> {
+    let current = view.current();
+    let (bd, timing) = (view.bd, Timing::of(view, &current));
+    let now = timing.now;
     let requested = bd
         .annotations()
         .get(crate::api::REQUESTED_TEST_ANNOTATION)
@@ -175,34 +199,36 @@ pub async fn advance_test(
     let new_request = requested.filter(|r| answered.as_ref() != Some(r));
     let Some(active) = work.active_revision else {
         if let Some(request) = new_request {
-            let mut run = refused(request, 0);
+            let mut run = refused(request, 0, now);
             finish(
                 &mut run,
                 HookPhase::Failed,
                 Some("no revision is active: nothing to test".into()),
+                now,
             );
             work.test = Some(run);
         }
         return Ok(None);
     };
     let objects = match (&new_request, &work.test) {
-        (Some(_), _) => ctx.load(&bd.name_any(), active).await?,
+        (Some(_), _) => ctx.revisions.load(&bd.name_any(), active).await?,
         (None, Some(run)) if run.phase == HookPhase::Running => {
-            ctx.load(&bd.name_any(), run.revision).await?
+            ctx.revisions.load(&bd.name_any(), run.revision).await?
         }
         _ => return Ok(None),
     };
     let (mut run, hooks) = match new_request {
         Some(request) => {
-            let (run, hooks) = start(&objects, &[HookEvent::Test], active, Some(request));
-            ctx.event(
-                bd,
-                false,
-                "TestStarted",
-                "Test",
-                format!("running the test hooks of revision {active}"),
-            )
-            .await;
+            let (run, hooks) = start(&objects, &[HookEvent::Test], active, Some(request), now);
+            ctx.records
+                .event(
+                    bd,
+                    false,
+                    "TestStarted",
+                    "Test",
+                    format!("running the test hooks of revision {active}"),
+                )
+                .await;
             (run, hooks)
         }
         None => {
@@ -217,35 +243,46 @@ pub async fn advance_test(
             &mut run,
             HookPhase::Succeeded,
             Some("the chart has no test hooks".into()),
+            now,
         );
         work.test = Some(run);
         return Ok(None);
     }
-    let applier = ctx.applier(bd, ctx.writer(bd)?);
-    let gate = run_event(ctx, bd, &applier, &mut run, &hooks, HookEvent::Test).await?;
+    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
+    let gate = run_event(
+        ctx,
+        (bd, timing),
+        &applier,
+        &mut run,
+        &hooks,
+        HookEvent::Test,
+    )
+    .await?;
     let requeue = match gate {
         Gate::Done => {
-            finish(&mut run, HookPhase::Succeeded, None);
-            ctx.event(
-                bd,
-                false,
-                "TestSucceeded",
-                "Test",
-                format!("the test hooks of revision {} succeeded", run.revision),
-            )
-            .await;
+            finish(&mut run, HookPhase::Succeeded, None, now);
+            ctx.records
+                .event(
+                    bd,
+                    false,
+                    "TestSucceeded",
+                    "Test",
+                    format!("the test hooks of revision {} succeeded", run.revision),
+                )
+                .await;
             None
         }
         Gate::Failed(why) => {
-            ctx.event(
-                bd,
-                true,
-                "TestFailed",
-                "Test",
-                format!("revision {}: {why}", run.revision),
-            )
-            .await;
-            finish(&mut run, HookPhase::Failed, Some(why));
+            ctx.records
+                .event(
+                    bd,
+                    true,
+                    "TestFailed",
+                    "Test",
+                    format!("revision {}: {why}", run.revision),
+                )
+                .await;
+            finish(&mut run, HookPhase::Failed, Some(why), now);
             None
         }
         Gate::Wait(_) => Some(POLL),
@@ -255,12 +292,12 @@ pub async fn advance_test(
 }
 
 /// A run that did not start (answering `request`, so that it is not asked again).
-fn refused(request: String, revision: i64) -> HookRequest {
+fn refused(request: String, revision: i64, now: &Time) -> HookRequest {
     HookRequest {
         request: Some(request),
         revision,
         phase: HookPhase::Running,
-        started_at: Some(now()),
+        started_at: Some(now.clone()),
         finished_at: None,
         message: None,
         hooks: Vec::new(),

@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 
 use super::hook_plan::{self, HookObject, Next, Readiness, Stage};
 use super::status::{HealthReport, Outcome};
-use super::{change_object, now, rollout, Context, ReconcileError, Step};
-use crate::api::{parse_duration, BundleDeployment, BundleDeploymentStatus, HookPhase, HookRun};
+use super::view::View;
+use super::{change_object, rollout, Context, ReconcileError, Step};
+use crate::api::{BundleDeployment, BundleDeploymentStatus, HookPhase, HookRun};
 use crate::apply::{plan::REVISION_ANNOTATION, Applied, Applier, Outcome as ApplyOutcome};
 use crate::changelog::{Operation, Reason};
 
@@ -60,17 +61,38 @@ pub(super) enum Progress {
     Failed(String),
 }
 
+/// What a hook stage of a pass runs for: the BundleDeployment, the revision applied (its
+/// number), and the pass's clock and progress deadline (from its [`View`]).
+pub(super) struct StageRun<'a> {
+    bd: &'a BundleDeployment,
+    number: i64,
+    deadline: Duration,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
+impl<'a> StageRun<'a> {
+    /// The hooks of revision `number` in the pass seen by `view`.
+    pub(super) fn new(view: &'a View<'a>, number: i64) -> StageRun<'a> {
+        StageRun {
+            bd: view.bd,
+            number,
+            deadline: view.rollout.progress_deadline,
+            now: view.current(),
+        }
+    }
+}
+
 /// The pre stage, before the release's objects are applied: `None` when its hooks are done
 /// (go on), else the step this pass comes to (waiting for a hook, or failed).
 pub(super) async fn before(
     ctx: &Context,
-    bd: &BundleDeployment,
+    stage: &StageRun<'_>,
     applier: &Applier,
     work: &mut BundleDeploymentStatus,
     hooks: &[HookObject],
 ) -> Result<Option<Step>, ReconcileError> {
     Ok(
-        match run_stage(ctx, bd, applier, work, hooks, Stage::Pre).await? {
+        match run_stage(ctx, stage, applier, work, hooks, Stage::Pre).await? {
             Gate::Open => None,
             Gate::Wait { message, requeue } => {
                 Some(Step::Done(Outcome::RunningHooks { message }, requeue))
@@ -84,7 +106,7 @@ pub(super) async fn before(
 /// still unhealthy (naming the hook) while a hook runs; `Some` when a hook failed.
 pub(super) async fn after(
     ctx: &Context,
-    bd: &BundleDeployment,
+    stage: &StageRun<'_>,
     applier: &Applier,
     work: &mut BundleDeploymentStatus,
     hooks: &[HookObject],
@@ -93,7 +115,7 @@ pub(super) async fn after(
     if !health.healthy {
         return Ok(None);
     }
-    match run_stage(ctx, bd, applier, work, hooks, Stage::Post).await? {
+    match run_stage(ctx, stage, applier, work, hooks, Stage::Post).await? {
         Gate::Open => Ok(None),
         Gate::Wait { message, .. } => {
             // Unhealthy until the hook is done: the pass asks to be called again soon, and a
@@ -106,29 +128,36 @@ pub(super) async fn after(
     }
 }
 
-/// Runs the active revision's hooks of `stage` as far as they go in this pass; updates their
+/// Runs the applied revision's hooks of `stage` as far as they go in this pass; updates their
 /// runs in `work` (the caller writes the status).
 async fn run_stage(
     ctx: &Context,
-    bd: &BundleDeployment,
+    stage_run: &StageRun<'_>,
     applier: &Applier,
     work: &mut BundleDeploymentStatus,
     hooks: &[HookObject],
     stage: Stage,
 ) -> Result<Gate, ReconcileError> {
-    let Some(number) = work.active_revision else {
-        return Ok(Gate::Open);
-    };
+    let (bd, number) = (stage_run.bd, stage_run.number);
     let operation = hook_plan::Operation::of_release(number, hook_plan::continues_release(bd));
     let event = hook_plan::event(operation, stage);
     loop {
-        let Some(runs) = rollout::active_revision(work).map(|r| r.hooks.clone()) else {
+        let Some(runs) = rollout::entry(work, number).map(|r| r.hooks.clone()) else {
             return Ok(Gate::Open);
         };
         match hook_plan::next(&runs, hooks, event) {
             Next::Done => return Ok(Gate::Open),
             Next::DeleteSucceeded(delete) => {
-                delete_runs(ctx, bd, applier, work, hooks, &delete, "hook-succeeded").await?;
+                delete_runs(
+                    ctx,
+                    (bd, number),
+                    applier,
+                    work,
+                    hooks,
+                    &delete,
+                    "hook-succeeded",
+                )
+                .await?;
             }
             Next::Failed { failed, delete } => {
                 for i in delete {
@@ -137,7 +166,7 @@ async fn run_stage(
                     } else {
                         "hook-succeeded"
                     };
-                    delete_runs(ctx, bd, applier, work, hooks, &[i], policy).await?;
+                    delete_runs(ctx, (bd, number), applier, work, hooks, &[i], policy).await?;
                 }
                 let run = &runs[failed];
                 return Ok(Gate::Failed {
@@ -157,31 +186,34 @@ async fn run_stage(
                 };
                 let (phase, message) = match progress {
                     Progress::Succeeded => {
-                        ctx.event(
-                            bd,
-                            false,
-                            "HookSucceeded",
-                            "Hook",
-                            format!("revision {number}: {} succeeded", describe(&run)),
-                        )
-                        .await;
+                        ctx.records
+                            .event(
+                                bd,
+                                false,
+                                "HookSucceeded",
+                                "Hook",
+                                format!("revision {number}: {} succeeded", describe(&run)),
+                            )
+                            .await;
                         (HookPhase::Succeeded, None)
                     }
                     Progress::Failed(why) => (HookPhase::Failed, Some(why)),
                     Progress::Running(what) => {
-                        let deadline = parse_duration(bd.spec.rollout().progress_deadline())
-                            .unwrap_or(Duration::from_secs(600));
-                        let now = now();
-                        if rollout::deadline_passed(work, deadline, &now) {
+                        let revision = rollout::entry(work, number);
+                        if rollout::deadline_passed(revision, stage_run.deadline, &stage_run.now) {
                             let why = format!(
                                 "not done within rollout.progressDeadline ({}): {what}",
                                 bd.spec.rollout().progress_deadline()
                             );
                             (HookPhase::Failed, Some(why))
                         } else {
-                            set_run(work, i, HookPhase::Running, None);
-                            let remaining = rollout::deadline_remaining(work, deadline, &now)
-                                .unwrap_or_default();
+                            let remaining = rollout::deadline_remaining(
+                                revision,
+                                stage_run.deadline,
+                                &stage_run.now,
+                            )
+                            .unwrap_or_default();
+                            set_run(work, number, i, HookPhase::Running, None);
                             return Ok(Gate::Wait {
                                 message: format!("waiting for {}: {what}", describe(&run)),
                                 requeue: HOOK_POLL.min(remaining + Duration::from_millis(100)),
@@ -189,7 +221,7 @@ async fn run_stage(
                         }
                     }
                 };
-                set_run(work, i, phase, message);
+                set_run(work, number, i, phase, message);
             }
         }
     }
@@ -204,10 +236,13 @@ pub(super) fn describe(run: &HookRun) -> String {
     }
 }
 
-fn set_run(work: &mut BundleDeploymentStatus, i: usize, phase: HookPhase, message: Option<String>) {
-    let Some(number) = work.active_revision else {
-        return;
-    };
+fn set_run(
+    work: &mut BundleDeploymentStatus,
+    number: i64,
+    i: usize,
+    phase: HookPhase,
+    message: Option<String>,
+) {
     if let Some(run) = work
         .revisions
         .iter_mut()
@@ -238,7 +273,7 @@ pub(super) async fn locate(
     let Some((api, resource)) = applier.api_for_existing(&key, &api_version).await? else {
         return Ok(None);
     };
-    if let Some(owned) = &ctx.owned {
+    if let Some(owned) = &ctx.watchers.owned {
         // A change to the hook (a Job completing) brings the next pass at once.
         owned.watch(&resource);
     }
@@ -339,7 +374,7 @@ async fn finished_job_outcome(
         .map(|t| t.0.as_second());
     let namespace = key.namespace.clone().unwrap_or_default();
     let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(ctx.client.clone(), &namespace);
+        Api::namespaced(ctx.cluster.client.clone(), &namespace);
     let selector = format!("involvedObject.kind=Job,involvedObject.name={}", key.name);
     let list = events
         .list(&kube::api::ListParams::default().fields(&selector))
@@ -405,14 +440,14 @@ async fn wait_gone(api: &Api<DynamicObject>, name: &str) -> Result<bool, Reconci
 /// Deletes the objects of runs `indices` under `policy` and marks them deleted.
 async fn delete_runs(
     ctx: &Context,
-    bd: &BundleDeployment,
+    (bd, number): (&BundleDeployment, i64),
     applier: &Applier,
     work: &mut BundleDeploymentStatus,
     hooks: &[HookObject],
     indices: &[usize],
     policy: &str,
 ) -> Result<(), ReconcileError> {
-    let Some(runs) = rollout::active_revision(work).map(|r| r.hooks.clone()) else {
+    let Some(runs) = rollout::entry(work, number).map(|r| r.hooks.clone()) else {
         return Ok(());
     };
     for &i in indices {
@@ -423,15 +458,13 @@ async fn delete_runs(
                 log_hook_writes(ctx, bd, applier, run, Some(policy));
             }
         }
-        if let Some(number) = work.active_revision {
-            if let Some(run) = work
-                .revisions
-                .iter_mut()
-                .find(|r| r.number == number)
-                .and_then(|r| r.hooks.get_mut(i))
-            {
-                run.deleted = true;
-            }
+        if let Some(run) = work
+            .revisions
+            .iter_mut()
+            .find(|r| r.number == number)
+            .and_then(|r| r.hooks.get_mut(i))
+        {
+            run.deleted = true;
         }
     }
     Ok(())
@@ -452,7 +485,7 @@ pub(super) fn log_hook_writes(
             ApplyOutcome::Deleted => Operation::Delete,
             _ => Operation::Update,
         };
-        let mut entry = ctx.changelog.entry(
+        let mut entry = ctx.records.changelog.entry(
             &bd.name_any(),
             operation,
             Reason::Hook,
@@ -466,6 +499,6 @@ pub(super) fn log_hook_writes(
         if let Some(policy) = delete_policy {
             entry.details.insert("deletePolicy".into(), json!(policy));
         }
-        ctx.changelog.record(&entry);
+        ctx.records.changelog.record(&entry);
     }
 }

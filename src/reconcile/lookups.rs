@@ -16,6 +16,11 @@
 //! names no ServiceAccount, those of its own `installNamespace` (see `in_own_namespace`). A
 //! lookup the rule refuses, or the ServiceAccount may not make, fails the render as it fails
 //! `helm install`.
+//!
+//! Lists are read in pages ([`LIST_PAGE`] objects, `limit` and `continue`) and capped, per call
+//! and over all the lookups of one render, in objects and in bytes ([`LookupLimits`]): a
+//! lookup over a huge list fails (`LookupFailed`) naming the bound, without the rest of the
+//! list being read.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,6 +44,107 @@ pub const MAX_LOOKUPS: usize = 256;
 
 /// The category of a lookup the cluster refused or the reference rule does not allow (lasting).
 pub const LOOKUP_FAILED: &str = "LookupFailed";
+
+/// Objects asked for per page of a list.
+pub const LIST_PAGE: u32 = 50;
+
+/// What a chart's lookups may read: per call (one `lookup`) and per render (all of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LookupLimits {
+    /// Objects one lookup may return.
+    pub call_objects: u64,
+    /// Bytes (as JSON) one lookup may return.
+    pub call_bytes: u64,
+    /// Objects all the lookups of one render may return.
+    pub render_objects: u64,
+    /// Bytes (as JSON) all the lookups of one render may return.
+    pub render_bytes: u64,
+}
+
+impl LookupLimits {
+    /// The defaults: 1,000 objects and 8 MiB a call, 5,000 objects and 32 MiB a render (the
+    /// answers are the render's input, and a render has `--render-memory-mib`, 256, for all).
+    pub const DEFAULT: LookupLimits = LookupLimits {
+        call_objects: 1_000,
+        call_bytes: 8 << 20,
+        render_objects: 5_000,
+        render_bytes: 32 << 20,
+    };
+}
+
+impl Default for LookupLimits {
+    fn default() -> Self {
+        LookupLimits::DEFAULT
+    }
+}
+
+/// What the lookups of one render have read so far.
+#[derive(Debug, Default)]
+struct Used {
+    objects: u64,
+    bytes: u64,
+}
+
+/// Counts what one lookup returns against its call's and its render's limits.
+struct Tally<'a> {
+    key: &'a LookupKey,
+    limits: LookupLimits,
+    render: &'a Mutex<Used>,
+    objects: u64,
+    bytes: u64,
+}
+
+impl Tally<'_> {
+    /// Counts one object of `bytes`; past a limit, the refusal naming it.
+    fn add(&mut self, bytes: u64) -> Result<(), ReconcileError> {
+        self.objects += 1;
+        self.bytes += bytes;
+        let limits = self.limits;
+        let mut render = self.render.lock().unwrap_or_else(|p| p.into_inner());
+        let call = (self.objects, self.bytes);
+        let checks = [
+            (
+                call.0,
+                limits.call_objects,
+                "objects",
+                "",
+                "the per-lookup object limit (--lookup-max-objects)",
+            ),
+            (
+                call.1,
+                limits.call_bytes,
+                "bytes",
+                "",
+                "the per-lookup byte limit (--lookup-max-mib)",
+            ),
+            (
+                render.objects + 1,
+                limits.render_objects,
+                "objects",
+                " with the render's other lookups",
+                "the per-render lookup object limit (--lookup-render-max-objects)",
+            ),
+            (
+                render.bytes + bytes,
+                limits.render_bytes,
+                "bytes",
+                " with the render's other lookups",
+                "the per-render lookup byte limit (--lookup-render-max-mib)",
+            ),
+        ];
+        for (value, limit, unit, with, budget) in checks {
+            if value > limit {
+                return Err(failed(
+                    self.key,
+                    format!("refused: more than {limit} {unit}{with}, over {budget} of {limit}"),
+                ));
+            }
+        }
+        render.objects += 1;
+        render.bytes += bytes;
+        Ok(())
+    }
+}
 
 /// The lookups each BundleDeployment's last render made, by uid.
 #[derive(Default)]
@@ -72,7 +178,8 @@ impl LastLookups {
 }
 
 /// Who reads: the ServiceAccount's client (the agent's own when the BundleDeployment acts as
-/// the agent), the agent's client (for the reference rule's reads and reviews) and the rule.
+/// the agent), the agent's client (for the reference rule's reads and reviews) and the rule;
+/// and what one render's lookups may read, with what they read so far.
 pub struct Reader<'a> {
     /// Reads as the BundleDeployment's ServiceAccount.
     pub acting: &'a Client,
@@ -82,9 +189,117 @@ pub struct Reader<'a> {
     pub policy: &'a SecretPolicy,
     /// The BundleDeployment.
     pub bd: &'a BundleDeployment,
+    limits: LookupLimits,
+    used: Mutex<Used>,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader for one render's lookups, under `limits`.
+    pub fn new(
+        acting: &'a Client,
+        agent: &'a Client,
+        policy: &'a SecretPolicy,
+        bd: &'a BundleDeployment,
+        limits: LookupLimits,
+    ) -> Reader<'a> {
+        Reader {
+            acting,
+            agent,
+            policy,
+            bd,
+            limits,
+            used: Mutex::default(),
+        }
+    }
+
+    /// A reader for one render's lookups of a pass over `bd`, acting as `acting`, under the
+    /// agent's limits.
+    pub fn of(ctx: &'a super::Context, acting: &'a Client, bd: &'a BundleDeployment) -> Self {
+        Reader::new(
+            acting,
+            &ctx.cluster.client,
+            &ctx.cluster.secret_policy,
+            bd,
+            ctx.rendering.lookup_limits,
+        )
+    }
+
+    fn tally<'k>(&'k self, key: &'k LookupKey) -> Tally<'k> {
+        Tally {
+            key,
+            limits: self.limits,
+            render: &self.used,
+            objects: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Every object of a list, page by page, counted as each page arrives; `keep` filters
+    /// what is returned (and counted).
+    async fn list_paged(
+        &self,
+        key: &LookupKey,
+        api: &Api<DynamicObject>,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Result<Vec<Value>, ReconcileError> {
+        let mut tally = self.tally(key);
+        let mut items = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(LIST_PAGE);
+            if let Some(token) = &token {
+                params = params.continue_token(token);
+            }
+            let page = api.list(&params).await.map_err(|e| kube_failure(key, e))?;
+            for item in page.items.into_iter().filter(|item| keep(item)) {
+                let value = with_type(item, &key.api_version, &key.kind);
+                tally.add(json_size(&value))?;
+                items.push(value);
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+}
+
+/// The size of `value` as JSON, as the render receives it.
+fn json_size(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 impl Reader<'_> {
+    /// The answers to `keys`, asked for by a render whose lookups so far are `known` (of
+    /// BundleDeployment `uid`, remembered in `last`). A refusal remembers them all with `keys`:
+    /// the next pass reads them first and fails before it renders again.
+    pub async fn read_remembered(
+        &self,
+        keys: &[LookupKey],
+        (known, last, uid): (&Lookups, &LastLookups, &str),
+    ) -> Result<Vec<LookupAnswer>, ReconcileError> {
+        let read = self.read(keys).await;
+        if read.is_err() {
+            let mut all = self::keys(known);
+            all.extend(keys.iter().cloned());
+            last.set(uid, all);
+        }
+        read
+    }
+
     /// The answers to `keys`, in order.
     pub async fn read(&self, keys: &[LookupKey]) -> Result<Vec<LookupAnswer>, ReconcileError> {
         let mut answers = Vec::with_capacity(keys.len());
@@ -118,15 +333,8 @@ impl Reader<'_> {
             let items = if guarded {
                 self.guarded_list(key, &plural, &resource).await?
             } else {
-                api.list(&ListParams::default())
-                    .await
-                    .map_err(|e| kube_failure(key, e))?
-                    .items
+                self.list_paged(key, &api, |_| true).await?
             };
-            let items: Vec<Value> = items
-                .into_iter()
-                .map(|item| with_type(item, &key.api_version, &key.kind))
-                .collect();
             return Ok(json!({
                 "apiVersion": key.api_version,
                 "kind": format!("{}List", key.kind),
@@ -141,10 +349,12 @@ impl Reader<'_> {
                 .await
                 .map_err(|e| kube_failure(key, e))?
         };
-        Ok(found.map_or_else(
-            || json!({}),
-            |object| with_type(object, &key.api_version, &key.kind),
-        ))
+        let Some(object) = found else {
+            return Ok(json!({}));
+        };
+        let value = with_type(object, &key.api_version, &key.kind);
+        self.tally(key).add(json_size(&value))?;
+        Ok(value)
     }
 
     /// A Secret or ConfigMap by name, under the reference rule.
@@ -220,7 +430,7 @@ impl Reader<'_> {
         key: &LookupKey,
         plural: &str,
         resource: &kube::discovery::ApiResource,
-    ) -> Result<Vec<DynamicObject>, ReconcileError> {
+    ) -> Result<Vec<Value>, ReconcileError> {
         let name = self.bd.name_any();
         let has_account = self.policy.service_account(&self.bd.spec).is_some();
         let allow_listed = self.policy.allowed_namespaces.contains(&key.namespace);
@@ -244,19 +454,13 @@ impl Reader<'_> {
             Api::namespaced_with(client.clone(), &key.namespace, resource)
         };
         let label = super::fetch::access_label(&name);
-        let items = api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| kube_failure(key, e))?
-            .items;
-        Ok(items
-            .into_iter()
-            .filter(|item| {
-                item.namespace().as_deref() != Some(self.policy.agent_namespace.as_str())
-                    || item.labels().get(&label).map(String::as_str) == Some("true")
-            })
-            .filter(|item| !is_agents_own(item))
-            .collect())
+        let agent_namespace = self.policy.agent_namespace.as_str();
+        self.list_paged(key, &api, |item| {
+            (item.namespace().as_deref() != Some(agent_namespace)
+                || item.labels().get(&label).map(String::as_str) == Some("true"))
+                && !is_agents_own(item)
+        })
+        .await
     }
 }
 
@@ -339,5 +543,64 @@ pub fn keys(lookups: &Lookups) -> Vec<LookupKey> {
     match lookups {
         Lookups::Offline => Vec::new(),
         Lookups::Answers(answers) => answers.iter().map(|a| a.key.clone()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> LookupKey {
+        LookupKey {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: "team".into(),
+            name: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_lookup_is_refused_past_its_call_and_render_limits() {
+        let limits = LookupLimits {
+            call_objects: 3,
+            call_bytes: 100,
+            render_objects: 5,
+            render_bytes: 1_000,
+        };
+        let render = Mutex::new(Used::default());
+        let key = key();
+        let tally = |render| Tally {
+            key: &key,
+            limits,
+            render,
+            objects: 0,
+            bytes: 0,
+        };
+        let mut one = tally(&render);
+        for _ in 0..3 {
+            one.add(10).unwrap();
+        }
+        let err = one.add(10).unwrap_err().to_string();
+        assert!(
+            err.contains("lookup v1 ConfigMap in namespace team")
+                && err.contains("more than 3 objects")
+                && err.contains("--lookup-max-objects"),
+            "{err}"
+        );
+        let mut big = tally(&render);
+        let err = big.add(101).unwrap_err().to_string();
+        assert!(err.contains("--lookup-max-mib"), "{err}");
+        // Refused objects do not count for the render: three so far.
+        let mut next = tally(&render);
+        next.add(1).unwrap();
+        next.add(1).unwrap();
+        let err = next.add(1).unwrap_err().to_string();
+        assert!(err.contains("--lookup-render-max-objects"), "{err}");
+    }
+
+    #[test]
+    fn sizes_are_those_of_the_json_the_render_receives() {
+        let value = json!({"a": [1, 2], "b": "x"});
+        assert_eq!(json_size(&value), value.to_string().len() as u64);
     }
 }

@@ -81,7 +81,7 @@ async fn watch_kind(
     let config = watcher::Config::default().labels(OWNER_LABEL);
     tracing::debug!(kind = %resource.kind, group = %resource.group, "watching owned objects");
     let mut events = watcher(api, config)
-        .backoff(super::controller::WatchBackoff::default())
+        .backoff(super::watches::WatchBackoff::default())
         .boxed();
     while let Some(event) = events.next().await {
         let news: Vec<String> = match event {

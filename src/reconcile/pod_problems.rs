@@ -24,11 +24,13 @@ const PODS_LISTED: u32 = 100;
 /// on, and always by the pass that fails it at its progress deadline.
 const SETTLING: Duration = Duration::from_secs(5);
 
-/// Whether this pass reads the Pods of unhealthy workloads: when one has failed, or when the
-/// active revision has been applying or progressing for [`SETTLING`] or longer.
+/// Whether this pass reads the Pods of unhealthy workloads: when one has failed, or when
+/// `revision` (the one applied) has been applying or progressing for [`SETTLING`] or longer at
+/// `now`.
 pub fn worth_explaining(
-    status: &crate::api::BundleDeploymentStatus,
+    revision: Option<&crate::api::RevisionStatus>,
     assessed: &[(String, health::Health)],
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> bool {
     if assessed
         .iter()
@@ -36,16 +38,8 @@ pub fn worth_explaining(
     {
         return true;
     }
-    let started = status
-        .revisions
-        .iter()
-        .find(|r| Some(r.number) == status.active_revision)
-        .and_then(|r| r.applied_at.as_ref());
-    match started {
-        Some(started) => {
-            let now = k8s_openapi::jiff::Timestamp::now();
-            now.duration_since(started.0).as_secs_f64() >= SETTLING.as_secs_f64()
-        }
+    match revision.and_then(|r| r.applied_at.as_ref()) {
+        Some(started) => now.0.duration_since(started.0).as_secs_f64() >= SETTLING.as_secs_f64(),
         None => true,
     }
 }
@@ -125,12 +119,27 @@ mod tests {
                 message: "stalled".into(),
             },
         )];
-        assert!(!worth_explaining(&status(1), &progressing));
-        assert!(worth_explaining(&status(1), &failed));
-        assert!(worth_explaining(&status(30), &progressing));
+        let now = crate::reconcile::view::wall_clock();
+        let revision = |status: &BundleDeploymentStatus| status.revisions.first().cloned();
+        assert!(!worth_explaining(
+            revision(&status(1)).as_ref(),
+            &progressing,
+            &now
+        ));
         assert!(worth_explaining(
-            &BundleDeploymentStatus::default(),
-            &progressing
+            revision(&status(1)).as_ref(),
+            &failed,
+            &now
+        ));
+        assert!(worth_explaining(
+            revision(&status(30)).as_ref(),
+            &progressing,
+            &now
+        ));
+        assert!(worth_explaining(
+            revision(&BundleDeploymentStatus::default()).as_ref(),
+            &progressing,
+            &now
         ));
     }
 }

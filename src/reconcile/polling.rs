@@ -14,11 +14,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::api::{parse_duration, Source};
+use crate::api::Source;
+use crate::duration::parse as parse_duration;
 use crate::source::Fetched;
 
 /// The poll interval of a floating source without `pollInterval`, unless the agent's
-/// `--default-poll-interval` says otherwise (documented in the README).
+/// `--default-poll-interval` says otherwise (docs/install/configuration.md).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(300);
 
 /// How often `source` is re-resolved (`default` without `pollInterval`); `None` when pinned.

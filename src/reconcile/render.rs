@@ -43,12 +43,10 @@ pub fn render_config(
                 .unwrap_or_else(|| serde_json::json!({})),
             values_files: helm.values_files,
             capabilities,
-            // `now` is pinned to the object's creation time so the rendered digest is stable.
-            now: bd
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| t.0.as_second()),
+            // The object's creation time: what the render key's seed reads as its clock (see
+            // `super::render_key`). The chart's `now` is the time the revision of these inputs
+            // recorded: the agent, `pallet plan` and `pallet render` set it (`super::render_time`).
+            now: super::render_time::created(bd),
             // No key here: the agent seeds the random functions from the BundleDeployment's
             // render key (see `super::render_key`); a render elsewhere uses all zeros.
             seed: [0; 32],

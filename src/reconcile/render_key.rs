@@ -9,7 +9,9 @@
 //! (deleted at cleanup, and by the garbage collector should the agent not be there).
 //!
 //! The render's seed is HMAC-SHA256 of the key over the render's inputs ([`seed`]): the resolved
-//! sources and the helm settings (release name, namespace, values, values files, clock), not
+//! sources and the helm settings (release name, namespace, values, values files, the
+//! BundleDeployment's creation time: `config.helm.now` as `render::render_config` sets it, not
+//! the chart's clock, which follows the revision, see `super::render_time`), not
 //! `metadata.generation` nor the cluster's capabilities. Pausing, resuming and edits that leave
 //! those inputs alone keep every generated value; a change of content draws a fresh stream, so a
 //! value generated for one version of a chart never reappears at another place in the next.

@@ -5,30 +5,30 @@
 //! recorded as a revision that was never applied (phase RolledBack), so the next pass refuses it
 //! like the content the rollback replaced, and `pallet rollback --to` can still bring it in.
 
-use kube::ResourceExt;
-
 use super::content::{fetch_and_render, RenderedBundle};
+use super::view::View;
 use super::{rollout, values, webhook_certs, Context};
-use crate::api::{BundleDeployment, BundleDeploymentStatus};
-use crate::revision::RevisionRecord;
+use crate::api::BundleDeploymentStatus;
+use crate::revision::{RevisionContent, RevisionRecord};
 
 /// Records what the sources render now (as last resolved: no poll is forced) as refused, when
 /// no revision has that content yet. Best effort: when the sources cannot be rendered, nothing
 /// is recorded and the rollback goes on.
 pub(super) async fn refuse_newer_content(
-    bd: &BundleDeployment,
+    view: &View<'_>,
     ctx: &Context,
     work: &mut BundleDeploymentStatus,
     to: i64,
 ) {
-    let name = bd.name_any();
+    let (bd, name) = (view.bd, &view.name);
     let RenderedBundle {
         rendered,
         digest,
         sources,
         values_from,
         traces,
-    } = match fetch_and_render(bd, ctx, false).await {
+        rendered_at,
+    } = match fetch_and_render(view, ctx, false).await {
         Ok(done) => done,
         Err(error) => {
             tracing::debug!(bundle_deployment = %name, error = %error, "rollback: the current content is not known; nothing more refused");
@@ -43,23 +43,22 @@ pub(super) async fn refuse_newer_content(
     if work.revisions.iter().any(|r| r.digest == digest) {
         return; // a revision of the history: the rollback decides about it
     }
-    let number = work.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1;
-    let generation = bd.metadata.generation.unwrap_or(0);
+    let number = rollout::next_number(work);
+    let generation = view.generation;
     let objects = rendered.object_list();
-    let record = RevisionRecord {
-        bundle_deployment: name.clone(),
+    let record = RevisionRecord::new(
+        name,
         number,
         generation,
-        digest: digest.clone(),
-        sources: sources.clone(),
-        objects: objects
-            .iter()
-            .map(|o| serde_json::Value::Object(o.body().clone()))
-            .collect(),
-        processors: traces.to_vec(),
-    };
+        RevisionContent {
+            digest: &digest,
+            sources: &sources,
+            objects: &objects,
+            processors: &traces,
+        },
+    );
     // Stored so that a rollback to it works as to any revision.
-    if let Err(error) = ctx.save_snapshot(&record).await {
+    if let Err(error) = ctx.revisions.save(&record).await {
         tracing::warn!(bundle_deployment = %name, revision = number, error = %error, "could not store the content a rollback refuses; it may be applied at the next pass");
         return;
     }
@@ -79,6 +78,7 @@ pub(super) async fn refuse_newer_content(
             sources,
             values_from,
             objects: objects.len(),
+            rendered_at,
         },
         &message,
     );

@@ -116,14 +116,16 @@ impl SpecVersion<'_> {
     }
 }
 
-/// Decides what to do with rendered `digest` for `spec`; `retry` is a pending retry request.
+/// Decides what to do with rendered `digest` for `spec`, the pass having found `active` (see
+/// [`super::view::View::active`]); `retry` is a pending retry request.
 pub fn decide(
     status: &BundleDeploymentStatus,
+    active: Option<&RevisionStatus>,
     digest: &str,
     spec: &SpecVersion<'_>,
     retry: bool,
 ) -> Decision {
-    let next_number = status.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1;
+    let next_number = next_number(status);
     // The newest attempt at this digest tells whether it is refused.
     let refused_by = status
         .revisions
@@ -132,7 +134,6 @@ pub fn decide(
         .filter(|r| {
             matches!(r.phase, RevisionPhase::Failed | RevisionPhase::RolledBack) && spec.same_as(r)
         });
-    let active = active_revision(status);
     match (active, refused_by) {
         (_, Some(failed)) if !retry => Decision::Refused {
             failed: failed.number,
@@ -144,9 +145,13 @@ pub fn decide(
     }
 }
 
-/// The active revision's entry, when it is still in the history.
-pub fn active_revision(status: &BundleDeploymentStatus) -> Option<&RevisionStatus> {
-    let number = status.active_revision?;
+/// The number a new revision gets: one more than the highest in the history.
+pub fn next_number(status: &BundleDeploymentStatus) -> i64 {
+    status.revisions.iter().map(|r| r.number).max().unwrap_or(0) + 1
+}
+
+/// The entry of revision `number`, when it is in the history.
+pub fn entry(status: &BundleDeploymentStatus, number: i64) -> Option<&RevisionStatus> {
     status.revisions.iter().find(|r| r.number == number)
 }
 
@@ -170,6 +175,8 @@ pub struct NewRevision<'a> {
     pub values_from: Vec<ResolvedValues>,
     /// How many objects it has.
     pub objects: usize,
+    /// When it was first rendered (see [`super::render_time`]).
+    pub rendered_at: Option<Time>,
 }
 
 /// Makes `new` the active revision, in phase Applying since `now`; the revision it replaces is
@@ -206,6 +213,7 @@ pub fn start_revision(
             sources: new.sources,
             values_from: new.values_from,
             phase: RevisionPhase::Applying,
+            rendered_at: new.rendered_at,
             applied_at: Some(now.clone()),
             healthy_at: None,
             objects: new.objects as i64,
@@ -234,6 +242,7 @@ pub fn record_refused(status: &mut BundleDeploymentStatus, new: NewRevision<'_>,
             sources: new.sources,
             values_from: new.values_from,
             phase: RevisionPhase::RolledBack,
+            rendered_at: new.rendered_at,
             applied_at: None,
             healthy_at: None,
             objects: new.objects as i64,
@@ -271,27 +280,22 @@ pub fn trim_history(status: &mut BundleDeploymentStatus, limit: usize) -> Vec<i6
     dropped
 }
 
-/// The active revision's objects are applied: Applying becomes Progressing. So does a Failed
+/// Revision `number`'s objects are applied: Applying becomes Progressing. So does a Failed
 /// revision held in place whose apply now went through (say, after RBAC was granted): its health
 /// decides again, and with its deadline long past, it is Healthy or Failed at once.
-pub fn mark_applied(status: &mut BundleDeploymentStatus) {
-    if let Some(number) = status.active_revision {
-        if let Some(revision) = revision_mut(status, number) {
-            if matches!(
-                revision.phase,
-                RevisionPhase::Applying | RevisionPhase::Failed
-            ) {
-                revision.phase = RevisionPhase::Progressing;
-            }
+pub fn mark_applied(status: &mut BundleDeploymentStatus, number: i64) {
+    if let Some(revision) = revision_mut(status, number) {
+        if matches!(
+            revision.phase,
+            RevisionPhase::Applying | RevisionPhase::Failed
+        ) {
+            revision.phase = RevisionPhase::Progressing;
         }
     }
 }
 
-/// The active revision's objects are all healthy: it becomes Healthy (once; `healthyAt` stays).
-pub fn mark_healthy(status: &mut BundleDeploymentStatus, now: &Time) {
-    let Some(number) = status.active_revision else {
-        return;
-    };
+/// Revision `number`'s objects are all healthy: it becomes Healthy (once; `healthyAt` stays).
+pub fn mark_healthy(status: &mut BundleDeploymentStatus, number: i64, now: &Time) {
     if let Some(revision) = revision_mut(status, number) {
         if matches!(
             revision.phase,
@@ -308,11 +312,8 @@ pub fn mark_healthy(status: &mut BundleDeploymentStatus, now: &Time) {
     }
 }
 
-/// Marks the active revision Failed with `reason` and `message`.
-pub fn mark_failed(status: &mut BundleDeploymentStatus, reason: &str, message: &str) {
-    let Some(number) = status.active_revision else {
-        return;
-    };
+/// Marks revision `number` Failed with `reason` and `message`.
+pub fn mark_failed(status: &mut BundleDeploymentStatus, number: i64, reason: &str, message: &str) {
     if let Some(revision) = revision_mut(status, number) {
         revision.phase = RevisionPhase::Failed;
         revision.reason = Some(reason.to_string());
@@ -320,10 +321,10 @@ pub fn mark_failed(status: &mut BundleDeploymentStatus, reason: &str, message: &
     }
 }
 
-/// True when the active revision is still on its way (Applying or Progressing) and its deadline,
-/// counted from when the agent began applying it, has passed at `now`.
-pub fn deadline_passed(status: &BundleDeploymentStatus, deadline: Duration, now: &Time) -> bool {
-    let Some(revision) = active_revision(status) else {
+/// True when `revision` is still on its way (Applying or Progressing) and its deadline, counted
+/// from when the agent began applying it, has passed at `now`.
+pub fn deadline_passed(revision: Option<&RevisionStatus>, deadline: Duration, now: &Time) -> bool {
+    let Some(revision) = revision else {
         return false;
     };
     if !matches!(
@@ -339,17 +340,15 @@ pub fn deadline_passed(status: &BundleDeploymentStatus, deadline: Duration, now:
     elapsed.as_secs_f64() >= deadline.as_secs_f64()
 }
 
-/// How long until the active revision's deadline passes (zero when it has).
+/// How long until `revision`'s deadline passes (zero when it has).
 pub fn deadline_remaining(
-    status: &BundleDeploymentStatus,
+    revision: Option<&RevisionStatus>,
     deadline: Duration,
     now: &Time,
 ) -> Option<Duration> {
-    let started = active_revision(status)?.applied_at.as_ref()?;
-    let elapsed = now.0.duration_since(started.0).as_secs_f64().max(0.0);
-    Some(Duration::from_secs_f64(
-        (deadline.as_secs_f64() - elapsed).max(0.0),
-    ))
+    let started = revision?.applied_at.as_ref()?;
+    let elapsed = Duration::try_from(now.0.duration_since(started.0)).unwrap_or_default();
+    Some(deadline.saturating_sub(elapsed))
 }
 
 /// Makes stored revision `to` active again (phase Applying since `now`). The revision it replaces
@@ -405,6 +404,28 @@ pub fn history_numbers(status: &BundleDeploymentStatus) -> String {
 mod tests {
     use super::*;
 
+    fn applied(status: &mut BundleDeploymentStatus) {
+        let number = status.active_revision.unwrap();
+        mark_applied(status, number);
+    }
+
+    fn healthy(status: &mut BundleDeploymentStatus, now: &Time) {
+        let number = status.active_revision.unwrap();
+        mark_healthy(status, number, now);
+    }
+
+    fn failed(status: &mut BundleDeploymentStatus, reason: &str, message: &str) {
+        let number = status.active_revision.unwrap();
+        mark_failed(status, number, reason, message);
+    }
+
+    /// What the pass's view would say is active.
+    fn active(status: &BundleDeploymentStatus) -> Option<&RevisionStatus> {
+        status
+            .active_revision
+            .and_then(|number| entry(status, number))
+    }
+
     fn time(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
     }
@@ -425,6 +446,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 objects: 1,
+                rendered_at: None,
             },
             3,
             &time(number * 100),
@@ -495,21 +517,21 @@ mod tests {
     fn new_digest_makes_a_new_revision_and_the_same_one_continues() {
         let mut status = BundleDeploymentStatus::default();
         assert_eq!(
-            decide(&status, "sha256:a", &spec(1), false),
+            decide(&status, active(&status), "sha256:a", &spec(1), false),
             Decision::New { number: 1 }
         );
         start(&mut status, 1, 1, "sha256:a");
         assert_eq!(
-            decide(&status, "sha256:a", &spec(1), false),
+            decide(&status, active(&status), "sha256:a", &spec(1), false),
             Decision::Continue
         );
         assert_eq!(
-            decide(&status, "sha256:a", &spec(2), false),
+            decide(&status, active(&status), "sha256:a", &spec(2), false),
             Decision::Continue,
             "a spec change that renders the same content is no new revision"
         );
         assert_eq!(
-            decide(&status, "sha256:b", &spec(1), false),
+            decide(&status, active(&status), "sha256:b", &spec(1), false),
             Decision::New { number: 2 }
         );
     }
@@ -518,10 +540,10 @@ mod tests {
     fn failed_content_is_refused_until_the_spec_changes_or_a_retry() {
         let mut status = BundleDeploymentStatus::default();
         start(&mut status, 1, 1, "sha256:good");
-        mark_applied(&mut status);
-        mark_healthy(&mut status, &time(150));
+        applied(&mut status);
+        healthy(&mut status, &time(150));
         start(&mut status, 2, 2, "sha256:bad");
-        mark_failed(&mut status, "ProgressDeadlineExceeded", "web not available");
+        failed(&mut status, "ProgressDeadlineExceeded", "web not available");
         assert!(start_rollback(
             &mut status,
             1,
@@ -531,19 +553,19 @@ mod tests {
         assert_eq!(phase(&status, 2), RevisionPhase::Failed);
         assert_eq!(status.active_revision, Some(1));
         assert_eq!(
-            decide(&status, "sha256:bad", &spec(2), false),
+            decide(&status, active(&status), "sha256:bad", &spec(2), false),
             Decision::Refused { failed: 2 }
         );
         assert_eq!(
-            decide(&status, "sha256:bad", &spec(2), true),
+            decide(&status, active(&status), "sha256:bad", &spec(2), true),
             Decision::New { number: 3 }
         );
         assert_eq!(
-            decide(&status, "sha256:bad", &spec(3), false),
+            decide(&status, active(&status), "sha256:bad", &spec(3), false),
             Decision::New { number: 3 }
         );
         assert_eq!(
-            decide(&status, "sha256:fix", &spec(2), false),
+            decide(&status, active(&status), "sha256:fix", &spec(2), false),
             Decision::New { number: 3 }
         );
         // A pause and a resume bump the generation, not the spec: still refused.
@@ -552,7 +574,7 @@ mod tests {
             digest: spec_of(2),
         };
         assert_eq!(
-            decide(&status, "sha256:bad", &resumed, false),
+            decide(&status, active(&status), "sha256:bad", &resumed, false),
             Decision::Refused { failed: 2 }
         );
     }
@@ -561,7 +583,7 @@ mod tests {
     fn a_new_revision_supersedes_one_still_progressing() {
         let mut status = BundleDeploymentStatus::default();
         start(&mut status, 1, 1, "sha256:a");
-        mark_applied(&mut status);
+        applied(&mut status);
         start(&mut status, 2, 2, "sha256:b");
         assert_eq!(phase(&status, 1), RevisionPhase::Superseded);
         assert!(status.revisions[1]
@@ -577,11 +599,11 @@ mod tests {
     fn history_keeps_the_active_and_last_healthy_revisions() {
         let mut status = BundleDeploymentStatus::default();
         start(&mut status, 1, 1, "sha256:1");
-        mark_healthy(&mut status, &time(1));
+        healthy(&mut status, &time(1));
         let mut dropped = Vec::new();
         for n in 2..=6 {
             dropped.extend(start(&mut status, n, n, &format!("sha256:{n}")));
-            mark_failed(&mut status, "Unhealthy", "x");
+            failed(&mut status, "Unhealthy", "x");
         }
         let kept: Vec<i64> = status.revisions.iter().map(|r| r.number).collect();
         assert_eq!(
@@ -596,9 +618,9 @@ mod tests {
     fn rollback_forward_supersedes_and_backward_rolls_back() {
         let mut status = BundleDeploymentStatus::default();
         start(&mut status, 1, 1, "sha256:1");
-        mark_healthy(&mut status, &time(1));
+        healthy(&mut status, &time(1));
         start(&mut status, 2, 2, "sha256:2");
-        mark_healthy(&mut status, &time(2));
+        healthy(&mut status, &time(2));
         assert!(start_rollback(&mut status, 1, "requested", &time(3)));
         assert_eq!(phase(&status, 2), RevisionPhase::RolledBack);
         assert_eq!(phase(&status, 1), RevisionPhase::Applying);
@@ -613,15 +635,15 @@ mod tests {
         let mut status = BundleDeploymentStatus::default();
         start(&mut status, 1, 1, "sha256:1"); // applied_at = 100 s
         let deadline = Duration::from_secs(30);
-        assert!(!deadline_passed(&status, deadline, &time(129)));
+        assert!(!deadline_passed(active(&status), deadline, &time(129)));
         assert_eq!(
-            deadline_remaining(&status, deadline, &time(120)),
+            deadline_remaining(active(&status), deadline, &time(120)),
             Some(Duration::from_secs(10))
         );
-        assert!(deadline_passed(&status, deadline, &time(130)));
-        mark_healthy(&mut status, &time(131));
+        assert!(deadline_passed(active(&status), deadline, &time(130)));
+        healthy(&mut status, &time(131));
         assert!(
-            !deadline_passed(&status, deadline, &time(500)),
+            !deadline_passed(active(&status), deadline, &time(500)),
             "a healthy revision has no deadline"
         );
     }

@@ -28,15 +28,15 @@ impl Context {
     /// The same context acting for `scope` only: its identity in `status.agent` and in Events
     /// names the shard, and status writes use the shard's field manager.
     pub fn with_scope(mut self, scope: Scope) -> Self {
-        self.identity = scope.identity(&crate::leader::identity());
-        self.recorder = Recorder::new(
-            self.client.clone(),
+        self.cluster.identity = scope.identity(&crate::leader::identity());
+        self.records.recorder = Recorder::new(
+            self.cluster.client.clone(),
             Reporter {
                 controller: FIELD_MANAGER.into(),
-                instance: Some(self.identity.clone()),
+                instance: Some(self.cluster.identity.clone()),
             },
         );
-        self.scope = scope;
+        self.cluster.scope = scope;
         self
     }
 
@@ -45,23 +45,28 @@ impl Context {
     /// renders, background fetches, backoff, snapshots and the record of its last status write.
     /// Nothing is written: the objects and the status now belong to whoever holds it.
     pub fn release(&self, name: &str, uid: &str) {
-        self.polls.forget(uid);
-        self.fetches.forget(uid);
-        self.renders.forget(uid);
-        self.probes.forget(name);
-        if let Some(watches) = &self.values_watches {
+        self.sources.polls.forget(uid);
+        self.sources.fetches.forget(uid);
+        self.rendering.renders.forget(uid);
+        self.rendering.function_calls.forget(uid);
+        self.rendering.render_times.forget(uid);
+        self.watchers.probes.forget(name);
+        self.memory.cel.forget(name);
+        if let Some(watches) = &self.watchers.values_watches {
             watches.set(name, Vec::new());
         }
-        if let Some(watches) = &self.dependency_watches {
+        if let Some(watches) = &self.watchers.dependency_watches {
             watches.set(name, Vec::new());
         }
-        self.reset_backoff(name);
-        self.unwritten_intents.forget(name, uid);
-        self.last_written
+        self.memory.reset_backoff(name);
+        self.memory.unwritten_intents.forget(name, uid);
+        self.memory
+            .last_written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
-        self.snapshots
+        self.revisions
+            .snapshots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(bundle_deployment, _), _| bundle_deployment != name);
@@ -74,6 +79,7 @@ impl Context {
             return;
         };
         if let Some(written) = self
+            .memory
             .last_written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -85,7 +91,7 @@ impl Context {
 
     /// Whether `bd` is this agent's to act on.
     pub fn in_scope(&self, bd: &BundleDeployment) -> bool {
-        self.scope.contains(bd.labels())
+        self.cluster.scope.contains(bd.labels())
     }
 }
 
@@ -100,9 +106,9 @@ pub async fn patch_status(
     mut version: Option<String>,
     status: serde_json::Value,
 ) -> Result<(BundleDeployment, Option<String>), ReconcileError> {
-    let api: Api<BundleDeployment> = Api::all(ctx.client.clone());
+    let api: Api<BundleDeployment> = Api::all(ctx.cluster.client.clone());
     let params = PatchParams {
-        field_manager: ctx.scope.status_field_manager(),
+        field_manager: ctx.cluster.scope.status_field_manager(),
         ..Default::default()
     };
     let kube_error = |source| ReconcileError::Kube {
@@ -142,7 +148,7 @@ pub fn out_of_scope_message(ctx: &Context, bd: &BundleDeployment) -> String {
         .labels()
         .get(crate::shard::SHARD_LABEL)
         .map_or("no shard".to_string(), |key| format!("shard {key:?}"));
-    match ctx.scope.shard() {
+    match ctx.cluster.scope.shard() {
         Some(shard) => format!(
             "{} left shard {shard:?} (it is now in {now}); another agent holds it",
             bd.name_any()

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::api::{BundleDeploymentStatus, RevisionPhase, RevisionStatus};
+use crate::api::{RevisionPhase, RevisionStatus};
 
 /// The shortest window (and the window until enough revisions have been seen).
 pub const SETTLE_MIN: Duration = Duration::from_secs(2);
@@ -41,13 +41,12 @@ pub fn window_for(recent: &[Duration]) -> Duration {
     (median * 2).clamp(SETTLE_MIN, SETTLE_MAX)
 }
 
-/// How long the active revision of `after` took from its apply to healthy, when it became
-/// healthy since `before` (the same revision as last recorded, if status had it). Pure.
+/// How long revision `revision` took from its apply to healthy, when it became healthy since
+/// `before` (the same revision as the pass found it, if it had it). Pure.
 pub fn became_healthy(
     before: Option<&RevisionStatus>,
-    after: &BundleDeploymentStatus,
+    revision: &RevisionStatus,
 ) -> Option<Duration> {
-    let revision = super::rollout::active_revision(after)?;
     if revision.phase != RevisionPhase::Healthy {
         return None;
     }
@@ -88,6 +87,7 @@ impl SettleWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::BundleDeploymentStatus;
 
     fn secs(s: &[f64]) -> Vec<Duration> {
         s.iter().map(|s| Duration::from_secs_f64(*s)).collect()
@@ -131,6 +131,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 phase,
+                rendered_at: None,
                 applied_at: Some(at(applied)),
                 healthy_at: healthy.map(at),
                 objects: 1,
@@ -146,18 +147,17 @@ mod tests {
     fn a_revision_that_just_became_healthy_gives_its_time_from_apply() {
         let progressing = status_with(RevisionPhase::Progressing, 100, None);
         let healthy = status_with(RevisionPhase::Healthy, 100, Some(104));
-        let before = super::super::rollout::active_revision(&progressing);
+        let (progressing, healthy) = (&progressing.revisions[0], &healthy.revisions[0]);
         assert_eq!(
-            became_healthy(before, &healthy),
+            became_healthy(Some(progressing), healthy),
             Some(Duration::from_secs(4))
         );
         // Unwritten intent: status had an older revision, or none.
-        assert_eq!(became_healthy(None, &healthy), Some(Duration::from_secs(4)));
+        assert_eq!(became_healthy(None, healthy), Some(Duration::from_secs(4)));
         // Already healthy when last recorded: not again (drift corrections, re-checks).
-        let before = super::super::rollout::active_revision(&healthy);
-        assert_eq!(became_healthy(before, &healthy), None);
+        assert_eq!(became_healthy(Some(healthy), healthy), None);
         // Not healthy yet.
-        assert_eq!(became_healthy(None, &progressing), None);
+        assert_eq!(became_healthy(None, progressing), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Pure status computation: from what a reconcile found and did to the BundleDeployment's next
 //! status. No I/O; the clock comes in as a value.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{find, set_condition, types, NewCondition};
 use crate::api::{BundleDeploymentStatus, Drift, Inventory, ObjectReference, RevisionPhase};
@@ -24,6 +24,8 @@ pub enum Outcome {
         written: usize,
         /// The health of the applied objects.
         health: HealthReport,
+        /// The revision applied (None: nothing is active).
+        revision: Option<i64>,
         /// What this pass knows of the sources (condition Unpacked).
         sources: SourceState,
         /// The active revision is what the spec and sources render now: a rollback in force
@@ -159,10 +161,6 @@ fn bounded_inventory(objects: &[ObjectReference]) -> Inventory {
     }
 }
 
-fn find_status(status: &Option<String>, value: &str) -> bool {
-    status.as_deref() == Some(value)
-}
-
 /// At most this many drifted objects are listed; the count is always exact.
 pub const DRIFT_LIST_LIMIT: usize = 50;
 
@@ -201,7 +199,7 @@ pub fn progress_detail_only(
     after == *before
 }
 
-/// When this pass applied the active revision moments ago (the last write says Applying) and
+/// When this pass applied revision `number` moments ago (the last write says Applying) and
 /// its objects are not healthy yet, but nothing failed: how long to wait before writing that it
 /// progresses, the revision having had `window` to settle (see [`super::settle`]). Most objects
 /// settle within it, and then the status goes from Applying to Healthy in one write instead of
@@ -209,6 +207,7 @@ pub fn progress_detail_only(
 pub fn settling(
     written: &BundleDeploymentStatus,
     work: &BundleDeploymentStatus,
+    number: i64,
     outcome: &Outcome,
     now: &Time,
     window: std::time::Duration,
@@ -229,12 +228,13 @@ pub fn settling(
     if requests(written) != requests(work) {
         return None;
     }
-    let before = super::rollout::active_revision(written)?;
-    let after = super::rollout::active_revision(work)?;
-    if before.number != after.number
-        || before.phase != RevisionPhase::Applying
-        || after.phase != RevisionPhase::Progressing
-    {
+    // The revision this pass applied (`number`) was the one the last write recorded, Applying.
+    if written.active_revision != Some(number) {
+        return None;
+    }
+    let before = super::rollout::entry(written, number)?;
+    let after = super::rollout::entry(work, number)?;
+    if before.phase != RevisionPhase::Applying || after.phase != RevisionPhase::Progressing {
         return None;
     }
     let since = now.0.duration_since(after.applied_at.as_ref()?.0);
@@ -242,7 +242,8 @@ pub fn settling(
     window.checked_sub(since).filter(|left| !left.is_zero())
 }
 
-/// The status after `outcome`, starting from `current`, for `generation` at `now`.
+/// The status after `outcome`, starting from `current`, for `generation` at `now`: the
+/// conditions one function per outcome writes, and what the outcome changes besides them.
 pub fn next_status(
     current: &BundleDeploymentStatus,
     generation: Option<i64>,
@@ -251,181 +252,39 @@ pub fn next_status(
 ) -> BundleDeploymentStatus {
     let mut status = current.clone();
     status.observed_generation = generation;
-    // Read before the conditions are borrowed for writing: an automatic rollback in force.
-    let rolled_back = find(&status.conditions, types::ROLLED_BACK)
-        .filter(|c| c.status == "True" && c.reason == REASON_ROLLED_BACK)
-        .map(|c| c.message.clone());
-    let rolled_back_status = find(&status.conditions, types::ROLLED_BACK).map(|c| c.status.clone());
-    let mut set = |type_: &str, ok: bool, reason: &str, message: String| {
-        set_condition(
-            &mut status.conditions,
-            NewCondition {
-                type_,
-                status: ok,
-                reason,
-                message,
-            },
-            generation,
-            now,
-        );
+    // Read before the conditions are written: an automatic rollback in force.
+    let rolled_back = RolledBack::of(&status.conditions);
+    // The revision an Installed outcome applied, as the status records it.
+    let applied = match outcome {
+        Outcome::Installed { revision, .. } => revision.map(|number| {
+            let entry = super::rollout::entry(&status, number);
+            (number, entry.map(|r| (r.phase, r.digest.clone())))
+        }),
+        _ => None,
+    };
+    let mut c = Conditions {
+        list: &mut status.conditions,
+        generation,
+        now,
     };
     match outcome {
         Outcome::Installed {
             inventory,
             skipped,
-            written: _,
             health,
             sources,
             spec_current,
+            ..
         } => {
-            match sources {
-                SourceState::Fetched => set(
-                    types::UNPACKED,
-                    true,
-                    "Unpacked",
-                    "all sources fetched and resolved".into(),
-                ),
-                SourceState::NotFetched => {}
-                SourceState::Unavailable {
-                    reason, message, ..
-                } => set(
-                    types::UNPACKED,
-                    false,
-                    reason,
-                    format!("{message}; the active revision is kept applied from its snapshot"),
-                ),
-            }
-            let active = status.active_revision;
-            let revision = status
-                .revisions
-                .iter()
-                .find(|r| Some(r.number) == active)
-                .cloned();
-            let name = active.map_or("the bundle".to_string(), |n| format!("revision {n}"));
-            let content = revision
-                .as_ref()
-                .map(|r| format!("; content {}", r.digest.get(..19).unwrap_or(&r.digest)))
-                .unwrap_or_default();
-            set(
-                types::INSTALLED,
-                true,
-                "Installed",
-                // Not how many the last pass wrote: that changes from pass to pass, and each
-                // change would cost a status write (the change log and Events say it).
-                format!("{name}: {} objects applied{content}", inventory.len()),
+            let installed = InstalledRevision::of(applied, inventory.len());
+            installed_conditions(
+                &mut c,
+                &installed,
+                health,
+                sources,
+                *spec_current,
+                rolled_back,
             );
-            if health.healthy {
-                set(
-                    types::HEALTHY,
-                    true,
-                    "Healthy",
-                    format!("{name}: all {} objects healthy", health.total),
-                );
-            } else {
-                let reason = if health.failed_check.is_some() {
-                    "HealthCheckFailed"
-                } else if health.failed {
-                    "Unhealthy"
-                } else {
-                    "Progressing"
-                };
-                set(
-                    types::HEALTHY,
-                    false,
-                    reason,
-                    format!("{name}: {}", health.message),
-                );
-            }
-            set(
-                types::PAUSED,
-                false,
-                "Active",
-                "reconciling normally".into(),
-            );
-            let rolled_back = if *spec_current {
-                if find_status(&rolled_back_status, "True") {
-                    set(
-                        types::ROLLED_BACK,
-                        false,
-                        "UpToDate",
-                        format!("{name} is what the spec and the sources render"),
-                    );
-                }
-                None
-            } else {
-                rolled_back.clone()
-            };
-            let phase = revision.as_ref().map(|r| r.phase);
-            match (phase, rolled_back) {
-                (Some(RevisionPhase::Applying | RevisionPhase::Progressing), rolled_back) => {
-                    set(
-                        types::READY,
-                        false,
-                        "Progressing",
-                        format!("{name} progressing: {}", health.message),
-                    );
-                    set(
-                        types::RECONCILING,
-                        true,
-                        "Progressing",
-                        format!("waiting for {name} to become healthy"),
-                    );
-                    match rolled_back {
-                        Some(message) => set(types::STALLED, true, REASON_ROLLED_BACK, message),
-                        None => set(types::STALLED, false, "Progressing", "not stalled".into()),
-                    }
-                }
-                (_, Some(message)) => {
-                    set(types::READY, false, REASON_ROLLED_BACK, message.clone());
-                    set(types::STALLED, true, REASON_ROLLED_BACK, message);
-                    set(
-                        types::RECONCILING,
-                        false,
-                        REASON_ROLLED_BACK,
-                        "waiting for a change to the spec or the sources, or a retry".into(),
-                    );
-                }
-                _ => {
-                    if health.healthy {
-                        set(
-                            types::READY,
-                            true,
-                            "Healthy",
-                            format!("{name} healthy: {} objects installed", inventory.len()),
-                        );
-                    } else {
-                        set(
-                            types::READY,
-                            false,
-                            "Unhealthy",
-                            format!("{name}: {}", health.message),
-                        );
-                    }
-                    set(
-                        types::RECONCILING,
-                        false,
-                        "Idle",
-                        "nothing in progress".into(),
-                    );
-                    set(types::STALLED, false, "Idle", "not stalled".into());
-                }
-            }
-            if let SourceState::Unavailable {
-                reason,
-                message,
-                transient: false,
-            } = sources
-            {
-                let kept = format!("{message}; {name} is kept applied meanwhile");
-                set(types::READY, false, reason, kept.clone());
-                set(types::STALLED, true, reason, kept);
-                set(
-                    types::RECONCILING,
-                    false,
-                    reason,
-                    "waiting for a change to the spec or the sources".into(),
-                );
-            }
             status.inventory = Some(bounded_inventory(inventory));
             status.skipped = skipped.clone();
             // Everything was just applied: whatever drifted has been corrected.
@@ -435,160 +294,441 @@ pub fn next_status(
             inventory,
             transition,
         } => {
-            let name = status
-                .active_revision
-                .map_or("the bundle".to_string(), |n| format!("revision {n}"));
-            match transition {
-                Transition::NewRevision => {
-                    set(
-                        types::ROLLED_BACK,
-                        false,
-                        "NewRevision",
-                        format!("{name} is the newest revision"),
-                    );
-                    set(types::STALLED, false, "Progressing", "not stalled".into());
-                }
-                Transition::Rollback {
-                    automatic,
-                    reason,
-                    message,
-                } => {
-                    let condition_reason = if *automatic {
-                        REASON_ROLLED_BACK
-                    } else {
-                        REASON_ROLLBACK_REQUESTED
-                    };
-                    set(types::ROLLED_BACK, true, condition_reason, message.clone());
-                    if *automatic {
-                        set(types::STALLED, true, reason, message.clone());
-                    } else {
-                        set(types::STALLED, false, "Progressing", "not stalled".into());
-                    }
-                }
-                Transition::Reapply => {}
-            }
-            set(
-                types::RECONCILING,
-                true,
-                "Applying",
-                format!("applying {name}"),
-            );
-            set(types::READY, false, "Applying", format!("applying {name}"));
+            applying(&mut c, &revision_name(status.active_revision), transition);
             // A superset of what is on the cluster: a restart prunes what the revision lacks.
             status.inventory = Some(bounded_inventory(inventory));
         }
-        Outcome::RunningHooks { message } => {
-            set(types::READY, false, REASON_RUNNING_HOOKS, message.clone());
-            set(
-                types::RECONCILING,
-                true,
-                REASON_RUNNING_HOOKS,
-                message.clone(),
-            );
-            set(
-                types::PAUSED,
-                false,
-                "Active",
-                "reconciling normally".into(),
-            );
-        }
+        Outcome::RunningHooks { message } => running_hooks(&mut c, message),
         Outcome::Paused { reason, drift } => {
+            paused(&mut c, reason.as_deref());
             if let Some(drift) = drift {
                 status.drift = drift_summary(drift);
             }
-            let message = match reason {
-                Some(reason) => format!("paused: {reason}"),
-                None => "paused (no reason given; set annotation pallet.dev/paused-reason)".into(),
-            };
-            set(types::PAUSED, true, "Paused", message);
-            set(
-                types::RECONCILING,
-                false,
-                "Paused",
-                "paused: no writes until spec.paused is false".into(),
-            );
         }
         Outcome::Waiting {
             reason,
             message,
             stalled,
-        } => {
-            set(types::READY, false, reason, message.clone());
-            set(
-                types::PAUSED,
-                false,
-                "Active",
-                "reconciling normally".into(),
-            );
-            if *stalled {
-                set(
-                    types::RECONCILING,
-                    false,
-                    reason,
-                    "waiting for a change to the dependencies".into(),
-                );
-                set(types::STALLED, true, reason, message.clone());
-            } else {
-                set(types::RECONCILING, true, reason, message.clone());
-                set(
-                    types::STALLED,
-                    false,
-                    reason,
-                    "waiting for dependencies; starts when they are ready".into(),
-                );
-            }
-        }
+        } => waiting(&mut c, reason, message, *stalled),
         Outcome::Failed {
             phase,
             reason,
             message,
             transient,
-        } => {
-            match phase {
-                FailedPhase::Fetch => set(types::UNPACKED, false, reason, message.clone()),
-                FailedPhase::Install => {
-                    set(
-                        types::UNPACKED,
-                        true,
-                        "Unpacked",
-                        "all sources fetched and resolved".into(),
-                    );
-                    set(types::INSTALLED, false, reason, message.clone());
-                }
-                FailedPhase::Spec => {}
-            }
-            set(types::READY, false, reason, message.clone());
-            set(
-                types::PAUSED,
-                false,
-                "Active",
-                "reconciling normally".into(),
-            );
-            if *transient {
-                set(
-                    types::RECONCILING,
-                    true,
-                    "Retrying",
-                    format!("retrying after: {message}"),
-                );
-                set(
-                    types::STALLED,
-                    false,
-                    "Retrying",
-                    "the error may pass; retrying with backoff".into(),
-                );
-            } else {
-                set(
-                    types::RECONCILING,
-                    false,
-                    reason,
-                    waiting_message(reason).into(),
-                );
-                set(types::STALLED, true, reason, message.clone());
-            }
-        }
+        } => failed(&mut c, *phase, reason, message, *transient),
     }
     status
+}
+
+/// The conditions being written, at one generation and time.
+struct Conditions<'a> {
+    list: &'a mut Vec<Condition>,
+    generation: Option<i64>,
+    now: &'a Time,
+}
+
+impl Conditions<'_> {
+    /// Sets condition `type_` (see [`set_condition`]).
+    fn set(&mut self, type_: &str, ok: bool, reason: &str, message: String) {
+        set_condition(
+            self.list,
+            NewCondition {
+                type_,
+                status: ok,
+                reason,
+                message,
+            },
+            self.generation,
+            self.now,
+        );
+    }
+
+    /// Paused=False: reconciling normally.
+    fn active(&mut self) {
+        self.set(
+            types::PAUSED,
+            false,
+            "Active",
+            "reconciling normally".into(),
+        );
+    }
+}
+
+/// What the RolledBack condition said before this outcome.
+#[derive(Clone, Debug, Default)]
+struct RolledBack {
+    /// Its message, while an automatic rollback is in force (True, reason RolledBack).
+    automatic: Option<String>,
+    /// Whether it was True (after any rollback).
+    in_force: bool,
+}
+
+impl RolledBack {
+    fn of(conditions: &[Condition]) -> RolledBack {
+        let condition = find(conditions, types::ROLLED_BACK);
+        RolledBack {
+            automatic: condition
+                .filter(|c| c.status == "True" && c.reason == REASON_ROLLED_BACK)
+                .map(|c| c.message.clone()),
+            in_force: condition.is_some_and(|c| c.status == "True"),
+        }
+    }
+}
+
+/// The revision an Installed outcome applied, as its conditions name it.
+struct InstalledRevision {
+    /// `revision N`, or `the bundle` when none is active.
+    name: String,
+    /// `; content sha256:…` (shortened), or nothing.
+    content: String,
+    /// Its phase.
+    phase: Option<RevisionPhase>,
+    /// How many objects were applied.
+    objects: usize,
+}
+
+impl InstalledRevision {
+    fn of(
+        applied: Option<(i64, Option<(RevisionPhase, String)>)>,
+        objects: usize,
+    ) -> InstalledRevision {
+        let number = applied.as_ref().map(|(number, _)| *number);
+        let entry = applied.and_then(|(_, entry)| entry);
+        InstalledRevision {
+            name: revision_name(number),
+            content: entry
+                .as_ref()
+                .map(|(_, digest)| format!("; content {}", digest.get(..19).unwrap_or(digest)))
+                .unwrap_or_default(),
+            phase: entry.map(|(phase, _)| phase),
+            objects,
+        }
+    }
+}
+
+/// `revision N`, or `the bundle` when none is active.
+fn revision_name(number: Option<i64>) -> String {
+    number.map_or("the bundle".to_string(), |n| format!("revision {n}"))
+}
+
+/// Installed: the sources, the objects applied and their health, and the rollout's state:
+/// progressing, rolled back, or idle; a permanent source problem stalls it.
+fn installed_conditions(
+    c: &mut Conditions<'_>,
+    revision: &InstalledRevision,
+    health: &HealthReport,
+    sources: &SourceState,
+    spec_current: bool,
+    rolled_back: RolledBack,
+) {
+    let name = &revision.name;
+    match sources {
+        SourceState::Fetched => c.set(
+            types::UNPACKED,
+            true,
+            "Unpacked",
+            "all sources fetched and resolved".into(),
+        ),
+        SourceState::NotFetched => {}
+        SourceState::Unavailable {
+            reason, message, ..
+        } => c.set(
+            types::UNPACKED,
+            false,
+            reason,
+            format!("{message}; the active revision is kept applied from its snapshot"),
+        ),
+    }
+    c.set(
+        types::INSTALLED,
+        true,
+        "Installed",
+        // Not how many the last pass wrote: that changes from pass to pass, and each change
+        // would cost a status write (the change log and Events say it).
+        format!(
+            "{name}: {} objects applied{}",
+            revision.objects, revision.content
+        ),
+    );
+    healthy_condition(c, name, health);
+    c.active();
+    let automatic = if spec_current {
+        if rolled_back.in_force {
+            c.set(
+                types::ROLLED_BACK,
+                false,
+                "UpToDate",
+                format!("{name} is what the spec and the sources render"),
+            );
+        }
+        None
+    } else {
+        rolled_back.automatic
+    };
+    match (revision.phase, automatic) {
+        (Some(RevisionPhase::Applying | RevisionPhase::Progressing), automatic) => {
+            progressing(c, name, health, automatic)
+        }
+        (_, Some(message)) => rolled_back_conditions(c, message),
+        _ => idle(c, name, health, revision.objects),
+    }
+    if let SourceState::Unavailable {
+        reason,
+        message,
+        transient: false,
+    } = sources
+    {
+        stalled_on_sources(c, name, reason, message);
+    }
+}
+
+/// Healthy: all objects healthy, or why not (a user's check that failed, an object that failed,
+/// or still progressing).
+fn healthy_condition(c: &mut Conditions<'_>, name: &str, health: &HealthReport) {
+    if health.healthy {
+        c.set(
+            types::HEALTHY,
+            true,
+            "Healthy",
+            format!("{name}: all {} objects healthy", health.total),
+        );
+        return;
+    }
+    let reason = if health.failed_check.is_some() {
+        "HealthCheckFailed"
+    } else if health.failed {
+        "Unhealthy"
+    } else {
+        "Progressing"
+    };
+    c.set(
+        types::HEALTHY,
+        false,
+        reason,
+        format!("{name}: {}", health.message),
+    );
+}
+
+/// A revision on its way: not ready, reconciling; stalled only while an automatic rollback is
+/// in force (`rolled_back`).
+fn progressing(
+    c: &mut Conditions<'_>,
+    name: &str,
+    health: &HealthReport,
+    rolled_back: Option<String>,
+) {
+    c.set(
+        types::READY,
+        false,
+        "Progressing",
+        format!("{name} progressing: {}", health.message),
+    );
+    c.set(
+        types::RECONCILING,
+        true,
+        "Progressing",
+        format!("waiting for {name} to become healthy"),
+    );
+    match rolled_back {
+        Some(message) => c.set(types::STALLED, true, REASON_ROLLED_BACK, message),
+        None => c.set(types::STALLED, false, "Progressing", "not stalled".into()),
+    }
+}
+
+/// An automatic rollback in force: not ready and stalled until the spec or the sources change.
+fn rolled_back_conditions(c: &mut Conditions<'_>, message: String) {
+    c.set(types::READY, false, REASON_ROLLED_BACK, message.clone());
+    c.set(types::STALLED, true, REASON_ROLLED_BACK, message);
+    c.set(
+        types::RECONCILING,
+        false,
+        REASON_ROLLED_BACK,
+        "waiting for a change to the spec or the sources, or a retry".into(),
+    );
+}
+
+/// Nothing in progress: ready when healthy.
+fn idle(c: &mut Conditions<'_>, name: &str, health: &HealthReport, objects: usize) {
+    if health.healthy {
+        c.set(
+            types::READY,
+            true,
+            "Healthy",
+            format!("{name} healthy: {objects} objects installed"),
+        );
+    } else {
+        c.set(
+            types::READY,
+            false,
+            "Unhealthy",
+            format!("{name}: {}", health.message),
+        );
+    }
+    c.set(
+        types::RECONCILING,
+        false,
+        "Idle",
+        "nothing in progress".into(),
+    );
+    c.set(types::STALLED, false, "Idle", "not stalled".into());
+}
+
+/// The sources fail for good (a bad spec, a missing version or Secret): the revision stays
+/// applied, and the user must act.
+fn stalled_on_sources(c: &mut Conditions<'_>, name: &str, reason: &str, message: &str) {
+    let kept = format!("{message}; {name} is kept applied meanwhile");
+    c.set(types::READY, false, reason, kept.clone());
+    c.set(types::STALLED, true, reason, kept);
+    c.set(
+        types::RECONCILING,
+        false,
+        reason,
+        "waiting for a change to the spec or the sources".into(),
+    );
+}
+
+/// A revision about to be applied (the intent): what started it, and Applying.
+fn applying(c: &mut Conditions<'_>, name: &str, transition: &Transition) {
+    match transition {
+        Transition::NewRevision => {
+            c.set(
+                types::ROLLED_BACK,
+                false,
+                "NewRevision",
+                format!("{name} is the newest revision"),
+            );
+            c.set(types::STALLED, false, "Progressing", "not stalled".into());
+        }
+        Transition::Rollback {
+            automatic,
+            reason,
+            message,
+        } => {
+            let condition_reason = if *automatic {
+                REASON_ROLLED_BACK
+            } else {
+                REASON_ROLLBACK_REQUESTED
+            };
+            c.set(types::ROLLED_BACK, true, condition_reason, message.clone());
+            if *automatic {
+                c.set(types::STALLED, true, reason, message.clone());
+            } else {
+                c.set(types::STALLED, false, "Progressing", "not stalled".into());
+            }
+        }
+        Transition::Reapply => {}
+    }
+    c.set(
+        types::RECONCILING,
+        true,
+        "Applying",
+        format!("applying {name}"),
+    );
+    c.set(types::READY, false, "Applying", format!("applying {name}"));
+}
+
+/// Helm hooks run before the revision's objects.
+fn running_hooks(c: &mut Conditions<'_>, message: &str) {
+    c.set(
+        types::READY,
+        false,
+        REASON_RUNNING_HOOKS,
+        message.to_string(),
+    );
+    c.set(
+        types::RECONCILING,
+        true,
+        REASON_RUNNING_HOOKS,
+        message.to_string(),
+    );
+    c.active();
+}
+
+/// `spec.paused`, with the reason given.
+fn paused(c: &mut Conditions<'_>, reason: Option<&str>) {
+    let message = match reason {
+        Some(reason) => format!("paused: {reason}"),
+        None => "paused (no reason given; set annotation pallet.dev/paused-reason)".into(),
+    };
+    c.set(types::PAUSED, true, "Paused", message);
+    c.set(
+        types::RECONCILING,
+        false,
+        "Paused",
+        "paused: no writes until spec.paused is false".into(),
+    );
+}
+
+/// Waiting for dependencies; stalled when they form a cycle (no dependency can become ready
+/// by itself).
+fn waiting(c: &mut Conditions<'_>, reason: &str, message: &str, stalled: bool) {
+    c.set(types::READY, false, reason, message.to_string());
+    c.active();
+    if stalled {
+        c.set(
+            types::RECONCILING,
+            false,
+            reason,
+            "waiting for a change to the dependencies".into(),
+        );
+        c.set(types::STALLED, true, reason, message.to_string());
+    } else {
+        c.set(types::RECONCILING, true, reason, message.to_string());
+        c.set(
+            types::STALLED,
+            false,
+            reason,
+            "waiting for dependencies; starts when they are ready".into(),
+        );
+    }
+}
+
+/// A phase failed: said on its condition (Unpacked for a fetch, Installed for a render or an
+/// apply) and on Ready; retried when transient, stalled otherwise.
+fn failed(
+    c: &mut Conditions<'_>,
+    phase: FailedPhase,
+    reason: &str,
+    message: &str,
+    transient: bool,
+) {
+    match phase {
+        FailedPhase::Fetch => c.set(types::UNPACKED, false, reason, message.to_string()),
+        FailedPhase::Install => {
+            c.set(
+                types::UNPACKED,
+                true,
+                "Unpacked",
+                "all sources fetched and resolved".into(),
+            );
+            c.set(types::INSTALLED, false, reason, message.to_string());
+        }
+        FailedPhase::Spec => {}
+    }
+    c.set(types::READY, false, reason, message.to_string());
+    c.active();
+    if transient {
+        c.set(
+            types::RECONCILING,
+            true,
+            "Retrying",
+            format!("retrying after: {message}"),
+        );
+        c.set(
+            types::STALLED,
+            false,
+            "Retrying",
+            "the error may pass; retrying with backoff".into(),
+        );
+    } else {
+        c.set(
+            types::RECONCILING,
+            false,
+            reason,
+            waiting_message(reason).into(),
+        );
+        c.set(types::STALLED, true, reason, message.to_string());
+    }
 }
 
 /// What a permanent failure waits for. Causes that can be fixed outside the bundle (a CRD
@@ -608,6 +748,21 @@ fn waiting_message(reason: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status after `outcome`, as a pass gives it: an Installed outcome names the revision
+    /// the status has active.
+    fn next_status(
+        current: &BundleDeploymentStatus,
+        generation: Option<i64>,
+        outcome: &Outcome,
+        now: &Time,
+    ) -> BundleDeploymentStatus {
+        let mut outcome = outcome.clone();
+        if let Outcome::Installed { revision, .. } = &mut outcome {
+            *revision = current.active_revision;
+        }
+        super::next_status(current, generation, &outcome, now)
+    }
     use crate::reconcile::rollout;
     use crate::reconcile::settle::SETTLE_MIN;
 
@@ -639,6 +794,7 @@ mod tests {
                 waiting: vec![],
                 failed_check: None,
             },
+            revision: None,
             sources: SourceState::Fetched,
             spec_current: true,
         }
@@ -657,6 +813,7 @@ mod tests {
                 waiting: vec!["Deployment ns/web".into()],
                 failed_check: None,
             },
+            revision: None,
             sources: SourceState::Fetched,
             spec_current: true,
         }
@@ -676,16 +833,22 @@ mod tests {
                     sources: vec![],
                     values_from: vec![],
                     objects: 1,
+                    rendered_at: None,
                 },
                 5,
                 &time(n),
             );
-            rollout::mark_applied(&mut status);
+            rollout::mark_applied(&mut status, n);
             if n == 1 {
-                rollout::mark_healthy(&mut status, &time(1));
+                rollout::mark_healthy(&mut status, n, &time(1));
             }
         }
-        rollout::mark_failed(&mut status, "ProgressDeadlineExceeded", "web unavailable");
+        rollout::mark_failed(
+            &mut status,
+            2,
+            "ProgressDeadlineExceeded",
+            "web unavailable",
+        );
         assert!(rollout::start_rollback(
             &mut status,
             1,
@@ -721,6 +884,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 objects: 1,
+                rendered_at: None,
             },
             10,
             &time(at),
@@ -732,35 +896,35 @@ mod tests {
     fn just_applied(at: i64) -> (BundleDeploymentStatus, BundleDeploymentStatus) {
         let written = applying_since(at);
         let mut work = written.clone();
-        rollout::mark_applied(&mut work);
+        rollout::mark_applied(&mut work, 1);
         (written, work)
     }
 
     #[test]
     fn a_revision_just_applied_settles_before_progress_is_written() {
         let (written, work) = just_applied(100);
-        let left = settling(&written, &work, &progressing(), &time(101), SETTLE_MIN).unwrap();
+        let left = settling(&written, &work, 1, &progressing(), &time(101), SETTLE_MIN).unwrap();
         assert_eq!(left, std::time::Duration::from_secs(1));
         assert_eq!(
-            settling(&written, &work, &progressing(), &time(102), SETTLE_MIN),
+            settling(&written, &work, 1, &progressing(), &time(102), SETTLE_MIN),
             None,
             "settled long enough"
         );
         assert_eq!(
-            settling(&written, &work, &installed(), &time(101), SETTLE_MIN),
+            settling(&written, &work, 1, &installed(), &time(101), SETTLE_MIN),
             None,
             "healthy: written"
         );
         // Progressing already written: nothing to hold back.
         assert_eq!(
-            settling(&work, &work, &progressing(), &time(101), SETTLE_MIN),
+            settling(&work, &work, 1, &progressing(), &time(101), SETTLE_MIN),
             None
         );
         // A request handled by this pass is recorded at once.
         let mut asked = work.clone();
         asked.last_handled_reconcile = Some("now".into());
         assert_eq!(
-            settling(&written, &asked, &progressing(), &time(101), SETTLE_MIN),
+            settling(&written, &asked, 1, &progressing(), &time(101), SETTLE_MIN),
             None
         );
     }
@@ -770,11 +934,11 @@ mod tests {
         let (written, work) = just_applied(100);
         let window = std::time::Duration::from_secs(6);
         assert_eq!(
-            settling(&written, &work, &progressing(), &time(103), window),
+            settling(&written, &work, 1, &progressing(), &time(103), window),
             Some(std::time::Duration::from_secs(3))
         );
         assert_eq!(
-            settling(&written, &work, &progressing(), &time(106), window),
+            settling(&written, &work, 1, &progressing(), &time(106), window),
             None
         );
     }
@@ -782,7 +946,7 @@ mod tests {
     #[test]
     fn a_progressing_revisions_next_step_is_detail_only_but_a_settled_one_is_not() {
         let mut revision = applying_since(0);
-        rollout::mark_applied(&mut revision);
+        rollout::mark_applied(&mut revision, 1);
         let first = next_status(&revision, Some(1), &progressing(), &time(1));
         let mut step = progressing();
         if let Outcome::Installed { health, .. } = &mut step {
@@ -813,11 +977,12 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 objects: 1,
+                rendered_at: None,
             },
             5,
             &time(1),
         );
-        rollout::mark_applied(&mut status);
+        rollout::mark_applied(&mut status, 1);
         let after = next_status(&status, Some(1), &progressing(), &time(2));
         assert_eq!(
             condition(&after, types::READY),
@@ -845,8 +1010,8 @@ mod tests {
             condition(&status, types::STALLED),
             ("True".into(), "ProgressDeadlineExceeded".into())
         );
-        rollout::mark_applied(&mut status);
-        rollout::mark_healthy(&mut status, &time(4));
+        rollout::mark_applied(&mut status, 1);
+        rollout::mark_healthy(&mut status, 1, &time(4));
         let mut still_rolled_back = installed();
         if let Outcome::Installed { spec_current, .. } = &mut still_rolled_back {
             *spec_current = false;
@@ -885,6 +1050,7 @@ mod tests {
                 sources: vec![],
                 values_from: vec![],
                 objects: 1,
+                rendered_at: None,
             },
             5,
             &time(5),

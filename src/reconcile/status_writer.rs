@@ -1,6 +1,7 @@
 //! The status writer of one pass: patches only what changed since the last write.
 
-use super::{now, status, Context, ReconcileError};
+use super::{status, Context, ReconcileError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use kube::ResourceExt;
 use serde_json::json;
@@ -21,24 +22,44 @@ pub(super) struct StatusWriter<'a> {
     /// A status recorded but not written: an intent that the snapshot or the inventory holds
     /// (see [`super::unwritten_intent`]). The next write carries it.
     pub(super) staged: Option<BundleDeploymentStatus>,
+    /// The pass's time: what every condition and notification it writes says.
+    now: Time,
 }
 
 impl<'a> StatusWriter<'a> {
-    pub(super) fn new(ctx: &'a Context, bd: &'a BundleDeployment) -> Self {
+    pub(super) fn new(ctx: &'a Context, bd: &'a BundleDeployment, now: Time) -> Self {
         StatusWriter {
             ctx,
             bd,
             written: bd.status.clone().unwrap_or_default(),
             version: bd.metadata.resource_version.clone(),
             staged: None,
+            now,
+        }
+    }
+
+    /// The status a pass starts from: an intent kept out of status, in memory since the last
+    /// pass (see `unwritten_intent`), else the status as written.
+    pub(super) fn resume(&mut self) -> BundleDeploymentStatus {
+        let kept = self
+            .ctx
+            .memory
+            .unwritten_intents
+            .take(self.bd, &self.written);
+        match kept {
+            Some(staged) => {
+                self.staged = Some(staged.clone());
+                staged
+            }
+            None => self.written.clone(),
         }
     }
 
     /// Applies `outcome` to `work` as [`Self::write`] does, without writing: for an intent the
     /// revision's snapshot or the inventory in status already records.
     pub(super) fn stage(&mut self, work: &mut BundleDeploymentStatus, outcome: &Outcome) {
-        *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
-        work.agent = Some(self.ctx.identity.clone());
+        *work = status::next_status(work, self.bd.metadata.generation, outcome, &self.now);
+        work.agent = Some(self.ctx.cluster.identity.clone());
         self.staged = Some(work.clone());
     }
 
@@ -54,11 +75,11 @@ impl<'a> StatusWriter<'a> {
         outcome: &Outcome,
     ) -> Result<(), ReconcileError> {
         let _phase = crate::metrics::METRICS.phase("status_write");
-        *work = status::next_status(work, self.bd.metadata.generation, outcome, &now());
-        work.agent = Some(self.ctx.identity.clone());
+        *work = status::next_status(work, self.bd.metadata.generation, outcome, &self.now);
+        work.agent = Some(self.ctx.cluster.identity.clone());
         // Transitions this write records go into status.notifications with it (see `notify`).
-        let notifications = (self.ctx.notifier)
-            .prepare(self.bd, &mut self.written, work, &now())
+        let notifications = (self.ctx.records.notifier)
+            .prepare(self.bd, &mut self.written, work, &self.now)
             .await;
         if *work == self.written {
             self.staged = None;
@@ -84,6 +105,7 @@ impl<'a> StatusWriter<'a> {
         patched.metadata.managed_fields = None; // kept like the watch's copies (see `decode`)
         self.version = patched.metadata.resource_version.clone();
         self.ctx
+            .memory
             .last_written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -101,6 +123,7 @@ impl<'a> StatusWriter<'a> {
     fn waiting_written(&self) -> Option<Vec<String>> {
         let last = self
             .ctx
+            .memory
             .last_written
             .lock()
             .unwrap_or_else(|p| p.into_inner());

@@ -256,7 +256,7 @@ pub(super) fn check_first_apply(
     bd: &BundleDeployment,
     stamped: impl IntoIterator<Item = i64>,
 ) {
-    if let Some(number) = ctx.unwritten_intents.first_apply_done(bd, stamped) {
+    if let Some(number) = ctx.memory.unwritten_intents.first_apply_done(bd, stamped) {
         changes::mark_interrupted_upgrade(ctx, bd, number);
     }
 }
@@ -270,11 +270,11 @@ pub(super) async fn interrupted(
     bd: &BundleDeployment,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
     let uid = bd.metadata.uid.clone().unwrap_or_default();
-    if !ctx.unwritten_intents.needs_check(&uid) {
+    if !ctx.memory.unwritten_intents.needs_check(&uid) {
         return Ok(Vec::new());
     }
     let found = stored_revision_one(ctx, bd).await?;
-    ctx.unwritten_intents.checked(&uid);
+    ctx.memory.unwritten_intents.checked(&uid);
     let Some((digest, objects)) = found else {
         return Ok(Vec::new());
     };
@@ -297,6 +297,7 @@ pub(super) async fn unrecorded_objects(
         return Ok(Vec::new());
     };
     if ctx
+        .memory
         .unwritten_intents
         .needs_check(bd.metadata.uid.as_deref().unwrap_or_default())
     {
@@ -313,7 +314,7 @@ async fn stored_revision_one(
     bd: &BundleDeployment,
 ) -> Result<Option<(String, Vec<ObjectReference>)>, ReconcileError> {
     let name = bd.name_any();
-    let record = match ctx.store.load(&name, 1).await {
+    let record = match ctx.revisions.store.load(&name, 1).await {
         Ok(record) => record,
         Err(RevisionError::NotFound { .. }) => return Ok(None),
         Err(error) if error.is_transient() => return Err(ReconcileError::Revision(error)),
@@ -322,8 +323,8 @@ async fn stored_revision_one(
             return Ok(None);
         }
     };
-    let objects = super::context::snapshot_objects(&record)?;
-    let applier = ctx.applier(bd, ctx.writer(bd)?);
+    let objects = record.objects_to_apply()?;
+    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
     let keys = applier.resolve_keys(&objects).await?;
     let references = keys
         .iter()

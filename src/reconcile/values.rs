@@ -9,13 +9,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::Api;
 use kube::Client;
 use pallet_formats::helm::values::{merge_values, parse_values_document};
 use serde_json::{Map, Value};
 
-use super::fetch::{may_use, secret_data, Found, SecretPolicy};
+use super::fetch::{config_map_data, read_under_policy, secret_data, SecretPolicy};
 use super::values_watch::{ObjectId, Seen};
 use super::ReconcileError;
 use crate::api::{BundleDeployment, ResolvedValues, ValuesReference, ValuesSourceKind};
@@ -125,16 +123,8 @@ pub fn object_id(reference: &ValuesReference, policy: &SecretPolicy) -> ObjectId
     }
 }
 
-/// One referenced object as read: its metadata, a Secret's type, its data.
-struct Object {
-    meta: ObjectMeta,
-    secret_type: Option<String>,
-    data: BTreeMap<String, Vec<u8>>,
-}
-
-/// Reads one referenced object under the policy (see [`may_use`]); its data and
-/// resourceVersion. In the agent's namespace the object is read first (its labels decide);
-/// elsewhere only once the rule allows it.
+/// Reads one referenced object under the policy (see [`read_under_policy`]); its data and
+/// resourceVersion.
 async fn read_one(
     client: &Client,
     policy: &SecretPolicy,
@@ -144,102 +134,39 @@ async fn read_one(
 ) -> Result<(Read, Option<String>), ReconcileError> {
     let namespace = namespace_of(reference, policy);
     let origin = origin(reference, namespace);
-    let resource = match reference.kind {
-        ValuesSourceKind::ConfigMap => "configmaps",
-        ValuesSourceKind::Secret => "secrets",
-    };
     let name = bd.metadata.name.as_deref().unwrap_or_default();
     let requester = policy.requester(name, &bd.spec);
-    let not_allowed = |why: String| ReconcileError::Values {
+    let (reference_name, origin_text) = (&reference.name, origin.as_str());
+    let read = match reference.kind {
+        ValuesSourceKind::ConfigMap => read_under_policy::<ConfigMap>(
+            client,
+            policy,
+            requester,
+            namespace,
+            reference_name,
+            origin_text,
+        )
+        .await?
+        .map(|found| found.map(|map| (config_map_data(&map), map.metadata))),
+        ValuesSourceKind::Secret => read_under_policy::<Secret>(
+            client,
+            policy,
+            requester,
+            namespace,
+            reference_name,
+            origin_text,
+        )
+        .await?
+        .map(|found| found.map(|secret| (secret_data(&secret), secret.metadata))),
+    };
+    let object = read.map_err(|why| ReconcileError::Values {
         reason: REASON_NOT_ALLOWED,
         message: format!("{field}: {origin} {why}"),
-    };
-    let object = if namespace == policy.agent_namespace {
-        let object = read_object(client, reference, namespace, &origin).await?;
-        let found = object
-            .as_ref()
-            .map(|o| Found::new(&o.meta, o.secret_type.as_deref()));
-        may_use(
-            client,
-            policy,
-            requester,
-            resource,
-            namespace,
-            &reference.name,
-            found,
-        )
-        .await?
-        .map_err(not_allowed)?;
-        object
-    } else {
-        may_use(
-            client,
-            policy,
-            requester,
-            resource,
-            namespace,
-            &reference.name,
-            None,
-        )
-        .await?
-        .map_err(not_allowed)?;
-        read_object(client, reference, namespace, &origin).await?
-    };
+    })?;
     Ok(match object {
-        Some(object) => (Read::Found(object.data), object.meta.resource_version),
+        Some((data, meta)) => (Read::Found(data), meta.resource_version),
         None => (Read::Missing, None),
     })
-}
-
-/// Reads the ConfigMap or Secret `reference` names, with no rule applied.
-async fn read_object(
-    client: &Client,
-    reference: &ValuesReference,
-    namespace: &str,
-    origin: &str,
-) -> Result<Option<Object>, ReconcileError> {
-    let kube_error = |source| ReconcileError::Kube {
-        context: format!("read {origin}"),
-        source,
-    };
-    Ok(match reference.kind {
-        ValuesSourceKind::ConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            api.get_opt(&reference.name)
-                .await
-                .map_err(kube_error)?
-                .map(|map| Object {
-                    data: config_map_data(&map),
-                    meta: map.metadata,
-                    secret_type: None,
-                })
-        }
-        ValuesSourceKind::Secret => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            api.get_opt(&reference.name)
-                .await
-                .map_err(kube_error)?
-                .map(|secret| Object {
-                    data: secret_data(&secret),
-                    meta: secret.metadata,
-                    secret_type: secret.type_,
-                })
-        }
-    })
-}
-
-/// A ConfigMap's `data` and `binaryData`, as bytes.
-fn config_map_data(map: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut data: BTreeMap<String, Vec<u8>> = map
-        .binary_data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
-    for (k, v) in map.data.iter().flatten() {
-        data.insert(k.clone(), v.clone().into_bytes());
-    }
-    data
 }
 
 /// How a reference is named in messages: `ConfigMap team-a/app-values`.

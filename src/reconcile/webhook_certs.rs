@@ -326,10 +326,10 @@ pub async fn provide(
     }
     let name = bd.name_any();
     let namespace = rendered.install_namespace.clone();
-    let policy = ctx.webhook_cert_policy;
+    let policy = ctx.rendering.webhook_cert_policy;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let writer = ctx.writer(bd)?;
-    super::ensure_namespace(&ctx.client, &writer, &namespace).await?;
+    let writer = ctx.cluster.writer(bd)?;
+    super::ensure_namespace(&ctx.cluster.client, &writer, &namespace).await?;
     // Read as the writer: a BundleDeployment's ServiceAccount that keeps these Secrets can read
     // them, while the agent itself may not read Secrets outside its namespace.
     let secrets: Api<Secret> = Api::namespaced(writer.clone(), &namespace);
@@ -444,7 +444,7 @@ pub async fn with_kept_bundle(
         return Ok((rendered, digest));
     }
     let mut with_bundle = (*rendered).clone();
-    inject_existing(&ctx.writer(bd)?, &bd.name_any(), &mut with_bundle)
+    inject_existing(&ctx.cluster.writer(bd)?, &bd.name_any(), &mut with_bundle)
         .await
         .map_err(|source| ReconcileError::Kube {
             context: "read the webhook CA".into(),
@@ -478,7 +478,7 @@ pub async fn with_current_bundle(
     let Some(namespace) = pallet_formats::registry_v1::injected_service_namespace(&objects) else {
         return Ok(objects);
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.writer(bd)?, &namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.cluster.writer(bd)?, &namespace);
     let name = ca_secret_name(&bd.name_any());
     let kept = secrets
         .get_opt(&name)
@@ -502,7 +502,7 @@ pub async fn orphan_secrets(
     namespaces: &std::collections::BTreeSet<String>,
 ) -> Result<(), ReconcileError> {
     let name = bd.name_any();
-    let writer = ctx.writer(bd)?;
+    let writer = ctx.cluster.writer(bd)?;
     for namespace in namespaces {
         let secrets: Api<Secret> = Api::namespaced(writer.clone(), namespace);
         let selector = format!("{CERTIFICATES_OF_LABEL}={name}");
@@ -524,7 +524,7 @@ pub async fn orphan_secrets(
                     context: format!("orphan Secret {namespace}/{secret_name}"),
                     source,
                 })?;
-            let mut entry = ctx.changelog.entry(
+            let mut entry = ctx.records.changelog.entry(
                 &name,
                 Operation::Update,
                 Reason::Deletion,
@@ -537,7 +537,7 @@ pub async fn orphan_secrets(
             );
             entry.fields_changed = vec![".metadata.ownerReferences".into()];
             entry.details.insert("orphaned".into(), json!(true));
-            ctx.changelog.record(&entry);
+            ctx.records.changelog.record(&entry);
         }
     }
     Ok(())
@@ -619,7 +619,7 @@ async fn write_secret(
     } else {
         Operation::Create
     };
-    let mut entry = ctx.changelog.entry(
+    let mut entry = ctx.records.changelog.entry(
         &bd.name_any(),
         operation,
         Reason::Certificate,
@@ -640,14 +640,14 @@ async fn write_secret(
     match result {
         Ok(written) => {
             entry.resource_version_after = written.resource_version();
-            ctx.changelog.record(&entry);
+            ctx.records.changelog.record(&entry);
             crate::metrics::METRICS.applied(usize::from(!exists), usize::from(exists));
             Ok(())
         }
         Err(error) => {
             entry.result = "failure";
             entry.error = Some(error.to_string());
-            ctx.changelog.record(&entry);
+            ctx.records.changelog.record(&entry);
             match error {
                 kube::Error::Api(status) if status.code == 403 => {
                     Err(ReconcileError::Forbidden(format!(
@@ -676,8 +676,9 @@ async fn check_cert_manager(ctx: &Context, rendered: &Rendered) -> Result<(), Re
     for (version, kind) in needed {
         let gvk = GroupVersionKind::gvk("cert-manager.io", &version, &kind);
         let served = ctx
+            .cluster
             .kinds
-            .resolve(&ctx.client, &gvk)
+            .resolve(&ctx.cluster.client, &gvk)
             .await
             .map_err(|source| ReconcileError::Kube {
                 context: format!("discover cert-manager.io/{version} {kind}"),

@@ -72,7 +72,7 @@ pub fn run(memory_bytes: u64, cpu_seconds: u64, limited: bool) -> u8 {
 
 /// Memory (RLIMIT_DATA: heap and private mappings, which is where a render's memory goes),
 /// CPU time (SIGXCPU at the soft limit, SIGKILL a second later) and no core dumps.
-fn limit_self(memory_bytes: u64, cpu_seconds: u64) -> rustix::io::Result<()> {
+pub(super) fn limit_self(memory_bytes: u64, cpu_seconds: u64) -> rustix::io::Result<()> {
     setrlimit(
         Resource::Core,
         Rlimit {

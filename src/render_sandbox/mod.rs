@@ -11,6 +11,7 @@
 //! child can end becomes a clear error ([`outcome`]).
 
 pub mod child;
+pub mod exec;
 mod outcome;
 mod wire;
 
@@ -259,7 +260,7 @@ impl RenderSandbox {
 
 /// This process's binary: `/proc/self/exe` when the file it was started from is gone (a
 /// rebuilt or upgraded binary), which still names the running one.
-fn own_binary() -> PathBuf {
+pub fn own_binary() -> PathBuf {
     match std::env::current_exe() {
         Ok(path) if path.exists() => path,
         _ => PathBuf::from("/proc/self/exe"),

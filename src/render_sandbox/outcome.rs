@@ -152,13 +152,13 @@ fn ended_without_reply(
             &limits.memory_bytes.to_string(),
         )
     };
-    let stack = || {
-        over_budget(
-            format,
-            "render stack",
-            "a stack overflow (content nested too deep for the renderer)",
-            "the thread's stack",
-        )
+    let stack = || SandboxError::Refused {
+        category: BUDGET_CATEGORY,
+        message: format!(
+            "the {} render went over its budget: it overflowed the render thread's stack \
+             (content nested too deep for the renderer)",
+            format.name()
+        ),
     };
     let cpu = || {
         over_budget(
@@ -298,9 +298,9 @@ mod tests {
             6,
             "\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow",
         ));
-        assert!(m.contains("stack overflow"), "{m}");
+        assert!(m.contains("overflowed the render thread's stack"), "{m}");
         let m = budget_message(died(SIGSEGV, ""));
-        assert!(m.contains("render stack"), "{m}");
+        assert!(m.contains("overflowed the render thread's stack"), "{m}");
         let m = budget_message(died(SIGKILL, ""));
         assert!(m.contains("killed by the system"), "{m}");
         let timed_out = judge(

@@ -109,6 +109,66 @@ pub struct RevisionRecord {
     pub processors: Vec<pallet_formats::processors::ProcessorTrace>,
 }
 
+impl RevisionRecord {
+    /// The record of revision `number` of `bundle_deployment`: `objects` as rendered for
+    /// `generation`, with the sources and processors that made them.
+    pub fn new(
+        bundle_deployment: &str,
+        number: i64,
+        generation: i64,
+        content: RevisionContent<'_>,
+    ) -> RevisionRecord {
+        RevisionRecord {
+            bundle_deployment: bundle_deployment.to_string(),
+            number,
+            generation,
+            digest: content.digest.to_string(),
+            sources: content.sources.to_vec(),
+            objects: content
+                .objects
+                .iter()
+                .map(|o| serde_json::Value::Object(o.body().clone()))
+                .collect(),
+            processors: content.processors.to_vec(),
+        }
+    }
+
+    /// The stored objects, ready to apply again (an entry that is not an object is an error
+    /// naming the snapshot, never skipped).
+    pub fn objects_to_apply(
+        &self,
+    ) -> Result<Vec<pallet_formats::Object>, pallet_formats::RenderError> {
+        self.objects
+            .iter()
+            .enumerate()
+            .map(|(document, body)| {
+                let origin = pallet_formats::Origin {
+                    file: format!(
+                        "snapshot of revision {} of {}",
+                        self.number, self.bundle_deployment
+                    ),
+                    document,
+                    line: 0,
+                };
+                pallet_formats::Object::new(body.clone(), origin)
+            })
+            .collect()
+    }
+}
+
+/// What a revision holds: its rendered objects and what made them.
+#[derive(Clone, Copy)]
+pub struct RevisionContent<'a> {
+    /// `sha256:…` of the rendered set.
+    pub digest: &'a str,
+    /// Every source resolved.
+    pub sources: &'a [crate::api::ResolvedSource],
+    /// The rendered objects, in render order.
+    pub objects: &'a [pallet_formats::Object],
+    /// What each processor did.
+    pub processors: &'a [pallet_formats::processors::ProcessorTrace],
+}
+
 /// Longest label value Kubernetes accepts.
 const MAX_LABEL_VALUE: usize = 63;
 /// How much of a long name [`bundle_key`] keeps readable.

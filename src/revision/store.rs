@@ -290,7 +290,30 @@ impl RevisionStore {
             }
             chunks.push(data.0.clone());
         }
-        let record = decode(&chunks).map_err(|e| match e {
+        let record =
+            decode(&chunks).map_err(|e| self.placed(e, (bundle_deployment, number), count))?;
+        if record.bundle_deployment != bundle_deployment || record.number != number {
+            return Err(corrupt(
+                secret_name(bundle_deployment, number, 0),
+                None,
+                format!(
+                    "holds revision {} of BundleDeployment {}",
+                    record.number, record.bundle_deployment
+                ),
+            ));
+        }
+        Ok(record)
+    }
+
+    /// A decoding error of revision `number` of `bundle_deployment` (`count` chunks), placed:
+    /// the BundleDeployment, the number and the Secret (the chunk's, or the range of them).
+    fn placed(
+        &self,
+        error: RevisionError,
+        (bundle_deployment, number): (&str, i64),
+        count: usize,
+    ) -> RevisionError {
+        match error {
             RevisionError::Corrupt { chunk, detail, .. } => RevisionError::Corrupt {
                 bundle_deployment: Some(bundle_deployment.to_string()),
                 number: Some(number),
@@ -323,18 +346,7 @@ impl RevisionStore {
                 version,
             },
             other => other,
-        })?;
-        if record.bundle_deployment != bundle_deployment || record.number != number {
-            return Err(corrupt(
-                secret_name(bundle_deployment, number, 0),
-                None,
-                format!(
-                    "holds revision {} of BundleDeployment {}",
-                    record.number, record.bundle_deployment
-                ),
-            ));
         }
-        Ok(record)
     }
 
     /// Revision numbers of `bundle_deployment` with at least one chunk stored (complete or not),

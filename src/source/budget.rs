@@ -18,9 +18,9 @@ use pallet_formats::archive::{
 use super::SourceError;
 
 /// The budget named in refusals of the per-source byte limit.
-pub const TOTAL_BUDGET: &str = "the per-source unpack limit (--unpack-max-mib)";
+pub const TOTAL_BUDGET: &str = crate::bounded::UNPACK_BUDGET;
 /// The budget named in refusals of the per-file limit.
-pub const FILE_BUDGET: &str = "the per-file limit (--unpack-max-file-mib)";
+pub const FILE_BUDGET: &str = crate::bounded::FILE_BUDGET;
 /// The budget named in refusals of the entry count.
 pub const ENTRY_BUDGET: &str = "the per-source entry limit (--unpack-max-entries)";
 /// The budget named when the unpacks in progress together fill the cache's scratch space.

@@ -4,7 +4,10 @@
 //! A pinned commit that is cached costs nothing. A branch, tag or range is resolved with one
 //! ls-remote (the ref advertisement; a range picks the newest matching tag from it), not a fetch; only a cache miss fetches, shallowly (depth 1) where the
 //! server allows it. libgit2 is blocking, so every operation runs on the blocking pool under the
-//! configured timeout, and its callbacks abort once the deadline has passed.
+//! configured timeout, and its callbacks abort once the deadline has passed. Every connection
+//! to a remote repository goes through a relay that counts what the server sends (the ref
+//! advertisement, the pack) and closes it at its limit, at the deadline or when the fetch is
+//! cancelled (see `git_relay`).
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -18,11 +21,13 @@ use git2::{CertificateCheckStatus, Cred, FetchOptions, Oid, RemoteCallbacks, Rem
 use pallet_formats::archive::SharedAllowance;
 
 use super::budget::{Budget, Cancel, TOTAL_BUDGET};
+use super::git_relay::{Closed, Relay, RelayMeter, RelaySettings, Route};
 use super::unpack;
 use super::verify::git_objects::{self, GitKeys};
 use super::verify::VerifyMaterial;
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::{GitReference, GitSource, VerifiedSignature};
+use crate::bounded::Reader;
 
 /// The ref as written, for status and messages.
 pub fn ref_as_written(r: &GitReference) -> String {
@@ -76,18 +81,7 @@ pub(crate) async fn fetch(
         }
     }
     let opts = fetcher.options().clone();
-    check_location(&opts.egress, &spec.repository).await?;
-    let deadline = Instant::now() + opts.timeout;
-    let remote = Remote {
-        url: spec.repository.clone(),
-        credentials: secrets.credentials.clone(),
-        deadline,
-        cancel: cancel.clone(),
-        allowance: fetcher.cache().unpack_allowance(),
-        max_pack_bytes: opts.limits.max_total_bytes,
-        pack_bytes: Arc::new(AtomicU64::new(0)),
-        verified: Arc::default(),
-    };
+    let (relay, remote) = connect(fetcher, spec, secrets, cancel).await?;
     let cache = fetcher.cache().clone();
     let scratch = cache.scratch_dir()?;
     let Listed {
@@ -151,9 +145,11 @@ pub(crate) async fn fetch(
                 blocking(opts.timeout, &r.url.clone(), move || {
                     let fetched = r.fetch_commit(&c, refname.as_deref(), &s.join("repo"))?;
                     if let Some(check) = &check {
-                        r.check_signatures(&fetched, check)?;
+                        // The tree written is the verified commit's, by construction.
+                        let verified = r.check_signatures(&fetched, check)?;
+                        return r.write_commit_tree(&fetched, verified, &dir, &tree, limits);
                     }
-                    r.write_commit_tree(&fetched, &c, &dir, &tree, limits)
+                    r.write_commit_tree(&fetched, fetched.oid, &dir, &tree, limits)
                 })
                 .await
             }
@@ -169,6 +165,7 @@ pub(crate) async fn fetch(
         (result, _) => result,
     };
     let _ = std::fs::remove_dir_all(&scratch);
+    drop(relay);
     let path = result?;
     let verified = remote.signer();
     if let Some(material) = &secrets.verify {
@@ -191,6 +188,53 @@ pub(crate) async fn fetch(
     })
 }
 
+/// The remote `spec` names, reached through a relay counting what its server sends (see
+/// `git_relay`) unless it is a local repository. The relay closes its connections when it is
+/// dropped, at the end of the fetch.
+async fn connect(
+    fetcher: &Fetcher,
+    spec: &GitSource,
+    secrets: &SourceSecrets,
+    cancel: &Cancel,
+) -> Result<(Option<Relay>, Remote), SourceError> {
+    let opts = fetcher.options();
+    let server = check_location(&opts.egress, &spec.repository)?;
+    let deadline = Instant::now() + opts.timeout;
+    let (relay, route) = match &server {
+        Some(server) => {
+            let settings = RelaySettings {
+                egress: opts.egress,
+                cancel: cancel.clone(),
+                deadline,
+                connect_timeout: opts.connect_timeout,
+            };
+            let (relay, route) = Relay::start(&spec.repository, server.clone(), settings)
+                .await
+                .map_err(|e| SourceError::io("start the git relay", e))?;
+            (Some(relay), route)
+        }
+        None => {
+            let url = spec.repository.clone();
+            (None, Route { url, proxy: None })
+        }
+    };
+    let remote = Remote {
+        url: spec.repository.clone(),
+        route,
+        server,
+        meter: relay.as_ref().map(Relay::meter),
+        credentials: secrets.credentials.clone(),
+        deadline,
+        cancel: cancel.clone(),
+        allowance: fetcher.cache().unpack_allowance(),
+        max_pack_bytes: opts.limits.max_total_bytes,
+        max_advertisement_bytes: opts.git_max_advertisement_bytes,
+        pack_bytes: Arc::new(AtomicU64::new(0)),
+        verified: Arc::default(),
+    };
+    Ok((relay, remote))
+}
+
 /// Checks the signatures of a commit whose tree was cached already (or written by a concurrent
 /// fetch): its objects are fetched once more, into `scratch`, for their signatures.
 async fn check_cached(
@@ -202,7 +246,7 @@ async fn check_cached(
     let r = remote.clone();
     blocking(timeout, &remote.url, move || {
         let fetched = r.fetch_commit(&commit, refname.as_deref(), &scratch)?;
-        r.check_signatures(&fetched, &check)
+        r.check_signatures(&fetched, &check).map(|_| ())
     })
     .await
 }
@@ -235,21 +279,14 @@ struct Listed {
     tag_object: Option<String>,
 }
 
-/// Refuses a local repository (path or `file://`) or a server whose host resolves to an address
-/// the egress policy refuses. libgit2 resolves names itself, so the check is made here, just
-/// before it connects; it does not follow redirects to another host after the first request.
-async fn check_location(
+/// Refuses a local repository (path or `file://`) unless the egress policy allows it; the
+/// server's host and port for a remote one. Its addresses are judged by the relay, which
+/// connects in libgit2's place.
+fn check_location(
     egress: &crate::egress::EgressPolicy,
     repository: &str,
-) -> Result<(), SourceError> {
-    let remote =
-        crate::egress::check_git_location(egress, repository).map_err(SourceError::Refused)?;
-    if let Some((host, port)) = remote {
-        egress.check_host(&host, port).await.map_err(|refused| {
-            SourceError::Refused(format!("git repository {repository}: {refused}"))
-        })?;
-    }
-    Ok(())
+) -> Result<Option<(String, u16)>, SourceError> {
+    crate::egress::check_git_location(egress, repository).map_err(SourceError::Refused)
 }
 
 async fn blocking<T: Send + 'static>(
@@ -298,7 +335,15 @@ impl Wanted {
 
 #[derive(Clone)]
 struct Remote {
+    /// The repository as the source names it (for messages).
     url: String,
+    /// How libgit2 reaches it: through the relay for a remote repository.
+    route: Route,
+    /// The server's host and port (none for a local repository): SSH host keys are checked
+    /// against them.
+    server: Option<(String, u16)>,
+    /// The relay's counters.
+    meter: Option<RelayMeter>,
     credentials: Option<Credentials>,
     deadline: Instant,
     /// Raised when the fetch ends: the transfer and the tree writing stop.
@@ -307,6 +352,8 @@ struct Remote {
     allowance: Arc<SharedAllowance>,
     /// The most bytes of pack data a fetch may receive.
     max_pack_bytes: u64,
+    /// The most bytes of one ref advertisement.
+    max_advertisement_bytes: u64,
     /// Pack bytes received by the last transfer that went over `max_pack_bytes` (0: none did).
     pack_bytes: Arc<AtomicU64>,
     /// Who signed the fetched commit or tag, once checked.
@@ -322,12 +369,13 @@ impl Remote {
             .clone()
     }
 
-    /// Checks the fetched objects' signatures against the source's `verify`; the signer is kept.
+    /// Checks the fetched objects' signatures against the source's `verify`; the signer is
+    /// kept, and the commit verified returned.
     fn check_signatures(
         &self,
         fetched: &FetchedCommit,
         check: &SignatureCheck,
-    ) -> Result<(), SourceError> {
+    ) -> Result<Oid, SourceError> {
         let Some(spec) = &check.material.spec.git else {
             return Err(SourceError::Invalid(
                 "verify: a git source takes verify.git".into(),
@@ -346,7 +394,7 @@ impl Remote {
             })?;
         tracing::info!(source = %check.what, commit = %fetched.oid, signer = %signer.summary(), took_ms = started.elapsed().as_millis() as u64, "verified");
         *self.verified.lock().unwrap_or_else(|p| p.into_inner()) = Some(signer);
-        Ok(())
+        Ok(fetched.oid)
     }
 
     fn origin(&self) -> String {
@@ -395,13 +443,18 @@ impl Remote {
             Some(CredentialKind::SshKey { known_hosts, .. }) => Some(known_hosts.clone()),
             _ => None,
         };
-        let port = url::Url::parse(&self.url).ok().and_then(|u| u.port());
+        // libgit2 connects to the relay: the host key is the original server's.
+        let server = self.server.clone();
         cb.certificate_check(move |cert, host| {
             let Some(hostkey) = cert.as_hostkey().and_then(|h| h.hostkey()) else {
                 // TLS: libgit2's own verification against the system roots.
                 return Ok(CertificateCheckStatus::CertificatePassthrough);
             };
             let known = known_hosts.as_deref().unwrap_or("");
+            let (host, port) = match &server {
+                Some((host, port)) => (host.as_str(), Some(*port)),
+                None => (host, None),
+            };
             if host_key_known(known, host, port, hostkey) {
                 Ok(CertificateCheckStatus::CertificateOk)
             } else {
@@ -438,8 +491,65 @@ impl Remote {
         })
     }
 
+    /// What the relay's closing means, if it closed the operation's connections.
+    fn relay_refusal(&self) -> Option<SourceError> {
+        let meter = self.meter.as_ref()?;
+        let what = format!("git repository {}", self.url);
+        if let Some(over) = meter.over_limit() {
+            let subject = match over {
+                crate::bounded::ReadError::TooLarge { limit, .. }
+                    if limit.reader == Reader::GitAdvertisement =>
+                {
+                    format!("the ref advertisement of {what}")
+                }
+                _ => format!("the fetch of {what}"),
+            };
+            return Some(super::read_refusal(&what, subject, over));
+        }
+        Some(match meter.closed()? {
+            Closed::OverLimit(_) => return None,
+            Closed::Egress(refused) => SourceError::Refused(format!("{what}: {refused}")),
+            Closed::OtherServer(why) => SourceError::Refused(format!("{what}: {why}")),
+            Closed::Unreachable(detail) => SourceError::Unreachable { what, detail },
+            Closed::Cancelled => SourceError::Cancelled {
+                what: format!("fetching {what}"),
+            },
+            Closed::Deadline => SourceError::Unreachable {
+                what,
+                detail: "timed out".into(),
+            },
+        })
+    }
+
+    /// The relay's limit for an ls-remote: the ref advertisement.
+    fn advertisement_limit(&self) -> crate::bounded::Limit {
+        Reader::GitAdvertisement.limit(self.max_advertisement_bytes)
+    }
+
+    /// The relay's limit for a fetch: its advertisement and the pack (the pack itself is
+    /// bounded more tightly by the transfer callback), with room for the protocol's framing.
+    fn fetch_limit(&self) -> crate::bounded::Limit {
+        let pack = self.max_pack_bytes.saturating_add(self.max_pack_bytes / 64);
+        Reader::GitPack.limit(
+            pack.saturating_add(self.max_advertisement_bytes)
+                .saturating_add(1 << 20),
+        )
+    }
+
+    /// libgit2's proxy settings: the relay, for HTTP(S) repositories.
+    fn proxy_options(&self) -> git2::ProxyOptions<'_> {
+        let mut proxy = git2::ProxyOptions::new();
+        if let Some(url) = &self.route.proxy {
+            proxy.url(url);
+        }
+        proxy
+    }
+
     fn map_err(&self, tried: bool, e: &git2::Error) -> SourceError {
         if let Some(refusal) = self.pack_refusal() {
+            return refusal;
+        }
+        if let Some(refusal) = self.relay_refusal() {
             return refusal;
         }
         let what = format!("git repository {}", self.url);
@@ -500,12 +610,19 @@ impl Remote {
     /// host (a remote without a repository follows them on the first request).
     fn ls_remote(&self, wanted: &Wanted, scratch: &Path) -> Result<Listed, SourceError> {
         let repo = scratch_repository(scratch)?;
-        let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
+        let mut remote = repo.remote_anonymous(&self.route.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
+        if let Some(meter) = &self.meter {
+            meter.begin(self.advertisement_limit());
+        }
         let tried = Cell::new(false);
         let conn = remote
-            .connect_auth(git2::Direction::Fetch, Some(self.callbacks(&tried)), None)
+            .connect_auth(
+                git2::Direction::Fetch,
+                Some(self.callbacks(&tried)),
+                Some(self.proxy_options()),
+            )
             .map_err(|e| self.map_err(tried.get(), &e))?;
         let heads = conn.list().map_err(|e| self.map_err(tried.get(), &e))?;
         let mut chosen = None;
@@ -569,15 +686,19 @@ impl Remote {
         let oid = Oid::from_str(commit)
             .map_err(|_| SourceError::Invalid(format!("git commit {commit} is not a SHA")))?;
         let repo = scratch_repository(repo_dir)?;
-        let mut remote = repo.remote_anonymous(&self.url).map_err(|e| {
+        let mut remote = repo.remote_anonymous(&self.route.url).map_err(|e| {
             SourceError::Invalid(format!("git repository {}: {}", self.url, e.message()))
         })?;
+        if let Some(meter) = &self.meter {
+            meter.begin(self.fetch_limit());
+        }
         // Ask for just what is needed, shallow. When that does not yield the commit (a server
         // refusing unadvertised wants, or a branch that moved since ls-remote), a second, full
         // fetch of branches and tags finds it if it is still reachable.
         let tried = Cell::new(false);
         let mut fo = FetchOptions::new();
         fo.remote_callbacks(self.callbacks(&tried))
+            .proxy_options(self.proxy_options())
             .follow_redirects(RemoteRedirect::None);
         // libgit2's local transport does not fetch shallow.
         let local = crate::egress::git_location(&self.url) == Ok(crate::egress::GitLocation::Local);
@@ -601,8 +722,12 @@ impl Remote {
                 }
             }
             let tried = Cell::new(false);
+            if let Some(meter) = &self.meter {
+                meter.begin(self.fetch_limit());
+            }
             let mut fo = FetchOptions::new();
             fo.remote_callbacks(self.callbacks(&tried))
+                .proxy_options(self.proxy_options())
                 .follow_redirects(RemoteRedirect::None);
             remote
                 .fetch(
@@ -624,21 +749,20 @@ impl Remote {
         Ok(FetchedCommit { repo, oid })
     }
 
-    /// Writes the fetched commit's tree (or `directory` of it) into `tree`.
+    /// Writes commit `oid`'s tree (or `directory` of it) into `tree`.
     fn write_commit_tree(
         &self,
         fetched: &FetchedCommit,
-        commit: &str,
+        oid: Oid,
         directory: &str,
         tree: &Path,
         limits: super::Limits,
     ) -> Result<(), SourceError> {
         let repo = &fetched.repo;
-        let commit_obj = repo
-            .find_commit(fetched.oid)
-            .map_err(|_| SourceError::NotFound {
-                what: format!("commit {commit} in git repository {}", self.url),
-            })?;
+        let commit = oid.to_string();
+        let commit_obj = repo.find_commit(oid).map_err(|_| SourceError::NotFound {
+            what: format!("commit {commit} in git repository {}", self.url),
+        })?;
         let root = commit_obj.tree().map_err(|e| SourceError::Server {
             what: self.url.clone(),
             detail: e.message().to_string(),

@@ -24,7 +24,7 @@ use reqwest::StatusCode;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::budget::{Budget, Cancel, FILE_BUDGET, TOTAL_BUDGET};
+use super::budget::{Budget, Cancel};
 use super::http::{
     authorize, check_status, client, conditional, display_url, download_to, not_modified_unasked,
     send, validators_of,
@@ -32,6 +32,7 @@ use super::http::{
 use super::verify::{self, openpgp, VerifyMaterial};
 use super::{Fetcher, SourceError, SourceSecrets};
 use crate::api::{HelmRepositorySource, VerifiedSignature};
+use crate::bounded::Reader;
 
 /// How many of the newest versions a "no version matches" error lists.
 const VERSIONS_SHOWN: usize = 5;
@@ -429,8 +430,8 @@ async fn read_index(
     let (etag, last_modified) = validators_of(&response);
     let scratch = fetcher.cache().scratch_dir()?;
     let file = scratch.join("index.yaml");
-    let max = fetcher.options().limits.max_file_bytes;
-    let downloaded = download_to(response, &file, &what, max, FILE_BUDGET).await;
+    let limit = Reader::ChartIndex.limit(fetcher.options().limits.max_file_bytes);
+    let downloaded = download_to(response, &file, &what, limit).await;
     let parsed = match downloaded {
         Ok(_) => {
             let chart = spec.chart.clone();
@@ -527,14 +528,8 @@ async fn fetch_chart(
     let download = scratch.join("chart.tgz");
     let limits = fetcher.options().limits;
     let result = async {
-        let sha = download_to(
-            response,
-            &download,
-            &what,
-            limits.max_total_bytes,
-            TOTAL_BUDGET,
-        )
-        .await?;
+        let limit = Reader::ChartArchive.limit(limits.max_total_bytes);
+        let sha = download_to(response, &download, &what, limit).await?;
         for expected in [&listed, &pin].into_iter().flatten() {
             if *expected != sha {
                 return Err(mismatch(expected, &sha));
@@ -571,7 +566,7 @@ async fn fetch_chart(
 }
 
 /// The largest provenance file read (helm's are a few KiB).
-const MAX_PROVENANCE_BYTES: usize = 256 * 1024;
+const MAX_PROVENANCE_BYTES: u64 = 256 * 1024;
 
 /// A chart's provenance file, next to its archive (`<chart URL>.prov`).
 struct Provenance<'a> {
@@ -662,27 +657,12 @@ impl Provenance<'_> {
             credentials,
             "a helmRepository source",
         )?;
-        let mut response = send(&self.fetcher.options().egress, request, &what).await?;
+        let response = send(&self.fetcher.options().egress, request, &what).await?;
         check_status(&what, response.status(), &cred_origin)?;
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
+        let limit = Reader::ChartProvenance.limit(MAX_PROVENANCE_BYTES);
+        let body = crate::bounded::read_to_vec(response, limit)
             .await
-            .map_err(|e| SourceError::Unreachable {
-                what: what.clone(),
-                detail: super::http::describe(&e),
-            })?
-        {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_PROVENANCE_BYTES {
-                return Err(SourceError::limit(
-                    what,
-                    format!("more than {MAX_PROVENANCE_BYTES} bytes"),
-                    "the provenance file's size",
-                    format!("{MAX_PROVENANCE_BYTES} bytes"),
-                ));
-            }
-        }
+            .map_err(|e| super::read_refusal(&what, format!("the download {what}"), e))?;
         String::from_utf8(body).map_err(|_| SourceError::NotABundle {
             what,
             reason: "the provenance file is not text".into(),

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use sha2::Digest;
 use tokio::io::AsyncWriteExt;
 
-use super::budget::{Budget, Cancel, TOTAL_BUDGET};
+use super::budget::{Budget, Cancel};
 use super::unpack::{self, Compression};
 use super::{CredentialKind, Credentials, Fetcher, SourceError, SourceSecrets};
 use crate::api::HttpSource;
@@ -78,17 +78,7 @@ pub(crate) fn display_url(url: &url::Url) -> String {
 
 /// An error and its causes as one line (reqwest's own Display omits the causes).
 pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let part = s.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        cur = s.source();
-    }
-    text
+    crate::bounded::describe_error(e)
 }
 
 /// The reqwest client every HTTP(S) fetch uses: the agent's timeouts, egress policy and redirect
@@ -306,14 +296,8 @@ pub(crate) async fn fetch(
     // known (and matches the pin).
     let scratch = cache.scratch_dir()?;
     let download = scratch.join("download");
-    let result = download_to(
-        response,
-        &download,
-        &what,
-        opts.limits.max_total_bytes,
-        TOTAL_BUDGET,
-    )
-    .await;
+    let limit = crate::bounded::Reader::HttpSource.limit(opts.limits.max_total_bytes);
+    let result = download_to(response, &download, &what, limit).await;
     let sha = match result {
         Ok(sha) => sha,
         Err(e) => {
@@ -364,34 +348,21 @@ pub(crate) async fn fetch(
     Ok((format!("sha256:{sha}"), path))
 }
 
-/// Downloads `response` to `path`, hashing it; more than `max_bytes` is refused as over
-/// `budget`. Returns the hex SHA-256.
+/// Downloads `response` to `path` under `limit` (counting what arrives), hashing it. Returns
+/// the hex SHA-256.
 pub(crate) async fn download_to(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     path: &Path,
     what: &str,
-    max_bytes: u64,
-    budget: &str,
+    limit: crate::bounded::Limit,
 ) -> Result<String, SourceError> {
+    let refused = |e| super::read_refusal(what, format!("the download {what}"), e);
+    let mut body = crate::bounded::Body::new(response, limit).map_err(refused)?;
     let mut file = tokio::fs::File::create(path)
         .await
         .map_err(|e| SourceError::io("create download file", e))?;
     let mut hasher = sha2::Sha256::new();
-    let mut total = 0u64;
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| transport_error(what, e))?
-    {
-        total += chunk.len() as u64;
-        if total > max_bytes {
-            return Err(SourceError::limit(
-                format!("the download {what}"),
-                format!("more than {max_bytes} bytes ({total} received)"),
-                budget,
-                format!("{max_bytes} bytes"),
-            ));
-        }
+    while let Some(chunk) = body.chunk().await.map_err(refused)? {
         hasher.update(&chunk);
         file.write_all(&chunk)
             .await

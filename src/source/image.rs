@@ -11,23 +11,18 @@
 
 use std::path::PathBuf;
 
-use futures::StreamExt;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::manifest::{ImageIndexEntry, OciDescriptor, OciManifest};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
-use sha2::Digest;
-use tokio::io::AsyncWriteExt;
+use oci_client::manifest::{ImageIndexEntry, OciManifest};
+use oci_client::Reference;
 
 use pallet_formats::semver::{self, Range};
 
-use super::budget::{Cancel, TOTAL_BUDGET};
-use super::http::describe;
+use super::budget::Cancel;
 use super::oci_layers::{self, Downloaded, LayerDesc};
+use super::registry::{Auth, Registry, Repo};
 use super::verify::{cosign, VerifyMaterial};
 use super::{CredentialKind, Fetcher, SourceError, SourceSecrets};
 use crate::api::{HelmRepositorySource, ImageSource, VerifiedSignature};
+use crate::bounded::Reader;
 
 /// Chooses linux/amd64 from an index, or its only entry.
 fn choose_platform(entries: &[ImageIndexEntry]) -> Option<String> {
@@ -43,47 +38,24 @@ fn choose_platform(entries: &[ImageIndexEntry]) -> Option<String> {
     }
 }
 
-struct Ctx {
-    client: Client,
-    auth: RegistryAuth,
-    cred_origin: String,
-}
-
+/// The registry client of a source: its credentials and TLS settings.
 fn client_for(
     fetcher: &Fetcher,
     insecure_skip_tls_verify: bool,
     secrets: &SourceSecrets,
     registry: &str,
-) -> Result<Ctx, SourceError> {
+) -> Result<Registry, SourceError> {
     let opts = fetcher.options();
-    let mut config = ClientConfig {
-        protocol: if opts.plain_http_registries.is_empty() {
-            ClientProtocol::Https
-        } else {
-            ClientProtocol::HttpsExcept(opts.plain_http_registries.clone())
-        },
-        accept_invalid_certificates: insecure_skip_tls_verify,
-        connect_timeout: Some(opts.connect_timeout),
-        read_timeout: Some(opts.timeout),
-        ..Default::default()
-    };
-    config.platform_resolver = Some(Box::new(choose_platform));
-    if let Some(pem) = &secrets.ca_pem {
-        config.extra_root_certificates.push(Certificate {
-            encoding: CertificateEncoding::Pem,
-            data: pem.clone(),
-        });
-    }
     let (auth, cred_origin) = match &secrets.credentials {
-        None => (RegistryAuth::Anonymous, "no credentials".to_string()),
+        None => (Auth::Anonymous, "no credentials".to_string()),
         Some(c) => {
             let auth = match &c.kind {
                 CredentialKind::Basic { username, password } => {
-                    RegistryAuth::Basic(username.clone(), password.clone())
+                    Auth::Basic(username.clone(), password.clone())
                 }
-                CredentialKind::Token(t) => RegistryAuth::Bearer(t.clone()),
+                CredentialKind::Token(t) => Auth::Bearer(t.clone()),
                 CredentialKind::DockerConfig(cfg) => match cfg.for_registry(registry) {
-                    Some((u, p)) => RegistryAuth::Basic(u.to_string(), p.to_string()),
+                    Some((u, p)) => Auth::Basic(u.to_string(), p.to_string()),
                     None => {
                         return Err(SourceError::InvalidCredentials {
                             origin: c.origin.clone(),
@@ -102,15 +74,16 @@ fn client_for(
             (auth, c.origin.clone())
         }
     };
-    let client = fetcher
-        .registry_clients()
-        .get((insecure_skip_tls_verify, &secrets.ca_pem, &auth), || {
-            Client::new(config)
-        });
-    Ok(Ctx {
-        client,
-        auth,
-        cred_origin,
+    let key = (insecure_skip_tls_verify, &secrets.ca_pem, &auth);
+    fetcher.registry_clients().get(key, || {
+        // Blobs are served from storage hosts the registry redirects to.
+        let http = super::http::client(
+            opts,
+            secrets.ca_pem.as_deref(),
+            insecure_skip_tls_verify,
+            true,
+        )?;
+        Ok(Registry::new(http, opts, auth.clone(), cred_origin))
     })
 }
 
@@ -121,7 +94,7 @@ fn client_for(
 /// credentials is never offered on behalf of another.
 #[derive(Clone, Default)]
 pub(crate) struct RegistryClients {
-    clients: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, Client>>>,
+    clients: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, Registry>>>,
 }
 
 /// More distinct clients than this (rotated credentials, many CAs): start over.
@@ -130,158 +103,48 @@ const REGISTRY_CLIENTS_KEPT: usize = 64;
 impl RegistryClients {
     fn get(
         &self,
-        (insecure, ca_pem, auth): (bool, &Option<Vec<u8>>, &RegistryAuth),
-        make: impl FnOnce() -> Client,
-    ) -> Client {
-        use std::hash::{BuildHasher, Hash, Hasher};
+        (insecure, ca_pem, auth): (bool, &Option<Vec<u8>>, &Auth),
+        make: impl FnOnce() -> Result<Registry, SourceError>,
+    ) -> Result<Registry, SourceError> {
+        use std::hash::BuildHasher;
         // The process's random SipHash keys: a collision cannot be aimed at.
         static KEYS: std::sync::OnceLock<std::collections::hash_map::RandomState> =
             std::sync::OnceLock::new();
-        let mut hasher = KEYS.get_or_init(Default::default).build_hasher();
-        insecure.hash(&mut hasher);
-        ca_pem.hash(&mut hasher);
-        match auth {
-            RegistryAuth::Anonymous => 0u8.hash(&mut hasher),
-            RegistryAuth::Basic(user, password) => (1u8, user, password).hash(&mut hasher),
-            RegistryAuth::Bearer(token) => (2u8, token).hash(&mut hasher),
-        }
-        let key = hasher.finish();
+        let key = KEYS
+            .get_or_init(Default::default)
+            .hash_one((insecure, ca_pem, auth));
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = clients.get(&key) {
-            return client.clone();
+            return Ok(client.clone());
         }
         if clients.len() >= REGISTRY_CLIENTS_KEPT {
             clients.clear();
         }
-        clients.entry(key).or_insert_with(make).clone()
+        let client = make()?;
+        clients.insert(key, client.clone());
+        Ok(client)
     }
 }
 
-fn map_oci(what: &str, cred_origin: &str, e: OciDistributionError) -> SourceError {
-    let unauthorized = |detail: String| SourceError::Unauthorized {
-        what: what.to_string(),
-        credentials: cred_origin.to_string(),
-        detail,
-    };
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => SourceError::NotFound {
-            what: what.to_string(),
-        },
-        OciDistributionError::UnauthorizedError { .. } => unauthorized("unauthorized".into()),
-        OciDistributionError::AuthenticationFailure(m) => unauthorized(m),
-        OciDistributionError::RegistryError { envelope, .. } => {
-            let codes: Vec<_> = envelope.errors.iter().map(|e| &e.code).collect();
-            let detail = envelope
-                .errors
-                .iter()
-                .map(|e| e.message.clone())
-                .collect::<Vec<_>>()
-                .join("; ");
-            if codes.iter().any(|c| {
-                matches!(
-                    c,
-                    OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::NotFound
-                        | OciErrorCode::BlobUnknown
-                )
-            }) {
-                SourceError::NotFound {
-                    what: what.to_string(),
-                }
-            } else if codes
-                .iter()
-                .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
-            {
-                unauthorized(detail)
-            } else {
-                SourceError::Server {
-                    what: what.to_string(),
-                    detail,
-                }
-            }
-        }
-        OciDistributionError::ServerError { code, message, .. } => match code {
-            404 => SourceError::NotFound {
-                what: what.to_string(),
-            },
-            401 | 403 => unauthorized(message),
-            _ => SourceError::Server {
-                what: what.to_string(),
-                detail: format!("{code}: {message}"),
-            },
-        },
-        OciDistributionError::RequestError(e) => SourceError::Unreachable {
-            what: what.to_string(),
-            detail: describe(&e.without_url()),
-        },
-        OciDistributionError::DigestError(e) => SourceError::DigestMismatch {
-            what: what.to_string(),
-            expected: "the digest it was referenced by".into(),
-            actual: e.to_string(),
-        },
-        OciDistributionError::ImageIndexParsingNoPlatformResolverError => SourceError::NotABundle {
-            what: what.to_string(),
-            reason: "the image index has no linux/amd64 entry and more than one entry".into(),
-        },
-        other => SourceError::Server {
-            what: what.to_string(),
-            detail: describe(&other),
-        },
+/// The repository a reference names.
+fn repo_of(reference: &Reference) -> Repo<'_> {
+    Repo {
+        registry: reference.resolve_registry(),
+        name: reference.repository(),
     }
 }
 
 /// Resolves a reference to its digest: free for a digest reference, one HEAD for a tag.
-async fn resolve(ctx: &Ctx, reference: &Reference, what: &str) -> Result<String, SourceError> {
+async fn resolve(
+    registry: &Registry,
+    reference: &Reference,
+    what: &str,
+) -> Result<String, SourceError> {
     if let Some(d) = reference.digest() {
         return Ok(d.to_string());
     }
-    ctx.client
-        .fetch_manifest_digest(reference, &ctx.auth)
-        .await
-        .map_err(|e| map_oci(what, &ctx.cred_origin, e))
-}
-
-/// Tags asked for per page of the tag list; a registry may return fewer (its own cap).
-const TAGS_PAGE: usize = 1000;
-/// Registries cap pages at their own size (100 is common) and oci-client does not expose the
-/// `Link` header that says more follow: a page this long or longer may not be the last, so the
-/// next is asked for; a shorter one is the end.
-const SMALLEST_PAGE_CAP: usize = 100;
-/// Pages of the tag list read at most (a registry that keeps answering is cut off there).
-const MAX_TAG_PAGES: usize = 100;
-
-/// Every tag of the repository, following the `n`/`last` pagination of the distribution API.
-async fn list_all_tags(
-    ctx: &Ctx,
-    reference: &Reference,
-    what: &str,
-) -> Result<Vec<String>, SourceError> {
-    let mut tags: Vec<String> = Vec::new();
-    let mut last: Option<String> = None;
-    for _ in 0..MAX_TAG_PAGES {
-        let page = ctx
-            .client
-            .list_tags(reference, &ctx.auth, Some(TAGS_PAGE), last.as_deref())
-            .await
-            .map_err(|e| map_oci(what, &ctx.cred_origin, e))?;
-        let next = page.tags.last().cloned();
-        let done = is_last_page(page.tags.len(), next.as_deref(), last.as_deref());
-        tags.extend(page.tags);
-        if done {
-            break;
-        }
-        last = next;
-    }
-    tags.sort();
-    tags.dedup();
-    Ok(tags)
-}
-
-/// Whether a page of `len` tags ending at `next`, asked for after `last`, ends the list: a page
-/// below any registry's cap is the last, and a registry that ignores `last` repeats itself.
-fn is_last_page(len: usize, next: Option<&str>, last: Option<&str>) -> bool {
-    len < SMALLEST_PAGE_CAP || next.is_none() || next == last
+    let tag = reference.tag().unwrap_or("latest");
+    registry.resolve(repo_of(reference), tag, what).await
 }
 
 /// A tag as the version it stands for: OCI tags cannot hold `+`, so `helm push` writes build
@@ -459,20 +322,6 @@ pub(crate) async fn fetch_helm_oci(
     })
 }
 
-/// Refuses a registry whose host resolves to an address the egress policy refuses. The OCI
-/// client resolves names itself, so the check is made here, just before it connects.
-async fn check_registry(fetcher: &Fetcher, registry: &str) -> Result<(), SourceError> {
-    let url = url::Url::parse(&format!("https://{registry}/"))
-        .map_err(|e| SourceError::Invalid(format!("registry {registry:?}: {e}")))?;
-    let host = url.host_str().unwrap_or_default();
-    fetcher
-        .options()
-        .egress
-        .check_host(host, url.port().unwrap_or(443))
-        .await
-        .map_err(|refused| SourceError::Refused(format!("registry {registry}: {refused}")))
-}
-
 /// What a pull from a registry is for and with.
 struct Pull<'a> {
     fetcher: &'a Fetcher,
@@ -499,7 +348,7 @@ async fn fetch_from_registry(
         expect_chart,
         cancel,
     } = *pull;
-    let registry = reference.resolve_registry().to_string();
+    let registry_host = reference.resolve_registry().to_string();
     let repo = reference.repository().to_string();
     // A chart repository refuses what an image source takes, so their cache entries differ.
     let prefix = if expect_chart { "ocichart" } else { "image" };
@@ -508,7 +357,7 @@ async fn fetch_from_registry(
     // Pinned and cached (and verified before, when it must be): no client, no request.
     if let Selector::Exact(r) = &selector {
         if let Some(d) = r.digest() {
-            let resolved = format!("{registry}/{repo}@{d}");
+            let resolved = format!("{registry_host}/{repo}@{d}");
             let verified = match &secrets.verify {
                 None => Some(None),
                 Some(material) => fetcher.verified().get(material, &resolved).map(Some),
@@ -524,12 +373,11 @@ async fn fetch_from_registry(
             }
         }
     }
-    check_registry(fetcher, &registry).await?;
-    let ctx = client_for(fetcher, insecure_skip_tls_verify, secrets, &registry)?;
+    let registry = client_for(fetcher, insecure_skip_tls_verify, secrets, &registry_host)?;
     let (exact, tag) = match selector {
         Selector::Exact(r) => (r, None),
         Selector::Range(range) => {
-            let tags = list_all_tags(&ctx, reference, what).await?;
+            let tags = registry.tags(repo_of(reference), what).await?;
             let Some(tag) = newest_tag(&range, &tags) else {
                 return Err(SourceError::NoMatchingVersion {
                     what: what.to_string(),
@@ -538,12 +386,12 @@ async fn fetch_from_registry(
                 });
             };
             let tag = tag.to_string();
-            let r = Reference::with_tag(registry.clone(), repo.clone(), tag.clone());
+            let r = Reference::with_tag(registry_host.clone(), repo.clone(), tag.clone());
             (r, Some(tag))
         }
     };
-    let digest = resolve(&ctx, &exact, what).await?;
-    let resolved = format!("{registry}/{repo}@{digest}");
+    let digest = resolve(&registry, &exact, what).await?;
+    let resolved = format!("{registry_host}/{repo}@{digest}");
     // Verified before a byte of it is downloaded; nothing unverified reaches the cache.
     let verified = match &secrets.verify {
         None => None,
@@ -553,9 +401,11 @@ async fn fetch_from_registry(
                 None => what.to_string(),
             };
             let signed = Signed {
-                ctx: &ctx,
                 registry: &registry,
-                repo: &repo,
+                repo: Repo {
+                    registry: &registry_host,
+                    name: &repo,
+                },
                 digest: &digest,
                 resolved: &resolved,
                 what: &what,
@@ -565,7 +415,6 @@ async fn fetch_from_registry(
     };
     let key = pinned_key(&digest);
     let limits = fetcher.options().limits;
-    let by_digest = Reference::with_digest(registry.clone(), repo.clone(), digest.clone());
     let cache = fetcher.cache().clone();
     let scratch_cache = cache.clone();
     let what_owned = what.to_string();
@@ -579,7 +428,11 @@ async fn fetch_from_registry(
                 expect_chart,
                 cancel,
             };
-            pull_into(&ctx, &by_digest, &what_owned, target).await
+            let repo = Repo {
+                registry: &registry_host,
+                name: &repo,
+            };
+            pull_into(&registry, repo, &digest, &what_owned, target).await
         })
         .await?;
     Ok(Pulled {
@@ -592,9 +445,8 @@ async fn fetch_from_registry(
 
 /// An artifact whose signatures are to be checked.
 struct Signed<'a> {
-    ctx: &'a Ctx,
-    registry: &'a str,
-    repo: &'a str,
+    registry: &'a Registry,
+    repo: Repo<'a>,
     digest: &'a str,
     /// `registry/repo@digest`, the memo's key.
     resolved: &'a str,
@@ -611,15 +463,11 @@ async fn verify_signed(
         return Ok(known);
     }
     let policy = cosign::CosignPolicy::from_material(material)?;
-    let map_error = |e| map_oci(signed.what, &signed.ctx.cred_origin, e);
     let target = cosign::Target {
-        client: &signed.ctx.client,
-        auth: &signed.ctx.auth,
         registry: signed.registry,
-        repository: signed.repo,
+        repo: signed.repo,
         digest: signed.digest,
         what: signed.what,
-        map_error: &map_error,
     };
     let started = std::time::Instant::now();
     let signer = cosign::verify(&target, &policy).await?;
@@ -640,8 +488,9 @@ struct PullTarget<'a> {
 }
 
 async fn pull_into(
-    ctx: &Ctx,
-    reference: &Reference,
+    registry: &Registry,
+    repo: Repo<'_>,
+    digest: &str,
     what: &str,
     target: PullTarget<'_>,
 ) -> Result<(), SourceError> {
@@ -652,35 +501,27 @@ async fn pull_into(
         expect_chart,
         cancel,
     } = target;
-    let err = |e| map_oci(what, &ctx.cred_origin, e);
-    // pull_image_manifest follows an index through the platform resolver and checks the
-    // manifest against the digest it was fetched by.
-    let (manifest, _digest) = match ctx.client.pull_manifest(reference, &ctx.auth).await {
-        Ok((OciManifest::Image(m), d)) => (m, d),
-        Ok((OciManifest::ImageIndex(index), _)) => {
+    // The manifest is checked against the digest it is fetched by; an index is followed to
+    // its linux/amd64 entry (or its only one).
+    let manifest = match registry.manifest(repo, digest, what).await? {
+        OciManifest::Image(m) => m,
+        OciManifest::ImageIndex(index) => {
             let chosen =
                 choose_platform(&index.manifests).ok_or_else(|| SourceError::NotABundle {
                     what: what.to_string(),
                     reason: "the image index has no linux/amd64 entry and more than one entry"
                         .into(),
                 })?;
-            let platform_ref = Reference::with_digest(
-                reference.resolve_registry().to_string(),
-                reference.repository().to_string(),
-                chosen,
-            );
-            match ctx.client.pull_manifest(&platform_ref, &ctx.auth).await {
-                Ok((OciManifest::Image(m), d)) => (m, d),
-                Ok((OciManifest::ImageIndex(_), _)) => {
+            match registry.manifest(repo, &chosen, what).await? {
+                OciManifest::Image(m) => m,
+                OciManifest::ImageIndex(_) => {
                     return Err(SourceError::NotABundle {
                         what: what.to_string(),
                         reason: "an image index nested in an image index".into(),
                     })
                 }
-                Err(e) => return Err(err(e)),
             }
         }
-        Err(e) => return Err(err(e)),
     };
     let layers: Vec<LayerDesc> = manifest
         .layers
@@ -706,16 +547,10 @@ async fn pull_into(
         let mut downloaded = Vec::new();
         for (i, usage) in plan {
             let file = scratch.join(format!("layer-{i}"));
-            let descriptor = &manifest.layers[i];
-            download_blob(
-                ctx,
-                reference,
-                what,
-                descriptor,
-                &file,
-                limits.max_total_bytes,
-            )
-            .await?;
+            let limit = Reader::RegistryLayer.limit(limits.max_total_bytes);
+            registry
+                .blob_to_file(repo, &layers[i].digest, &file, limit, what)
+                .await?;
             downloaded.push(Downloaded {
                 file,
                 usage,
@@ -734,63 +569,6 @@ async fn pull_into(
     .await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
-}
-async fn download_blob(
-    ctx: &Ctx,
-    reference: &Reference,
-    what: &str,
-    layer: &OciDescriptor,
-    file: &std::path::Path,
-    max_bytes: u64,
-) -> Result<(), SourceError> {
-    let (algorithm, expected) = layer.digest.split_once(':').unwrap_or(("", ""));
-    if algorithm != "sha256" {
-        return Err(SourceError::NotABundle {
-            what: what.to_string(),
-            reason: format!("layer digest {} is not sha256", layer.digest),
-        });
-    }
-    let mut stream = ctx
-        .client
-        .pull_blob_stream(reference, layer)
-        .await
-        .map_err(|e| map_oci(what, &ctx.cred_origin, e))?;
-    let mut out = tokio::fs::File::create(file)
-        .await
-        .map_err(|e| SourceError::io("create layer file", e))?;
-    let mut hasher = sha2::Sha256::new();
-    let mut total = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| SourceError::Unreachable {
-            what: what.to_string(),
-            detail: describe(&e),
-        })?;
-        total += chunk.len() as u64;
-        if total > max_bytes {
-            return Err(SourceError::limit(
-                format!("layer {}", layer.digest),
-                format!("more than {max_bytes} bytes ({total} received)"),
-                TOTAL_BUDGET,
-                format!("{max_bytes} bytes"),
-            ));
-        }
-        hasher.update(&chunk);
-        out.write_all(&chunk)
-            .await
-            .map_err(|e| SourceError::io("write layer file", e))?;
-    }
-    out.flush()
-        .await
-        .map_err(|e| SourceError::io("write layer file", e))?;
-    let actual = super::hex(&hasher.finalize());
-    if actual != expected {
-        return Err(SourceError::DigestMismatch {
-            what: format!("layer of {what}"),
-            expected: layer.digest.clone(),
-            actual: format!("sha256:{actual}"),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -812,16 +590,6 @@ mod tests {
         assert_eq!(newest_tag(&only_pre, &seen), Some("0.3.0-rc.1"));
         assert_eq!(newest_tag(&Range::parse(">=2").unwrap(), &seen), None);
         assert_eq!(version_to_tag("1.2.3+b"), "1.2.3_b");
-    }
-
-    #[test]
-    fn tag_pages_end_short_empty_or_repeated() {
-        assert!(is_last_page(6, Some("b"), Some("a")));
-        assert!(!is_last_page(1000, Some("b"), Some("a")));
-        // A registry capping pages at 100 is asked again.
-        assert!(!is_last_page(100, Some("b"), None));
-        assert!(is_last_page(0, None, Some("a")));
-        assert!(is_last_page(1000, Some("a"), Some("a")));
     }
 
     #[test]

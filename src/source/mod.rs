@@ -14,11 +14,13 @@ pub mod cache;
 pub mod chart;
 pub mod credentials;
 pub mod git;
+mod git_relay;
 pub mod helm_repo;
 pub mod http;
 pub mod image;
 pub mod oci_layers;
 pub mod oci_reference;
+pub mod registry;
 pub mod unpack;
 pub mod verify;
 
@@ -314,7 +316,15 @@ pub struct FetchOptions {
     pub plain_http_registries: Vec<String>,
     /// Which loopback, link-local and local-repository locations sources may name.
     pub egress: crate::egress::EgressPolicy,
+    /// What a registry may send besides blobs.
+    pub registry: registry::RegistryLimits,
+    /// Bytes of one git ref advertisement (ls-remote, and the start of each fetch).
+    pub git_max_advertisement_bytes: u64,
 }
+
+/// The default of [`FetchOptions::git_max_advertisement_bytes`]: 32 MiB, a repository of a
+/// few hundred thousand refs (GitHub advertises every pull request's two refs).
+pub const DEFAULT_GIT_MAX_ADVERTISEMENT_BYTES: u64 = 32 << 20;
 
 impl Default for FetchOptions {
     fn default() -> Self {
@@ -325,6 +335,8 @@ impl Default for FetchOptions {
             max_redirects: 5,
             plain_http_registries: Vec::new(),
             egress: crate::egress::EgressPolicy::default(),
+            registry: registry::RegistryLimits::DEFAULT,
+            git_max_advertisement_bytes: DEFAULT_GIT_MAX_ADVERTISEMENT_BYTES,
         }
     }
 }
@@ -364,6 +376,17 @@ impl Fetched {
     /// How the source is named in messages: kind and ref as written.
     pub fn label(&self) -> String {
         format!("{} {}", kind_name(self.kind), self.reference)
+    }
+
+    /// The source as a revision records it.
+    pub fn resolved_source(&self) -> crate::api::ResolvedSource {
+        crate::api::ResolvedSource {
+            kind: self.kind,
+            reference: self.reference.clone(),
+            resolved: self.resolved.clone(),
+            version: self.version.clone(),
+            verified: self.verified.clone(),
+        }
     }
 }
 
@@ -684,6 +707,28 @@ impl Assembly<'_> {
             self.copies.insert(key, dst.to_path_buf());
         }
         Ok(())
+    }
+}
+
+/// A bounded read's failure as a source error: over its limit, a refusal of `subject` (what
+/// was read, e.g. "the manifest of image x") naming the budget; a broken connection, `what`
+/// unreachable.
+pub(crate) fn read_refusal(
+    what: &str,
+    subject: String,
+    error: crate::bounded::ReadError,
+) -> SourceError {
+    match error {
+        crate::bounded::ReadError::TooLarge { limit, .. } => SourceError::limit(
+            subject,
+            error.value(),
+            limit.reader.budget(),
+            format!("{} bytes", limit.max_bytes),
+        ),
+        crate::bounded::ReadError::Transport(detail) => SourceError::Unreachable {
+            what: what.to_string(),
+            detail,
+        },
     }
 }
 

@@ -4,7 +4,11 @@
 //! with [`TEST_LABEL`], so tests run in parallel without agents fighting over each other's
 //! objects. Used with `#[path = "support/agent.rs"] mod agent;` next to `mod cluster;`.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code)]
+// each test binary uses a different part of this module
+// Test clients of the local fixture servers and the agent's own endpoints: whole answers are
+// read there, not in the agent (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -491,4 +495,51 @@ pub async fn apply_bd_labelled(client: &Client, name: &str, label: &str, spec: s
         )
         .await
         .unwrap();
+}
+
+/// Merge-patches the BundleDeployment `name`.
+pub async fn patch_bd(client: &Client, name: &str, patch: serde_json::Value) {
+    Api::<BundleDeployment>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
+}
+
+/// True when `status` describes generation `generation` and is Ready.
+pub fn is_ready(status: &pallet::api::BundleDeploymentStatus, generation: i64) -> bool {
+    status.observed_generation == Some(generation)
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Waits until `done` holds for `name`'s status and generation; returns the status.
+pub async fn wait_status(
+    client: &Client,
+    agent: &Agent,
+    name: &str,
+    what: &str,
+    done: impl Fn(&pallet::api::BundleDeploymentStatus, i64) -> bool,
+) -> pallet::api::BundleDeploymentStatus {
+    let api: Api<BundleDeployment> = Api::all(client.clone());
+    cluster::poll_until(what, Duration::from_secs(90), || {
+        let api = api.clone();
+        let done = &done;
+        async move {
+            let bd = api.get(name).await.map_err(|e| e.to_string())?;
+            let generation = bd.metadata.generation.unwrap_or_default();
+            let status = bd.status.unwrap_or_default();
+            if done(&status, generation) {
+                Ok(status)
+            } else {
+                Err(format!("{status:?}\nagent log:\n{}", agent.log_tail()))
+            }
+        }
+    })
+    .await
 }

@@ -244,3 +244,18 @@ pub fn remove_bundle_deployments(names: &[String]) {
         ]);
     }
 }
+
+/// A namespace where the fake kubelet runs Pods (crash-looping when the image tag ends in
+/// `broken`).
+pub async fn kubelet_namespace(client: &Client, name: &str) {
+    let namespace = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"pallet.dev/fake-kubelet": "on"}}});
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::apply(TEST_FIELD_MANAGER),
+            &kube::api::Patch::Apply(&namespace),
+        )
+        .await
+        .unwrap();
+}

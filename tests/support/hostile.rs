@@ -174,6 +174,8 @@ impl Hostile {
     pub async fn start(test: &str, extra_args: &[&str]) -> Hostile {
         let client = cluster::client().await;
         cluster::install_crd(&client).await;
+        // The agent holds its Lease in the agent's namespace: made when missing.
+        cluster::ensure_agent_namespace(&client).await;
         let label = cluster::unique_name(test);
         let lease_name = format!("{label}-lease");
         let mut args = vec![
@@ -184,7 +186,14 @@ impl Hostile {
             "pallet-system",
         ];
         args.extend_from_slice(extra_args);
-        let agent = Agent::start_with(&label, &args);
+        // PALLET_TEST_AGENT_BIN runs another build of the agent (figures of an earlier one).
+        let bin = std::env::var("PALLET_TEST_AGENT_BIN").ok();
+        let env: Vec<(&str, &str)> = bin
+            .as_deref()
+            .map(|bin| ("PALLET_TEST_AGENT_BIN", bin))
+            .into_iter()
+            .collect();
+        let agent = Agent::start_with_env(&label, &args, &env);
         let fixtures = support::Fixtures::load();
         let neighbour = format!("{label}-neighbour");
         let neighbour_repo = fixtures.git_repo(&neighbour);
@@ -241,6 +250,23 @@ impl Hostile {
     /// Runs `case` and asserts every property the agent must keep; prints and returns the
     /// case's figures.
     pub async fn run(&mut self, case: Case) -> Figures {
+        self.run_watching(case, "Ready").await
+    }
+
+    /// [`Hostile::run`], the refusal expected on condition `condition` (a transient one, such
+    /// as a function not answering, leaves Ready to the healthy active revision).
+    pub async fn run_watching(&mut self, case: Case, condition: &str) -> Figures {
+        self.run_case(case, condition, false).await
+    }
+
+    /// [`Hostile::run_watching`] for a refusal that is tried again by design (a function that
+    /// did not answer within its timeout is `FunctionUnavailable`, retried with backoff): the
+    /// case may render again while its inputs are unchanged.
+    pub async fn run_retried(&mut self, case: Case, condition: &str) -> Figures {
+        self.run_case(case, condition, true).await
+    }
+
+    async fn run_case(&mut self, case: Case, condition: &str, retried: bool) -> Figures {
         let name = format!("{}-{}", self.label, case.name);
         agent::apply_bd_labelled(&self.client, &name, &self.label, case.spec.clone()).await;
         let bd = agent::wait_condition(
@@ -263,7 +289,7 @@ impl Hostile {
         (case.make_hostile)();
         // The neighbour changes while the hostile content is being fetched and rendered.
         let neighbour_latency = self.change_neighbour().await;
-        let bd = self.wait_refused(&name, &case.expected).await;
+        let bd = self.wait_refused(&name, condition, &case.expected).await;
         let refused_after = hostile_at.elapsed();
         self.agent.assert_no_internal_paths(&bd);
         let peak_rss_bytes = sampler.stop();
@@ -278,23 +304,15 @@ impl Hostile {
             cms.get_opt(&format!("{name}-ok")).await.unwrap().is_some(),
             "{name}: the active revision's object stays applied"
         );
-        assert!(
-            process_running(pid),
-            "{name}: the agent process {pid} ended; log:\n{}",
-            self.agent.log_tail()
-        );
-        assert_eq!(self.agent.pid(), pid, "{name}: the agent never restarts");
-        let limit = memory_limit_bytes();
-        assert!(
-            peak_rss_bytes < limit,
-            "{name}: peak RSS {peak_rss_bytes} bytes, over the Deployment's limit of {limit}"
-        );
+        self.assert_agent_kept(&name, pid, peak_rss_bytes).await;
         let (_, still_now) = self.neighbour_objects().await;
         assert_eq!(
             still_now, still,
             "{name}: the neighbour's other object is untouched"
         );
-        self.assert_no_render_loop(&name).await;
+        if !retried {
+            self.assert_no_render_loop(&name).await;
+        }
         self.assert_lease_kept(&name, &holder, &renewed).await;
         let figures = Figures {
             peak_rss_bytes,
@@ -308,10 +326,66 @@ impl Hostile {
             case.name,
             refused_after.as_secs_f64(),
             peak_rss_bytes as f64 / f64::from(1 << 20),
-            limit >> 20,
+            memory_limit_bytes() >> 20,
             neighbour_latency.as_secs_f64(),
         );
         figures
+    }
+
+    /// The agent process `pid` still runs, never restarted, and its peak RSS stayed under the
+    /// Deployment's memory limit.
+    async fn assert_agent_kept(&self, name: &str, pid: u32, peak_rss_bytes: u64) {
+        assert!(
+            process_running(pid),
+            "{name}: the agent process {pid} ended; log:\n{}",
+            self.agent.log_tail()
+        );
+        assert_eq!(self.agent.pid(), pid, "{name}: the agent never restarts");
+        let limit = memory_limit_bytes();
+        assert!(
+            peak_rss_bytes < limit,
+            "{name}: peak RSS {peak_rss_bytes} bytes, over the Deployment's limit of {limit}"
+        );
+    }
+
+    /// Runs `action` (a flood, a burst of requests: anything but a BundleDeployment) while the
+    /// neighbour changes, the change announced by `announce` (given the neighbour's repository
+    /// URL once the change is committed); asserts what [`Hostile::run`] asserts of the agent,
+    /// prints and returns the figures and what `action` returned.
+    pub async fn watch<T, A, N>(
+        &mut self,
+        name: &str,
+        action: A,
+        announce: impl FnOnce(String) -> N,
+    ) -> (T, Figures)
+    where
+        A: std::future::Future<Output = T>,
+        N: std::future::Future<Output = ()>,
+    {
+        let pid = self.agent.pid();
+        let (holder, renewed) = self.lease().await;
+        let sampler = RssSampler::start(pid);
+        let started = Instant::now();
+        let (result, neighbour_latency) =
+            tokio::join!(action, self.change_neighbour_then(announce));
+        let refused_after = started.elapsed();
+        let peak_rss_bytes = sampler.stop();
+        self.assert_agent_kept(name, pid, peak_rss_bytes).await;
+        self.assert_lease_kept(name, &holder, &renewed).await;
+        println!(
+            "hostile case {name}: took {:.1}s; peak RSS of the agent and its render children \
+             {:.1} MiB (limit {} MiB); neighbour change applied in {:.2}s; lease held by {holder}",
+            refused_after.as_secs_f64(),
+            peak_rss_bytes as f64 / f64::from(1 << 20),
+            memory_limit_bytes() >> 20,
+            neighbour_latency.as_secs_f64(),
+        );
+        let figures = Figures {
+            peak_rss_bytes,
+            neighbour_latency,
+            refused_after,
+        };
+        (result, figures)
     }
 
     /// The Lease is still `holder`'s, renewed since `renewed` (renewals come every third of
@@ -335,10 +409,24 @@ impl Hostile {
 
     /// Commits a new version of the neighbour and waits until it is applied; how long it took.
     async fn change_neighbour(&mut self) -> Duration {
+        self.change_neighbour_then(|_| async {}).await
+    }
+
+    /// Commits a new version of the neighbour, runs `announce` with its repository's URL, and
+    /// waits until the new version is applied; how long it took.
+    async fn change_neighbour_then<N: std::future::Future<Output = ()>>(
+        &mut self,
+        announce: impl FnOnce(String) -> N,
+    ) -> Duration {
         self.neighbour_version += 1;
         let version = self.neighbour_version;
         let start = Instant::now();
         commit(&self.neighbour_repo, &neighbour_files(version), "next");
+        announce(
+            self.neighbour_repo
+                .url(support::Fixtures::load().git_plain()),
+        )
+        .await;
         let cms: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.namespace);
         agent::wait_value(&cms, "watched", &version.to_string()).await;
         let latency = start.elapsed();
@@ -349,11 +437,16 @@ impl Hostile {
         latency
     }
 
-    /// Waits until `name` is Ready=False with the expected reason and message.
-    async fn wait_refused(&self, name: &str, expected: &Expected) -> BundleDeployment {
+    /// Waits until `name`'s `condition` is False with the expected reason and message.
+    async fn wait_refused(
+        &self,
+        name: &str,
+        condition: &str,
+        expected: &Expected,
+    ) -> BundleDeployment {
         let api: Api<BundleDeployment> = Api::all(self.client.clone());
         cluster::poll_until(
-            &format!("{name}: Ready=False {}", expected.reason),
+            &format!("{name}: {condition}=False {}", expected.reason),
             Duration::from_secs(120),
             || {
                 let api = api.clone();
@@ -365,7 +458,7 @@ impl Hostile {
                         .as_ref()
                         .map(|s| s.conditions.clone())
                         .unwrap_or_default();
-                    match find(&conditions, "Ready") {
+                    match find(&conditions, condition) {
                         Some(c)
                             if c.status == "False"
                                 && c.reason == expected.reason
@@ -376,7 +469,7 @@ impl Hostile {
                         {
                             Ok(bd)
                         }
-                        other => Err(format!("Ready: {other:?}")),
+                        other => Err(format!("{condition}: {other:?}")),
                     }
                 }
             },
@@ -457,10 +550,11 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Samples [`rss_with_children`] every 20 ms on a thread until stopped; the peak.
+/// Samples [`rss_with_children`] every 20 ms on a thread until stopped; the peak. Dropped
+/// without being stopped (a case that failed), it prints the peak it saw.
 pub struct RssSampler {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
+    thread: Option<std::thread::JoinHandle<u64>>,
 }
 
 impl RssSampler {
@@ -476,12 +570,33 @@ impl RssSampler {
             }
             peak.max(rss_with_children(pid))
         });
-        RssSampler { stop, thread }
+        RssSampler {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// Stops sampling; the peak seen.
-    pub fn stop(self) -> u64 {
+    pub fn stop(mut self) -> u64 {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
+        self.thread
+            .take()
+            .map_or(0, |thread| thread.join().unwrap_or(0))
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let peak = self.finish();
+            eprintln!(
+                "peak RSS of the agent and its render children until the case failed: {:.1} MiB",
+                peak as f64 / f64::from(1 << 20)
+            );
+        }
     }
 }

@@ -137,6 +137,18 @@ pub async fn delete_cluster_grant(client: &Client, name: &str) {
 /// A kubeconfig authenticating with a token of ServiceAccount `namespace/name` (an hour), with
 /// the admin kubeconfig's server and CA; written under `dir`.
 pub async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir: &Path) -> PathBuf {
+    token_kubeconfig_with_token(client, namespace, name, dir)
+        .await
+        .0
+}
+
+/// [`token_kubeconfig`], and the token it holds.
+pub async fn token_kubeconfig_with_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    dir: &Path,
+) -> (PathBuf, String) {
     let request: TokenRequest =
         serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))
             .unwrap();
@@ -171,7 +183,7 @@ pub async fn token_kubeconfig(client: &Client, namespace: &str, name: &str, dir:
         ),
     )
     .unwrap();
-    path
+    (path, token)
 }
 
 /// The API server's refusal of a write: its message (panics when it was accepted).

@@ -8,7 +8,11 @@
 //!
 //! Use from an integration test with `mod support;`.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code)]
+// each test binary uses a different part of this module
+// Test clients of the local fixture servers and the agent's own endpoints: whole answers are
+// read there, not in the agent (see clippy.toml).
+#![allow(clippy::disallowed_methods)]
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -878,4 +882,24 @@ impl RunExt for Command {
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
+}
+
+/// The processes whose command line contains `marker` (zombies aside).
+pub fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let state = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = state.rsplit(')').next()?.trim_start().starts_with('Z');
+            (cmdline.contains(marker) && !zombie).then_some(cmdline)
+        })
+        .collect()
 }

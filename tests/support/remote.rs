@@ -10,7 +10,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use kube::Client;
 
@@ -71,7 +70,9 @@ pub async fn client(name: &str) -> Client {
     }
     let client = client_from(&path).await;
     if let Err(e) = client.apiserver_version().await {
-        panic!("target cluster {name} does not answer ({e}): start it with `tools/clusters.sh start`");
+        panic!(
+            "target cluster {name} does not answer ({e}): start it with `tools/clusters.sh start`"
+        );
     }
     client
 }

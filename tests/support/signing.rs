@@ -28,6 +28,22 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs git with `args` in work tree `dir` as the tests' committer, with gpg's home at
+/// `gnupg` (for signed tags); returns its stdout, trimmed.
+pub fn git_in(dir: &Path, gnupg: &Path, args: &[&str]) -> String {
+    let mut cmd = crate::support::git(None, &[]);
+    cmd.current_dir(dir)
+        .env("GNUPGHOME", gnupg)
+        .args([
+            "-c",
+            "user.name=pallet tests",
+            "-c",
+            "user.email=tests@pallet.invalid",
+        ])
+        .args(args);
+    run(&mut cmd).trim().to_string()
+}
+
 /// The cosign binary `tools/cosign.sh build` makes.
 pub fn cosign() -> PathBuf {
     let path = PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/pallet/bin/cosign");

@@ -40,6 +40,7 @@ pub fn fetcher_at(root: PathBuf, limits: Limits) -> Fetcher {
                 allow_loopback: true,
                 ..Default::default()
             },
+            ..FetchOptions::default()
         },
     )
 }

@@ -21,8 +21,9 @@ pub struct Chart {
     pub values: Json,
     /// `templates/...` path → source.
     pub templates: BTreeMap<String, String>,
-    /// Every file `.Files` sees (helm's loader: not Chart.yaml/values/schema/templates/charts).
-    pub files: BTreeMap<String, Vec<u8>>,
+    /// Every file `.Files` sees (helm's loader: not Chart.yaml/values/schema/templates/charts);
+    /// shared with the rendered chart's `.Files`, not copied into it.
+    pub files: Arc<BTreeMap<String, Vec<u8>>>,
     /// `crds/...` files, emitted first and not templated.
     pub crds: BTreeMap<String, String>,
     /// values.schema.json, if present.
@@ -307,7 +308,7 @@ fn apply_requirements(
             }
         }
         if v1 {
-            chart.files.insert(path, data);
+            Arc::make_mut(&mut chart.files).insert(path, data);
         }
     }
     Ok(())
@@ -329,7 +330,7 @@ fn load_files_metered(
         metadata: Json::Null,
         values: Json::Object(Map::new()),
         templates: BTreeMap::new(),
-        files: BTreeMap::new(),
+        files: Arc::default(),
         crds: BTreeMap::new(),
         schema: None,
         subcharts: Vec::new(),
@@ -368,7 +369,7 @@ fn load_files_metered(
                 if p.starts_with("crds/") {
                     chart.crds.insert(path.clone(), text(data.clone(), &path)?);
                 }
-                chart.files.insert(path, data);
+                Arc::make_mut(&mut chart.files).insert(path, data);
             }
         }
     }
@@ -597,8 +598,16 @@ pub fn resolve_dependencies(chart: &Chart, user: &Json) -> Result<Chart, HelmErr
 
 fn apply_aliases(chart: &Chart) -> Result<Chart, HelmError> {
     let name = chart.name();
-    let mut out = chart.clone();
-    out.subcharts.clear();
+    // This chart without its subcharts (each is copied once, by its own call below).
+    let mut out = Chart {
+        metadata: chart.metadata.clone(),
+        values: chart.values.clone(),
+        templates: chart.templates.clone(),
+        files: Arc::clone(&chart.files),
+        crds: chart.crds.clone(),
+        schema: chart.schema.clone(),
+        subcharts: Vec::with_capacity(chart.subcharts.len()),
+    };
     let deps = chart.dependencies();
     let mut used = vec![false; chart.subcharts.len()];
     for dep in &deps {
@@ -1009,7 +1018,7 @@ mod tests {
             metadata: serde_json::json!({"name": "sub"}),
             values: serde_json::json!({"a": 1, "global": {"g": "sub", "h": "sub"}}),
             templates: BTreeMap::new(),
-            files: BTreeMap::new(),
+            files: Arc::default(),
             crds: BTreeMap::new(),
             schema: None,
             subcharts: vec![],
@@ -1033,7 +1042,7 @@ mod tests {
             metadata: Json::Null,
             values: Json::Null,
             templates: BTreeMap::new(),
-            files: BTreeMap::new(),
+            files: Arc::default(),
             crds: BTreeMap::new(),
             schema: None,
             subcharts: vec![],

@@ -8,7 +8,8 @@ use std::fmt::Write as _;
 
 use minijinja::value::{Value, ValueKind};
 
-use super::funcs::{go_float, go_fmt, go_quote, list_values, map_entries, type_name};
+use super::value::structs;
+use super::value::{enter, go_float, go_fmt, go_quote, list_items, map_entries, type_of, GoMap};
 
 /// Parsed `%` directive: flags, width and precision.
 #[derive(Default, Clone, Copy)]
@@ -20,6 +21,8 @@ struct Spec {
     zero: bool,
     width: Option<usize>,
     prec: Option<usize>,
+    /// `%+v`: struct fields printed with their names (the `+` then means no sign).
+    plus_v: bool,
 }
 
 /// Go's `fmt.Sprintf(format, args...)`.
@@ -107,7 +110,11 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
             continue;
         };
         argn += 1;
-        out.push_str(&format_arg(a, verb, spec));
+        if verb == 'v' && spec.plus {
+            spec.plus = false;
+            spec.plus_v = true;
+        }
+        out.push_str(&format_arg(a, verb, spec, 0));
     }
     if !reordered && argn < args.len() {
         out.push_str("%!(EXTRA ");
@@ -117,7 +124,7 @@ pub fn sprintf(format: &str, args: &[Value]) -> String {
                 if a.is_none() || a.is_undefined() {
                     "<nil>".to_string()
                 } else {
-                    format!("{}={}", type_name(a), go_fmt(a))
+                    format!("{}={}", type_of(a), go_fmt(a))
                 }
             })
             .collect();
@@ -164,17 +171,17 @@ fn bad(verb: char, a: &Value) -> String {
     if a.is_none() || a.is_undefined() {
         format!("%!{verb}(<nil>)")
     } else {
-        format!("%!{verb}({}={})", type_name(a), go_fmt(a))
+        format!("%!{verb}({}={})", type_of(a), go_fmt(a))
     }
 }
 
-/// One operand under one verb, padded to the width.
-fn format_arg(a: &Value, verb: char, spec: Spec) -> String {
+/// One operand under one verb, padded to the width; `depth` levels inside the operand printed.
+fn format_arg(a: &Value, verb: char, spec: Spec, depth: usize) -> String {
     if verb == 'T' {
         let t = if a.is_none() || a.is_undefined() {
             "<nil>"
         } else {
-            type_name(a)
+            type_of(a)
         };
         return pad(t.to_string(), spec, false);
     }
@@ -205,17 +212,19 @@ fn format_arg(a: &Value, verb: char, spec: Spec) -> String {
                 }
             }
         }
-        // Sprig's certificate struct prints as `{Cert Key}`.
-        ValueKind::Map if type_name(a) == "sprig.certificate" => pad(go_fmt(a), spec, false),
+        ValueKind::Map if struct_type(a).is_some() => format_struct(a, verb, spec, depth),
         ValueKind::Map => match map_entries(a) {
             Some(m) => {
+                if enter(depth + 1, "a printf operand").is_err() {
+                    return String::new();
+                }
                 let items: Vec<String> = m
                     .iter()
                     .map(|(k, v)| {
                         format!(
                             "{}:{}",
-                            format_arg(&Value::from(k.as_str()), verb, spec),
-                            format_arg(v, verb, spec)
+                            format_arg(&Value::from(k.as_str()), verb, spec, depth + 1),
+                            format_arg(v, verb, spec, depth + 1)
                         )
                     })
                     .collect();
@@ -223,9 +232,15 @@ fn format_arg(a: &Value, verb: char, spec: Spec) -> String {
             }
             None => pad(go_fmt(a), spec, false),
         },
-        _ => match list_values(a) {
+        _ => match list_items(a) {
             Some(items) => {
-                let items: Vec<String> = items.iter().map(|x| format_arg(x, verb, spec)).collect();
+                if enter(depth + 1, "a printf operand").is_err() {
+                    return String::new();
+                }
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|x| format_arg(x, verb, spec, depth + 1))
+                    .collect();
                 format!("[{}]", items.join(" "))
             }
             None => match verb {
@@ -234,6 +249,57 @@ fn format_arg(a: &Value, verb: char, spec: Spec) -> String {
             },
         },
     }
+}
+
+/// The struct type of a value that is a Go struct (or a pointer to one).
+fn struct_type(a: &Value) -> Option<&'static str> {
+    a.downcast_object_ref::<GoMap>()?.1.struct_name()
+}
+
+/// A struct under a verb: `{field field}` in declaration order (`%+v`: `{Name:field ...}`),
+/// each field under the verb; `&{...}` for a pointer at the top. A pointer inside the operand
+/// prints as its address in Go, which pallet cannot reproduce: refused.
+fn format_struct(a: &Value, verb: char, spec: Spec, depth: usize) -> String {
+    let (Some(m), Some(ty)) = (a.downcast_object_ref::<GoMap>(), struct_type(a)) else {
+        return String::new();
+    };
+    if structs::is_pointer(ty) && depth > 0 {
+        // Go prints a pointer inside a value as its address, except under a verb a pointer
+        // does not take: then fmt's `%!s(*T=&{...})`.
+        if matches!(verb, 'v' | 'p' | 'b' | 'o' | 'd' | 'x' | 'X') {
+            crate::budget::refuse(format!(
+                "unsupported construct: printing a {ty} inside another value (Go prints its \
+                 memory address)"
+            ));
+            return String::new();
+        }
+        return format!(
+            "%!{verb}({ty}={})",
+            format_struct(a, 'v', Spec::default(), 0)
+        );
+    }
+    if enter(depth + 1, "a printf operand").is_err() {
+        return String::new();
+    }
+    let values = m.snapshot();
+    let fields: Vec<String> = structs::fields(ty)
+        .unwrap_or(&[])
+        .iter()
+        .map(|field| {
+            let v = values
+                .get(field.name)
+                .cloned()
+                .unwrap_or_else(|| Value::from(""));
+            let text = format_arg(&v, verb, spec, depth + 1);
+            if spec.plus_v {
+                format!("{}:{text}", field.name)
+            } else {
+                text
+            }
+        })
+        .collect();
+    let amp = if structs::is_pointer(ty) { "&" } else { "" };
+    format!("{amp}{{{}}}", fields.join(" "))
 }
 
 fn sign(neg: bool, spec: Spec) -> &'static str {

@@ -28,9 +28,12 @@ pub mod funcs;
 pub mod gofmt;
 pub mod hooks;
 pub mod parse;
+pub mod re2;
 pub mod schema;
 pub mod semver;
+pub mod signatures;
 pub mod translate;
+pub mod value;
 pub mod values;
 pub mod yaml11;
 
@@ -40,7 +43,7 @@ use std::path::Path;
 use minijinja::value::Value;
 use minijinja::Environment;
 
-use funcs::{from_json, ApiVersions, Files, GoMap, GoType};
+use value::{from_json, ApiVersions, Files, GoMap, GoType};
 
 /// `.Values` as helm passes it: a `chartutil.Values`, whose nested maps are plain maps.
 fn values_object(v: &serde_json::Value) -> Value {
@@ -198,7 +201,7 @@ fn chart_object(meta: &serde_json::Value, is_root: bool) -> Value {
     let mut m = metadata_fields(meta);
     m.insert(
         "Metadata".to_string(),
-        GoMap::typed(m.clone(), GoType::Struct("*chart.Metadata")),
+        GoMap::typed(m.clone(), GoType::Struct("chart.Metadata")),
     );
     m.insert("IsRoot".to_string(), Value::from(is_root));
     GoMap::typed(m, GoType::Struct("struct { chart.Metadata; IsRoot bool }"))
@@ -351,7 +354,7 @@ fn kube_version_object(v: &str) -> Value {
     ]
     .into_iter()
     .collect();
-    GoMap::typed(m, GoType::Struct("chartutil.KubeVersion"))
+    GoMap::typed(m, GoType::Addressable("chartutil.KubeVersion"))
 }
 
 /// A template to render, with the scope helm gives it.
@@ -411,17 +414,18 @@ fn chart_tops(
     out: &mut BTreeMap<String, Value>,
 ) -> Value {
     let mut subcharts = BTreeMap::new();
+    // A subchart's values when this chart's values have no table for it.
+    let no_values = serde_json::json!({});
     for sub in &chart.subcharts {
         let name = sub.name();
         let sv = values
             .get(&name)
             .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or(serde_json::json!({}));
+            .unwrap_or(&no_values);
         let top = chart_tops(
             sub,
             &format!("{full_path}/charts/{name}"),
-            &sv,
+            sv,
             false,
             shared,
             out,
@@ -436,7 +440,7 @@ fn chart_tops(
     top.insert("Chart".into(), chart_object(&chart.metadata, is_root));
     top.insert(
         "Files".into(),
-        Value::from_object(Files(chart.files.clone())),
+        Value::from_object(Files(std::sync::Arc::clone(&chart.files))),
     );
     top.insert("Subcharts".into(), GoMap::value(subcharts));
     let top = GoMap::value(top);
@@ -584,6 +588,7 @@ fn render_units(
         // Output is charged to the render's budget as it is written, so a template that
         // writes without end stops at the budget, not when memory runs out.
         let mut written = crate::budget::MeteredWriter::new(Vec::new());
+        let failures = crate::budget::failures();
         tmpl.render_captured_to(
             minijinja::context! {
                 __d0 => top,
@@ -594,14 +599,20 @@ fn render_units(
             &mut written,
         )
         .map_err(|e| render_error(&u.name, &e, &define_files(units)))?;
+        // A breach or refusal the template went on after (a function that turned it into a
+        // value outside the checked calls) still fails the file.
+        if crate::budget::failures() != failures {
+            return Err(HelmError::template(
+                &u.name,
+                0,
+                crate::budget::last_failure(),
+            ));
+        }
         let content = String::from_utf8(written.into_inner())
             .map_err(|e| HelmError::template(&u.name, 0, e.to_string()))?
-            .replace(funcs::NO_VALUE, "");
+            .replace(value::NO_VALUE, "");
         if u.name.ends_with("NOTES.txt") {
             continue;
-        }
-        if let Some(e) = funcs::deferred_error(&content) {
-            return Err(HelmError::template(&u.name, 0, e));
         }
         out.push(RenderedFile {
             source: u.name.clone(),
@@ -908,7 +919,19 @@ pub fn split_manifests(content: &str) -> Vec<String> {
 ///
 /// Stand-in until the shared object model's manifest parser lands; then this delegates to it.
 pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, HelmError> {
-    let parsed = files.iter().map(parse_file_objects).collect();
+    parse_objects_read_by(files, crate::object::from_yaml_str)
+}
+
+/// A YAML document reader for [`parse_objects_read_by`].
+pub(crate) type DocumentReader = fn(&str) -> Result<serde_json::Value, serde_saphyr::Error>;
+
+/// [`parse_objects`], each document read by `read` (kustomize's `helmCharts` read the output as
+/// kustomize reads resources).
+pub(crate) fn parse_objects_read_by(
+    files: &[RenderedFile],
+    read: DocumentReader,
+) -> Result<Vec<serde_json::Value>, HelmError> {
+    let parsed = files.iter().map(|f| parse_file_objects(f, read)).collect();
     Ok(first_error_in_path_order(files, parsed)?
         .into_iter()
         .flatten()
@@ -916,14 +939,17 @@ pub fn parse_objects(files: &[RenderedFile]) -> Result<Vec<serde_json::Value>, H
 }
 
 /// One rendered file's objects for [`parse_objects`].
-fn parse_file_objects(f: &RenderedFile) -> Result<Vec<serde_json::Value>, HelmError> {
+fn parse_file_objects(
+    f: &RenderedFile,
+    read: DocumentReader,
+) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
     check_yaml11_breaks(&f.source, &f.content)?;
     for doc in split_manifests(&f.content) {
         if doc.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = crate::object::from_yaml_str(&doc).map_err(|e| {
+        let v: serde_json::Value = read(&doc).map_err(|e| {
             HelmError::template(
                 &f.source,
                 0,

@@ -1079,10 +1079,10 @@ impl Parser<'_> {
             }
             i += 1;
         }
+        // A pipeline may end in `|` (`{{ "x" | quote | }}`): Go's parser takes the pipe as the
+        // end of the last command.
         if !args.is_empty() {
             cmds.push(Cmd { args });
-        } else if !cmds.is_empty() {
-            return Err(e(line, "missing command after |"));
         }
         Ok((cmds, i))
     }

@@ -71,9 +71,10 @@ impl Object for Version {
     }
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         Some(match key.as_str()? {
-            "Major" => Value::from(self.major),
-            "Minor" => Value::from(self.minor),
-            "Patch" => Value::from(self.patch),
+            // uint64s (see `value::numbers`: a 128-bit unsigned integer stands for one).
+            "Major" => Value::from(u128::from(self.major)),
+            "Minor" => Value::from(u128::from(self.minor)),
+            "Patch" => Value::from(u128::from(self.patch)),
             "Prerelease" => Value::from(self.pre.as_str()),
             "Metadata" => Value::from(self.meta.as_str()),
             "Original" => Value::from(self.original.as_str()),

@@ -692,14 +692,16 @@ impl<'a> Emitter<'a> {
             .map(|(i, a)| match (a, fname) {
                 // A literal nil where Go wants a map is a nil map (keys, get, merge, ... of it
                 // work); a missing value there is an error, so the two must differ here.
-                (Arg::Nil, Some(f)) if super::funcs::nil_is_empty_map(f, i) => {
+                (Arg::Nil, Some(f)) if super::signatures::nil_is_empty_map(f, i) => {
                     Ok("__nilmap()".to_string())
                 }
                 // text/template unwraps a pipeline's result from its interface (a
                 // parenthesised pipeline, a variable declared by one): a nil there is no value
                 // at all, which Go passes as a nil map. A field chain (`$p.global`) is not
                 // unwrapped, and its nil is an error (`got interface {}`).
-                (_, Some(f)) if super::funcs::nil_is_empty_map(f, i) && self.unwrapped(line, a) => {
+                (_, Some(f))
+                    if super::signatures::nil_is_empty_map(f, i) && self.unwrapped(line, a) =>
+                {
                     Ok(format!("__nilmap_or({})", self.arg_expr(line, a)?))
                 }
                 _ => self.arg_expr(line, a),
@@ -707,7 +709,7 @@ impl<'a> Emitter<'a> {
             .collect::<Result<Vec<_>, _>>()?;
         // The piped value is the previous command's result, unwrapped as above.
         args.extend(piped.map(|p| match fname {
-            Some(f) if super::funcs::nil_is_empty_map(f, rest.len()) => {
+            Some(f) if super::signatures::nil_is_empty_map(f, rest.len()) => {
                 format!("__nilmap_or({p})")
             }
             _ => p,

@@ -13,12 +13,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 use serde_saphyr::granit_parser::{Event, Options as ParserOptions, Parser, ScalarStyle};
 
-/// One step of a path into a parsed document.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-enum Step {
-    Key(String),
-    Index(usize),
-}
+use crate::yaml_path::{navigate, node_done, Frame, Step};
 
 /// The name the JSON step gives a plain key YAML 1.1 reads as a boolean.
 fn bool_key_name(key: &str) -> Option<&'static str> {
@@ -31,18 +26,6 @@ fn bool_key_name(key: &str) -> Option<&'static str> {
         }
         _ => None,
     }
-}
-
-enum Frame {
-    /// A mapping; `key` is the key of the value being read, `None` while a key is expected.
-    Map {
-        key: Option<String>,
-    },
-    Seq {
-        index: usize,
-    },
-    /// A collection used as a mapping key (rare): its contents are left alone.
-    Key,
 }
 
 /// A scalar key of a mapping in the first document, in document order.
@@ -62,15 +45,6 @@ fn current_path(stack: &[Frame]) -> Vec<Step> {
             _ => None,
         })
         .collect()
-}
-
-/// After a node: the parent mapping expects a key again, the parent list moves on.
-fn node_done(stack: &mut [Frame]) {
-    match stack.last_mut() {
-        Some(Frame::Map { key }) => *key = None,
-        Some(Frame::Seq { index }) => *index += 1,
-        _ => {}
-    }
 }
 
 /// Every scalar mapping key of the first document, in order, with its style.
@@ -146,18 +120,6 @@ fn may_have_bool_key(text: &str) -> bool {
             .and_then(bool_key_name)
             .is_some()
     })
-}
-
-fn navigate<'v>(v: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
-    let mut cur = v;
-    for step in path {
-        cur = match (step, cur) {
-            (Step::Key(k), Value::Object(m)) => m.get_mut(k)?,
-            (Step::Index(i), Value::Array(a)) => a.get_mut(*i)?,
-            _ => return None,
-        };
-    }
-    Some(cur)
 }
 
 /// Renames the plain boolean keys of `text`'s parsed value `v` as go-yaml v2 names them; of

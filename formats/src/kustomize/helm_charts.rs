@@ -130,7 +130,9 @@ pub(crate) fn inflate(
         .into_iter()
         .filter(|f| chart.include_crds || !is_crd_file(&f.source, &crd_prefix))
         .collect();
-    let objects = helm::parse_objects(&files).map_err(helm_error)?;
+    // kustomize reads `helm template`'s output as it reads resources.
+    let objects = helm::parse_objects_read_by(&files, super::yaml_v3::from_yaml_str_within)
+        .map_err(helm_error)?;
     let origin = Origin {
         file: format!("{chart_dir}/Chart.yaml"),
         document: 0,

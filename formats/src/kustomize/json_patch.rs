@@ -25,7 +25,7 @@ pub fn parse(text: &str) -> Result<Value, KustomizeError> {
         serde_json::from_str(text)
             .map_err(|e| KustomizeError::invalid(format!("invalid JSON patch: {e}")))?
     } else {
-        let value: Value = crate::object::from_yaml_str(text)
+        let value: Value = super::yaml_v3::from_yaml_str_unprinted(text)
             .map_err(|e| KustomizeError::invalid(format!("invalid JSON patch: {e}")))?;
         integral_floats_as_integers(value)
     };

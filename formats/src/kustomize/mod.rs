@@ -2,7 +2,8 @@
 //! build` v5.5.0. Pure: a tree in, objects out; nothing is fetched.
 
 mod config;
-pub mod error;
+/// The engine's error, defined below the renderers' shared error type.
+pub use crate::kustomize_error as error;
 mod field_names;
 mod fieldspec;
 mod generators;
@@ -27,6 +28,7 @@ pub mod strategic_merge;
 mod target;
 mod transformers;
 mod vars;
+mod yaml_v3;
 
 pub use error::{KustomizeError, KustomizeErrorKind};
 

@@ -324,7 +324,7 @@ pub(crate) fn apply_strategic_merge_list(
 pub(crate) fn parse_strategic(text: &str) -> Result<Vec<Resource>, String> {
     let mut patches = Vec::new();
     for document in split_documents(text) {
-        let value: Value = crate::object::from_yaml_str(document).map_err(|e| e.to_string())?;
+        let value: Value = super::yaml_v3::from_yaml_str(document).map_err(|e| e.to_string())?;
         match value {
             Value::Null => continue,
             Value::Object(map) => {

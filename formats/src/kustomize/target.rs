@@ -393,7 +393,7 @@ pub(crate) fn read_resources(
         if is_blank(document) {
             continue;
         }
-        let mut value: Value = crate::object::from_yaml_str(document).map_err(|e| {
+        let mut value: Value = super::yaml_v3::from_yaml_str(document).map_err(|e| {
             KustomizeError::invalid(format!(
                 "{relative} (document {index}): {}",
                 crate::object::yaml_error_message(&e)
@@ -403,9 +403,6 @@ pub(crate) fn read_resources(
             continue;
         }
         whole_floats_as_integers(&mut value);
-        if index + 1 == documents.len() && !document.ends_with('\n') {
-            unterminated_block_scalar(&mut value, document);
-        }
         let Value::Object(map) = value else {
             return Err(KustomizeError::invalid(format!(
                 "{relative} (document {index}): a resource must be a map"
@@ -460,37 +457,6 @@ pub(crate) fn read_resources(
     }
     out.extend(queued);
     Ok(out)
-}
-
-/// A file that ends without a line break inside a block scalar (`|`): kustomize's reader keeps
-/// no final line break there, where this crate's reader adds one. The one string that ends
-/// with the file's last line and a line break loses it.
-fn unterminated_block_scalar(value: &mut Value, document: &str) {
-    let Some(last) = document.lines().last().map(str::trim_start) else {
-        return;
-    };
-    if last.is_empty() {
-        return;
-    }
-    let suffix = format!("{last}\n");
-    let mut found: Vec<&mut String> = Vec::new();
-    collect_ending(value, &suffix, &mut found);
-    if let [one] = found.as_mut_slice() {
-        one.pop();
-    }
-}
-
-fn collect_ending<'v>(value: &'v mut Value, suffix: &str, out: &mut Vec<&'v mut String>) {
-    match value {
-        Value::String(s) if s.ends_with(suffix) => out.push(s),
-        Value::Array(items) => items
-            .iter_mut()
-            .for_each(|i| collect_ending(i, suffix, out)),
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|v| collect_ending(v, suffix, out)),
-        _ => {}
-    }
 }
 
 fn is_blank(document: &str) -> bool {

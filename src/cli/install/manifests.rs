@@ -77,6 +77,14 @@ pub const DEPLOY_FILES: &[(&str, &str)] = &[
         include_str!("../../../deploy/components/least-privilege/rbac-read.yaml"),
     ),
     (
+        "components/web-view/kustomization.yaml",
+        include_str!("../../../deploy/components/web-view/kustomization.yaml"),
+    ),
+    (
+        "components/web-view/rbac.yaml",
+        include_str!("../../../deploy/components/web-view/rbac.yaml"),
+    ),
+    (
         "shards/kustomization.yaml",
         include_str!("../../../deploy/shards/kustomization.yaml"),
     ),
@@ -207,8 +215,7 @@ pub fn manifests(options: &ManifestOptions) -> anyhow::Result<Vec<Object>> {
     // policy): such objects carry no namespace. The policy names the agent's namespace (where a
     // kubeConfig Secret reference without one points) in an expression.
     for object in &mut objects {
-        if object.kind() == "ValidatingAdmissionPolicy" && options.namespace != DEFAULT_NAMESPACE
-        {
+        if object.kind() == "ValidatingAdmissionPolicy" && options.namespace != DEFAULT_NAMESPACE {
             let quoted = format!("'{DEFAULT_NAMESPACE}'");
             let mut text = serde_json::to_string(object.body()).unwrap_or_default();
             if text.contains(&quoted) {

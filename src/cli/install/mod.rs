@@ -45,8 +45,9 @@ pub struct InstallArgs {
     /// The agent's namespace.
     #[arg(short = 'n', long, default_value = DEFAULT_NAMESPACE)]
     pub namespace: String,
-    /// Also run one agent per shard key (comma-separated or repeated; see Sharding in the
-    /// README). The main agent leaves BundleDeployments labelled sharding.fluxcd.io/key alone.
+    /// Also run one agent per shard key (comma-separated or repeated; see "High availability
+    /// and sharding" in the docs). The main agent leaves BundleDeployments labelled
+    /// sharding.fluxcd.io/key alone.
     #[arg(long, value_name = "KEY", value_delimiter = ',')]
     pub shards: Vec<String>,
     /// Without the broad grant: the agent reads every kind but writes only as each
@@ -60,7 +61,7 @@ pub struct InstallArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// How long to wait for the agents (`90s`, `5m`; a bare number is seconds).
-    #[arg(long, default_value = "5m", value_parser = super::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// Cluster.
     #[command(flatten)]

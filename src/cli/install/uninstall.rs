@@ -52,7 +52,7 @@ pub struct UninstallArgs {
     pub keep_bundles: bool,
     /// How long each step may wait (the agents' deletions, the agents stopping, the CRD and
     /// namespace going away).
-    #[arg(long, default_value = "5m", value_parser = crate::cli::parse_duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = crate::duration::parse_arg)]
     pub timeout: Duration,
     /// With --delete-bundles: release the finalizers the agents did not release in time
     /// (the objects of those BundleDeployments stay, with pallet's label).

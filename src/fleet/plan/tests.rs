@@ -33,7 +33,12 @@ fn clusters(names: &[&str]) -> Vec<Cluster> {
 
 /// A stamped BundleDeployment as the API server would return it after `stamp`, with a status
 /// saying `state` at generation `generation`.
-fn stamped(stamp: &Stamp, generation: i64, state: &str, last_healthy: Option<i64>) -> BundleDeployment {
+fn stamped(
+    stamp: &Stamp,
+    generation: i64,
+    state: &str,
+    last_healthy: Option<i64>,
+) -> BundleDeployment {
     let ready = |status: &str, reason: &str| {
         json!({"type": "Ready", "status": status, "reason": reason, "message": format!("{reason} here"),
                "observedGeneration": generation, "lastTransitionTime": "2024-01-01T00:00:00Z"})
@@ -117,7 +122,10 @@ fn a_new_set_creates_in_order_one_at_a_time() {
     let stamp = stamp_of(&plan, "web-c");
     let kube_config = stamp.spec.kube_config.as_ref().unwrap();
     assert_eq!(kube_config.secret_ref.name, "c");
-    assert_eq!(kube_config.secret_ref.namespace.as_deref(), Some("pallet-system"));
+    assert_eq!(
+        kube_config.secret_ref.namespace.as_deref(),
+        Some("pallet-system")
+    );
     assert_eq!(stamp.labels[SET_LABEL], "web");
     assert_eq!(stamp.labels[SET_CLUSTER_LABEL], "c");
     assert_eq!(stamp.annotations[SET_REVISION_ANNOTATION], "1");
@@ -141,7 +149,14 @@ fn with_status(mut set: BundleDeploymentSet, status: serde_json::Value) -> Bundl
 fn all_healthy(set: &BundleDeploymentSet, names: &[&str], revision: i64) -> Vec<BundleDeployment> {
     names
         .iter()
-        .map(|n| stamped(&stamp(set, n, "pallet-system", revision), 1, "healthy", Some(1)))
+        .map(|n| {
+            stamped(
+                &stamp(set, n, "pallet-system", revision),
+                1,
+                "healthy",
+                Some(1),
+            )
+        })
         .collect()
 }
 
@@ -152,12 +167,18 @@ fn a_new_revision_rolls_out_in_waves_and_halts_at_a_failure() {
     let first = planned(&v1, &clusters(&names), &[]);
     let healthy = all_healthy(&v1, &names, 1);
     // The template changes: revision 2, two clusters at once, by name.
-    let v2 = with_status(set(spec("r/app:v2", json!({"maxUpdating": 2})), json!(null)), status_after(&first));
+    let v2 = with_status(
+        set(spec("r/app:v2", json!({"maxUpdating": 2})), json!(null)),
+        status_after(&first),
+    );
     let plan2 = planned(&v2, &clusters(&names), &healthy);
     assert_eq!(plan2.revision, 2);
     assert_eq!(applied(&plan2), ["web-a", "web-b"]);
     let a2 = stamp_of(&plan2, "web-a");
-    assert_eq!(a2.annotations[SET_PREVIOUS_ANNOTATION], "1", "what a rollback goes back to");
+    assert_eq!(
+        a2.annotations[SET_PREVIOUS_ANNOTATION], "1",
+        "what a rollback goes back to"
+    );
     assert_eq!(a2.annotations[SET_REVISION_ANNOTATION], "2");
     assert_eq!(phases(&plan2), ["a=Updating", "b=Updating", "c=Pending"]);
 
@@ -173,13 +194,21 @@ fn a_new_revision_rolls_out_in_waves_and_halts_at_a_failure() {
     assert_eq!(phases(&halted), ["a=Failed", "b=Healthy", "c=Pending"]);
     let halt = ready(&halted);
     assert_eq!(halt.reason, reasons::HALTED);
-    assert!(halt.message.contains("revision 2 failed on cluster a"), "{}", halt.message);
+    assert!(
+        halt.message.contains("revision 2 failed on cluster a"),
+        "{}",
+        halt.message
+    );
     assert!(halted
         .conditions
         .iter()
         .any(|c| c.type_ == set_conditions::HALTED && c.status));
     assert!(!halted.progressing);
-    assert_eq!(halted.clusters[2].revision, Some(1), "c stays on revision 1");
+    assert_eq!(
+        halted.clusters[2].revision,
+        Some(1),
+        "c stays on revision 1"
+    );
 
     // A rollback request: the clusters on revision 2 go back to their revision from before.
     let mut requested = v2.clone();
@@ -208,10 +237,16 @@ fn a_new_revision_rolls_out_in_waves_and_halts_at_a_failure() {
     let after = with_status(requested, status_after(&rollback));
     let again = planned(&after, &clusters(&names), &now);
     assert!(again.actions.is_empty(), "{:?}", again.actions);
-    assert_eq!(phases(&again), ["a=RolledBack", "b=RolledBack", "c=Pending"]);
+    assert_eq!(
+        phases(&again),
+        ["a=RolledBack", "b=RolledBack", "c=Pending"]
+    );
 
     // A fixed template: revision 3 rolls out again.
-    let v3 = with_status(set(spec("r/app:v3", json!({"maxUpdating": 2})), json!(null)), status_after(&rollback));
+    let v3 = with_status(
+        set(spec("r/app:v3", json!({"maxUpdating": 2})), json!(null)),
+        status_after(&rollback),
+    );
     let plan3 = planned(&v3, &clusters(&names), &now);
     assert_eq!(plan3.revision, 3);
     assert_eq!(applied(&plan3), ["web-a", "web-b"]);
@@ -223,7 +258,10 @@ fn on_failure_rollback_rolls_back_by_itself() {
     let rollout = json!({"maxUpdating": 2, "onFailure": "Rollback"});
     let v1 = set(spec("r/app:v1", rollout.clone()), json!(null));
     let first = planned(&v1, &clusters(&names), &[]);
-    let v2 = with_status(set(spec("r/app:v2", rollout), json!(null)), status_after(&first));
+    let v2 = with_status(
+        set(spec("r/app:v2", rollout), json!(null)),
+        status_after(&first),
+    );
     let moved = planned(&v2, &clusters(&names), &all_healthy(&v1, &names, 1));
     let v2 = with_status(v2, status_after(&moved));
     let now = vec![
@@ -241,7 +279,10 @@ fn a_cluster_down_holds_its_slot_without_halting() {
     let names = ["a", "b"];
     let v1 = set(spec("r/app:v1", json!({})), json!(null));
     let first = planned(&v1, &clusters(&names), &[]);
-    let v2 = with_status(set(spec("r/app:v2", json!({})), json!(null)), status_after(&first));
+    let v2 = with_status(
+        set(spec("r/app:v2", json!({})), json!(null)),
+        status_after(&first),
+    );
     let moved = planned(&v2, &clusters(&names), &all_healthy(&v1, &names, 1));
     assert_eq!(applied(&moved), ["web-a"]);
     let v2 = with_status(v2, status_after(&moved));
@@ -252,15 +293,21 @@ fn a_cluster_down_holds_its_slot_without_halting() {
     let plan = planned(&v2, &clusters(&names), &now);
     assert!(applied(&plan).is_empty(), "b waits for a's slot");
     assert_eq!(phases(&plan), ["a=Unreachable", "b=Pending"]);
-    assert!(ready(&plan).message.contains("unreachable: a"), "{}", ready(&plan).message);
+    assert!(
+        ready(&plan).message.contains("unreachable: a"),
+        "{}",
+        ready(&plan).message
+    );
 }
 
 #[test]
 fn per_cluster_settings_and_selection() {
     let mut spec = spec("r/app:v1", json!({"order": ["zeta", "gone"]}));
     spec["template"]["spec"]["format"] = json!("helm");
-    spec["template"]["spec"]["config"] = json!({"helm": {"values": {"image": {"tag": "v1", "pull": "Always"}}}});
-    spec["template"]["spec"]["processors"] = json!([{"substitute": {"vars": {"region": "none", "keep": "x"}}}]);
+    spec["template"]["spec"]["config"] =
+        json!({"helm": {"values": {"image": {"tag": "v1", "pull": "Always"}}}});
+    spec["template"]["spec"]["processors"] =
+        json!([{"substitute": {"vars": {"region": "none", "keep": "x"}}}]);
     spec["perCluster"] = json!([{"cluster": "zeta", "values": {"image": {"tag": "v1-eu"}, "replicas": 3},
                                   "vars": {"region": "eu"}}]);
     let set = set(spec, json!(null));
@@ -271,18 +318,46 @@ fn per_cluster_settings_and_selection() {
     });
     assert_eq!(select(&set, &all).unwrap(), ["zeta", "alpha"]);
     let zeta = stamp(&set, "zeta", "pallet-system", 1);
-    let values = zeta.spec.config.as_ref().unwrap().helm.as_ref().unwrap().values.clone().unwrap();
-    assert_eq!(values, json!({"image": {"tag": "v1-eu", "pull": "Always"}, "replicas": 3}));
+    let values = zeta
+        .spec
+        .config
+        .as_ref()
+        .unwrap()
+        .helm
+        .as_ref()
+        .unwrap()
+        .values
+        .clone()
+        .unwrap();
+    assert_eq!(
+        values,
+        json!({"image": {"tag": "v1-eu", "pull": "Always"}, "replicas": 3})
+    );
     let vars = &zeta.spec.processors[0].substitute.as_ref().unwrap().vars;
     assert_eq!(vars["region"], "eu");
     assert_eq!(vars["keep"], "x");
     let alpha = stamp(&set, "alpha", "pallet-system", 1);
     assert_eq!(
-        alpha.spec.config.as_ref().unwrap().helm.as_ref().unwrap().values.clone().unwrap(),
+        alpha
+            .spec
+            .config
+            .as_ref()
+            .unwrap()
+            .helm
+            .as_ref()
+            .unwrap()
+            .values
+            .clone()
+            .unwrap(),
         json!({"image": {"tag": "v1", "pull": "Always"}})
     );
     // A stamped cluster no longer selected is deleted.
-    let dev = stamped(&stamp(&set, "dev", "pallet-system", 1), 1, "healthy", Some(1));
+    let dev = stamped(
+        &stamp(&set, "dev", "pallet-system", 1),
+        1,
+        "healthy",
+        Some(1),
+    );
     let plan = planned(&set, &all, &[dev]);
     assert!(plan.actions.contains(&Action::Delete("web-dev".into())));
     // Nothing selected: said so.
@@ -311,29 +386,50 @@ fn a_change_for_one_cluster_moves_the_others_without_waiting() {
     let mut per_b = spec("r/app:v1", json!({}));
     per_b["template"]["spec"]["processors"] = json!([{"substitute": {"vars": {}}}]);
     per_b["perCluster"] = json!([{"cluster": "b", "vars": {"x": "1"}}]);
-    let before = with_status(set(per_b.clone(), json!(null)), json!({"revision": 5, "digest": "sha256:old"}));
+    let before = with_status(
+        set(per_b.clone(), json!(null)),
+        json!({"revision": 5, "digest": "sha256:old"}),
+    );
     let on_old: Vec<BundleDeployment> = names
         .iter()
         .map(|n| {
             let mut s = stamp(&before, n, "pallet-system", 5);
             if *n == "b" {
-                s.spec.processors[0].substitute.as_mut().unwrap().vars.clear();
+                s.spec.processors[0]
+                    .substitute
+                    .as_mut()
+                    .unwrap()
+                    .vars
+                    .clear();
             }
             stamped(&s, 1, "healthy", Some(1))
         })
         .collect();
     let plan = planned(&before, &clusters(&names), &on_old);
     assert_eq!(plan.revision, 6);
-    assert_eq!(applied(&plan), ["web-a", "web-b"], "a moves by its annotation, b takes the slot");
+    assert_eq!(
+        applied(&plan),
+        ["web-a", "web-b"],
+        "a moves by its annotation, b takes the slot"
+    );
 }
 
 #[test]
 fn judging_a_bundle_deployment() {
     let s = stamp(&set(spec("r/app:v1", json!({})), json!(null)), "a", "ns", 1);
     assert_eq!(judge(&stamped(&s, 1, "healthy", None)), Judged::Healthy);
-    assert!(matches!(judge(&stamped(&s, 1, "failed", None)), Judged::Failed(_)));
-    assert!(matches!(judge(&stamped(&s, 1, "unreachable", None)), Judged::Unreachable(_)));
-    assert!(matches!(judge(&stamped(&s, 1, "new", None)), Judged::Updating(_)));
+    assert!(matches!(
+        judge(&stamped(&s, 1, "failed", None)),
+        Judged::Failed(_)
+    ));
+    assert!(matches!(
+        judge(&stamped(&s, 1, "unreachable", None)),
+        Judged::Unreachable(_)
+    ));
+    assert!(matches!(
+        judge(&stamped(&s, 1, "new", None)),
+        Judged::Updating(_)
+    ));
     // A status of an older generation says nothing of the current one.
     let mut old = stamped(&s, 1, "healthy", None);
     old.metadata.generation = Some(2);

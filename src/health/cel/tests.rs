@@ -298,3 +298,87 @@ fn the_readme_example_compiles_and_judges_as_documented() {
         "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 1}]}});
     assert_eq!(state(&certificate), Some(HealthState::Current));
 }
+
+#[test]
+fn messages_name_types_and_never_what_the_object_holds() {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                        "data": {"password": "aHVudGVyMg==", "user": "YWRtaW4="}});
+    for (current, expected) in [
+        ("self.data", "current gave a map, not a bool (self.data)"),
+        ("self.data.password", "current gave a string, not a bool"),
+        (
+            "self.data.password > 1",
+            "could not be evaluated on this object",
+        ),
+        (
+            "self.data[self.data.user] == 'x'",
+            "no such key (a key read from the object)",
+        ),
+        (
+            "int(self.data.password) > 0",
+            "could not be evaluated on this object",
+        ),
+    ] {
+        let checks = [check(&format!(
+            "{{apiVersion: v1, kind: Secret, current: {current:?}}}"
+        ))];
+        let health = assess(&checks, &secret).unwrap();
+        assert_eq!(health.state, HealthState::InProgress, "{current}");
+        assert!(
+            health.message.contains(expected),
+            "{current}: {}",
+            health.message
+        );
+        let shown = health.message.replace(current, "");
+        for value in ["aHVudGVyMg==", "YWRtaW4=", "hunter2", "admin"] {
+            assert!(!shown.contains(value), "{current}: {}", health.message);
+        }
+    }
+}
+
+#[test]
+fn an_expression_over_budget_on_an_object_fails_it_and_is_not_evaluated_again() {
+    let checks = compile(&[check(
+        "{apiVersion: v1, kind: ConfigMap, current: \"self.data.a.replace('', self.data.a).size() > 0\"}",
+    )])
+    .unwrap();
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                     "data": {"a": "x".repeat(100_000)}});
+    let small = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "small"},
+                       "data": {"a": "x"}});
+    assert_eq!(checks.assess(&small).unwrap().state, HealthState::Current);
+    let health = checks.assess(&big).unwrap();
+    assert_eq!(health.state, HealthState::Failed);
+    assert!(
+        health.message.contains("CEL string limit")
+            && health.message.contains("not evaluated again"),
+        "{}",
+        health.message
+    );
+    // Remembered for every object until the spec changes.
+    assert_eq!(checks.assess(&small).unwrap().state, HealthState::Failed);
+    assert!(checks.refusal().is_some());
+}
+
+#[test]
+fn the_checks_of_a_pass_share_one_cost_budget() {
+    let checks = compile(&[check(
+        "{apiVersion: v1, kind: ConfigMap, current: \"self.data.all(k, self.data.all(j, k != j || j == k))\"}",
+    )])
+    .unwrap();
+    let data: serde_json::Map<String, Value> =
+        (0..200).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let object =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": data});
+    let pass = checks.for_pass();
+    let states: Vec<HealthState> = (0..40)
+        .map(|_| pass.assess(&object).unwrap().state)
+        .collect();
+    assert_eq!(states.first(), Some(&HealthState::Current));
+    assert_eq!(states.last(), Some(&HealthState::Failed));
+    assert!(
+        pass.refusal().unwrap().contains("per pass"),
+        "{:?}",
+        pass.refusal()
+    );
+}

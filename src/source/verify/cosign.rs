@@ -12,16 +12,15 @@
 //! certificate chains to the trusted root and names an allowed identity (see [`super::keyless`]).
 
 use base64::Engine;
-use oci_client::client::Client;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
-use oci_client::Reference;
 use serde::Deserialize;
 
 use super::keyless::{self, Keyless, LogEntry, TrustRoot};
 use super::keys::{read_public_keys, PublicKey};
 use super::{failed, join_reasons, unusable, VerifyMaterial};
 use crate::api::{IdentityMatch, VerifiedSignature};
+use crate::bounded::Reader;
+use crate::source::registry::{self, Registry, Repo};
 use crate::source::SourceError;
 
 /// The predicate of the statement cosign signs for an image (any other is an attestation).
@@ -38,7 +37,7 @@ const MANIFEST_TYPES: &[&str] = &[
 /// Signatures looked at per place at most: a registry listing thousands is cut off there.
 const MAX_SIGNATURES: usize = 16;
 /// The largest signature blob read (a bundle with a long chain is a few KiB).
-const MAX_SIGNATURE_BYTES: i64 = 1 << 20;
+const MAX_SIGNATURE_BYTES: u64 = 1 << 20;
 
 /// The keys and identities a cosign signature may verify with.
 pub struct CosignPolicy {
@@ -78,19 +77,13 @@ impl CosignPolicy {
 /// Where to look: the registry client and the artifact.
 pub struct Target<'a> {
     /// The registry client (already authenticated for the repository when it resolved a tag).
-    pub client: &'a Client,
-    /// Its credentials.
-    pub auth: &'a RegistryAuth,
-    /// `host[:port]`.
-    pub registry: &'a str,
-    /// The repository.
-    pub repository: &'a str,
+    pub registry: &'a Registry,
+    /// The artifact's repository.
+    pub repo: Repo<'a>,
     /// `sha256:<hex>` of the artifact's manifest.
     pub digest: &'a str,
     /// How the source is named in messages.
     pub what: &'a str,
-    /// Maps a registry error (naming the credentials' origin).
-    pub map_error: &'a (dyn Fn(oci_client::errors::OciDistributionError) -> SourceError + Sync),
 }
 
 /// Verifies the artifact's cosign signatures: the first that satisfies `policy` names the signer.
@@ -99,10 +92,6 @@ pub async fn verify(
     target: &Target<'_>,
     policy: &CosignPolicy,
 ) -> Result<VerifiedSignature, SourceError> {
-    target
-        .client
-        .store_auth_if_needed(target.registry, target.auth)
-        .await;
     let hex = target
         .digest
         .strip_prefix("sha256:")
@@ -138,12 +127,13 @@ fn short(hex: &str) -> &str {
     hex.get(..12).unwrap_or(hex)
 }
 
-/// Reads a signature blob, refusing one larger than any signature.
+/// Reads a signature blob under the signature blob limit (counted as it arrives, whatever its
+/// descriptor declares), checked against its digest.
 async fn small_blob(
     target: &Target<'_>,
     descriptor: &OciDescriptor,
 ) -> Result<Vec<u8>, SourceError> {
-    if descriptor.size > MAX_SIGNATURE_BYTES || descriptor.size < 0 {
+    if descriptor.size < 0 || descriptor.size as u64 > MAX_SIGNATURE_BYTES {
         return Err(failed(
             target.what,
             target.digest,
@@ -153,58 +143,41 @@ async fn small_blob(
             ),
         ));
     }
-    let reference = Reference::with_digest(
-        target.registry.to_string(),
-        target.repository.to_string(),
-        descriptor.digest.clone(),
-    );
-    let mut data = Vec::with_capacity(descriptor.size as usize);
-    // pull_blob checks the content against the descriptor's digest.
     target
-        .client
-        .pull_blob(&reference, descriptor, &mut data)
+        .registry
+        .blob(
+            target.repo,
+            &descriptor.digest,
+            Reader::SignatureBlob.limit(MAX_SIGNATURE_BYTES),
+            target.what,
+        )
         .await
-        .map_err(target.map_error)?;
-    Ok(data)
 }
 
+/// A signature's image manifest by `reference` (a tag or digest); `None` when there is none.
 async fn manifest(
     target: &Target<'_>,
-    reference: &Reference,
+    reference: &str,
 ) -> Result<Option<OciImageManifest>, SourceError> {
-    match target
-        .client
-        .pull_manifest_raw(reference, target.auth, MANIFEST_TYPES)
-        .await
-    {
-        Ok((bytes, _)) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            failed(
-                target.what,
-                target.digest,
-                format!("signature manifest {reference} does not parse: {e}"),
-            )
-        }),
-        Err(e) => match (target.map_error)(e) {
-            SourceError::NotFound { .. } => Ok(None),
-            other => Err(other),
-        },
-    }
+    let what = format!("signature manifest {reference} of {}", target.what);
+    let Some(bytes) = target
+        .registry
+        .manifest_bytes(target.repo, reference, MANIFEST_TYPES, &what)
+        .await?
+    else {
+        return Ok(None);
+    };
+    registry::parse_image_manifest(&bytes)
+        .map(Some)
+        .map_err(|e| failed(target.what, target.digest, format!("{what} {e}")))
 }
 
 /// The Sigstore bundles attached to the artifact as referrers.
 async fn referrer_bundles(target: &Target<'_>) -> Result<Vec<Vec<u8>>, SourceError> {
-    let subject = Reference::with_digest(
-        target.registry.to_string(),
-        target.repository.to_string(),
-        target.digest.to_string(),
-    );
-    let index = match target.client.pull_referrers(&subject, None).await {
-        Ok(index) => index,
-        Err(e) => match (target.map_error)(e) {
-            SourceError::NotFound { .. } => return Ok(Vec::new()),
-            other => return Err(other),
-        },
-    };
+    let index = target
+        .registry
+        .referrers(target.repo, target.digest, target.what)
+        .await?;
     let mut bundles = Vec::new();
     let candidates = index.manifests.iter().filter(|entry| {
         entry
@@ -213,12 +186,7 @@ async fn referrer_bundles(target: &Target<'_>) -> Result<Vec<Vec<u8>>, SourceErr
             .is_none_or(|t| t.starts_with(BUNDLE_MEDIA_PREFIX))
     });
     for entry in candidates.take(MAX_SIGNATURES) {
-        let reference = Reference::with_digest(
-            target.registry.to_string(),
-            target.repository.to_string(),
-            entry.digest.clone(),
-        );
-        let Some(manifest) = manifest(target, &reference).await? else {
+        let Some(manifest) = manifest(target, &entry.digest).await? else {
             continue;
         };
         if let Some(layer) = manifest
@@ -237,12 +205,7 @@ async fn signature_tag_layers(
     target: &Target<'_>,
     hex: &str,
 ) -> Result<Vec<(OciDescriptor, Vec<u8>)>, SourceError> {
-    let reference = Reference::with_tag(
-        target.registry.to_string(),
-        target.repository.to_string(),
-        format!("sha256-{hex}.sig"),
-    );
-    let Some(manifest) = manifest(target, &reference).await? else {
+    let Some(manifest) = manifest(target, &format!("sha256-{hex}.sig")).await? else {
         return Ok(Vec::new());
     };
     let mut layers = Vec::new();

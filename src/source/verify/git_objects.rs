@@ -105,7 +105,44 @@ fn tag_signature(repo: &Repository, tag: Oid) -> Result<Option<(String, Vec<u8>)
     Ok(start.map(|i| (text[i..].to_string(), data[..i].to_vec())))
 }
 
-/// Verifies what `mode` asks of `commit` and `tag` (the tag object a tag ref pointed at).
+/// How many tags deep a tag may point at its commit (a tag of a tag of a commit is 2).
+const MAX_TAG_CHAIN: usize = 8;
+
+/// Refuses a tag object that does not name `commit`: its `object` header, through any tags it
+/// names, must be the commit that is deployed. A server advertises a tag's peeled value
+/// itself; a genuinely signed old tag advertised as peeling to another commit must not vouch
+/// for that commit.
+fn check_tag_names(repo: &Repository, tag: Oid, commit: Oid) -> Result<(), String> {
+    let mut current = tag;
+    for _ in 0..MAX_TAG_CHAIN {
+        let object = repo
+            .find_tag(current)
+            .map_err(|e| format!("tag object {current}: {}", e.message()))?;
+        let target = object.target_id();
+        match object.target_type() {
+            Some(git2::ObjectType::Tag) => current = target,
+            Some(git2::ObjectType::Commit) if target == commit => return Ok(()),
+            Some(git2::ObjectType::Commit) => {
+                return Err(format!(
+                    "tag object {tag} is signed for commit {target}, not for commit {commit}, \
+                     which the server advertised as the tag's commit"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "tag object {tag} points at a {}, not at a commit",
+                    other.map_or("nothing", |t| t.str())
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "tag object {tag} names its commit through more than {MAX_TAG_CHAIN} tags"
+    ))
+}
+
+/// Verifies what `mode` asks of `commit` and `tag` (the tag object a tag ref pointed at): a
+/// verified tag must name `commit` itself.
 pub fn verify(
     repo: &Repository,
     commit: Oid,
@@ -121,6 +158,7 @@ pub fn verify(
         let signer = keys
             .verify(&signature, &data)
             .map_err(|e| format!("tag object {tag}: {e}"))?;
+        check_tag_names(repo, tag, commit)?;
         signers.push(signer);
     }
     if matches!(mode, GitVerifyMode::Head | GitVerifyMode::TagAndHEAD) {
@@ -187,5 +225,52 @@ mod tests {
             .unwrap();
         let err = verify(&repo, commit, Some(tag), GitVerifyMode::Tag, &keys).unwrap_err();
         assert!(err.contains("is not signed"), "{err}");
+    }
+
+    #[test]
+    fn a_tag_must_name_the_commit_deployed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let sig = git2::Signature::now("t", "t@example").unwrap();
+        let tree_id = repo.index().unwrap().write_tree().unwrap();
+        let tree = repo.find_tree(tree_id).unwrap();
+        let old = repo.commit(None, &sig, &sig, "old", &tree, &[]).unwrap();
+        let new = repo
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "new",
+                &tree,
+                &[&repo.find_commit(old).unwrap()],
+            )
+            .unwrap();
+        let tag = repo
+            .tag(
+                "v1",
+                &repo.find_object(old, None).unwrap(),
+                &sig,
+                "rel",
+                false,
+            )
+            .unwrap();
+        check_tag_names(&repo, tag, old).unwrap();
+        let err = check_tag_names(&repo, tag, new).unwrap_err();
+        assert!(
+            err.contains(&format!("signed for commit {old}, not for commit {new}")),
+            "{err}"
+        );
+        // A tag of the tag names the commit through it.
+        let outer = repo
+            .tag(
+                "v1-outer",
+                &repo.find_object(tag, None).unwrap(),
+                &sig,
+                "re",
+                false,
+            )
+            .unwrap();
+        check_tag_names(&repo, outer, old).unwrap();
+        assert!(check_tag_names(&repo, outer, new).is_err());
     }
 }

@@ -9,7 +9,7 @@
 //!   its signed entry timestamp verifies with the log's key, its inclusion proof (when given)
 //!   leads to the root hash it names, and its body names this signature and certificate.
 //! - Signed timestamps from timestamp authorities (RFC 3161) and the certificate's embedded SCTs
-//!   are not checked (see the README).
+//!   are not checked (docs/guides/verification.md says so).
 
 use base64::Engine;
 use rustls::pki_types::{CertificateDer, UnixTime};

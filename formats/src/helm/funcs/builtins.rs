@@ -193,7 +193,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         if i > j || j > items.len() {
             return Err(err(format!("error calling slice: index out of range: {j}")));
         }
-        Ok(Value::from(items[i..j].to_vec()))
+        Ok(GoList::value(items[i..j].to_vec()))
     }),
 ];
 

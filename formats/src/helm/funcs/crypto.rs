@@ -265,7 +265,7 @@ fn certificate(
     }
     let mut serial = [0u8; 16];
     rng.fill_bytes(&mut serial);
-    let now = as_time(&f_now(state)?)?.secs;
+    let now = render_now(state).secs;
     let days = days.as_i64().unwrap_or(0);
     let template = Template {
         cn: s(cn),

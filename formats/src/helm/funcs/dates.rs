@@ -4,30 +4,6 @@
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
-    ("duration", |a| {
-        Ok(Value::from(go_duration_string(sprig_duration_ns(
-            &a[0], "duration", true,
-        )?)))
-    }),
-    ("durationRound", |a| {
-        let u = sprig_duration_ns(&a[0], "durationRound", false)?.unsigned_abs();
-        const S: u128 = 1_000_000_000;
-        let units: [(u128, &str); 6] = [
-            (S * 3600 * 24 * 365, "y"),
-            (S * 3600 * 24 * 30, "mo"),
-            (S * 3600 * 24, "d"),
-            (S * 3600, "h"),
-            (S * 60, "m"),
-            (S, "s"),
-        ];
-        Ok(Value::from(
-            units
-                .iter()
-                .find(|(n, _)| u > *n)
-                .map(|(n, suffix)| format!("{}{suffix}", u / n))
-                .unwrap_or_else(|| "0s".into()),
-        ))
-    }),
     ("toDate", |a| {
         Ok(Value::from_object(
             go_time_parse(&s(&a[0]), &s(&a[1])).unwrap_or(GoTime {
@@ -42,19 +18,101 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             .map_err(err)
     }),
     ("dateModify", |a| {
-        let t = as_time(&a[1])?;
+        let t = typed_time(&a[1])?;
         Ok(Value::from_object(match go_parse_duration(&s(&a[0])) {
             Ok(ns) => add_duration(t, ns),
             Err(_) => t,
         }))
     }),
     ("mustDateModify", |a| {
-        let t = as_time(&a[1])?;
+        let t = typed_time(&a[1])?;
         go_parse_duration(&s(&a[0]))
             .map(|ns| Value::from_object(add_duration(t, ns)))
             .map_err(err)
     }),
+    ("unixEpoch", |a| {
+        Ok(Value::from(typed_time(&a[0])?.secs.to_string()))
+    }),
+    ("duration", |a| {
+        // Sprig reads a string (seconds, base 10) or an int64; anything else is 0s.
+        let seconds = match number_type(&a[0]) {
+            Some(GoNumber::Int64) => a[0].as_i64().unwrap_or(0),
+            _ => a[0]
+                .as_str()
+                .and_then(|text| text.parse::<i64>().ok())
+                .unwrap_or(0),
+        };
+        Ok(Value::from(go_duration_string(i128::from(
+            seconds.wrapping_mul(1_000_000_000),
+        ))))
+    }),
 ];
+
+/// The time functions that read the render's clock (`now`, and what Sprig gives for a date
+/// it cannot read: the current time).
+pub(super) const STATE_FUNCS: &[(&str, SF)] = &[
+    ("now", |state, _| Ok(Value::from_object(render_now(state)))),
+    ("date", |state, a| {
+        let t = sprig_date(state, &a[1]);
+        Ok(Value::from(go_time_format(&t, &s(&a[0]))))
+    }),
+    ("dateInZone", |state, a| {
+        in_zone(&s(&a[2]))?;
+        let t = sprig_date(state, &a[1]);
+        Ok(Value::from(go_time_format(&t, &s(&a[0]))))
+    }),
+    ("htmlDate", |state, a| {
+        let t = sprig_date(state, &a[0]);
+        Ok(Value::from(go_time_format(&t, "2006-01-02")))
+    }),
+    ("htmlDateInZone", |state, a| {
+        in_zone(&s(&a[1]))?;
+        let t = sprig_date(state, &a[0]);
+        Ok(Value::from(go_time_format(&t, "2006-01-02")))
+    }),
+    ("ago", |state, a| {
+        // time.Since against the render's clock, rounded to seconds.
+        let then = sprig_date(state, &a[0]);
+        let ns = since(render_now(state), then);
+        let rounded = (ns + ns.signum() * 500_000_000) / 1_000_000_000 * 1_000_000_000;
+        Ok(Value::from(go_duration_string(rounded)))
+    }),
+    ("durationRound", |state, a| {
+        // Sprig reads a duration string, an int64 (nanoseconds) or a time (the time since);
+        // anything else is 0.
+        let ns: i128 = if let Some(t) = a[0].downcast_object_ref::<GoTime>() {
+            since(render_now(state), *t)
+        } else {
+            match number_type(&a[0]) {
+                Some(GoNumber::Int64) => i128::from(a[0].as_i64().unwrap_or(0)),
+                _ => a[0]
+                    .as_str()
+                    .and_then(|text| go_parse_duration(text).ok())
+                    .unwrap_or(0),
+            }
+        };
+        Ok(Value::from(duration_round(ns)))
+    }),
+];
+
+/// Sprig's `durationRound` of `ns` nanoseconds: the largest unit it is over, whole.
+fn duration_round(ns: i128) -> String {
+    let u = ns.unsigned_abs();
+    const S: u128 = 1_000_000_000;
+    let units: [(u128, &str); 6] = [
+        (S * 3600 * 24 * 365, "y"),
+        (S * 3600 * 24 * 30, "mo"),
+        (S * 3600 * 24, "d"),
+        (S * 3600, "h"),
+        (S * 60, "m"),
+        (S, "s"),
+    ];
+    units
+        .iter()
+        .find(|(n, _)| u > *n)
+        .map(|(n, suffix)| format!("{}{suffix}", u / n))
+        .unwrap_or_else(|| "0s".into())
+}
 
 /// Unix seconds of Go's zero time (0001-01-01 00:00:00 UTC), what toDate gives on failure.
 pub(super) const ZERO_TIME: i64 = -62_135_596_800;
@@ -67,177 +125,49 @@ pub(super) fn add_duration(t: GoTime, ns: i128) -> GoTime {
     }
 }
 
-/// A Go `time.Time` (UTC only), as returned by `now`.
-#[derive(Debug, Clone, Copy)]
-pub struct GoTime {
-    /// Seconds since the Unix epoch.
-    pub secs: i64,
-    /// Nanoseconds within the second.
-    pub nanos: u32,
+/// Nanoseconds from `then` to `now` (Go's `time.Since` against the render's clock).
+fn since(now: GoTime, then: GoTime) -> i128 {
+    (i128::from(now.secs) - i128::from(then.secs)) * 1_000_000_000 + i128::from(now.nanos)
+        - i128::from(then.nanos)
 }
 
-impl Object for GoTime {
-    fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Plain
-    }
-    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&go_time_format(
-            self,
-            "2006-01-02 15:04:05.999999999 -0700 MST",
+/// A parameter Go declares `time.Time` (`unixEpoch`, `dateModify`): anything else is
+/// text/template's argument error.
+fn typed_time(v: &Value) -> Result<GoTime, Error> {
+    v.downcast_object_ref::<GoTime>().copied().ok_or_else(|| {
+        err(format!(
+            "wrong type for value; expected time.Time; got {}",
+            if v.is_none() || v.is_undefined() {
+                "interface {}"
+            } else {
+                type_of(v)
+            }
         ))
-    }
+    })
 }
 
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
-pub(super) fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-pub(super) const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-pub(super) const DAYS: [&str; 7] = [
-    "Sunday",
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-];
-
-/// Go's `Time.Format` for a UTC time (the layout tokens charts use).
-pub fn go_time_format(t: &GoTime, layout: &str) -> String {
-    let days = t.secs.div_euclid(86_400);
-    let sod = t.secs.rem_euclid(86_400);
-    let (y, mo, d) = civil(days);
-    let (h, mi, se) = (sod / 3600, (sod / 60) % 60, sod % 60);
-    let wd = (days + 4).rem_euclid(7) as usize;
-    let month = MONTHS[(mo - 1) as usize];
-    let mut out = String::new();
-    let mut rest = layout;
-    // Longest tokens first, as Go's nextStdChunk distinguishes them.
-    let tokens: &[&str] = &[
-        "January", "Monday", "2006", "-07:00", "Z07:00", "-0700", "Z0700", "Jan", "Mon", "MST",
-        "002", "_2", "01", "02", "03", "04", "05", "06", "15", "PM", "pm", "-07", "1", "2", "3",
-        "4", "5",
-    ];
-    while !rest.is_empty() {
-        if let Some(frac) = rest
-            .strip_prefix(".999999999")
-            .or_else(|| rest.strip_prefix(",999999999"))
-        {
-            let ns = format!("{:09}", t.nanos);
-            let trimmed = ns.trim_end_matches('0');
-            if !trimmed.is_empty() {
-                out.push('.');
-                out.push_str(trimmed);
-            }
-            rest = frac;
-            continue;
-        }
-        if let Some(after) = rest.strip_prefix(".000") {
-            out.push_str(&format!(".{:03}", t.nanos / 1_000_000));
-            rest = after;
-            continue;
-        }
-        let Some(tok) = tokens.iter().find(|tk| rest.starts_with(**tk)) else {
-            let c = rest.chars().next().unwrap_or(' ');
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
-            continue;
-        };
-        let h12 = if h % 12 == 0 { 12 } else { h % 12 };
-        let piece = match *tok {
-            "January" => month.to_string(),
-            "Monday" => DAYS[wd].to_string(),
-            "2006" => format!("{y:04}"),
-            "-07:00" => "+00:00".into(),
-            "Z07:00" | "Z0700" => "Z".into(),
-            "-0700" => "+0000".into(),
-            "-07" => "+00".into(),
-            "Jan" => month[..3].to_string(),
-            "Mon" => DAYS[wd][..3].to_string(),
-            "MST" => "UTC".into(),
-            "002" => {
-                let (y0, _, _) = civil(days);
-                let jan1 = days_from_civil(y0, 1, 1);
-                format!("{:03}", days - jan1 + 1)
-            }
-            "_2" => format!("{d:>2}"),
-            "01" => format!("{mo:02}"),
-            "02" => format!("{d:02}"),
-            "03" => format!("{h12:02}"),
-            "04" => format!("{mi:02}"),
-            "05" => format!("{se:02}"),
-            "06" => format!("{:02}", y.rem_euclid(100)),
-            "15" => format!("{h:02}"),
-            "PM" => if h >= 12 { "PM" } else { "AM" }.into(),
-            "pm" => if h >= 12 { "pm" } else { "am" }.into(),
-            "1" => mo.to_string(),
-            "2" => d.to_string(),
-            "3" => h12.to_string(),
-            "4" => mi.to_string(),
-            _ => se.to_string(),
-        };
-        out.push_str(&piece);
-        rest = &rest[tok.len()..];
-    }
-    out
-}
-
-pub(super) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// Sprig accepts a time, or Unix seconds as a number.
-pub(super) fn as_time(v: &Value) -> Result<GoTime, Error> {
+/// Sprig's reading of a date argument (`date`, `dateInZone`, `htmlDate`, `ago`): a time, or
+/// Unix seconds as an `int` or `int64` (Sprig also reads an `int32`, which no template makes). Anything else (a float64 from values, a string, nil) is the current time: the
+/// render's clock.
+fn sprig_date(state: &State, v: &Value) -> GoTime {
     if let Some(t) = v.downcast_object_ref::<GoTime>() {
-        return Ok(*t);
+        return *t;
     }
-    if v.kind() == ValueKind::Number {
-        return Ok(GoTime {
-            secs: to_i64(v),
+    match number_type(v) {
+        Some(GoNumber::Int | GoNumber::Int64) => GoTime {
+            secs: v.as_i64().unwrap_or(0),
             nanos: 0,
-        });
+        },
+        _ => render_now(state),
     }
-    Err(err(format!(
-        "unsupported construct: date of a {}",
-        type_of(v)
-    )))
 }
 
-pub(super) fn f_now(state: &State) -> Result<Value, Error> {
-    let now = state
+/// The render's clock: what `now` returns.
+pub(super) fn render_now(state: &State) -> GoTime {
+    match state
         .lookup("__now")
-        .filter(|v| !v.is_undefined() && !v.is_none());
-    let t = match now {
+        .filter(|v| !v.is_undefined() && !v.is_none())
+    {
         Some(v) => GoTime {
             secs: to_i64(&v),
             nanos: 0,
@@ -251,22 +181,17 @@ pub(super) fn f_now(state: &State) -> Result<Value, Error> {
                 nanos: d.subsec_nanos(),
             }
         }
-    };
-    Ok(Value::from_object(t))
-}
-
-pub(super) fn f_date(layout: String, t: Value) -> Result<Value, Error> {
-    Ok(Value::from(go_time_format(&as_time(&t)?, &layout)))
-}
-
-pub(super) fn f_date_in_zone(layout: String, t: Value, zone: String) -> Result<Value, Error> {
-    // Pallet renders in UTC, which is also its local zone (see README).
-    if zone != "UTC" && zone != "Local" {
-        return Err(err(format!(
-            "unsupported construct: dateInZone with zone {zone:?} (only UTC)"
-        )));
     }
-    f_date(layout, t)
+}
+
+/// Pallet renders in UTC, which is also its local zone (see README): another zone is refused.
+fn in_zone(zone: &str) -> Result<(), Error> {
+    if zone == "UTC" || zone == "Local" {
+        return Ok(());
+    }
+    Err(err(crate::budget::refuse(format!(
+        "unsupported construct: dateInZone with zone {zone:?} (only UTC)"
+    ))))
 }
 
 /// Go's `time.ParseInLocation(layout, value, UTC)` for the layout elements `go_time_format`
@@ -566,36 +491,6 @@ pub(super) fn go_duration_string(ns: i128) -> String {
         format!("-{body}")
     } else {
         body
-    }
-}
-
-/// Sprig's `duration` and `durationRound` read strings and int64s; Go's int64 and int are one
-/// kind here, so an integer is refused rather than guessed (`duration 90` is "0s" in helm,
-/// `duration (int64 90)` is "1m30s").
-pub(super) fn sprig_duration_ns(
-    v: &Value,
-    func: &str,
-    string_is_seconds: bool,
-) -> Result<i128, Error> {
-    match v.kind() {
-        ValueKind::String => {
-            let s = v.as_str().unwrap_or_default();
-            Ok(if string_is_seconds {
-                i128::from(s.parse::<i64>().unwrap_or(0)) * 1_000_000_000
-            } else {
-                go_parse_duration(s).unwrap_or(0)
-            })
-        }
-        ValueKind::Number if v.is_integer() => Err(err(format!(
-            "unsupported construct: {func} of an integer (Go's int and int64 give different results; pass a string)"
-        ))),
-        _ => {
-            if let Some(t) = v.downcast_object_ref::<GoTime>() {
-                let _ = t;
-                return Err(err(format!("unsupported construct: {func} of a time")));
-            }
-            Ok(0)
-        }
     }
 }
 

@@ -53,20 +53,21 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         Ok(Value::from(out))
     }),
     ("values", |a| {
-        Ok(Value::from(
+        Ok(GoList::value(
             map_entries(&arg(&a, 0))
                 .unwrap_or_default()
                 .into_values()
-                .collect::<Vec<_>>(),
+                .collect(),
         ))
     }),
     ("pluck", |a| {
         let key = s(&arg(&a, 0));
-        Ok(a.0
-            .iter()
-            .skip(1)
-            .filter_map(|m| map_entries(m)?.get(&key).cloned())
-            .collect())
+        Ok(GoList::value(
+            a.0.iter()
+                .skip(1)
+                .filter_map(|m| map_entries(m)?.get(&key).cloned())
+                .collect(),
+        ))
     }),
     ("merge", |a| {
         let dst = arg(&a, 0);
@@ -75,7 +76,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             .ok_or_else(|| err("merge: first argument must be a map"))?;
         for src in a.0.iter().skip(1) {
             let sm = map_entries(src).unwrap_or_default();
-            merge_into(&mut m.lock(), &sm, false);
+            merge_into(&mut m.lock(), &sm, false, 1)?;
         }
         Ok(dst.clone())
     }),
@@ -86,7 +87,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             .ok_or_else(|| err("mergeOverwrite: first argument must be a map"))?;
         for src in a.0.iter().skip(1) {
             let sm = map_entries(src).unwrap_or_default();
-            merge_into(&mut m.lock(), &sm, true);
+            merge_into(&mut m.lock(), &sm, true, 1)?;
         }
         Ok(dst.clone())
     }),
@@ -95,7 +96,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         if v.is_none() || v.is_undefined() {
             return Err(err("reflect: call of reflect.Value.Type on zero Value"));
         }
-        Ok(deep_copy(&v))
+        deep_copy(&v)
     }),
     ("dig", |a| {
         // dig "k1" "k2" default map. Sprig type-asserts every step to a plain
@@ -155,36 +156,6 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     }),
 ];
 
-pub(super) fn deep_copy(v: &Value) -> Value {
-    let copy = from_json_keep_ints(&to_json(v));
-    // copystructure keeps the named type: a copy of `.Values` is still a chartutil.Values.
-    match (
-        v.downcast_object_ref::<GoMap>(),
-        copy.downcast_object_ref::<GoMap>(),
-    ) {
-        (Some(orig), Some(c)) if orig.1 != GoType::Map => GoMap::typed(c.snapshot(), orig.1),
-        _ => copy,
-    }
-}
-
-pub(super) fn from_json_keep_ints(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => Value::from(i),
-            None => Value::from(n.as_f64().unwrap_or(0.0)),
-        },
-        serde_json::Value::Array(a) => {
-            Value::from(a.iter().map(from_json_keep_ints).collect::<Vec<_>>())
-        }
-        serde_json::Value::Object(o) => GoMap::value(
-            o.iter()
-                .map(|(k, v)| (k.clone(), from_json_keep_ints(v)))
-                .collect(),
-        ),
-        other => from_json(other),
-    }
-}
-
 /// Sprig's `merge` (`overwrite` false) and `mergeOverwrite` (true), as mergo merges two
 /// `map[string]interface{}`:
 /// - a nil source value is skipped by `merge` at every level where both sides are maps, and
@@ -193,11 +164,16 @@ pub(super) fn from_json_keep_ints(v: &serde_json::Value) -> Value {
 ///   Go); a destination map still empty afterwards is replaced by the source's map;
 /// - anything else is set when the destination has no value for the key, an empty one, or
 ///   `overwrite` is on (a source map is set by reference, nil values and all).
+///
+/// `depth` is how deep `dst` is in the merged value (1 for the map merged into), bounded by the
+/// values budget: a map that holds itself is refused, not followed.
 pub(super) fn merge_into(
     dst: &mut BTreeMap<String, Value>,
     src: &BTreeMap<String, Value>,
     overwrite: bool,
-) {
+    depth: usize,
+) -> Result<(), Error> {
+    super::super::value::enter(depth, "a merged value")?;
     for (k, v) in src {
         if v.is_none() || v.is_undefined() {
             if overwrite {
@@ -209,8 +185,18 @@ pub(super) fn merge_into(
         if let Some(d) = &current {
             if is_map(d) && is_map(v) {
                 if let (Some(dm), Some(sm)) = (d.downcast_object_ref::<GoMap>(), map_entries(v)) {
-                    let mut g = dm.lock();
-                    merge_into(&mut g, &sm, overwrite);
+                    // Locked already: the map being merged into holds itself (a render
+                    // runs on one thread).
+                    let mut g = match dm.0.try_lock() {
+                        Ok(g) => g,
+                        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                        Err(std::sync::TryLockError::WouldBlock) => {
+                            return Err(err(crate::budget::refuse(
+                                "unsupported construct: merging into a map that holds itself",
+                            )))
+                        }
+                    };
+                    merge_into(&mut g, &sm, overwrite, depth + 1)?;
                 }
             }
             // Read after the merge above: a map it filled is no longer empty.
@@ -222,4 +208,5 @@ pub(super) fn merge_into(
             dst.insert(k.clone(), v.clone());
         }
     }
+    Ok(())
 }

@@ -4,37 +4,31 @@
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
-    ("toJson", |a| {
-        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toJson") {
-            return Ok(d);
-        }
-        Ok(Value::from(go_json(&to_json_checked(
-            &arg(&a, 0),
-            "toJson",
-        )?)))
+    ("toJson", |a| json_or_empty(&arg(&a, 0), HTML)),
+    ("toPrettyJson", |a| json_or_empty(&arg(&a, 0), PRETTY)),
+    ("toRawJson", |a| {
+        json_or_error("toRawJson", &arg(&a, 0), RAW)
     }),
-    ("toPrettyJson", |a| {
-        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toPrettyJson") {
-            return Ok(d);
-        }
-        Ok(Value::from(go_json_pretty(&to_json_checked(
-            &arg(&a, 0),
-            "toPrettyJson",
-        )?)))
+    ("mustToJson", |a| {
+        json_or_error("mustToJson", &arg(&a, 0), HTML)
+    }),
+    ("mustToPrettyJson", |a| {
+        json_or_error("mustToPrettyJson", &arg(&a, 0), PRETTY)
+    }),
+    ("mustToRawJson", |a| {
+        json_or_error("mustToRawJson", &arg(&a, 0), RAW)
     }),
     ("fromJson", |a| {
-        Ok(
-            match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
-                Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
-                Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
-                Ok(other) => error_map(json_type_error(&other, "map[string]interface {}")),
-                Err(e) => error_map(e.to_string()),
-            },
-        )
+        Ok(match parse_json(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Object(_)) => from_json(&v),
+            Ok(serde_json::Value::Null) => GoMap::value(BTreeMap::new()),
+            Ok(other) => error_map(json_type_error(&other, "map[string]interface {}")),
+            Err(e) => error_map(e.to_string()),
+        })
     }),
     ("mustFromJson", |a| {
         // Sprig's: any JSON value, and its error.
-        serde_json::from_str::<serde_json::Value>(&s(&a[0]))
+        parse_json(&s(&a[0]))
             .map(|v| from_json(&v))
             .map_err(|e| err(format!("error calling mustFromJson: {e}")))
     }),
@@ -56,137 +50,82 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             Err(e) => e,
         }))
     }),
-    ("toRawJson", |a| {
-        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toRawJson") {
-            return Ok(d);
-        }
-        Ok(Value::from(raw_json(&to_json_checked(
-            &arg(&a, 0),
-            "toRawJson",
-        )?)))
-    }),
-    ("mustToJson", |a| {
-        if let Some(d) = deferred_unsupported(&arg(&a, 0), "mustToJson") {
-            return Ok(d);
-        }
-        Ok(Value::from(go_json(&to_json_checked(
-            &arg(&a, 0),
-            "mustToJson",
-        )?)))
-    }),
     ("fromJsonArray", |a| {
-        Ok(
-            match serde_json::from_str::<serde_json::Value>(&s(&arg(&a, 0))) {
-                Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-                Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
-                Ok(other) => {
-                    Value::from(vec![Value::from(json_type_error(&other, "[]interface {}"))])
-                }
-                Err(e) => Value::from(vec![Value::from(e.to_string())]),
-            },
-        )
+        Ok(match parse_json(&s(&arg(&a, 0))) {
+            Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
+            Ok(serde_json::Value::Null) => GoList::value(Vec::new()),
+            Ok(other) => {
+                GoList::value(vec![Value::from(json_type_error(&other, "[]interface {}"))])
+            }
+            Err(e) => GoList::value(vec![Value::from(e)]),
+        })
     }),
 ];
 
-/// Go's json.Marshal (sorted keys, HTML-safe escaping).
-pub(super) fn go_json(v: &serde_json::Value) -> String {
-    let mut out = String::new();
-    go_json_into(&mut out, v, true);
-    out
-}
+/// `json.Marshal` (toJson).
+const HTML: JsonStyle = JsonStyle {
+    escape_html: true,
+    indent: false,
+};
+/// `json.MarshalIndent(v, "", "  ")` (toPrettyJson).
+const PRETTY: JsonStyle = JsonStyle {
+    escape_html: true,
+    indent: true,
+};
+/// An encoder without HTML escaping (toRawJson).
+const RAW: JsonStyle = JsonStyle {
+    escape_html: false,
+    indent: false,
+};
 
-/// Go's `json.MarshalIndent(v, "", "  ")`: HTML-escaped like `toJson`, Go number formatting.
-pub(super) fn go_json_pretty(v: &serde_json::Value) -> String {
-    fn into(out: &mut String, v: &serde_json::Value, depth: usize) {
-        let pad = |out: &mut String, d: usize| {
-            out.push('\n');
-            out.push_str(&"  ".repeat(d));
-        };
-        match v {
-            serde_json::Value::Array(a) if !a.is_empty() => {
-                out.push('[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    pad(out, depth + 1);
-                    into(out, x, depth + 1);
-                }
-                pad(out, depth);
-                out.push(']');
-            }
-            serde_json::Value::Object(m) if !m.is_empty() => {
-                out.push('{');
-                let mut entries: Vec<(&String, &serde_json::Value)> = m.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                for (i, (k, x)) in entries.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    pad(out, depth + 1);
-                    go_json_into(out, &serde_json::Value::String(k.clone()), true);
-                    out.push_str(": ");
-                    into(out, x, depth + 1);
-                }
-                pad(out, depth);
-                out.push('}');
-            }
-            _ => go_json_into(out, v, true),
-        }
+/// Sprig's `toJson`/`toPrettyJson`: encoding/json's error gives "" (pallet's refusal fails).
+fn json_or_empty(v: &Value, style: JsonStyle) -> Result<Value, Error> {
+    match marshal(v, style) {
+        Ok(text) => Ok(Value::from(text)),
+        Err(MarshalError::Go(_)) => Ok(Value::from("")),
+        Err(MarshalError::Refused(e)) => Err(e),
     }
-    let mut out = String::new();
-    into(&mut out, v, 0);
-    out
 }
 
-pub(super) fn go_json_into(out: &mut String, v: &serde_json::Value, html: bool) {
-    match v {
-        serde_json::Value::String(s) => {
-            // encoding/json always escapes the JS line separators.
-            let j = serde_json::to_string(s)
-                .unwrap_or_default()
-                .replace('\u{2028}', "\\u2028")
-                .replace('\u{2029}', "\\u2029");
-            if html {
-                out.push_str(
-                    &j.replace('<', "\\u003c")
-                        .replace('>', "\\u003e")
-                        .replace('&', "\\u0026"),
-                );
-            } else {
-                out.push_str(&j);
-            }
-        }
-        serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-            (Some(i), _) => out.push_str(&i.to_string()),
-            (None, Some(f)) => out.push_str(&json_float(f)),
-            _ => out.push_str(&n.to_string()),
+/// `toRawJson` and the `must` forms: encoding/json's error is the call's.
+fn json_or_error(name: &str, v: &Value, style: JsonStyle) -> Result<Value, Error> {
+    match marshal(v, style) {
+        Ok(text) => Ok(Value::from(text)),
+        Err(MarshalError::Go(e)) => Err(err(format!("error calling {name}: {e}"))),
+        Err(MarshalError::Refused(e)) => Err(e),
+    }
+}
+
+/// JSON text as encoding/json reads it, within the values nesting budget (Go reads 10,000
+/// levels; a document past the budget is the render's error, not the `Error` Sprig would
+/// return for bad JSON). Errors are the JSON reader's message.
+pub(super) fn parse_json(text: &str) -> Result<serde_json::Value, String> {
+    let over = |depth: String| {
+        crate::budget::breach(crate::budget::BudgetBreach::new(
+            "values nesting depth",
+            crate::budget::MAX_VALUES_DEPTH as u64,
+            depth,
+        ))
+    };
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => match json_depth(&v) {
+            depth if depth > crate::budget::MAX_VALUES_DEPTH => Err(over(depth.to_string())),
+            _ => Ok(v),
         },
-        serde_json::Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                go_json_into(out, x, html);
-            }
-            out.push(']');
+        // serde_json's own guard (128 levels), far past the budget.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            Err(over("over 128".to_string()))
         }
-        serde_json::Value::Object(m) => {
-            out.push('{');
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                go_json_into(out, &serde_json::Value::String((*k).clone()), html);
-                out.push(':');
-                go_json_into(out, &m[*k], html);
-            }
-            out.push('}');
-        }
-        other => out.push_str(&other.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// How deep maps and lists nest in `v` (a scalar is 0). The reader bounds it.
+fn json_depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -289,11 +228,4 @@ pub(super) fn go_b64_decode(text: &str) -> Result<Vec<u8>, String> {
             };
             format!("illegal base64 data at input byte {at}")
         })
-}
-
-/// Go's json.Marshal without HTML escaping (Sprig's toRawJson).
-pub(super) fn raw_json(v: &serde_json::Value) -> String {
-    let mut out = String::new();
-    go_json_into(&mut out, v, false);
-    out
 }

@@ -3,17 +3,17 @@
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
-    ("list", |a| Ok(Value::from(a.0))),
-    ("tuple", |a| Ok(Value::from(a.0))),
+    ("list", |a| Ok(GoList::value(a.0))),
+    ("tuple", |a| Ok(GoList::value(a.0))),
     ("append", |a| {
         let mut l = go_list("push", &arg(&a, 0))?;
         l.push(arg(&a, 1));
-        Ok(Value::from(l))
+        Ok(GoList::value(l))
     }),
     ("prepend", |a| {
         let mut l = go_list("prepend", &arg(&a, 0))?;
         l.insert(0, arg(&a, 1));
-        Ok(Value::from(l))
+        Ok(GoList::value(l))
     }),
     ("sortAlpha", |a| {
         // Sprig: a list sorts its items' strings; anything else is a one-item list.
@@ -43,7 +43,7 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         if l.is_empty() {
             return Ok(Value::from(()));
         }
-        Ok(Value::from(l.into_iter().skip(1).collect::<Vec<_>>()))
+        Ok(GoList::value(l.into_iter().skip(1).collect()))
     }),
     ("initial", |a| {
         let mut l = go_list("find initial", &arg(&a, 0))?;
@@ -51,16 +51,16 @@ pub(super) const FUNCS: &[(&str, F)] = &[
             return Ok(Value::from(()));
         }
         l.pop();
-        Ok(Value::from(l))
+        Ok(GoList::value(l))
     }),
     ("uniq", |a| {
         let mut out: Vec<Value> = Vec::new();
         for v in go_list("find uniq", &arg(&a, 0))? {
-            if !out.iter().any(|o| to_json(o) == to_json(&v)) {
+            if !contains(&out, &v)? {
                 out.push(v);
             }
         }
-        Ok(Value::from(out))
+        Ok(GoList::value(out))
     }),
     ("has", |a| {
         // A nil haystack has nothing; anything else must be a list.
@@ -68,28 +68,27 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         if hay.is_none() || hay.is_undefined() {
             return Ok(Value::from(false));
         }
-        let needle = to_json(&arg(&a, 0));
-        Ok(Value::from(
-            go_list("find has", &hay)?
-                .iter()
-                .any(|x| to_json(x) == needle),
-        ))
+        Ok(Value::from(contains(
+            &go_list("find has", &hay)?,
+            &arg(&a, 0),
+        )?))
     }),
     ("without", |a| {
         let l = go_list("find without", &arg(&a, 0))?;
-        let drop: Vec<serde_json::Value> = a.0.iter().skip(1).map(to_json).collect();
-        Ok(Value::from(
-            l.into_iter()
-                .filter(|x| !drop.contains(&to_json(x)))
-                .collect::<Vec<_>>(),
-        ))
+        let mut kept = Vec::new();
+        for x in l {
+            if !contains(&a.0[1..], &x)? {
+                kept.push(x);
+            }
+        }
+        Ok(GoList::value(kept))
     }),
     ("compact", |a| {
-        Ok(Value::from(
+        Ok(GoList::value(
             go_list("compact", &arg(&a, 0))?
                 .into_iter()
                 .filter(|x| !empty(x))
-                .collect::<Vec<_>>(),
+                .collect(),
         ))
     }),
     ("until", |a| {
@@ -115,11 +114,11 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         if size < 1 {
             return Err(err("chunk size must be at least 1"));
         }
-        Ok(Value::from(
+        Ok(GoList::value(
             items
                 .chunks(size as usize)
-                .map(|c| Value::from(c.to_vec()))
-                .collect::<Vec<_>>(),
+                .map(|c| GoList::value(c.to_vec()))
+                .collect(),
         ))
     }),
     ("toStrings", |a| {
@@ -144,12 +143,12 @@ pub(super) const FUNCS: &[(&str, F)] = &[
                 None => return Err(err(format!("Cannot concat type {} as list", kind_of(l)))),
             }
         }
-        Ok(Value::from(out))
+        Ok(GoList::value(out))
     }),
     ("reverse", |a| {
         let mut l = go_list("find reverse", &arg(&a, 0))?;
         l.reverse();
-        Ok(Value::from(l))
+        Ok(GoList::value(l))
     }),
     ("seq", |a| {
         let nums: Vec<i64> = a.iter().map(to_i64).collect();
@@ -180,6 +179,16 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         ))
     }),
 ];
+
+/// Whether `items` holds a value deeply equal to `v` (Sprig's `inList`, `reflect.DeepEqual`).
+fn contains(items: &[Value], v: &Value) -> Result<bool, Error> {
+    for item in items {
+        if deep_equal(item, v)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 /// Sprig's `untilStep`: from `start` towards `stop` (exclusive) by `step`; empty when the
 /// step does not lead there.

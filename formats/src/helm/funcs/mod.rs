@@ -1,17 +1,9 @@
-//! The runtime the translated templates call: Go value semantics on top of minijinja's `Value`,
-//! Go's builtins, and the Sprig/Helm functions charts use.
+//! The runtime the translated templates call: Go's builtins and the Sprig/Helm functions charts
+//! use, over the Go value model of [`super::value`].
 //!
-//! Value model (matching what Helm's templates see):
-//! - maps are [`GoMap`] objects: shared and mutable (Sprig's `set`/`unset` mutate in place), keys
-//!   iterate sorted like Go's `range` and `fmt`;
-//! - numbers from values files are `float64` (Helm decodes YAML through JSON), template literals
-//!   are `int`; printing follows Go's `%v` (so `1000000.0` prints `1e+06`, as in Helm);
-//! - `nil` is minijinja's `none`.
-//!
-//! This module holds the value model, printing, field access, `.Files`, the conversions the
-//! functions share, and the function lookup (aliases, Go signatures, registration). The
-//! functions themselves live in one file per family, each with its own `FUNCS` table: see
-//! `FAMILIES` in `registry.rs`.
+//! This module holds field access, method calls, `range`, `.Files`, the conversions the
+//! functions share, and the function lookup (registration). The functions themselves live in
+//! one file per family, each with its own `FUNCS` table: see `FAMILIES` in `registry.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -22,7 +14,16 @@ use minijinja::{Environment, Error, ErrorKind, State};
 
 use super::chart::class_contains;
 use super::parse;
+use super::signatures::{self, ALIASES};
 use super::translate;
+pub(crate) use super::value::err;
+pub use super::value::{
+    as_copy, deep_copy, deep_equal, from_json, go_float, go_fmt, go_int64, go_quote, go_uint64,
+    is_map, json_float, kind_of, list_items, make_copy, map_entries, marshal, number_type,
+    print_action, strslice, strval, to_json, type_of, ApiVersions, Files, GoList, GoMap, GoNumber,
+    GoTime, GoType, JsonStyle, MarshalError, Method, NilList, NO_VALUE,
+};
+pub use super::value::{civil, days_from_civil, go_time_format, DAYS, MONTHS};
 
 mod budgets;
 mod builtins;
@@ -51,365 +52,10 @@ use encoding::*;
 use random::*;
 use templates::*;
 
-pub use dates::{go_time_format, GoTime};
 pub use random::Rng;
-pub use registry::{check_args, known, nil_is_empty_map, register};
+pub use registry::{check_args, known, register};
 pub use templates::{render_define, LookupTable};
 pub use yaml::to_yaml;
-
-fn err(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::InvalidOperation, msg.into())
-}
-
-/// What Go's text/template prints for a missing value; helm removes it from rendered files and
-/// from tpl's result.
-pub const NO_VALUE: &str = "<no value>";
-
-/// A Go `map[string]interface{}`: shared, mutable, sorted.
-#[derive(Debug, Default)]
-pub struct GoMap(pub Mutex<BTreeMap<String, Value>>, pub GoType);
-
-/// The Go type behind a [`GoMap`]: functions that accept one but not the others (`dig`, the
-/// map-typed parameters) and `typeOf` need to tell them apart.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub enum GoType {
-    /// A plain `map[string]interface{}`.
-    #[default]
-    Map,
-    /// `chartutil.Values` (`.Values`): assignable to map parameters, but `dig` fails on it.
-    Values,
-    /// A Go struct or pointer to one (`.Chart`, `.Capabilities`, ...), named as `typeOf`
-    /// prints it; not a map at all for functions.
-    Struct(&'static str),
-    /// A `map[string]string` (`split`, `.Chart.Annotations`): a map for templates, but not
-    /// assignable to a map[string]interface{} parameter.
-    StringMap,
-}
-
-impl GoMap {
-    /// Wraps a map as a template value.
-    pub fn value(m: BTreeMap<String, Value>) -> Value {
-        Self::typed(m, GoType::Map)
-    }
-    /// Wraps a map standing for the Go type `ty`.
-    pub fn typed(m: BTreeMap<String, Value>, ty: GoType) -> Value {
-        Value::from_object(GoMap(Mutex::new(m), ty))
-    }
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Value>> {
-        // A poisoned lock only means another render panicked; the map itself is still valid.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn snapshot(&self) -> BTreeMap<String, Value> {
-        self.lock().clone()
-    }
-}
-
-impl Object for GoMap {
-    fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Map
-    }
-    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        self.lock().get(key.as_str()?).cloned()
-    }
-    fn enumerate(self: &Arc<Self>) -> Enumerator {
-        let keys: Vec<Value> = self
-            .lock()
-            .keys()
-            .map(|k| Value::from(k.as_str()))
-            .collect();
-        Enumerator::Iter(Box::new(keys.into_iter()))
-    }
-    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
-        Some(self.lock().len())
-    }
-    fn is_true(self: &Arc<Self>) -> bool {
-        !self.lock().is_empty()
-    }
-}
-
-/// Returns the entries of a map value (a [`GoMap`] or any minijinja map), sorted by key.
-pub fn map_entries(v: &Value) -> Option<BTreeMap<String, Value>> {
-    if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        return Some(m.snapshot());
-    }
-    if v.kind() != ValueKind::Map {
-        return None;
-    }
-    let mut out = BTreeMap::new();
-    for k in v.try_iter().ok()? {
-        let val = v.get_item(&k).ok()?;
-        out.insert(k.to_string(), val);
-    }
-    Some(out)
-}
-
-fn is_map(v: &Value) -> bool {
-    v.kind() == ValueKind::Map && v.downcast_object_ref::<Method>().is_none()
-}
-
-/// The items of a list value (a Go slice), `None` for anything else.
-pub(crate) fn list_values(v: &Value) -> Option<Vec<Value>> {
-    list_items(v)
-}
-
-/// The Go type name `%T` and `typeOf` print.
-pub(crate) fn type_name(v: &Value) -> &'static str {
-    type_of(v)
-}
-
-fn list_items(v: &Value) -> Option<Vec<Value>> {
-    match v.kind() {
-        ValueKind::Seq | ValueKind::Iterable => v.try_iter().ok().map(|i| i.collect()),
-        _ => None,
-    }
-}
-
-/// Converts parsed YAML/JSON into template values with Helm's typing (numbers are float64).
-pub fn from_json(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::from(()),
-        serde_json::Value::Bool(b) => Value::from(*b),
-        serde_json::Value::Number(n) => Value::from(n.as_f64().unwrap_or(0.0)),
-        serde_json::Value::String(s) => Value::from(s.as_str()),
-        serde_json::Value::Array(a) => Value::from(a.iter().map(from_json).collect::<Vec<_>>()),
-        serde_json::Value::Object(o) => {
-            GoMap::value(o.iter().map(|(k, v)| (k.clone(), from_json(v))).collect())
-        }
-    }
-}
-
-/// Converts a template value back into JSON (for toJson/toYaml and for output).
-pub fn to_json(v: &Value) -> serde_json::Value {
-    if let Some(t) = v.downcast_object_ref::<GoTime>() {
-        // time.Time marshals as RFC 3339 with nanoseconds.
-        return serde_json::Value::String(go_time_format(t, "2006-01-02T15:04:05.999999999Z07:00"));
-    }
-    match v.kind() {
-        ValueKind::Undefined | ValueKind::None => serde_json::Value::Null,
-        ValueKind::Bool => serde_json::Value::Bool(v.is_true()),
-        ValueKind::Number => {
-            if let Some(i) = v.as_i64().filter(|_| v.is_integer()) {
-                serde_json::Value::from(i)
-            } else {
-                let f = f64::try_from(v.clone()).unwrap_or(0.0);
-                serde_json::Number::from_f64(f)
-                    .map(serde_json::Value::Number)
-                    .unwrap_or(serde_json::Value::Null)
-            }
-        }
-        ValueKind::String => serde_json::Value::String(v.as_str().unwrap_or_default().to_string()),
-        ValueKind::Bytes => serde_json::Value::String(
-            String::from_utf8_lossy(v.as_bytes().unwrap_or_default()).into(),
-        ),
-        ValueKind::Map => match map_entries(v) {
-            Some(m) => {
-                serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect())
-            }
-            None => serde_json::Value::Null,
-        },
-        _ => match list_items(v) {
-            Some(items) => serde_json::Value::Array(items.iter().map(to_json).collect()),
-            None => serde_json::Value::String(v.to_string()),
-        },
-    }
-}
-
-/// Go's `strconv.FormatFloat(f, 'g', -1, 64)`, which is what `%v` prints for float64.
-pub fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
-    }
-    // Rust's `{:e}` gives the shortest round-trip digits, as Go's shortest formatting does.
-    let e = format!("{f:e}");
-    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    if !(-4..6).contains(&exp) {
-        let sign = if exp < 0 { '-' } else { '+' };
-        format!("{mant}e{sign}{:02}", exp.abs())
-    } else {
-        let s = format!("{f}");
-        s
-    }
-}
-
-/// Go's JSON number formatting for float64 (used by toJson/toYaml).
-pub fn json_float(f: f64) -> String {
-    let a = f.abs();
-    if a != 0.0 && !(1e-6..1e21).contains(&a) {
-        let e = format!("{f:e}");
-        let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
-        let exp: i32 = exp.parse().unwrap_or(0);
-        // encoding/json prints e-7 (not e-07) but keeps two digits for positive exponents.
-        if exp < 0 {
-            format!("{mant}e-{}", exp.abs())
-        } else {
-            format!("{mant}e+{exp:02}")
-        }
-    } else {
-        format!("{f}")
-    }
-}
-
-/// Go's `%v` formatting of a template value.
-pub fn go_fmt(v: &Value) -> String {
-    let mut s = String::new();
-    go_fmt_into(&mut s, v, true);
-    s
-}
-
-/// A struct value pallet cannot print the way Go does (`{...}` with its fields in
-/// declaration order): printing it is an error rather than a map-shaped string.
-fn unprintable(v: &Value) -> Option<&'static str> {
-    match v.downcast_object_ref::<GoMap>()?.1 {
-        GoType::Struct("chartutil.KubeVersion" | "sprig.certificate") => None,
-        GoType::Struct(ty) => Some(ty),
-        _ => None,
-    }
-}
-
-/// The first value inside `v` (itself included) that JSON/YAML serialisation cannot render
-/// as helm does: structs (Go marshals their JSON field names), `.Files` (base64 bytes) and
-/// semver versions.
-fn unserialisable(v: &Value) -> Option<&'static str> {
-    if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        // Sprig's certificate has two string fields without JSON tags: it marshals as a map.
-        match m.1 {
-            GoType::Struct("sprig.certificate") => {}
-            GoType::Struct(ty) => return Some(ty),
-            _ => {}
-        }
-        return m.snapshot().values().find_map(unserialisable);
-    }
-    if v.downcast_object_ref::<Files>().is_some() {
-        return Some("engine.files");
-    }
-    if v.downcast_object_ref::<super::semver::Version>().is_some() {
-        return Some("*semver.Version");
-    }
-    if v.kind() == ValueKind::Seq {
-        return list_items(v)?.iter().find_map(unserialisable);
-    }
-    None
-}
-
-/// Brackets the text that stands for output pallet cannot produce (toYaml of a struct, such
-/// as the whole template context): Go marshals the struct's fields, and a chart may pass that
-/// text around without printing it (eck-operator: `template "x" . | toYaml | indent 2`, a
-/// define that ignores its data). Only a rendered file that contains it fails. A noncharacter,
-/// so never part of a chart's own text.
-pub const DEFERRED: char = '\u{FDD0}';
-
-/// The stand-in text for `func` of `v` when [`unserialisable`] names it.
-fn deferred_unsupported(v: &Value, func: &str) -> Option<Value> {
-    unserialisable(v).map(|ty| {
-        Value::from(format!(
-            "{DEFERRED}unsupported construct: {func} of a {ty}{DEFERRED}"
-        ))
-    })
-}
-
-/// The error a rendered text carries when it contains a [`DEFERRED`] stand-in.
-pub fn deferred_error(text: &str) -> Option<&str> {
-    let (_, rest) = text.split_once(DEFERRED)?;
-    rest.split(DEFERRED).next()
-}
-
-/// Converts for toJson/toYaml, refusing what [`unserialisable`] names.
-fn to_json_checked(v: &Value, func: &str) -> Result<serde_json::Value, Error> {
-    match unserialisable(v) {
-        Some(ty) => Err(err(format!("unsupported construct: {func} of a {ty}"))),
-        None => Ok(to_json(v)),
-    }
-}
-
-fn go_fmt_into(out: &mut String, v: &Value, top: bool) {
-    if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        if m.1 == GoType::Struct("chartutil.KubeVersion") {
-            // KubeVersion is a fmt.Stringer: it prints its Version.
-            let version = m.lock().get("Version").cloned().unwrap_or_default();
-            out.push_str(version.as_str().unwrap_or_default());
-            return;
-        }
-        if m.1 == GoType::Struct("sprig.certificate") {
-            // `%v` of a struct: its fields in order, space-separated, in braces.
-            let fields = m.snapshot();
-            let field = |k: &str| fields.get(k).map(s).unwrap_or_default();
-            out.push_str(&format!("{{{} {}}}", field("Cert"), field("Key")));
-            return;
-        }
-    }
-    match v.kind() {
-        ValueKind::Undefined | ValueKind::None => {
-            out.push_str(if top { "<no value>" } else { "<nil>" })
-        }
-        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
-        ValueKind::Number => {
-            if v.is_integer() {
-                out.push_str(&v.to_string());
-            } else {
-                out.push_str(&go_float(f64::try_from(v.clone()).unwrap_or(0.0)));
-            }
-        }
-        ValueKind::String => out.push_str(v.as_str().unwrap_or_default()),
-        ValueKind::Bytes => {
-            let b = v.as_bytes().unwrap_or_default();
-            out.push('[');
-            let parts: Vec<String> = b.iter().map(|x| x.to_string()).collect();
-            out.push_str(&parts.join(" "));
-            out.push(']');
-        }
-        ValueKind::Map => {
-            out.push_str("map[");
-            if let Some(m) = map_entries(v) {
-                for (i, (k, val)) in m.iter().enumerate() {
-                    if i > 0 {
-                        out.push(' ');
-                    }
-                    out.push_str(k);
-                    out.push(':');
-                    go_fmt_into(out, val, false);
-                }
-            }
-            out.push(']');
-        }
-        _ => match list_items(v) {
-            Some(items) => {
-                out.push('[');
-                for (i, it) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(' ');
-                    }
-                    go_fmt_into(out, it, false);
-                }
-                out.push(']');
-            }
-            None => out.push_str(&v.to_string()),
-        },
-    }
-}
-
-/// A bound method value (`.Files.Get`) so `__call` can invoke it.
-#[derive(Debug)]
-struct Method;
-impl Object for Method {}
-
-/// `.Files`: the chart's non-template files.
-#[derive(Debug, Default)]
-pub struct Files(pub BTreeMap<String, Vec<u8>>);
 
 fn glob_match(pat: &str, name: &str) -> bool {
     // Helm uses gobwas/glob with '/' as separator: `*` stays within a path segment, `**`
@@ -551,11 +197,11 @@ impl Files {
                     .iter()
                     .filter(|(k, _)| glob_match(&pat, k))
                     .map(|(k, v)| (k.clone(), v.clone()));
-                Ok(Value::from_object(Files(sel.collect())))
+                Ok(Value::from_object(Files(Arc::new(sel.collect()))))
             }
             "AsConfig" | "AsSecrets" => {
                 let mut m = BTreeMap::new();
-                for (k, v) in &self.0 {
+                for (k, v) in self.0.iter() {
                     let base = k.rsplit('/').next().unwrap_or(k).to_string();
                     let val = if method == "AsConfig" {
                         String::from_utf8_lossy(v).into_owned()
@@ -572,20 +218,6 @@ impl Files {
         }
     }
 }
-
-/// A built-in object pallet does not provide yet; any use of its fields is an error naming it.
-#[derive(Debug)]
-pub struct Unsupported(pub &'static str);
-
-impl Object for Unsupported {
-    fn repr(self: &Arc<Self>) -> ObjectRepr {
-        ObjectRepr::Plain
-    }
-}
-
-/// `.Capabilities.APIVersions`.
-#[derive(Debug, Default)]
-pub struct ApiVersions(pub Vec<String>);
 
 impl Object for ApiVersions {
     fn repr(self: &Arc<Self>) -> ObjectRepr {
@@ -640,17 +272,14 @@ fn field(v: &Value, name: &str) -> Result<Value, Error> {
         if let Some(x) = m.lock().get(name) {
             return Ok(x.clone());
         }
-        return match m.1 {
-            GoType::Struct("version.BuildInfo") if name == "GoVersion" => Err(err(
+        return match m.1.struct_name() {
+            Some("version.BuildInfo") if name == "GoVersion" => Err(err(crate::budget::refuse(
                 "unsupported construct: .Capabilities.HelmVersion.GoVersion (the Go release helm was built with is not known here)",
-            )),
+            ))),
             // A struct has a fixed set of fields; a map gives its zero value for a missing key.
-            GoType::Struct(ty) => Err(err(format!("can't evaluate field {name} in type {ty}"))),
-            _ => Ok(missing_key_value(v)),
+            Some(ty) => Err(err(format!("can't evaluate field {name} in type {ty}"))),
+            None => Ok(missing_key_value(v)),
         };
-    }
-    if let Some(u) = v.downcast_object_ref::<Unsupported>() {
-        return Err(err(format!("unsupported construct: {}.{name}", u.0)));
     }
     if let Some(f) = v.downcast_object_ref::<Files>() {
         // Niladic methods used as fields: `(.Files.Glob "x").AsConfig`.
@@ -735,7 +364,7 @@ fn values_method(m: &GoMap, name: &str, args: &[Value]) -> Result<Value, Error> 
         }
         "YAML" => {
             want(0)?;
-            let v = to_json_checked(&GoMap::value(m.snapshot()), "YAML")?;
+            let v = to_json(&GoMap::value(m.snapshot()))?;
             Ok(Value::from(format!("{}\n", yaml::to_yaml(&v))))
         }
         "Table" => {
@@ -978,93 +607,7 @@ fn to_f64(v: &Value) -> f64 {
     }
 }
 
-fn type_of(v: &Value) -> &'static str {
-    if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        match m.1 {
-            GoType::Values => return "chartutil.Values",
-            GoType::Struct(name) => return name,
-            GoType::StringMap => return "map[string]string",
-            GoType::Map => {}
-        }
-    }
-    if v.downcast_object_ref::<Files>().is_some() {
-        return "engine.files";
-    }
-    if v.downcast_object_ref::<GoTime>().is_some() {
-        return "time.Time";
-    }
-    if v.downcast_object_ref::<super::semver::Version>().is_some() {
-        return "*semver.Version";
-    }
-    if v.downcast_object_ref::<ApiVersions>().is_some() {
-        return "chartutil.VersionSet";
-    }
-    match v.kind() {
-        ValueKind::Undefined | ValueKind::None => "<nil>",
-        ValueKind::Bool => "bool",
-        ValueKind::Number if v.is_integer() => "int",
-        ValueKind::Number => "float64",
-        ValueKind::String => "string",
-        ValueKind::Bytes => "[]uint8",
-        ValueKind::Map => "map[string]interface {}",
-        _ => "[]interface {}",
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        if let GoType::Struct(name) = m.1 {
-            return if name.starts_with('*') {
-                "ptr"
-            } else {
-                "struct"
-            };
-        }
-    }
-    if v.downcast_object_ref::<GoTime>().is_some() {
-        return "struct";
-    }
-    if v.downcast_object_ref::<super::semver::Version>().is_some() {
-        return "ptr";
-    }
-    match v.kind() {
-        ValueKind::Undefined | ValueKind::None => "invalid",
-        ValueKind::Bool => "bool",
-        ValueKind::Number if v.is_integer() => "int",
-        ValueKind::Number => "float64",
-        ValueKind::String => "string",
-        ValueKind::Map => "map",
-        _ => "slice",
-    }
-}
-
 pub use super::gofmt::sprintf;
-
-/// Go's `strconv.Quote` (what `%q` and Sprig's `quote` produce).
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() || c == '\u{feff}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 /// Go's message when Sprig dereferences a nil list.
 const NIL_DEREF: &str = "runtime error: invalid memory address or nil pointer dereference";
@@ -1076,22 +619,6 @@ fn go_list(what: &str, v: &Value) -> Result<Vec<Value>, Error> {
         return Err(err(NIL_DEREF));
     }
     list_items(v).ok_or_else(|| err(format!("Cannot {what} on type {}", kind_of(v))))
-}
-
-/// Sprig's `strval`: strings as they are, anything else as Go's `%v` (nil is `<nil>`).
-fn strval(v: &Value) -> String {
-    let mut out = String::new();
-    go_fmt_into(&mut out, v, false);
-    out
-}
-
-/// Sprig's `strslice` of a list: each non-nil item's `strval`.
-fn strslice(items: &[Value]) -> Vec<String> {
-    items
-        .iter()
-        .filter(|x| !x.is_none() && !x.is_undefined())
-        .map(strval)
-        .collect()
 }
 
 /// Functions that belong to no family: the `range` helper and the thin `semver` wrappers.
@@ -1120,16 +647,6 @@ const CORE: &[(&str, F)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_float_matches_fmt_v() {
-        assert_eq!(go_float(1.0), "1");
-        assert_eq!(go_float(8080.0), "8080");
-        assert_eq!(go_float(1000000.0), "1e+06");
-        assert_eq!(go_float(1234567.0), "1.234567e+06");
-        assert_eq!(go_float(0.5), "0.5");
-        assert_eq!(go_float(0.00001), "1e-05");
-    }
 
     #[test]
     fn printf_verbs() {

@@ -4,35 +4,44 @@
 use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
+    // Sprig's integer arithmetic is int64 arithmetic, wrapping as Go's does.
     ("add", |a| {
-        Ok(Value::from(a.0.iter().map(to_i64).sum::<i64>()))
+        Ok(go_int64(
+            a.0.iter().map(to_i64).fold(0i64, i64::wrapping_add),
+        ))
     }),
-    ("add1", |a| Ok(Value::from(to_i64(&arg(&a, 0)) + 1))),
+    ("add1", |a| {
+        Ok(go_int64(to_i64(&arg(&a, 0)).wrapping_add(1)))
+    }),
     ("sub", |a| {
-        Ok(Value::from(to_i64(&arg(&a, 0)) - to_i64(&arg(&a, 1))))
+        Ok(go_int64(
+            to_i64(&arg(&a, 0)).wrapping_sub(to_i64(&arg(&a, 1))),
+        ))
     }),
     ("mul", |a| {
-        Ok(Value::from(a.0.iter().map(to_i64).product::<i64>()))
+        Ok(go_int64(
+            a.0.iter().map(to_i64).fold(1i64, i64::wrapping_mul),
+        ))
     }),
     ("div", |a| {
         let d = to_i64(&arg(&a, 1));
         if d == 0 {
             return Err(err("runtime error: integer divide by zero"));
         }
-        Ok(Value::from(to_i64(&arg(&a, 0)) / d))
+        Ok(go_int64(to_i64(&arg(&a, 0)).wrapping_div(d)))
     }),
     ("mod", |a| {
         let d = to_i64(&arg(&a, 1));
         if d == 0 {
             return Err(err("runtime error: integer divide by zero"));
         }
-        Ok(Value::from(to_i64(&arg(&a, 0)) % d))
+        Ok(go_int64(to_i64(&arg(&a, 0)).wrapping_rem(d)))
     }),
     ("max", |a| {
-        Ok(Value::from(a.0.iter().map(to_i64).max().unwrap_or(0)))
+        Ok(go_int64(a.0.iter().map(to_i64).max().unwrap_or(0)))
     }),
     ("min", |a| {
-        Ok(Value::from(a.0.iter().map(to_i64).min().unwrap_or(0)))
+        Ok(go_int64(a.0.iter().map(to_i64).min().unwrap_or(0)))
     }),
     ("addf", |a| {
         Ok(Value::from(decimal_op(0.0, &a.0, DecOp::Add)))
@@ -79,12 +88,12 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         ))
     }),
     ("toDecimal", |a| {
-        Ok(Value::from(
+        Ok(go_int64(
             i64::from_str_radix(&strval(&a[0]), 8).unwrap_or(0),
         ))
     }),
     ("int", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
-    ("int64", |a| Ok(Value::from(to_i64(&arg(&a, 0))))),
+    ("int64", |a| Ok(go_int64(to_i64(&arg(&a, 0))))),
     ("float64", |a| Ok(Value::from(to_f64(&arg(&a, 0))))),
     ("atoi", |a| {
         // strconv.Atoi: base 10, an optional sign, nothing else; failures give 0.

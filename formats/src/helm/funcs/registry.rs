@@ -1,6 +1,7 @@
-//! The function lookup: the family tables, Sprig's aliases, the Go signatures text/template
-//! checks arguments against, and registration on a minijinja environment.
+//! The function lookup: the family tables and registration on a minijinja environment, each
+//! function behind the checks text/template and the render's budgets make of every call.
 
+use super::signatures::{lookup_name, signature};
 use super::*;
 
 /// Every function table, one per family; names are unique across them.
@@ -27,6 +28,7 @@ const FAMILIES: &[&[(&str, F)]] = &[
 /// The family tables of functions that need the render state.
 const STATE_FAMILIES: &[&[(&str, SF)]] = &[
     crypto::STATE_FUNCS,
+    dates::STATE_FUNCS,
     strings::STATE_FUNCS,
     templates::STATE_FUNCS,
 ];
@@ -54,14 +56,6 @@ pub fn known() -> HashSet<&'static str> {
             "and",
             "or",
             "not",
-            "now",
-            "date",
-            "dateInZone",
-            "date_in_zone",
-            "unixEpoch",
-            "htmlDate",
-            "htmlDateInZone",
-            "ago",
             "randAlphaNum",
             "randAlpha",
             "randNumeric",
@@ -72,211 +66,17 @@ pub fn known() -> HashSet<&'static str> {
         .collect()
 }
 
-/// Sprig names that are the same function as another here: the `must*` variants (our plain
-/// versions already return errors instead of panicking) and old spellings.
-const ALIASES: &[(&str, &str)] = &[
-    // Sprig's deprecated snake_case spellings.
-    ("date_modify", "dateModify"),
-    ("must_date_modify", "mustDateModify"),
-    ("mustMerge", "merge"),
-    ("mustMergeOverwrite", "mergeOverwrite"),
-    ("mustAppend", "append"),
-    ("push", "append"),
-    ("mustPush", "append"),
-    ("mustChunk", "chunk"),
-    ("mustPrepend", "prepend"),
-    ("mustFirst", "first"),
-    ("mustLast", "last"),
-    ("mustRest", "rest"),
-    ("mustInitial", "initial"),
-    ("mustUniq", "uniq"),
-    ("mustWithout", "without"),
-    ("mustHas", "has"),
-    ("mustCompact", "compact"),
-    ("mustDeepCopy", "deepCopy"),
-    ("mustReverse", "reverse"),
-    ("mustSlice", "slice"),
-    ("mustRegexFind", "regexFind"),
-    ("mustRegexFindAll", "regexFindAll"),
-    ("mustRegexReplaceAll", "regexReplaceAll"),
-    ("mustRegexReplaceAllLiteral", "regexReplaceAllLiteral"),
-    ("mustRegexSplit", "regexSplit"),
-    ("mustToRawJson", "toRawJson"),
-    ("mustToPrettyJson", "toPrettyJson"),
-    ("biggest", "max"),
-    ("trimall", "trimAll"),
-    // filepath on a Unix host is path.
-    ("osBase", "base"),
-    ("osClean", "clean"),
-    ("osDir", "dir"),
-    ("osExt", "ext"),
-    ("osIsAbs", "isAbs"),
-];
-
 fn lookup_func(name: &str) -> Option<F> {
     let target = lookup_name(name);
     all_funcs().find(|(n, _)| *n == target).map(|(_, f)| *f)
 }
 
-/// The function an alias stands for (or `name` itself).
-fn lookup_name(name: &str) -> &str {
-    ALIASES
-        .iter()
-        .find(|(a, _)| *a == name)
-        .map(|(_, t)| *t)
-        .unwrap_or(name)
+fn lookup_state_func(name: &str) -> Option<SF> {
+    let target = lookup_name(name);
+    all_state_funcs()
+        .find(|(n, _)| *n == target)
+        .map(|(_, f)| *f)
 }
-
-/// Go parameter types of the functions, one letter per parameter: `S` string, `I` int, `B`
-/// bool, `M` map[string]interface{}, `A` interface{}, `U` uint32, `L` []interface{}, `C`
-/// Sprig's certificate struct; a trailing `*` makes the last one
-/// variadic. text/template checks arguments against these before calling, so passing a float64
-/// from values where an int is wanted, or a missing value (a nil interface) where a string is
-/// wanted, is an error in helm; it must be one here too, never a silent conversion. Functions
-/// not listed take `interface{}` arguments and check for themselves.
-const SIGNATURES: &[(&str, &str)] = &[
-    ("ternary", "AAB"),
-    ("required", "SA"),
-    ("fail", "S"),
-    ("semver", "S"),
-    ("semverCompare", "SS"),
-    ("fromYaml", "S"),
-    ("fromYamlArray", "S"),
-    ("fromJson", "S"),
-    ("fromJsonArray", "S"),
-    ("indent", "IS"),
-    ("nindent", "IS"),
-    ("trim", "S"),
-    ("trimAll", "SS"),
-    ("trimPrefix", "SS"),
-    ("trimSuffix", "SS"),
-    ("trunc", "IS"),
-    ("upper", "S"),
-    ("lower", "S"),
-    ("title", "S"),
-    ("replace", "SSS"),
-    ("contains", "SS"),
-    ("hasPrefix", "SS"),
-    ("hasSuffix", "SS"),
-    ("repeat", "IS"),
-    ("splitList", "SS"),
-    ("split", "SS"),
-    ("splitn", "SIS"),
-    ("join", "SA"),
-    ("get", "MS"),
-    ("set", "MSA"),
-    ("unset", "MS"),
-    ("hasKey", "MS"),
-    ("keys", "M*"),
-    ("values", "M"),
-    ("pluck", "SM*"),
-    ("merge", "MM*"),
-    ("mergeOverwrite", "MM*"),
-    ("pick", "MS*"),
-    ("omit", "MS*"),
-    ("append", "AA"),
-    ("prepend", "AA"),
-    ("has", "AA"),
-    ("until", "I"),
-    ("untilStep", "III"),
-    ("sub", "AA"),
-    ("div", "AA"),
-    ("mod", "AA"),
-    ("atoi", "S"),
-    ("b64enc", "S"),
-    ("b64dec", "S"),
-    ("sha256sum", "S"),
-    ("sha1sum", "S"),
-    ("adler32sum", "S"),
-    ("kindIs", "SA"),
-    ("typeIs", "SA"),
-    ("printf", "SA*"),
-    ("regexMatch", "SS"),
-    ("mustRegexMatch", "SS"),
-    ("regexFind", "SS"),
-    ("regexFindAll", "SSI"),
-    ("regexSplit", "SSI"),
-    ("regexReplaceAll", "SSS"),
-    ("regexReplaceAllLiteral", "SSS"),
-    ("lookup", "SSSS"),
-    ("nospace", "S"),
-    ("substr", "IIS"),
-    ("abbrev", "IS"),
-    ("snakecase", "S"),
-    ("kebabcase", "S"),
-    ("camelcase", "S"),
-    ("randAlphaNum", "I"),
-    ("randAlpha", "I"),
-    ("randNumeric", "I"),
-    ("randAscii", "I"),
-    ("uuidv4", ""),
-    ("add1f", "A"),
-    ("subf", "AA*"),
-    ("mulf", "AA*"),
-    ("divf", "AA*"),
-    ("maxf", "AA*"),
-    ("minf", "AA*"),
-    ("chunk", "IA"),
-    ("b32enc", "S"),
-    ("b32dec", "S"),
-    ("swapcase", "S"),
-    ("initials", "S"),
-    ("untitle", "S"),
-    ("base", "S"),
-    ("dir", "S"),
-    ("ext", "S"),
-    ("clean", "S"),
-    ("isAbs", "S"),
-    ("sha512sum", "S"),
-    ("regexQuoteMeta", "S"),
-    ("typeIsLike", "SA"),
-    ("toDecimal", "A"),
-    ("duration", "A"),
-    ("durationRound", "A"),
-    ("toDate", "SS"),
-    ("mustToDate", "SS"),
-    ("dateModify", "SA"),
-    ("mustDateModify", "SA"),
-    ("ago", "A"),
-    ("htmlDateInZone", "AS"),
-    ("randInt", "II"),
-    ("plural", "SSI"),
-    ("round", "AIA*"),
-    ("seq", "I*"),
-    ("deepEqual", "AA"),
-    ("wrap", "IS"),
-    ("wrapWith", "ISS"),
-    ("include", "SA"),
-    ("tpl", "SA"),
-    ("date", "SA"),
-    ("dateInZone", "SAS"),
-    ("htmlDate", "A"),
-    ("now", ""),
-    ("genPrivateKey", "S"),
-    ("genCA", "SI"),
-    ("genCAWithKey", "SIS"),
-    ("genSelfSignedCert", "SLLI"),
-    ("genSelfSignedCertWithKey", "SLLIS"),
-    ("genSignedCert", "SLLIC"),
-    ("genSignedCertWithKey", "SLLICS"),
-    ("buildCustomCert", "SS"),
-    ("bcrypt", "S"),
-    ("htpasswd", "SS"),
-    ("randBytes", "I"),
-    ("encryptAES", "SS"),
-    ("decryptAES", "SS"),
-    ("derivePassword", "USSSS"),
-    ("shuffle", "S"),
-    ("abbrevboth", "IIS"),
-    ("hello", ""),
-    ("mustFromJson", "S"),
-    ("urlParse", "S"),
-    ("urlJoin", "M"),
-    ("getHostByName", "S"),
-    ("toToml", "A"),
-    ("fromToml", "S"),
-    ("toYamlPretty", "A"),
-];
 
 /// The Go type name of a value as text/template's argument errors print it: a missing map key
 /// is a nil `interface {}`.
@@ -288,38 +88,10 @@ fn arg_type_name(v: &Value) -> &'static str {
     }
 }
 
-/// Whether a literal `nil` as argument `i` of `name` is a nil map in Go (a map parameter),
-/// which map functions treat as empty. `set` on a nil map panics in Go, so it is left out.
-pub fn nil_is_empty_map(name: &str, i: usize) -> bool {
-    if name == "set" {
-        return false;
-    }
-    let Some(sig) = signature(name) else {
-        return false;
-    };
-    let params = sig.trim_end_matches('*').as_bytes();
-    params
-        .get(i)
-        .or(params.last().filter(|_| sig.ends_with('*')))
-        == Some(&b'M')
-}
-
-/// Checks `args` against the Go signature of `name` (see [`SIGNATURES`]), as text/template does.
+/// Checks `args` against the Go signature of `name` (see `signatures::SIGNATURES`), as
+/// text/template does.
 pub fn check_args(name: &str, args: &[Value]) -> Result<(), Error> {
     check_sig(name, signature(name), args)
-}
-
-/// The signature of `name` (through its alias), looked up once per registered function.
-fn signature(name: &str) -> Option<&'static str> {
-    let target = ALIASES
-        .iter()
-        .find(|(a, _)| *a == name)
-        .map(|(_, t)| *t)
-        .unwrap_or(name);
-    SIGNATURES
-        .iter()
-        .find(|(n, _)| *n == target)
-        .map(|(_, s)| *s)
 }
 
 fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error> {
@@ -345,13 +117,13 @@ fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error>
         let p = char::from(params.get(i).or(params.last()).copied().unwrap_or(b'A'));
         let ok = match p {
             'S' => a.kind() == ValueKind::String,
-            'I' => a.kind() == ValueKind::Number && a.is_integer(),
+            'I' => number_type(a) == Some(GoNumber::Int),
             'U' => a.is_integer() && a.as_i64().is_some_and(|n| u32::try_from(n).is_ok()),
             // A `[]interface{}`: a list, or nil (a missing value is a nil slice).
             'L' => a.is_none() || a.is_undefined() || a.kind() == ValueKind::Seq,
             'C' => matches!(
                 a.downcast_object_ref::<GoMap>(),
-                Some(m) if m.1 == GoType::Struct("sprig.certificate")
+                Some(m) if m.1.struct_name() == Some("sprig.certificate")
             ),
             'B' => a.kind() == ValueKind::Bool,
             'M' => matches!(
@@ -380,18 +152,48 @@ fn check_sig(name: &str, sig: Option<&str>, args: &[Value]) -> Result<(), Error>
     Ok(())
 }
 
+/// Calls `name`'s implementation `f` as text/template calls a function: its arguments checked
+/// against its Go signature `sig`, a step charged (and `precheck` made), its result checked
+/// against the budgets. A budget breach or refusal met during the call fails it, even when the
+/// function turned the error into a value (`fromJson`'s `Error`, `regexMatch`'s false): pallet's
+/// limits are never a silent value. A struct field of the context it returns is a copy.
+fn call(
+    name: &'static str,
+    sig: Option<&'static str>,
+    precheck: Option<budgets::Precheck>,
+    args: Rest<Value>,
+    f: impl FnOnce(Rest<Value>) -> Result<Value, Error>,
+) -> Result<Value, Error> {
+    check_sig(name, sig, &args)?;
+    budgets::before_call(name, precheck, &args)?;
+    // Go passes and returns values, not the context's fields: copies.
+    let mut args = args;
+    args.0.iter_mut().for_each(make_copy);
+    let failures = crate::budget::failures();
+    let result = f(args);
+    if crate::budget::failures() != failures {
+        return Err(err(crate::budget::last_failure()));
+    }
+    budgets::after_call(name, as_copy(result?))
+}
+
 /// Registers the runtime on an environment.
 pub fn register(env: &mut Environment<'static>) {
     for (alias, _) in ALIASES {
+        let name: &'static str = alias;
+        let sig = signature(name);
+        let precheck = budgets::precheck_for(lookup_name(alias));
         if let Some(f) = lookup_func(alias) {
-            let name: &'static str = alias;
-            let sig = signature(name);
-            let precheck = budgets::precheck_for(lookup_name(alias));
             env.add_function(format!("h_{alias}"), move |args: Rest<Value>| {
-                check_sig(name, sig, &args)?;
-                budgets::before_call(name, precheck, &args)?;
-                budgets::after_call(name, f(args)?)
+                call(name, sig, precheck, args, f)
             });
+        } else if let Some(f) = lookup_state_func(alias) {
+            env.add_function(
+                format!("h_{alias}"),
+                move |state: &State, args: Rest<Value>| {
+                    call(name, sig, precheck, args, |a| f(state, a))
+                },
+            );
         }
     }
     for (name, f) in all_funcs() {
@@ -405,9 +207,7 @@ pub fn register(env: &mut Environment<'static>) {
         let sig = signature(name);
         let precheck = budgets::precheck_for(name);
         env.add_function(n, move |args: Rest<Value>| {
-            check_sig(name, sig, &args)?;
-            budgets::before_call(name, precheck, &args)?;
-            budgets::after_call(name, f(args)?)
+            call(name, sig, precheck, args, f)
         });
     }
     for (name, f) in all_state_funcs() {
@@ -417,9 +217,7 @@ pub fn register(env: &mut Environment<'static>) {
         env.add_function(
             format!("h_{name}"),
             move |state: &State, args: Rest<Value>| {
-                check_sig(name, sig, &args)?;
-                budgets::before_call(name, precheck, &args)?;
-                budgets::after_call(name, f(state, args)?)
+                call(name, sig, precheck, args, |a| f(state, a))
             },
         );
     }
@@ -472,64 +270,16 @@ pub fn register(env: &mut Environment<'static>) {
         check_args("tpl", &args)?;
         f_tpl(state, s(&args[0]), args[1].clone())
     });
-    env.add_function("h_now", |state: &State, args: Rest<Value>| {
-        check_args("now", &args)?;
-        f_now(state)
-    });
-    env.add_function("h_date", |args: Rest<Value>| {
-        check_args("date", &args)?;
-        f_date(s(&args[0]), args[1].clone())
-    });
-    for name in ["dateInZone", "date_in_zone"] {
-        env.add_function(format!("h_{name}"), move |args: Rest<Value>| {
-            check_args("dateInZone", &args)?;
-            f_date_in_zone(s(&args[0]), args[1].clone(), s(&args[2]))
-        });
-    }
-    env.add_function("h_unixEpoch", |t: Value| -> Result<Value, Error> {
-        Ok(Value::from(as_time(&t)?.secs.to_string()))
-    });
-    env.add_function("h_htmlDate", |t: Value| -> Result<Value, Error> {
-        f_date("2006-01-02".into(), t)
-    });
-    env.add_function("h_htmlDateInZone", |args: Rest<Value>| {
-        check_args("htmlDateInZone", &args)?;
-        f_date_in_zone("2006-01-02".into(), args[0].clone(), s(&args[1]))
-    });
-    env.add_function("h_ago", |state: &State, args: Rest<Value>| {
-        check_args("ago", &args)?;
-        // time.Since against the pinned clock, rounded to seconds.
-        let now = f_now(state)?;
-        let now = as_time(&now)?;
-        let then = match args[0].kind() {
-            ValueKind::Number if args[0].is_integer() => GoTime {
-                secs: args[0].as_i64().unwrap_or(0),
-                nanos: 0,
-            },
-            _ => match args[0].downcast_object_ref::<GoTime>() {
-                Some(t) => *t,
-                None => now,
-            },
-        };
-        let ns = (i128::from(now.secs) - i128::from(then.secs)) * 1_000_000_000
-            + i128::from(now.nanos)
-            - i128::from(then.nanos);
-        let rounded = (ns + ns.signum() * 500_000_000) / 1_000_000_000 * 1_000_000_000;
-        Ok(Value::from(go_duration_string(rounded)))
-    });
     env.set_formatter(|out, _state, v| {
         // Go prints a missing value as "<no value>"; helm removes that text from each
         // rendered file and from tpl's result, but not from include's (`include ... |
         // sha256sum` sees it).
-        if v.is_none() || v.is_undefined() {
-            return out.write_str(NO_VALUE).map_err(|_| err("write failed"));
+        let failures = crate::budget::failures();
+        let text = print_action(v);
+        if crate::budget::failures() != failures {
+            return Err(err(crate::budget::last_failure()));
         }
-        if let Some(ty) = unprintable(v) {
-            return Err(err(format!(
-                "unsupported construct: printing a {ty} (Go prints its struct fields)"
-            )));
-        }
-        out.write_str(&go_fmt(v)).map_err(|_| err("write failed"))
+        out.write_str(&text).map_err(|_| err("write failed"))
     });
 }
 

@@ -18,7 +18,9 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         }))
     }),
     ("fromToml", |a| {
-        Ok(match s(&a[0]).parse::<::toml::Table>() {
+        let text = s(&a[0]);
+        toml_nesting(&text)?;
+        Ok(match text.parse::<::toml::Table>() {
             Ok(t) => GoMap::value(t.into_iter().map(|(k, v)| (k, from_toml(v))).collect()),
             Err(e) => {
                 let mut m = BTreeMap::new();
@@ -37,20 +39,65 @@ pub(super) const FUNCS: &[(&str, F)] = &[
 fn from_toml(v: ::toml::Value) -> Value {
     match v {
         ::toml::Value::String(x) => Value::from(x),
-        ::toml::Value::Integer(i) => Value::from(i),
+        ::toml::Value::Integer(i) => go_int64(i),
         ::toml::Value::Float(f) => Value::from(f),
         ::toml::Value::Boolean(b) => Value::from(b),
         ::toml::Value::Datetime(d) => Value::from(d.to_string()),
-        ::toml::Value::Array(a) => Value::from(a.into_iter().map(from_toml).collect::<Vec<_>>()),
+        ::toml::Value::Array(a) => GoList::value(a.into_iter().map(from_toml).collect()),
         ::toml::Value::Table(t) => {
             GoMap::value(t.into_iter().map(|(k, v)| (k, from_toml(v))).collect())
         }
     }
 }
 
+/// Refuses TOML text whose arrays and inline tables nest past the values budget, before it is
+/// parsed: what a template builds is read under the same bound as values files. Quoted strings
+/// and comments are skipped; a table header's brackets count while they are open.
+fn toml_nesting(text: &str) -> Result<(), Error> {
+    let mut depth = 0usize;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '[' | '{' => {
+                depth += 1;
+                if depth > crate::budget::MAX_VALUES_DEPTH {
+                    return Err(err(crate::budget::breach(
+                        crate::budget::BudgetBreach::new(
+                            "values nesting depth",
+                            crate::budget::MAX_VALUES_DEPTH as u64,
+                            format!("{depth}+ (fromToml)"),
+                        ),
+                    )));
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            '#' => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '"' | '\'' => {
+                let mut escaped = false;
+                for next in chars.by_ref() {
+                    if next == c && !escaped {
+                        break;
+                    }
+                    escaped = c == '"' && next == '\\' && !escaped;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[derive(Default)]
 struct Encoder {
     out: String,
+    /// How deep the value being written nests, bounded by the values budget.
+    depth: usize,
 }
 
 fn is_nil(v: &Value) -> bool {
@@ -163,7 +210,14 @@ impl Encoder {
         self.map(key, v, false)
     }
 
+    /// One level deeper into the value; past the budget, the render's error.
+    fn enter(&mut self) -> Result<(), String> {
+        self.depth += 1;
+        super::super::value::enter(self.depth, "a value written as TOML").map_err(|e| e.to_string())
+    }
+
     fn map(&mut self, key: &[String], v: &Value, inline: bool) -> Result<(), String> {
+        self.enter()?;
         let entries = map_entries(v).unwrap_or_default();
         let (mut direct, mut sub) = (Vec::new(), Vec::new());
         for (k, x) in &entries {
@@ -198,6 +252,7 @@ impl Encoder {
         if inline {
             self.out.push('}');
         }
+        self.depth -= 1;
         Ok(())
     }
 
@@ -239,6 +294,7 @@ impl Encoder {
             }
             ValueKind::Map if is_table(v) => self.map(&[], v, true)?,
             ValueKind::Seq => {
+                self.enter()?;
                 let items = list_items(v).unwrap_or_default();
                 self.out.push('[');
                 for (i, x) in items.iter().enumerate() {
@@ -251,6 +307,7 @@ impl Encoder {
                     }
                 }
                 self.out.push(']');
+                self.depth -= 1;
             }
             _ if is_nil(v) => {}
             _ => self.out.push_str(&quote(&go_fmt(v))),

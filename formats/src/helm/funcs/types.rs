@@ -17,6 +17,6 @@ pub(super) const FUNCS: &[(&str, F)] = &[
         Ok(Value::from(type_of(&arg(&a, 1)) == s(&arg(&a, 0))))
     }),
     ("deepEqual", |a| {
-        Ok(Value::from(to_json(&arg(&a, 0)) == to_json(&arg(&a, 1))))
+        Ok(Value::from(deep_equal(&arg(&a, 0), &arg(&a, 1))?))
     }),
 ];

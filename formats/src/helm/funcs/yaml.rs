@@ -5,10 +5,7 @@ use super::*;
 
 pub(super) const FUNCS: &[(&str, F)] = &[
     ("toYaml", |a| {
-        if let Some(d) = deferred_unsupported(&arg(&a, 0), "toYaml") {
-            return Ok(d);
-        }
-        let v = to_json_checked(&arg(&a, 0), "toYaml")?;
+        let v = to_json(&arg(&a, 0))?;
         if yaml_reader_rejects(&v) {
             // helm's toYaml swallows the marshalling error.
             return Ok(Value::from(""));
@@ -29,12 +26,12 @@ pub(super) const FUNCS: &[(&str, F)] = &[
     ("fromYamlArray", |a| {
         Ok(match parse_yaml_value_array(&s(&arg(&a, 0))) {
             Ok(v @ serde_json::Value::Array(_)) => from_json(&v),
-            Ok(serde_json::Value::Null) => Value::from(Vec::<Value>::new()),
-            Ok(other) => Value::from(vec![Value::from(format!(
+            Ok(serde_json::Value::Null) => GoList::value(Vec::new()),
+            Ok(other) => GoList::value(vec![Value::from(format!(
                 "error unmarshaling JSON: while decoding JSON: {}",
                 json_type_error(&other, "[]interface {}")
             ))]),
-            Err(e) => Value::from(vec![Value::from(e)]),
+            Err(e) => GoList::value(vec![Value::from(e)]),
         })
     }),
 ];
@@ -689,11 +686,9 @@ pub(super) fn parse_yaml_value(s: &str) -> Result<serde_json::Value, String> {
     if s.trim().is_empty() {
         return Ok(serde_json::Value::Object(Default::default()));
     }
-    // fromYaml hands a reader's error to the template (in `.Error`) instead of failing, so a
-    // values budget breach here is not the render's reason to fail.
-    super::super::yaml11::parse(s).inspect_err(|_| {
-        crate::budget::take_breach();
-    })
+    // fromYaml hands a reader's error to the template (in `.Error`); a values budget breach
+    // stays recorded, and fails the call (see `registry::call`).
+    super::super::yaml11::parse(s)
 }
 
 #[cfg(test)]

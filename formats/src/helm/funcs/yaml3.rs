@@ -33,12 +33,17 @@ fn scalar(v: &Value, indent: usize) -> Result<String, Error> {
         }
         ValueKind::String => yaml_string(v.as_str().unwrap_or_default(), indent, None),
         ValueKind::Seq => "[]".into(),
-        ValueKind::Map if v.downcast_object_ref::<GoMap>().is_some() => "{}".into(),
+        ValueKind::Map
+            if v.downcast_object_ref::<GoMap>()
+                .is_some_and(|m| m.1.struct_name().is_none()) =>
+        {
+            "{}".into()
+        }
         _ => {
-            return Err(err(format!(
+            return Err(err(crate::budget::refuse(format!(
                 "unsupported construct: toYamlPretty of a {}",
                 type_of(v)
-            )))
+            ))))
         }
     })
 }
@@ -51,7 +56,7 @@ fn key(k: &str) -> String {
 
 fn is_block(v: &Value) -> Option<bool> {
     if let Some(m) = v.downcast_object_ref::<GoMap>() {
-        if matches!(m.1, GoType::Struct(_)) {
+        if m.1.struct_name().is_some() {
             return None;
         }
         return (!m.snapshot().is_empty()).then_some(true);
@@ -65,6 +70,8 @@ fn is_block(v: &Value) -> Option<bool> {
 /// Writes `v` as a block at column `indent`; `inline` when its first line continues a
 /// sequence entry's `- `.
 fn node(out: &mut String, v: &Value, indent: usize, inline: bool) -> Result<(), Error> {
+    // Each level is two columns deeper.
+    super::super::value::enter(indent / 2 + 1, "a value written as YAML")?;
     let pad = " ".repeat(indent);
     match is_block(v) {
         Some(true) => {

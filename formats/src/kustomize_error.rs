@@ -1,5 +1,7 @@
 //! The kustomize engine's error: what kustomize would have refused, and where (the
-//! kustomization file and the field), so that a condition can name both.
+//! kustomization file and the field), so that a condition can name both. Apart from the engine
+//! ([`crate::kustomize`], which re-exports it as `kustomize::error`), so that the renderers' shared
+//! [`crate::RenderError`] can hold it without depending on the engine.
 
 use std::fmt;
 
