@@ -137,3 +137,101 @@ pub fn outage_lock() -> OutageLock {
         .unwrap_or_else(|e| panic!("the outage lock {}: {e}", path.display()));
     OutageLock { _file: file }
 }
+
+/// A kubeconfig Secret of a test, in the management cluster's agent namespace: a copy of the one
+/// `tools/clusters.sh` wrote for a target, labelled for the BundleDeployments allowed to use it
+/// (`access.pallet.dev/<name>: "true"`, the Secret rules of the agent's namespace). Deleted when
+/// dropped, also when the test fails.
+pub struct TestSecret {
+    /// Its name.
+    pub name: String,
+}
+
+impl TestSecret {
+    /// A copy of target `target`'s Secret named `name`, usable by `bundles`.
+    pub async fn of(management: &Client, target: &str, name: &str, bundles: &[&str]) -> TestSecret {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets: kube::Api<Secret> =
+            kube::Api::namespaced(management.clone(), super::cluster::AGENT_NAMESPACE);
+        let written = match secrets.get_opt(target).await.unwrap() {
+            Some(secret) => secret,
+            None => {
+                write_secrets();
+                secrets.get(target).await.unwrap()
+            }
+        };
+        let mut labels: std::collections::BTreeMap<String, String> = bundles
+            .iter()
+            .map(|b| (format!("access.pallet.dev/{b}"), "true".to_string()))
+            .collect();
+        labels.insert("pallet.dev/test".into(), name.into());
+        let copy = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "labels": labels},
+            "data": written.data,
+        });
+        secrets
+            .patch(
+                name,
+                &kube::api::PatchParams::apply(super::cluster::TEST_FIELD_MANAGER),
+                &kube::api::Patch::Apply(&copy),
+            )
+            .await
+            .unwrap();
+        TestSecret { name: name.into() }
+    }
+}
+
+impl Drop for TestSecret {
+    fn drop(&mut self) {
+        let _ = Command::new(super::cluster::kubectl_path())
+            .arg("--kubeconfig")
+            .arg(super::cluster::kubeconfig_path())
+            .args([
+                "delete",
+                "secret",
+                "-n",
+                super::cluster::AGENT_NAMESPACE,
+                &self.name,
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .output();
+    }
+}
+
+/// Namespaces a test made on clusters (`management` or a target's name), deleted when dropped.
+#[derive(Default)]
+pub struct TestNamespaces {
+    made: Vec<(String, String)>,
+}
+
+impl TestNamespaces {
+    /// Deletes `namespace` of `cluster` at the end of the test.
+    pub fn track(&mut self, cluster: &str, namespace: &str) {
+        self.made.push((cluster.into(), namespace.into()));
+    }
+}
+
+impl Drop for TestNamespaces {
+    fn drop(&mut self) {
+        for (cluster, namespace) in &self.made {
+            let kubeconfig = if cluster == "management" {
+                super::cluster::kubeconfig_path()
+            } else {
+                kubeconfig(cluster)
+            };
+            let _ = Command::new(super::cluster::kubectl_path())
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args([
+                    "delete",
+                    "namespace",
+                    namespace,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ])
+                .output();
+        }
+    }
+}
