@@ -2,7 +2,9 @@
 //! (`tools/clusters.sh start`: the management cluster, where the agent, its BundleDeployments,
 //! revisions and status live, and two targets): each bundle's objects land on its own cluster
 //! only, drift there is corrected, a deletion prunes there; a target that stops makes its own
-//! bundles Ready=False naming it while the others go on, and they recover when it is back.
+//! bundles Ready=False naming it while the others go on, and they recover when it is back (a
+//! deletion meanwhile waits for it); a helm release there is taken over there, with its lookups
+//! and hooks on that cluster.
 
 #[path = "support/agent.rs"]
 mod agent;
@@ -118,6 +120,7 @@ async fn wait_not_ready(client: &Client, name: &str, reason: &str, part: &str) -
 
 #[tokio::test]
 async fn each_bundle_lands_on_its_own_cluster_drift_is_corrected_there_and_deletion_prunes_there() {
+    let _running = remote::running_lock();
     let management = cluster::client().await;
     cluster::install_crd(&management).await;
     let (target_a, target_b) = (
@@ -276,6 +279,44 @@ async fn a_stopped_cluster_fails_only_its_own_bundles_and_they_recover_when_it_i
         back.elapsed()
     );
     assert_eq!(value(&target_b, &on_b).await.as_deref(), Some("v2"));
+
+    // Deleted while its cluster is down: the deletion waits for the cluster (the objects there
+    // may still run), says so, and keeps the finalizer; it prunes there once the cluster is back.
+    remote::stop("target-b");
+    let restarted = Restart("target-b");
+    let bds: Api<BundleDeployment> = Api::all(management.clone());
+    // A request to the stopped cluster marks it down (the bundle's watch may not have noticed).
+    agent::patch_bd(
+        &management,
+        &on_b,
+        json!({"metadata": {"annotations": {"pallet.dev/requested-reconcile": "outage"}}}),
+    )
+    .await;
+    wait_not_ready(&management, &on_b, "ClusterUnreachable", &secret_b.name).await;
+    bds.delete(&on_b, &DeleteParams::default()).await.unwrap();
+    wait_not_ready(
+        &management,
+        &on_b,
+        "ClusterUnreachable",
+        "deleting: cluster",
+    )
+    .await;
+    let held = bds.get(&on_b).await.unwrap();
+    assert!(
+        held.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"pallet.dev/cleanup".to_string()),
+        "the finalizer stays while the cluster is down"
+    );
+    remote::start("target-b");
+    std::mem::forget(restarted);
+    wait_bd_gone(&management, &on_b).await;
+    assert_eq!(
+        value(&target_b, &on_b).await,
+        None,
+        "pruned on target-b once back"
+    );
     drop(agent);
 }
 
@@ -352,6 +393,7 @@ async fn given(client: &Client, namespace: &str, value: &str) {
 
 #[tokio::test]
 async fn a_helm_release_on_a_remote_is_taken_over_there_with_its_lookups_and_hooks_run_there() {
+    let _running = remote::running_lock();
     let management = cluster::client().await;
     cluster::install_crd(&management).await;
     let target_a = remote::client("target-a").await;

@@ -84,6 +84,13 @@ impl ClusterKey {
     }
 }
 
+/// Condition reason: the kubeconfig Secret does not exist (or cannot be read).
+pub const REASON_KUBECONFIG_NOT_FOUND: &str = "KubeConfigNotFound";
+/// Condition reason: the Secret holds no usable kubeconfig.
+pub const REASON_KUBECONFIG_INVALID: &str = "KubeConfigInvalid";
+/// Condition reason: the BundleDeployment may not use the Secret (the Secret rules).
+pub const REASON_KUBECONFIG_NOT_ALLOWED: &str = "KubeConfigNotAllowed";
+
 /// Why a remote cluster cannot be used now. Each says which cluster, and never a credential.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClusterError {
@@ -143,11 +150,11 @@ impl ClusterError {
     /// The condition reason of the bundles it stops.
     pub fn reason(&self) -> &'static str {
         match self {
-            ClusterError::NotFound { .. } => "KubeConfigNotFound",
-            ClusterError::Invalid { .. } => "KubeConfigInvalid",
-            ClusterError::NotAllowed { .. } => "KubeConfigNotAllowed",
+            ClusterError::NotFound { .. } => REASON_KUBECONFIG_NOT_FOUND,
+            ClusterError::Invalid { .. } => REASON_KUBECONFIG_INVALID,
+            ClusterError::NotAllowed { .. } => REASON_KUBECONFIG_NOT_ALLOWED,
             ClusterError::Down { failure, .. } => failure.reason(),
-            ClusterError::SecretUnreadable { .. } => "KubeConfigNotFound",
+            ClusterError::SecretUnreadable { .. } => REASON_KUBECONFIG_NOT_FOUND,
         }
     }
 

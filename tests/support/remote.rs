@@ -3,8 +3,9 @@
 //! and stopping and starting one (an outage).
 //!
 //! Tests never start them themselves; they fail with instructions when they are not running.
-//! A test that stops a target holds [`outage_lock`] for its whole run, so that no other test of
-//! any binary sees that target stopped.
+//! A test that stops a target holds [`outage_lock`] for its whole run, and a test that needs the
+//! targets running holds [`running_lock`], so that no test of any binary sees a target stopped
+//! by another.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
@@ -123,19 +124,32 @@ pub struct OutageLock {
     _file: std::fs::File,
 }
 
+/// Waits until no test stops a target, and keeps any from doing so until dropped: held (shared)
+/// by a test that needs the targets running throughout.
+pub fn running_lock() -> OutageLock {
+    let file = lock_file();
+    file.lock_shared()
+        .unwrap_or_else(|e| panic!("the outage lock (shared): {e}"));
+    OutageLock { _file: file }
+}
+
 /// Waits for the right to stop targets, and holds it until dropped.
 pub fn outage_lock() -> OutageLock {
+    let file = lock_file();
+    file.lock()
+        .unwrap_or_else(|e| panic!("the outage lock: {e}"));
+    OutageLock { _file: file }
+}
+
+fn lock_file() -> std::fs::File {
     let path = state_dir().join("clusters").join(".outage.lock");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .unwrap();
-    file.lock()
-        .unwrap_or_else(|e| panic!("the outage lock {}: {e}", path.display()));
-    OutageLock { _file: file }
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// A kubeconfig Secret of a test, in the management cluster's agent namespace: a copy of the one
