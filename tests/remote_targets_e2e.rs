@@ -52,6 +52,12 @@ fn spec(name: &str, namespace: &str, value: &str, secret: Option<&str>) -> Value
     spec
 }
 
+/// Applies bundle `name` (into namespace `name`, on the cluster of `secret`) for test `test`'s
+/// agent.
+async fn deploy(client: &Client, test: &str, name: &str, secret: Option<&str>) {
+    apply_bd_labelled(client, name, test, spec(name, name, "v1", secret)).await;
+}
+
 /// The `value` of ConfigMap `settings` in `namespace` of `client`'s cluster (None: not there).
 async fn value(client: &Client, namespace: &str) -> Option<String> {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
@@ -133,30 +139,25 @@ async fn each_bundle_lands_on_its_own_cluster_drift_is_corrected_there_and_delet
         format!("{test}-a"),
         format!("{test}-b"),
     );
-    let secret_a = TestSecret::of(&management, "target-a", &format!("{test}-a"), &[&on_a]).await;
+    let depending = format!("{test}-dep");
+    let secret_a = TestSecret::of(
+        &management,
+        "target-a",
+        &format!("{test}-a"),
+        &[&on_a, &depending],
+    )
+    .await;
     let secret_b = TestSecret::of(&management, "target-b", &format!("{test}-b"), &[&on_b]).await;
     let mut namespaces = TestNamespaces::default();
     for cluster in ["management", "target-a", "target-b"] {
-        for bundle in [&local, &on_a, &on_b] {
+        for bundle in [&local, &on_a, &on_b, &depending] {
             namespaces.track(cluster, bundle);
         }
     }
     let agent = Agent::start(&test);
-    apply_bd_labelled(&management, &local, &test, spec(&local, &local, "v1", None)).await;
-    apply_bd_labelled(
-        &management,
-        &on_a,
-        &test,
-        spec(&on_a, &on_a, "v1", Some(&secret_a.name)),
-    )
-    .await;
-    apply_bd_labelled(
-        &management,
-        &on_b,
-        &test,
-        spec(&on_b, &on_b, "v1", Some(&secret_b.name)),
-    )
-    .await;
+    deploy(&management, &test, &local, None).await;
+    deploy(&management, &test, &on_a, Some(&secret_a.name)).await;
+    deploy(&management, &test, &on_b, Some(&secret_b.name)).await;
     for name in [&local, &on_a, &on_b] {
         wait_ready(&management, &agent, name).await;
     }
@@ -177,6 +178,15 @@ async fn each_bundle_lands_on_its_own_cluster_drift_is_corrected_there_and_delet
         }
         assert_eq!(value(client, own).await.as_deref(), Some("v1"));
     }
+    // An object a remote bundle depends on is read on its cluster: the ConfigMap exists on
+    // target-a only.
+    let mut dependent = spec(&depending, &depending, "v1", Some(&secret_a.name));
+    dependent["dependsOn"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "settings",
+        "namespace": on_a, "readyExpr": "dep.data.value == 'v1'"}]);
+    apply_bd_labelled(&management, &depending, &test, dependent).await;
+    wait_ready(&management, &agent, &depending).await;
+    assert_eq!(value(&target_a, &depending).await.as_deref(), Some("v1"));
+
     // Revisions and status stay in the management cluster: the remote bundle's revision
     // snapshot is there.
     let snapshots: Api<k8s_openapi::api::core::v1::Secret> =
@@ -229,14 +239,8 @@ async fn a_stopped_cluster_fails_only_its_own_bundles_and_they_recover_when_it_i
     namespaces.track("management", &local);
     namespaces.track("target-b", &on_b);
     let agent = Agent::start(&test);
-    apply_bd_labelled(&management, &local, &test, spec(&local, &local, "v1", None)).await;
-    apply_bd_labelled(
-        &management,
-        &on_b,
-        &test,
-        spec(&on_b, &on_b, "v1", Some(&secret_b.name)),
-    )
-    .await;
+    deploy(&management, &test, &local, None).await;
+    deploy(&management, &test, &on_b, Some(&secret_b.name)).await;
     wait_ready(&management, &agent, &local).await;
     wait_ready(&management, &agent, &on_b).await;
 

@@ -141,7 +141,8 @@ async fn run_stage(
     hooks: &[HookObject],
     stage: Stage,
 ) -> Result<Gate, ReconcileError> {
-    let (bd, number, workload) = (stage_run.bd, stage_run.number, stage_run.workload);
+    let (bd, number) = (stage_run.bd, stage_run.number);
+    let on = (ctx, stage_run.workload);
     let operation = hook_plan::Operation::of_release(number, hook_plan::continues_release(bd));
     let event = hook_plan::event(operation, stage);
     loop {
@@ -151,16 +152,8 @@ async fn run_stage(
         match hook_plan::next(&runs, hooks, event) {
             Next::Done => return Ok(Gate::Open),
             Next::DeleteSucceeded(delete) => {
-                delete_runs(
-                    (ctx, workload),
-                    (bd, number),
-                    applier,
-                    work,
-                    hooks,
-                    &delete,
-                    "hook-succeeded",
-                )
-                .await?;
+                let succeeded = "hook-succeeded";
+                delete_runs(on, (bd, number), applier, work, hooks, &delete, succeeded).await?;
             }
             Next::Failed { failed, delete } => {
                 for i in delete {
@@ -169,16 +162,7 @@ async fn run_stage(
                     } else {
                         "hook-succeeded"
                     };
-                    delete_runs(
-                        (ctx, workload),
-                        (bd, number),
-                        applier,
-                        work,
-                        hooks,
-                        &[i],
-                        policy,
-                    )
-                    .await?;
+                    delete_runs(on, (bd, number), applier, work, hooks, &[i], policy).await?;
                 }
                 let run = &runs[failed];
                 return Ok(Gate::Failed {
@@ -193,9 +177,7 @@ async fn run_stage(
             Next::Run(i) => {
                 let run = runs[i].clone();
                 let progress = match hook_plan::find(hooks, &run) {
-                    Some(hook) => {
-                        step((ctx, workload), bd, applier, &run, hook, Some(number)).await?
-                    }
+                    Some(hook) => step(on, bd, applier, &run, hook, Some(number)).await?,
                     None => Progress::Failed("not among the revision's objects".into()),
                 };
                 let (phase, message) = match progress {

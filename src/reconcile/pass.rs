@@ -248,7 +248,7 @@ impl<'a> Pass<'a> {
             reason,
             message,
             stalled,
-        } = dependencies::gate(self.view.bd, self.ctx).await?
+        } = dependencies::gate(self.view.bd, self.ctx, self.view.workload).await?
         else {
             return Ok(None);
         };

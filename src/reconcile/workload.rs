@@ -178,34 +178,12 @@ pub async fn read_capabilities(
             return Ok(capabilities.clone());
         }
     }
-    let kube_error = |context: &str| {
-        let context = context.to_string();
-        move |source| ReconcileError::Kube { context, source }
-    };
-    let version = client
-        .apiserver_version()
+    let capabilities = discover_capabilities(client)
         .await
-        .map_err(kube_error("read the cluster's version"))?;
-    let discovery = kube::Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(kube_error("discover the cluster's APIs"))?;
-    let mut served = Vec::new();
-    for group in discovery.groups() {
-        for version in group.versions() {
-            for (resource, _) in group.versioned_resources(version) {
-                served.push((resource.group, resource.version, resource.kind));
-            }
-        }
-    }
-    let capabilities = pallet_formats::HelmCapabilities {
-        kube_version: version.git_version,
-        api_versions: super::render::api_versions(
-            served
-                .iter()
-                .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
-        ),
-    };
+        .map_err(|(context, source)| ReconcileError::Kube {
+            context: context.into(),
+            source,
+        })?;
     *cached = Some((std::time::Instant::now(), capabilities.clone()));
     Ok(capabilities)
 }
@@ -220,4 +198,35 @@ fn lookup_policy(agents: &SecretPolicy) -> SecretPolicy {
         default_service_account: agents.default_service_account.clone(),
         reads_as_service_account: true,
     }
+}
+
+/// The version and served APIs of `client`'s cluster, for helm's `.Capabilities`: what the
+/// agent's renders and the previews give a chart. `Err` says what could not be read.
+pub async fn discover_capabilities(
+    client: &Client,
+) -> Result<pallet_formats::HelmCapabilities, (&'static str, kube::Error)> {
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| ("read the cluster's version", e))?;
+    let discovery = kube::Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(|e| ("discover the cluster's APIs", e))?;
+    let mut served = Vec::new();
+    for group in discovery.groups() {
+        for version in group.versions() {
+            for (resource, _) in group.versioned_resources(version) {
+                served.push((resource.group, resource.version, resource.kind));
+            }
+        }
+    }
+    Ok(pallet_formats::HelmCapabilities {
+        kube_version: version.git_version,
+        api_versions: super::render::api_versions(
+            served
+                .iter()
+                .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
+        ),
+    })
 }
