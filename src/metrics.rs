@@ -61,6 +61,13 @@ struct ShardLabel {
     shard: String,
 }
 
+/// Label set `cluster="NAME"`: a remote cluster, by its kubeconfig Secret's name (with
+/// `@CONTEXT` when a context is named).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabel {
+    cluster: String,
+}
+
 /// Label set `phase="fetch_render|snapshot_store|status_write|apply_prune|health"`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabel {
@@ -255,9 +262,55 @@ const AGENT_SHARD: MetricDoc = MetricDoc {
     help: "1, labelled with the shard this agent serves (--shard; \"\" when not sharded)",
 };
 
+/// `pallet_cluster_up`.
+const CLUSTER_UP: MetricDoc = MetricDoc {
+    name: "cluster_up",
+    kind: MetricKind::Gauge,
+    labels: &["cluster"],
+    help:
+        "1 while a remote cluster answers, 0 while it is down (unreachable, too slow, or \
+             refusing the kubeconfig's credentials): its bundles wait and it is probed with backoff",
+};
+/// `pallet_cluster_bundle_deployments`.
+const CLUSTER_BUNDLE_DEPLOYMENTS: MetricDoc = MetricDoc {
+    name: "cluster_bundle_deployments",
+    kind: MetricKind::Gauge,
+    labels: &["cluster"],
+    help: "BundleDeployments whose objects are on a remote cluster (spec.kubeConfig)",
+};
+/// `pallet_cluster_watched_objects`.
+const CLUSTER_WATCHED_OBJECTS: MetricDoc = MetricDoc {
+    name: "cluster_watched_objects",
+    kind: MetricKind::Gauge,
+    labels: &["cluster"],
+    help: "Objects pallet applied on a remote cluster that its watches know",
+};
+/// `pallet_cluster_watch_cache_bytes`.
+const CLUSTER_WATCH_CACHE_BYTES: MetricDoc = MetricDoc {
+    name: "cluster_watch_cache_bytes",
+    kind: MetricKind::Gauge,
+    labels: &["cluster"],
+    help: "Bytes of object bodies the watches of a remote cluster keep (at most \
+             --cluster-cache-mib; past it objects are read when needed)",
+};
+/// `pallet_cluster_requests`.
+const CLUSTER_REQUESTS: MetricDoc = MetricDoc {
+    name: "cluster_requests",
+    kind: MetricKind::Counter,
+    labels: &["cluster"],
+    help: "Kubernetes API requests sent to a remote cluster",
+};
+/// `pallet_cluster_outages`.
+const CLUSTER_OUTAGES: MetricDoc = MetricDoc {
+    name: "cluster_outages",
+    kind: MetricKind::Counter,
+    labels: &["cluster"],
+    help: "Times a remote cluster went down",
+};
+
 /// Every metric the agent exports, in the order of `/metrics`: the one list the registry is
 /// built from and `docs/reference/metrics.md` is generated from.
-pub const METRIC_DOCS: [&MetricDoc; 15] = [
+pub const METRIC_DOCS: [&MetricDoc; 21] = [
     &RECONCILES,
     &RECONCILE_DURATION_SECONDS,
     &FETCHES,
@@ -273,6 +326,12 @@ pub const METRIC_DOCS: [&MetricDoc; 15] = [
     &RECONCILES_IN_FLIGHT,
     &LEADER,
     &AGENT_SHARD,
+    &CLUSTER_UP,
+    &CLUSTER_BUNDLE_DEPLOYMENTS,
+    &CLUSTER_WATCHED_OBJECTS,
+    &CLUSTER_WATCH_CACHE_BYTES,
+    &CLUSTER_REQUESTS,
+    &CLUSTER_OUTAGES,
 ];
 
 fn register<M: prometheus_client::registry::Metric>(
@@ -306,6 +365,7 @@ pub struct Metrics {
     in_flight: Gauge,
     leader: Gauge,
     shard: Family<ShardLabel, Gauge>,
+    clusters: ClusterFamilies,
     role: AtomicU8,
     synced: AtomicBool,
 }
@@ -347,6 +407,25 @@ impl Metrics {
         register(&mut registry, &RECONCILES_IN_FLIGHT, in_flight.clone());
         register(&mut registry, &LEADER, leader.clone());
         register(&mut registry, &AGENT_SHARD, shard.clone());
+        let clusters = ClusterFamilies::default();
+        register(&mut registry, &CLUSTER_UP, clusters.up.clone());
+        register(
+            &mut registry,
+            &CLUSTER_BUNDLE_DEPLOYMENTS,
+            clusters.bundles.clone(),
+        );
+        register(
+            &mut registry,
+            &CLUSTER_WATCHED_OBJECTS,
+            clusters.objects.clone(),
+        );
+        register(
+            &mut registry,
+            &CLUSTER_WATCH_CACHE_BYTES,
+            clusters.bytes.clone(),
+        );
+        register(&mut registry, &CLUSTER_REQUESTS, clusters.requests.clone());
+        register(&mut registry, &CLUSTER_OUTAGES, clusters.outages.clone());
         // Series for every known label value exist from the start (at 0), so that rates and
         // alerts work before the first event of a kind.
         for result in ["success", "error"] {
@@ -390,6 +469,7 @@ impl Metrics {
             in_flight,
             leader,
             shard,
+            clusters,
             role: AtomicU8::new(ROLE_STARTING),
             synced: AtomicBool::new(false),
         }
@@ -488,6 +568,54 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one request sent to remote cluster `cluster`.
+    pub fn cluster_request(&self, cluster: &str) {
+        self.clusters.requests.get_or_create(&label(cluster)).inc();
+    }
+
+    /// Counts one outage of remote cluster `cluster`.
+    pub fn cluster_outage(&self, cluster: &str) {
+        self.clusters.outages.get_or_create(&label(cluster)).inc();
+        self.clusters.up.get_or_create(&label(cluster)).set(0);
+    }
+
+    /// Sets the gauges of remote cluster `cluster`: whether it is up, its BundleDeployments,
+    /// the objects its watches know and the bytes they keep.
+    pub fn set_cluster(
+        &self,
+        cluster: &str,
+        up: bool,
+        bundles: usize,
+        objects: usize,
+        bytes: usize,
+    ) {
+        let label = label(cluster);
+        self.clusters.up.get_or_create(&label).set(i64::from(up));
+        self.clusters
+            .bundles
+            .get_or_create(&label)
+            .set(i64::try_from(bundles).unwrap_or(i64::MAX));
+        self.clusters
+            .objects
+            .get_or_create(&label)
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+        self.clusters
+            .bytes
+            .get_or_create(&label)
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Drops the series of remote cluster `cluster` (no bundle targets it any more).
+    pub fn forget_cluster(&self, cluster: &str) {
+        let label = label(cluster);
+        self.clusters.up.remove(&label);
+        self.clusters.bundles.remove(&label);
+        self.clusters.objects.remove(&label);
+        self.clusters.bytes.remove(&label);
+        self.clusters.requests.remove(&label);
+        self.clusters.outages.remove(&label);
+    }
+
     /// Records that this process leads (runs the controller) or not.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
@@ -541,6 +669,23 @@ impl Metrics {
             tracing::warn!(error = %e, "encoding metrics");
         }
         out
+    }
+}
+
+/// The families of the per-cluster series.
+#[derive(Default)]
+struct ClusterFamilies {
+    up: Family<ClusterLabel, Gauge>,
+    bundles: Family<ClusterLabel, Gauge>,
+    objects: Family<ClusterLabel, Gauge>,
+    bytes: Family<ClusterLabel, Gauge>,
+    requests: Family<ClusterLabel, Counter>,
+    outages: Family<ClusterLabel, Counter>,
+}
+
+fn label(cluster: &str) -> ClusterLabel {
+    ClusterLabel {
+        cluster: cluster.to_string(),
     }
 }
 

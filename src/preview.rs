@@ -395,34 +395,12 @@ pub fn render_dir(
 pub async fn helm_capabilities(
     client: &Client,
 ) -> Result<pallet_formats::HelmCapabilities, PreviewError> {
-    let kube_error = |context: &str| {
-        let context = context.to_string();
-        move |error| PreviewError::Kube { context, error }
-    };
-    let version = client
-        .apiserver_version()
+    crate::reconcile::workload::discover_capabilities(client)
         .await
-        .map_err(kube_error("read the cluster's version"))?;
-    let discovery = kube::Discovery::new(client.clone())
-        .run()
-        .await
-        .map_err(kube_error("discover the cluster's APIs"))?;
-    let mut served = Vec::new();
-    for group in discovery.groups() {
-        for version in group.versions() {
-            for (resource, _) in group.versioned_resources(version) {
-                served.push((resource.group, resource.version, resource.kind));
-            }
-        }
-    }
-    Ok(pallet_formats::HelmCapabilities {
-        kube_version: version.git_version,
-        api_versions: crate::reconcile::render::api_versions(
-            served
-                .iter()
-                .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
-        ),
-    })
+        .map_err(|(context, error)| PreviewError::Kube {
+            context: context.into(),
+            error,
+        })
 }
 
 /// Pins every source of the BundleDeployment document `doc` to what it resolved to (in spec

@@ -9,8 +9,10 @@
 pub mod conditions;
 mod dependencies;
 mod drift_ignore;
+mod fleet;
 mod health_checks;
 mod helm_runs;
+mod kube_config;
 mod notifications;
 mod processors;
 pub mod reasons;
@@ -21,8 +23,18 @@ pub use dependencies::{
     DependencyReference, BUNDLE_DEPLOYMENT_API_VERSION, BUNDLE_DEPLOYMENT_KIND,
 };
 pub use drift_ignore::{DriftIgnoreReport, DriftIgnoreRule, DriftIgnoreTarget};
+pub use fleet::{
+    set_conditions, BundleDeploymentSet, BundleDeploymentSetSpec, BundleDeploymentSetStatus,
+    BundleDeploymentTemplate, PerCluster, SetClusterPhase, SetClusterStatus, SetOnFailure,
+    SetRollout, TemplateMetadata, CLUSTER_SECRET_LABEL, SET_CLUSTER_LABEL, SET_LABEL,
+    SET_PREVIOUS_ANNOTATION, SET_REVISION_ANNOTATION,
+};
 pub use health_checks::{HealthCheck, HttpGetCheck};
 pub use helm_runs::{CrdPolicy, HookRequest, REQUESTED_TEST_ANNOTATION};
+pub use kube_config::{
+    cluster_of, KubeConfigReference, KubeConfigSecretReference, TargetCluster,
+    DEFAULT_KUBECONFIG_KEYS, LOCAL_CLUSTER,
+};
 pub use notifications::{
     CloudEventsMode, CloudEventsTarget, CommitStatusTarget, DeliveryResult, NotificationStatus,
     NotificationTarget, SlackTarget, TargetKind, TransitionType, WebhookTarget,
@@ -107,6 +119,7 @@ const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     )
 )]
 #[kube(validation = Rule::new("!has(self.spec.dependsOn) || !self.spec.dependsOn.exists(d, d.name == self.metadata.name && (!has(d.kind) || (d.apiVersion == 'pallet.dev/v1alpha1' && d.kind == 'BundleDeployment')))").message("a BundleDeployment cannot depend on itself"))]
+#[x_kube(validation = Rule::new("has(self.kubeConfig) == has(oldSelf.kubeConfig) && (!has(self.kubeConfig) || self.kubeConfig == oldSelf.kubeConfig)").message("spec.kubeConfig cannot be added, changed or removed: the bundle's objects are on that cluster; delete the BundleDeployment and create it again to move them"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.helm) || self.format == 'helm'").message("config.helm is only valid with format: helm"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.registryV1) || self.format == 'registry-v1'").message("config.registryV1 is only valid with format: registry-v1"))]
 #[x_kube(validation = Rule::new("!has(self.config) || !has(self.config.kustomize) || self.format == 'kustomize'").message("config.kustomize is only valid with format: kustomize"))]
@@ -135,6 +148,17 @@ pub struct BundleDeploymentSpec {
     /// it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccountReference>,
+
+    /// The cluster the bundle's objects go to, when it is not the one the agent runs in: a
+    /// kubeConfig in a Secret (Flux's shape). Objects, health, drift, pruning, hooks, lookups and
+    /// takeover are on that cluster, acting as the kubeconfig's identity, or as
+    /// `serviceAccount` impersonated there through it when one is named (that ServiceAccount
+    /// must exist on the target, with its RBAC there); revisions, the change log and status stay
+    /// in the agent's cluster. Set when the BundleDeployment is created: changing or removing it
+    /// is refused (delete the BundleDeployment and create it again to move a bundle). Default:
+    /// the cluster the agent runs in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<KubeConfigReference>,
 
     /// Where the bundle comes from. Contents of all sources are merged into one tree.
     #[schemars(length(min = 1, max = 32))]
@@ -1101,7 +1125,18 @@ const DURATION_MESSAGE: &str =
 /// is not set), and duration fields checked by a rule whose message shows the accepted form.
 pub fn crd(
 ) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    let mut crd = BundleDeployment::crd();
+    polished(BundleDeployment::crd())
+}
+
+/// The BundleDeploymentSet CustomResourceDefinition, polished as [`crd`].
+pub fn set_crd(
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    polished(BundleDeploymentSet::crd())
+}
+
+fn polished(
+    mut crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     crd.metadata.annotations.get_or_insert_default().insert(
         CRD_VERSION_ANNOTATION.into(),
         env!("CARGO_PKG_VERSION").into(),
@@ -1159,9 +1194,14 @@ fn polish_schema(value: &mut serde_json::Value) {
     }
 }
 
-/// The CustomResourceDefinition as YAML, exactly as `pallet crd` prints it and `deploy/crd.yaml` holds it.
+/// The BundleDeployment CustomResourceDefinition as YAML, as `pallet crd --kind BundleDeployment` prints it and `deploy/crd.yaml` holds it.
 pub fn crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
     serde_saphyr::to_string(&crd())
+}
+
+/// The BundleDeploymentSet CustomResourceDefinition as YAML, as `deploy/crd-set.yaml` holds it.
+pub fn set_crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    serde_saphyr::to_string(&set_crd())
 }
 
 #[cfg(test)]
@@ -1174,12 +1214,22 @@ mod tests {
         let generated = crd_yaml().unwrap();
         assert!(
             committed == generated,
-            "deploy/crd.yaml is stale: regenerate it with `cargo run -q -- crd > deploy/crd.yaml`"
+            "deploy/crd.yaml is stale: regenerate it with `cargo run -q -- crd --kind BundleDeployment > deploy/crd.yaml`"
         );
         assert!(
             include_str!("../../deploy/chart/crd.yaml") == generated,
-            "deploy/chart/crd.yaml is stale: `cargo run -q -- crd > deploy/chart/crd.yaml`"
+            "deploy/chart/crd.yaml is stale: `cargo run -q -- crd --kind BundleDeployment > deploy/chart/crd.yaml`"
         );
+        let set = set_crd_yaml().unwrap();
+        for committed in [
+            include_str!("../../deploy/crd-set.yaml"),
+            include_str!("../../deploy/chart/crd-set.yaml"),
+        ] {
+            assert!(
+                committed == set,
+                "deploy/crd-set.yaml or deploy/chart/crd-set.yaml is stale: regenerate them with `cargo run -q -- crd --kind BundleDeploymentSet > deploy/crd-set.yaml` (and the same into deploy/chart/)"
+            );
+        }
     }
 
     /// Optional settings (scalars and enums) of `schema` at `path` whose description states no

@@ -15,6 +15,7 @@
 //! - [`Lookup::Unknown`]: this kind is not watched yet, or its first list has not completed.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::api::DynamicObject;
@@ -40,6 +41,60 @@ pub struct LiveObjects {
     /// Objects this agent's write took from another BundleDeployment, with that one's name, until
     /// the write's watch event says so (see [`LiveObjects::taken_from`]).
     taken: Arc<RwLock<HashMap<(KindId, Name), String>>>,
+    /// What the kept bodies may take together, and what they take.
+    budget: Arc<Budget>,
+}
+
+/// The bytes the kept bodies of one [`LiveObjects`] may take (a cluster's watches keep one):
+/// past it, objects are kept as their version only and read from the API server when a pass
+/// needs them, so memory stays bounded whatever a cluster holds.
+#[derive(Debug)]
+struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            limit: usize::MAX,
+            used: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Budget {
+    fn size(kept: &Kept) -> usize {
+        match kept {
+            Kept::Body { json, .. } => json.len(),
+            Kept::Unread { .. } => 0,
+        }
+    }
+
+    /// Whether a body of `bytes` more fits.
+    fn fits(&self, bytes: usize) -> bool {
+        self.used.load(Ordering::Relaxed).saturating_add(bytes) <= self.limit
+    }
+
+    /// `added` entered a map, `removed` left one.
+    fn account(&self, added: Option<&Kept>, removed: Option<&Kept>) {
+        let added = added.map_or(0, Budget::size);
+        let removed = removed.map_or(0, Budget::size);
+        if added >= removed {
+            self.used.fetch_add(added - removed, Ordering::Relaxed);
+        } else {
+            self.used.fetch_sub(removed - added, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the live copies hold: objects known, and the bytes of the bodies kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Objects known (bodies kept, or their version only).
+    pub objects: usize,
+    /// Bytes of the bodies kept.
+    pub bytes: usize,
 }
 
 #[derive(Default)]
@@ -139,8 +194,9 @@ fn name_of(object: &DynamicObject) -> Name {
 /// the whole object; pallet never sets it), and with its apiVersion and kind (the items of a
 /// list come without them, and a comparison with a rendered object needs them). Large objects
 /// are kept as a version only.
-fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
-    if serde_json::to_vec(&object.data).map_or(usize::MAX, |b| b.len()) > MAX_KEPT_BYTES {
+fn kept(resource: &ApiResource, mut object: DynamicObject, budget: &Budget) -> Kept {
+    let content = serde_json::to_vec(&object.data).map_or(usize::MAX, |b| b.len());
+    if content > MAX_KEPT_BYTES || !budget.fits(content) {
         return Kept::Unread {
             owner: owner_of(&object),
             version: object.metadata.resource_version,
@@ -170,6 +226,33 @@ fn kept(resource: &ApiResource, mut object: DynamicObject) -> Kept {
 }
 
 impl LiveObjects {
+    /// Live copies whose kept bodies take at most `bytes` together (past it, objects are kept
+    /// as their version only and read when needed).
+    pub fn with_budget(bytes: usize) -> Self {
+        LiveObjects {
+            budget: Arc::new(Budget {
+                limit: bytes,
+                used: AtomicUsize::new(0),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// What the copies hold now.
+    pub fn usage(&self) -> Usage {
+        let objects = self
+            .kinds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|kind| kind.objects.len())
+            .sum();
+        Usage {
+            objects,
+            bytes: self.budget.used.load(Ordering::Relaxed),
+        }
+    }
+
     /// What is known of the object `namespace/name` of `resource`'s kind.
     pub fn lookup(&self, resource: &ApiResource, namespace: Option<&str>, name: &str) -> Lookup {
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
@@ -242,14 +325,16 @@ impl LiveObjects {
         let seen = kind.objects.get(&name).and_then(Kept::resource_version);
         let copy = match seen {
             Some(seen) if Some(seen.as_str()) == base || *seen == version => {
-                kept(resource, written.clone())
+                kept(resource, written.clone(), &self.budget)
             }
             _ => Kept::Unread {
                 version: seen.cloned(),
                 owner: owner_of(written),
             },
         };
-        kind.objects.insert(name, copy);
+        self.budget.account(Some(&copy), None);
+        let replaced = kind.objects.insert(name, copy);
+        self.budget.account(None, replaced.as_ref());
     }
 
     /// Records that this agent deleted the object: its delete event is an echo too. Unless that
@@ -286,8 +371,10 @@ impl LiveObjects {
         };
         if let Some(Kept::Unread { version, .. }) = kind.objects.get(&name) {
             if version.is_some() && *version == object.metadata.resource_version {
-                let copy = kept(resource, object.clone());
-                kind.objects.insert(name, copy);
+                let copy = kept(resource, object.clone(), &self.budget);
+                self.budget.account(Some(&copy), None);
+                let replaced = kind.objects.insert(name, copy);
+                self.budget.account(None, replaced.as_ref());
             }
         }
     }
@@ -295,16 +382,28 @@ impl LiveObjects {
     /// The kind's watch is (re)starting a complete list.
     pub fn list_started(&self, resource: &ApiResource) {
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
-        kinds.entry(kind_id(resource)).or_default().relisting = Some(HashMap::new());
+        let dropped = kinds
+            .entry(kind_id(resource))
+            .or_default()
+            .relisting
+            .replace(HashMap::new());
+        for kept in dropped.iter().flat_map(HashMap::values) {
+            self.budget.account(None, Some(kept));
+        }
     }
 
     /// One object of a complete list.
     pub fn listed(&self, resource: &ApiResource, object: DynamicObject) {
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
         let kind = kinds.entry(kind_id(resource)).or_default();
-        kind.relisting
+        let name = name_of(&object);
+        let copy = kept(resource, object, &self.budget);
+        self.budget.account(Some(&copy), None);
+        let replaced = kind
+            .relisting
             .get_or_insert_with(HashMap::new)
-            .insert(name_of(&object), kept(resource, object));
+            .insert(name, copy);
+        self.budget.account(None, replaced.as_ref());
     }
 
     /// The complete list is in: it replaces what was kept. Returns the owners of the objects
@@ -361,8 +460,12 @@ impl LiveObjects {
                     .and_then(Kept::owner);
                 changed.extend(owner.clone());
                 let version = listed.and_then(Kept::resource_version).cloned();
-                objects.insert(name.clone(), Kept::Unread { version, owner });
+                let replaced = objects.insert(name.clone(), Kept::Unread { version, owner });
+                self.budget.account(None, replaced.as_ref());
             }
+        }
+        for kept in kind.objects.values() {
+            self.budget.account(None, Some(kept));
         }
         kind.objects = objects;
         kind.listed = true;
@@ -404,12 +507,11 @@ impl LiveObjects {
             .unwrap_or_else(|p| p.into_inner())
             .get(&(id.clone(), name.clone()))
             .is_some_and(|v| Some(v) == object.metadata.resource_version.as_ref());
+        let copy = kept(resource, object, &self.budget);
+        self.budget.account(Some(&copy), None);
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
-        kinds
-            .entry(id)
-            .or_default()
-            .objects
-            .insert(name, kept(resource, object));
+        let replaced = kinds.entry(id).or_default().objects.insert(name, copy);
+        self.budget.account(None, replaced.as_ref());
         if echo {
             Change::Quiet
         } else {
@@ -429,7 +531,8 @@ impl LiveObjects {
             .is_some_and(|v| v.is_empty());
         let mut kinds = self.kinds.write().unwrap_or_else(|p| p.into_inner());
         if let Some(kind) = kinds.get_mut(&id) {
-            kind.objects.remove(&name);
+            let removed = kind.objects.remove(&name);
+            self.budget.account(None, removed.as_ref());
         }
         if echo {
             Change::Quiet
@@ -463,6 +566,46 @@ mod tests {
             "data": {"a": "1"},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn bodies_past_the_budget_are_kept_as_versions_and_the_bytes_add_up() {
+        let r = resource();
+        let one = serde_json::to_vec(&{
+            let mut o = object("a", "1");
+            o.metadata.managed_fields = None;
+            o.types = Some(kube::api::TypeMeta {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            });
+            o
+        })
+        .unwrap()
+        .len();
+        // Room for two bodies, not three.
+        let live = LiveObjects::with_budget(2 * one + one / 2);
+        live.list_started(&r);
+        for name in ["a", "b", "c"] {
+            live.listed(&r, object(name, "1"));
+        }
+        live.list_done(&r);
+        let usage = live.usage();
+        assert_eq!(usage.objects, 3);
+        assert!(usage.bytes <= 2 * one + one / 2, "{usage:?}");
+        let found = ["a", "b", "c"]
+            .iter()
+            .filter(|name| matches!(live.lookup(&r, Some("ns"), name), Lookup::Found(_)))
+            .count();
+        assert_eq!(found, 2, "two bodies kept, one read when needed");
+        // A relist replaces the copies: the bytes are those of the new list, not both.
+        live.list_started(&r);
+        live.listed(&r, object("a", "2"));
+        live.list_done(&r);
+        assert_eq!(live.usage().objects, 1);
+        assert!(live.usage().bytes <= one + 8, "{:?}", live.usage());
+        // Deleted: nothing kept.
+        live.removed(&r, &object("a", "3"));
+        assert_eq!(live.usage(), Usage::default());
     }
 
     #[test]

@@ -41,6 +41,25 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Flags of `pallet crd`.
+#[derive(clap::Args, Debug)]
+pub struct CrdArgs {
+    /// Print only this kind's CustomResourceDefinition. Default: both, as two YAML documents.
+    #[arg(long, value_enum)]
+    pub kind: Option<CrdKind>,
+}
+
+/// The kinds `pallet crd` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum CrdKind {
+    /// BundleDeployment (deploy/crd.yaml).
+    #[value(name = "BundleDeployment")]
+    BundleDeployment,
+    /// BundleDeploymentSet (deploy/crd-set.yaml).
+    #[value(name = "BundleDeploymentSet")]
+    BundleDeploymentSet,
+}
+
 /// pallet's subcommands (grouped in `--help` by [`help::GROUPS`]).
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -52,8 +71,8 @@ pub enum Command {
     Check(install::check::CheckArgs),
     /// Show the versions of this CLI, the running agent and the installed CRD.
     Version(install::version::VersionArgs),
-    /// Print the BundleDeployment CustomResourceDefinition as YAML (the same as deploy/crd.yaml).
-    Crd,
+    /// Print pallet's CustomResourceDefinitions as YAML (deploy/crd.yaml and deploy/crd-set.yaml).
+    Crd(CrdArgs),
     /// List BundleDeployments with their Ready condition's reason and message (`-w` watches).
     Get(get::GetArgs),
     /// Show how the cluster differs from what the agent would apply (exit status 5 when it does).
@@ -469,8 +488,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Diff(args) => diff::run(args),
         Command::Tree(args) => tree::run(args),
         Command::Events(args) => events::run(args),
-        Command::Crd => {
-            print!("{}", crate::api::crd_yaml()?);
+        Command::Crd(args) => {
+            match args.kind {
+                None => print!(
+                    "{}---\n{}",
+                    crate::api::crd_yaml()?,
+                    crate::api::set_crd_yaml()?
+                ),
+                Some(CrdKind::BundleDeployment) => print!("{}", crate::api::crd_yaml()?),
+                Some(CrdKind::BundleDeploymentSet) => print!("{}", crate::api::set_crd_yaml()?),
+            }
             Ok(())
         }
         Command::Agent(args) => agent::run(*args),

@@ -1,23 +1,23 @@
-//! `docs/reference/api.md`: the BundleDeployment API from the CustomResourceDefinition's schema.
+//! `docs/reference/api.md` and `api-set.md`: the BundleDeployment and BundleDeploymentSet APIs
+//! from their CustomResourceDefinitions' schemas.
 
 use kube::CustomResourceExt as _;
 use serde_json::Value;
 
 use super::markdown::{code, generated_note, table};
 use super::schema::{render, Section, Walker};
-use crate::api::BundleDeployment;
+use crate::api::{BundleDeployment, BundleDeploymentSet};
 
-/// The served version's OpenAPI schema, as the API server holds it.
-pub fn crd_schema() -> anyhow::Result<Value> {
-    let crd = serde_json::to_value(BundleDeployment::crd())?;
+/// The served version's OpenAPI schema of `crd`, as the API server holds it.
+fn schema_of(crd: &Value) -> anyhow::Result<Value> {
     crd.pointer("/spec/versions/0/schema/openAPIV3Schema")
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("the CRD has no openAPIV3Schema"))
 }
 
-/// The sections of the spec and of the status.
-pub fn sections() -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
-    let schema = crd_schema()?;
+/// The sections of the spec and of the status of `crd`.
+fn sections_of(crd: &Value) -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
+    let schema = schema_of(crd)?;
     let spec = schema
         .pointer("/properties/spec")
         .ok_or_else(|| anyhow::anyhow!("the schema has no spec"))?;
@@ -30,9 +30,24 @@ pub fn sections() -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
     ))
 }
 
-/// The page.
+/// The sections of the BundleDeployment's spec and of its status.
+#[cfg(test)]
+pub(crate) fn sections() -> anyhow::Result<(Vec<Section>, Vec<Section>)> {
+    sections_of(&serde_json::to_value(BundleDeployment::crd())?)
+}
+
+/// The BundleDeployment page.
 pub fn page() -> anyhow::Result<String> {
-    let crd = serde_json::to_value(BundleDeployment::crd())?;
+    page_of(&serde_json::to_value(BundleDeployment::crd())?)
+}
+
+/// The BundleDeploymentSet page.
+pub fn set_page() -> anyhow::Result<String> {
+    page_of(&serde_json::to_value(BundleDeploymentSet::crd())?)
+}
+
+/// The page of `crd`.
+fn page_of(crd: &Value) -> anyhow::Result<String> {
     let version = crd
         .pointer("/spec/versions/0")
         .ok_or_else(|| anyhow::anyhow!("the CRD has no version"))?;
@@ -42,9 +57,9 @@ pub fn page() -> anyhow::Result<String> {
             .unwrap_or_default()
             .to_string()
     };
-    let mut out = String::from("# BundleDeployment API\n\n");
+    let mut out = format!("# {} API\n\n", text("/spec/names/kind"));
     out.push_str(&generated_note(
-        "the CustomResourceDefinition (`pallet crd`)",
+        "the CustomResourceDefinitions (`pallet crd`)",
     ));
     out.push_str(&format!(
         "\n{}\n\n",
@@ -97,7 +112,7 @@ pub fn page() -> anyhow::Result<String> {
         &["Column", "Type", "JSONPath", "Description"],
         &columns,
     ));
-    let (spec, status) = sections()?;
+    let (spec, status) = sections_of(crd)?;
     out.push_str("\n## Spec\n\n");
     out.push_str(&render(&spec, "###"));
     out.push_str("## Status\n\nWritten by the agent only.\n\n");

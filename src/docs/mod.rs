@@ -50,6 +50,10 @@ pub fn pages(cli: &clap::Command) -> anyhow::Result<Vec<Page>> {
             text: api::page()?,
         },
         Page {
+            file: "api-set.md",
+            text: api::set_page()?,
+        },
+        Page {
             file: "cli.md",
             text: cli::cli_page(cli),
         },

@@ -102,7 +102,14 @@ fn over_budget(
 }
 
 /// Decides whether `bd` may apply, and watches its dependencies for the pass that follows.
-pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, ReconcileError> {
+/// Objects it depends on are read on `workload`'s cluster, where its own objects are; those of a
+/// remote cluster are looked at again at each pass (the dependency watches are the agent's
+/// cluster's).
+pub async fn gate(
+    bd: &BundleDeployment,
+    ctx: &Context,
+    workload: &super::workload::Workload,
+) -> Result<Gate, ReconcileError> {
     let name = bd.name_any();
     let dependencies = &bd.spec.depends_on;
     if dependencies.is_empty() {
@@ -169,7 +176,9 @@ pub async fn gate(bd: &BundleDeployment, ctx: &Context) -> Result<Gate, Reconcil
                 Some((WatchedObject::bundle_deployment(&dependency.name), seen)),
             )
         } else {
-            object_state(bd, ctx, dependency, expression.as_ref(), &dependent).await?
+            let (state, watch) =
+                object_state(bd, workload, dependency, expression.as_ref(), &dependent).await?;
+            (state, watch.filter(|_| workload.remote_name().is_none()))
         };
         watched.extend(watch);
         match state {
@@ -273,7 +282,7 @@ fn bundle_deployment_state(
 /// The state of a dependency that is not a BundleDeployment, and its watch.
 async fn object_state(
     bd: &BundleDeployment,
-    ctx: &Context,
+    workload: &super::workload::Workload,
     dependency: &DependencyReference,
     expression: Option<&ReadyExpression>,
     dependent: &Arc<Value>,
@@ -287,10 +296,9 @@ async fn object_state(
         context: format!("read dependency {}", dependency.describe()),
         source,
     };
-    let Some((resource, capabilities)) = ctx
-        .cluster
+    let Some((resource, capabilities)) = workload
         .kinds
-        .resolve(&ctx.cluster.client, &gvk)
+        .resolve(&workload.client, &gvk)
         .await
         .map_err(kube_error)?
     else {
@@ -307,7 +315,7 @@ async fn object_state(
         Scope::Cluster => None,
     };
     // Read as the dependent's ServiceAccount: an author learns nothing it may not get.
-    let client = ctx.cluster.writer(bd)?;
+    let client = workload.writer.clone();
     let api: Api<DynamicObject> = match &namespace {
         Some(namespace) => Api::namespaced_with(client, namespace, &resource),
         None => Api::all_with(client, &resource),

@@ -30,6 +30,7 @@ pub const DEPLOY_FILES: &[(&str, &str)] = &[
         include_str!("../../../deploy/namespace.yaml"),
     ),
     ("crd.yaml", include_str!("../../../deploy/crd.yaml")),
+    ("crd-set.yaml", include_str!("../../../deploy/crd-set.yaml")),
     (
         "serviceaccount.yaml",
         include_str!("../../../deploy/serviceaccount.yaml"),
@@ -211,8 +212,19 @@ pub fn manifests(options: &ManifestOptions) -> anyhow::Result<Vec<Object>> {
     let mut objects = pallet_formats::kustomize::build(root, "install")
         .map_err(|e| anyhow::anyhow!("building the release manifests: {e}"))?;
     // kustomize's namespace transformer does not know every cluster-scoped kind (the admission
-    // policy): such objects carry no namespace.
+    // policy): such objects carry no namespace. The policy names the agent's namespace (where a
+    // kubeConfig Secret reference without one points) in an expression.
     for object in &mut objects {
+        if object.kind() == "ValidatingAdmissionPolicy" && options.namespace != DEFAULT_NAMESPACE {
+            let quoted = format!("'{DEFAULT_NAMESPACE}'");
+            let mut text = serde_json::to_string(object.body()).unwrap_or_default();
+            if text.contains(&quoted) {
+                text = text.replace(&quoted, &format!("'{}'", options.namespace));
+                if let Ok(Value::Object(body)) = serde_json::from_str(&text) {
+                    *object.body_mut() = body;
+                }
+            }
+        }
         if pallet_formats::scope::builtin_scope(object.group(), object.kind())
             == Some(Scope::Cluster)
         {
@@ -327,6 +339,16 @@ mod tests {
         }
         let binding = find(&objects, "ClusterRoleBinding", "pallet-agent").unwrap();
         assert_eq!(binding.body()["subjects"][0]["namespace"], json!("ops"));
+        // A kubeConfig Secret reference without a namespace means the agent's, in the policy too.
+        let policy = find(
+            &objects,
+            "ValidatingAdmissionPolicy",
+            "pallet-bundle-deployment-author",
+        )
+        .unwrap();
+        let text = serde_json::to_string(policy.body()).unwrap();
+        assert!(text.contains("'ops'"), "{text}");
+        assert!(!text.contains("'pallet-system'"), "{text}");
     }
 
     #[test]
@@ -353,6 +375,17 @@ mod tests {
         let shard = find(&objects, "Deployment", "pallet-agent-shard-blue").unwrap();
         let args = &shard.body()["spec"]["template"]["spec"]["containers"][0]["args"];
         assert!(args.as_array().unwrap().contains(&json!("--shard=blue")));
+        // The sets are the whole cluster's: the main agent runs their controller, a shard not.
+        assert!(args
+            .as_array()
+            .unwrap()
+            .contains(&json!("--no-bundle-deployment-sets")));
+        let main = find(&objects, "Deployment", "pallet-agent").unwrap();
+        let main_args = &main.body()["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert!(!main_args
+            .as_array()
+            .unwrap()
+            .contains(&json!("--no-bundle-deployment-sets")));
         assert!(find(&objects, "PodDisruptionBudget", "pallet-agent-shard-blue").is_some());
         assert!(manifests(&ManifestOptions {
             shards: vec!["Bad_Key".into()],

@@ -26,7 +26,7 @@ use kube::{Client, ResourceExt as _};
 use serde_json::json;
 
 use super::manifests::DEFAULT_NAMESPACE;
-use super::version::{self, CRD_NAME};
+use super::version::{self, CRD_NAME, SET_CRD_NAME};
 use super::PART_OF_LABEL;
 use crate::api::{BundleDeployment, DeletionPolicy};
 use crate::apply::plan::OWNER_LABEL;
@@ -280,6 +280,7 @@ async fn release_finalizer(client: &Client, bd: &BundleDeployment) -> anyhow::Re
 /// Deletes every BundleDeployment with deletionPolicy Delete and waits for the agents to delete
 /// their objects and release them.
 async fn delete_bundles(client: &Client, args: &UninstallArgs) -> anyhow::Result<()> {
+    orphan_sets(client).await?;
     let api: Api<BundleDeployment> = Api::all(client.clone());
     let leading = version::agent_leases(client, &args.namespace)
         .await?
@@ -349,22 +350,49 @@ async fn delete_bundles(client: &Client, args: &UninstallArgs) -> anyhow::Result
     }
 }
 
-/// Deletes the CRD and every cluster-scoped object and the namespace pallet installed.
+/// Deletes every BundleDeploymentSet, leaving the BundleDeployments it stamped (which the set
+/// controller would otherwise stamp again while they are deleted one by one).
+async fn orphan_sets(client: &Client) -> anyhow::Result<()> {
+    let sets: Api<crate::api::BundleDeploymentSet> = Api::all(client.clone());
+    let listed = match sets.list_metadata(&ListParams::default()).await {
+        Ok(listed) => listed.items,
+        // No set CRD: no sets.
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(e) => return Err(e).context("listing BundleDeploymentSets"),
+    };
+    for set in listed {
+        let name = set.name_any();
+        match sets
+            .delete(&name, &DeleteParams::orphan())
+            .await
+        {
+            Ok(_) => tprintln!("BundleDeploymentSet {name} deleted (its BundleDeployments stay, to be deleted one by one)"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting BundleDeploymentSet {name}")),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the CRDs and every cluster-scoped object and the namespace pallet installed.
 async fn remove_pallet(client: &Client, args: &UninstallArgs) -> anyhow::Result<()> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    if crds.get_opt(CRD_NAME).await?.is_some() {
-        crds.delete(CRD_NAME, &DeleteParams::default()).await?;
+    for crd in [CRD_NAME, SET_CRD_NAME] {
+        if crds.get_opt(crd).await?.is_none() {
+            continue;
+        }
+        crds.delete(crd, &DeleteParams::default()).await?;
         wait_for(args.timeout, "the CRD going away", || {
             let crds = crds.clone();
             async move {
                 Ok(crds
-                    .get_opt(CRD_NAME)
+                    .get_opt(crd)
                     .await?
-                    .map(|_| format!("{CRD_NAME} still there")))
+                    .map(|_| format!("{crd} still there")))
             }
         })
         .await?;
-        tprintln!("CustomResourceDefinition {CRD_NAME} deleted");
+        tprintln!("CustomResourceDefinition {crd} deleted");
     }
     for (api_version, kind) in [
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),

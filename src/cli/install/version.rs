@@ -15,6 +15,8 @@ use crate::leader::AGENT_VERSION_ANNOTATION;
 
 /// The CRD's name.
 pub const CRD_NAME: &str = "bundledeployments.pallet.dev";
+/// The BundleDeploymentSet CustomResourceDefinition's name.
+pub const SET_CRD_NAME: &str = "bundledeploymentsets.pallet.dev";
 
 /// Flags of `pallet version`.
 #[derive(Args, Debug)]
