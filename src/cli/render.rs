@@ -263,7 +263,10 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
         }
         _ => bail!("give -f BD.yaml, or --format FORMAT DIR"),
     };
-    super::write_stdout(&format_rendered(&rendered, args.output)?)
+    super::write_stdout(&format_rendered(&rendered, args.output)?)?;
+    // The process ends next: freeing a big render's objects one by one would only cost time.
+    std::mem::forget(rendered);
+    Ok(())
 }
 
 /// The tree and the kustomization's path inside it for `--format kustomize DIR`.
@@ -425,14 +428,54 @@ pub fn format_rendered(rendered: &Rendered, output: RenderOutput) -> anyhow::Res
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
             format!("{}\n", serde_json::to_string_pretty(&list)?)
         }
-        // Each object is written from the rendered one, not from a copy of it.
-        RenderOutput::Yaml => {
-            let mut out = String::new();
-            for object in &rendered.objects {
-                out.push_str("---\n");
-                out.push_str(&super::to_yaml(object.object.body())?);
-            }
-            out
-        }
+        RenderOutput::Yaml => yaml_documents(&rendered.objects)?,
     })
+}
+
+/// The objects as YAML documents, each after a `---` line. Each object is written from the
+/// rendered one, not from a copy of it. Objects are independent, so a big render's (thousands
+/// of lines of CRDs) are written on up to four threads, each taking the next batch of objects
+/// until none are left (CRDs are much larger than the rest), then joined in order.
+fn yaml_documents(objects: &[pallet_formats::RenderedObject]) -> anyhow::Result<String> {
+    const BATCH: usize = 8;
+    let write_batch = |batch: &[pallet_formats::RenderedObject]| -> anyhow::Result<String> {
+        let mut out = String::new();
+        for object in batch {
+            out.push_str("---\n");
+            out.push_str(&super::to_yaml(object.object.body())?);
+        }
+        Ok(out)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    // A few objects are not worth a thread.
+    if threads < 2 || objects.len() < 8 * BATCH {
+        return write_batch(objects);
+    }
+    let batches: Vec<&[pallet_formats::RenderedObject]> = objects.chunks(BATCH).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || -> anyhow::Result<Vec<(usize, String)>> {
+        let mut written = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(batch) = batches.get(i) else {
+                return Ok(written);
+            };
+            written.push((i, write_batch(batch)?));
+        }
+    };
+    let mut texts = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
+        let mut all = Vec::with_capacity(batches.len());
+        for handle in handles {
+            let written = handle
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the objects failed")))?;
+            all.extend(written);
+        }
+        Ok::<_, anyhow::Error>(all)
+    })?;
+    texts.sort_unstable_by_key(|(i, _)| *i);
+    Ok(texts.into_iter().map(|(_, text)| text).collect())
 }

@@ -680,29 +680,96 @@ fn build_environment(chart: &str, units: &[Unit<'_>]) -> Result<Environment<'sta
     env.set_syntax(syntax);
     env.set_recursion_limit(1000);
     funcs::register(&mut env);
-    let known = funcs::known();
-    for u in units {
-        let parsed = parse::parse(&u.name, u.source)?;
-        let t = translate::translate(&u.name, &parsed, &known)?;
-        let fail = |e: minijinja::Error| {
-            HelmError::template(
-                &u.name,
-                e.line().unwrap_or(0),
-                // Generated source that does not compile is a bug of the translator; the
-                // compiler's own wording would name nothing in the chart.
-                "unsupported construct: pallet could not translate this template".to_string(),
-            )
-        };
+    // Defines and files that are only included are compiled when first called: a big chart
+    // calls a fraction of its subcharts' helpers. helm parses every template, and so does the
+    // translation above (a template that does not parse still fails the chart).
+    let mut on_call: std::collections::HashMap<String, String> = Default::default();
+    for (u, t) in units.iter().zip(translate_units(chart, units)?) {
         for (dname, dsrc) in t.defines {
-            env.add_template_owned(translate::define_name(&dname), dsrc)
-                .map_err(fail)?;
+            // A later definition of the same name wins, as in helm.
+            on_call.insert(translate::define_name(&dname), dsrc);
         }
         // Every file is a template of its own (partials and library files too), so that
         // `include (print $.Template.BasePath "/x.yaml") .` finds it, as in helm.
-        env.add_template_owned(u.name.clone(), t.main)
-            .map_err(fail)?;
+        if u.render {
+            env.add_template_owned(u.name.clone(), t.main)
+                .map_err(|e| untranslatable(&u.name, &e))?;
+        } else {
+            on_call.insert(u.name.clone(), t.main);
+        }
     }
+    env.set_loader(move |name| Ok(on_call.get(name).cloned()));
     Ok(env)
+}
+
+/// A generated template that does not compile: a bug of the translator. The compiler's own
+/// wording would name nothing in the chart.
+fn untranslatable(file: &str, e: &minijinja::Error) -> HelmError {
+    HelmError::template(
+        file,
+        e.line().unwrap_or(0),
+        "unsupported construct: pallet could not translate this template".to_string(),
+    )
+}
+
+/// Every unit parsed and translated, in unit order, or the error of the first unit (in that
+/// order) that fails. Units are independent and translating them is a large part of a big
+/// chart's render, so they are translated on up to four threads, in contiguous runs of about
+/// equal source size.
+fn translate_units(
+    chart: &str,
+    units: &[Unit<'_>],
+) -> Result<Vec<translate::Translated>, HelmError> {
+    let known = funcs::known();
+    let translate_one = |u: &Unit<'_>| {
+        parse::parse(&u.name, u.source).and_then(|p| translate::translate(&u.name, &p, &known))
+    };
+    let runs = contiguous_runs(units, |u| u.source.len(), 64 * 1024);
+    let results: Vec<Result<translate::Translated, HelmError>> = if runs.len() < 2 {
+        units.iter().map(translate_one).collect()
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .iter()
+                .map(|run| scope.spawn(|| run.iter().map(translate_one).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![Err(HelmError::chart(
+                            chart,
+                            "translating the templates failed (a thread panicked)",
+                        ))]
+                    })
+                })
+                .collect()
+        })
+    };
+    results.into_iter().collect()
+}
+
+/// `items` cut into at most four contiguous runs of about equal `size` (one run when the
+/// machine has one core or the total is under `min_total`: not worth a thread).
+fn contiguous_runs<T>(items: &[T], size: impl Fn(&T) -> usize, min_total: usize) -> Vec<&[T]> {
+    let total: usize = items.iter().map(&size).sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    if threads < 2 || total < min_total {
+        return vec![items];
+    }
+    let mut runs: Vec<&[T]> = Vec::with_capacity(threads);
+    let (mut start, mut sum) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        sum += size(item);
+        if sum * threads >= total * (runs.len() + 1) && runs.len() + 1 < threads {
+            runs.push(&items[start..=i]);
+            start = i + 1;
+        }
+    }
+    runs.push(&items[start..]);
+    runs
 }
 
 /// The Go type name of a value decoded from JSON, as `%T` prints it.
@@ -849,13 +916,22 @@ fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
     // the line-by-line scan is needed: ASCII controls, U+007F..U+009F (0xC2 0x80..0x9F in
     // UTF-8), U+2028/U+2029 (0xE2 0x80 0xA8/0xA9) and U+FFFE/U+FFFF (0xEF 0xBF 0xBE/0xBF).
     let bytes = content.as_bytes();
-    let suspicious = bytes.iter().enumerate().any(|(i, b)| match *b {
+    let suspicious_at = |i: usize| match bytes[i] {
         b'\t' | b'\n' | b'\r' => false,
         0x00..=0x1f | 0x7f => true,
         0xc2 => matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
         0xe2 => bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)),
         0xef => bytes.get(i + 1) == Some(&0xbf) && matches!(bytes.get(i + 2), Some(0xbe | 0xbf)),
         _ => false,
+    };
+    // Blocks of printable ASCII (nearly all of it) are passed over whole: the test below has
+    // no early exit, so the compiler checks many bytes at once.
+    const BLOCK: usize = 256;
+    let suspicious = bytes.chunks(BLOCK).enumerate().any(|(n, block)| {
+        let plain = block.iter().fold(true, |all, &b| {
+            all & (matches!(b, 0x20..=0x7e) | (b == b'\t') | (b == b'\n') | (b == b'\r'))
+        });
+        !plain && (n * BLOCK..n * BLOCK + block.len()).any(suspicious_at)
     });
     if !suspicious {
         return Ok(());
@@ -1153,24 +1229,11 @@ fn parse_files_in_parallel(
         check_yaml11_breaks(&f.source, &f.content).map_err(to_render_error)?;
         crate::parse_manifests(&f.source, &trim_documents(&f.content))
     };
-    let total: usize = files.iter().map(|f| f.content.len()).sum();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
     // Small outputs are not worth a thread.
-    if threads < 2 || total < 256 * 1024 {
+    let runs = contiguous_runs(files, |f| f.content.len(), 256 * 1024);
+    if runs.len() < 2 {
         return files.iter().map(parse).collect();
     }
-    let mut runs: Vec<&[RenderedFile]> = Vec::with_capacity(threads);
-    let (mut start, mut size) = (0, 0);
-    for (i, f) in files.iter().enumerate() {
-        size += f.content.len();
-        if size * threads >= total * (runs.len() + 1) && runs.len() + 1 < threads {
-            runs.push(&files[start..=i]);
-            start = i + 1;
-        }
-    }
-    runs.push(&files[start..]);
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs
             .iter()

@@ -122,17 +122,26 @@ pub fn render_define(state: &State, name: &str, data: Value) -> Result<String, E
 
 fn render_template(state: &State, name: &str, data: Value, action: bool) -> Result<String, Error> {
     let env = state.env();
-    let tmpl = env
-        .get_template(&translate::define_name(name))
-        .or_else(|_| env.get_template(name))
-        .map_err(|_| {
-            // Go's wording for the `template` action and for helm's `include`.
-            err(if action {
-                format!("template \"{name}\" not defined")
-            } else {
-                format!("error calling include: no template \"{name}\" is defined")
-            })
-        })?;
+    // Defines compile on their first call (see `build_environment`): one whose generated
+    // source does not compile is a bug of the translator, not a missing define.
+    let untranslatable = |e: &Error| e.kind() == ErrorKind::SyntaxError;
+    let tmpl = match env.get_template(&translate::define_name(name)) {
+        Err(e) if !untranslatable(&e) => env.get_template(name),
+        found => found,
+    }
+    .map_err(|e| {
+        if untranslatable(&e) {
+            return err(format!(
+                "unsupported construct: pallet could not translate the template \"{name}\""
+            ));
+        }
+        // Go's wording for the `template` action and for helm's `include`.
+        err(if action {
+            format!("template \"{name}\" not defined")
+        } else {
+            format!("error calling include: no template \"{name}\" is defined")
+        })
+    })?;
     let depth = call_depth(state, name)?;
     let mut text = budget::StringWriter::new(format!("include \"{name}\""));
     tmpl.render_captured_to(
