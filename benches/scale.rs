@@ -101,11 +101,11 @@ mod least;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::agent::Agent;
 use common::audit;
-use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
+use common::{cpu_seconds, proc_mib, ratio, secs};
 use futures::StreamExt;
 use kube::api::Api;
 use pallet::api::BundleDeployment;
@@ -245,77 +245,6 @@ async fn push_all(
         .buffered(PUSH_CONCURRENCY)
         .collect()
         .await
-}
-
-/// A `pallet agent` with its metrics address.
-struct Agent {
-    proc: AgentProc,
-    metrics_url: String,
-}
-
-impl Agent {
-    /// Starts the agent binary `bin` authenticating as `user` (a kubeconfig from
-    /// [`Plane::user`]).
-    async fn start(
-        bin: &Path,
-        user: &Path,
-        work: &Path,
-        name: &str,
-        selector: &str,
-        registry: &str,
-    ) -> Agent {
-        let log = work.join(format!("{name}.log"));
-        let changes = work.join(format!("{name}-changes.jsonl"));
-        let port = common::free_port();
-        // PALLET_BENCH_AGENT_WRAP (e.g. `heaptrack -o /tmp/agent`) runs the agent under a
-        // profiler; its figures of time and RSS are then the profiler's, not the agent's.
-        let wrap = std::env::var("PALLET_BENCH_AGENT_WRAP").unwrap_or_default();
-        let mut command = match wrap.split_whitespace().collect::<Vec<_>>().split_first() {
-            Some((program, args)) => {
-                let mut command = Command::new(program);
-                command.args(args).arg(bin);
-                command
-            }
-            None => Command::new(bin),
-        };
-        let child = command
-            .args(["agent", "--namespace", "pallet-system"])
-            .arg("--kubeconfig")
-            .arg(user)
-            .arg("--cache-dir")
-            .arg(work.join(format!("{name}-cache")))
-            .arg("--change-log")
-            .arg(&changes)
-            .arg("--selector")
-            .arg(selector)
-            .args(["--plain-http-registry", registry])
-            .arg("--allow-loopback-egress")
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("agent log"))
-            .spawn()
-            .expect("starting the pallet agent");
-        let agent = Agent {
-            proc: AgentProc {
-                child,
-                log,
-                changes,
-            },
-            metrics_url: format!("http://127.0.0.1:{port}/metrics"),
-        };
-        common::wait_agent_ready(port).await;
-        agent
-    }
-
-    fn pid(&self) -> u32 {
-        self.proc.child.id()
-    }
-
-    /// Every sample of its /metrics, by `name{labels}`.
-    async fn metrics(&self) -> BTreeMap<String, f64> {
-        common::scrape(&self.metrics_url).await
-    }
 }
 
 /// What one agent phase (install, upgrade) cost.

@@ -355,5 +355,7 @@ pub fn machine() -> String {
         mem_kib / (1024.0 * 1024.0)
     )
 }
+pub mod agent;
 pub mod audit;
+pub mod least_work;
 pub mod tcp_front;
