@@ -279,7 +279,6 @@ async fn main() {
     };
     let install_rss = proc_mib(agent.pid(), "VmHWM:");
     let snapshots = measure::snapshot_secrets(&plane.client).await;
-    let storage = plane.storage().await;
 
     eprintln!("[N={n}] pallet: steady state for {steady_seconds} s ...");
     let steady = {
@@ -290,6 +289,8 @@ async fn main() {
             .await
     };
     let steady_rss = proc_mib(agent.pid(), "VmHWM:");
+    // After the steady state: the API server counts its objects about once a minute.
+    let storage = plane.storage().await;
 
     eprintln!("[N={n}] pallet: restart ...");
     let changes_before = common::line_count(&agent.proc.changes);

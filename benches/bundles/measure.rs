@@ -412,7 +412,7 @@ pub fn print_report(r: &Report) {
         secs(r.install.time),
         r.install.status_writes() as f64 / r.install.time.as_secs_f64(),
         passes(&r.install.metrics),
-        r.install.metric_sum("pallet_revisions_created_total")
+        r.install.metric_sum("pallet_revisions_created_total").abs()
     );
     println!(
         "agent peak RSS: {:.1} MiB after the install, {:.1} MiB after the steady state, {:.1} MiB restarted and idle",
@@ -421,7 +421,7 @@ pub fn print_report(r: &Report) {
     print_requests("install: the agent's API requests", &r.install.requests);
     let minutes = r.steady_seconds as f64 / 60.0;
     println!(
-        "steady state ({} s): {:.1} API requests/min ({} per bundle per min), {} writes ({} status), {} registry requests, {:.0} fetches (agent metric), {:.0} passes, agent CPU {:.1} s",
+        "steady state ({} s): {:.1} API requests/min ({} per bundle per min), {} writes ({} status), {} registry requests, {:.0} source resolves (pallet_fetches_total; from the agent's cache when the registry saw none), {:.0} passes, agent CPU {:.1} s",
         r.steady_seconds,
         audit::total(&r.steady.requests) as f64 / minutes,
         per(audit::total(&r.steady.requests) as f64 / minutes, n),
@@ -441,7 +441,7 @@ pub fn print_report(r: &Report) {
         per(audit::total(&r.restart.requests) as f64, n),
         r.restart.writes(),
         r.restart.status_writes(),
-        r.restart.metric_sum("pallet_revisions_created_total"),
+        r.restart.metric_sum("pallet_revisions_created_total").abs(),
         r.restart.registry,
         r.changes.1.saturating_sub(r.changes.0),
         r.restart.agent_cpu
@@ -463,7 +463,7 @@ pub fn print_report(r: &Report) {
         .map(|(resource, count)| format!("{resource} {count:.0}"))
         .collect();
     println!(
-        "control plane storage after the install: etcd database {:.1} MiB; objects: {}",
+        "control plane storage after the steady state: etcd database {:.1} MiB; objects: {}",
         mib(r.storage.db_bytes),
         objects.join(", ")
     );
