@@ -146,20 +146,7 @@ spec:
 /// The stand-in: the user's apply of `bds` while each artifact of `images` is pulled and its
 /// ConfigMap applied, then one status per BundleDeployment.
 async fn stand_in(plane: &Plane, bds: &Path, images: &[String]) {
-    let admin = plane.plane.kubeconfig();
-    let bds = bds.to_path_buf();
-    let create = tokio::task::spawn_blocking(move || {
-        common::kubectl_with(
-            &admin,
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=bench-user",
-                "-f",
-                bds.to_str().expect("utf-8 path"),
-            ],
-        )
-    });
+    let create = least_work::user_apply_in_background(plane.plane.kubeconfig(), bds.to_path_buf());
     let client = private_control_plane::client_from(&plane.agent_user).await;
     let http = reqwest::Client::new();
     futures::stream::iter(images.iter().enumerate())

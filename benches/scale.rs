@@ -344,14 +344,6 @@ impl Cost {
     }
 }
 
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, d)| *d != 0.0)
-        .collect()
-}
-
 /// Applies `file` (creating the BDs when `creates`, else updating them), waits until all `n` of
 /// `selector` are Ready, and measures what it cost.
 async fn measure_agent(
@@ -398,7 +390,7 @@ async fn measure_agent(
         switches.0.saturating_sub(switches_before.0),
         switches.1.saturating_sub(switches_before.1),
     );
-    let metrics = delta(&metrics_before, &agent.metrics().await);
+    let metrics = common::metrics_delta(&metrics_before, &agent.metrics().await);
     Cost {
         time,
         applied,
@@ -1379,7 +1371,7 @@ async fn steady_state(
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let window = start.elapsed();
     let to = audit::now();
-    let metrics = delta(&metrics_before, &agent.metrics().await);
+    let metrics = common::metrics_delta(&metrics_before, &agent.metrics().await);
     let passes = metrics
         .iter()
         .filter(|(k, _)| k.starts_with("pallet_reconciles_total{"))

@@ -86,15 +86,7 @@ impl Plane {
 
     /// The API server's storage figures: etcd's database size and objects per resource.
     pub async fn storage(&self) -> Storage {
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .expect("a GET of /metrics");
-        let text = self
-            .client
-            .request_text(request)
-            .await
-            .expect("the control plane's metrics");
-        let samples = common::metric_samples(&text);
+        let samples = common::metric_samples(&common::control_plane_metrics(&self.client).await);
         let db_bytes = samples
             .iter()
             .filter(|(k, _)| {
@@ -228,7 +220,7 @@ impl Phase {
         let (agent_cpu, metrics) = match agent {
             Some(a) => (
                 cpu_seconds(a.pid()) - self.agent_cpu.unwrap_or(0.0),
-                delta(&self.metrics, &a.metrics().await),
+                common::metrics_delta(&self.metrics, &a.metrics().await),
             ),
             None => (
                 cpu_seconds(std::process::id()) - self.this_cpu,
@@ -244,14 +236,6 @@ impl Phase {
             registry: registry - self.registry,
         }
     }
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, d)| *d != 0.0)
-        .collect()
 }
 
 /// Requests to `registry` under `prefix` so far.

@@ -6,6 +6,26 @@
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{json, Value};
 
+/// The user's one `kubectl apply --server-side` of `file` with the admin kubeconfig `admin`,
+/// started on a blocking thread while the stand-in works; its output when awaited.
+pub fn user_apply_in_background(
+    admin: std::path::PathBuf,
+    file: std::path::PathBuf,
+) -> tokio::task::JoinHandle<String> {
+    tokio::task::spawn_blocking(move || {
+        super::kubectl_with(
+            &admin,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=bench-user",
+                "-f",
+                file.to_str().expect("utf-8 path"),
+            ],
+        )
+    })
+}
+
 /// Applies the objects of `yaml` in `ns` one after the other, by server-side apply, as the
 /// agent applies a bundle's objects.
 pub async fn apply_objects(client: &kube::Client, ns: &str, yaml: &str) {

@@ -172,20 +172,7 @@ async fn stand_in(
 ) {
     // As in c: the user's apply as the (unaudited) admin, the agent's requests as the audited
     // agent user, so the API server's audit log costs the same on both sides.
-    let admin = plane.plane.kubeconfig();
-    let bds = bds.to_path_buf();
-    let create = tokio::task::spawn_blocking(move || {
-        common::kubectl_with(
-            &admin,
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=bench-user",
-                "-f",
-                bds.to_str().expect("utf-8 path"),
-            ],
-        )
-    });
+    let create = least_work::user_apply_in_background(plane.plane.kubeconfig(), bds.to_path_buf());
     let client = crate::private_control_plane::client_from(&plane.agent_user).await;
     let http = reqwest::Client::new();
     futures::stream::iter(refs.iter().enumerate())
