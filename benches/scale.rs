@@ -101,11 +101,11 @@ mod least;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::agent::Agent;
 use common::audit;
-use common::{cpu_seconds, proc_mib, ratio, secs, AgentProc};
+use common::{cpu_seconds, proc_mib, ratio, secs};
 use futures::StreamExt;
 use kube::api::Api;
 use pallet::api::BundleDeployment;
@@ -247,77 +247,6 @@ async fn push_all(
         .await
 }
 
-/// A `pallet agent` with its metrics address.
-struct Agent {
-    proc: AgentProc,
-    metrics_url: String,
-}
-
-impl Agent {
-    /// Starts the agent binary `bin` authenticating as `user` (a kubeconfig from
-    /// [`Plane::user`]).
-    async fn start(
-        bin: &Path,
-        user: &Path,
-        work: &Path,
-        name: &str,
-        selector: &str,
-        registry: &str,
-    ) -> Agent {
-        let log = work.join(format!("{name}.log"));
-        let changes = work.join(format!("{name}-changes.jsonl"));
-        let port = common::free_port();
-        // PALLET_BENCH_AGENT_WRAP (e.g. `heaptrack -o /tmp/agent`) runs the agent under a
-        // profiler; its figures of time and RSS are then the profiler's, not the agent's.
-        let wrap = std::env::var("PALLET_BENCH_AGENT_WRAP").unwrap_or_default();
-        let mut command = match wrap.split_whitespace().collect::<Vec<_>>().split_first() {
-            Some((program, args)) => {
-                let mut command = Command::new(program);
-                command.args(args).arg(bin);
-                command
-            }
-            None => Command::new(bin),
-        };
-        let child = command
-            .args(["agent", "--namespace", "pallet-system"])
-            .arg("--kubeconfig")
-            .arg(user)
-            .arg("--cache-dir")
-            .arg(work.join(format!("{name}-cache")))
-            .arg("--change-log")
-            .arg(&changes)
-            .arg("--selector")
-            .arg(selector)
-            .args(["--plain-http-registry", registry])
-            .arg("--allow-loopback-egress")
-            .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("agent log"))
-            .spawn()
-            .expect("starting the pallet agent");
-        let agent = Agent {
-            proc: AgentProc {
-                child,
-                log,
-                changes,
-            },
-            metrics_url: format!("http://127.0.0.1:{port}/metrics"),
-        };
-        common::wait_agent_ready(port).await;
-        agent
-    }
-
-    fn pid(&self) -> u32 {
-        self.proc.child.id()
-    }
-
-    /// Every sample of its /metrics, by `name{labels}`.
-    async fn metrics(&self) -> BTreeMap<String, f64> {
-        common::scrape(&self.metrics_url).await
-    }
-}
-
 /// What one agent phase (install, upgrade) cost.
 struct Cost {
     time: Duration,
@@ -415,14 +344,6 @@ impl Cost {
     }
 }
 
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
-        .filter(|(_, d)| *d != 0.0)
-        .collect()
-}
-
 /// Applies `file` (creating the BDs when `creates`, else updating them), waits until all `n` of
 /// `selector` are Ready, and measures what it cost.
 async fn measure_agent(
@@ -469,7 +390,7 @@ async fn measure_agent(
         switches.0.saturating_sub(switches_before.0),
         switches.1.saturating_sub(switches_before.1),
     );
-    let metrics = delta(&metrics_before, &agent.metrics().await);
+    let metrics = common::metrics_delta(&metrics_before, &agent.metrics().await);
     Cost {
         time,
         applied,
@@ -1450,7 +1371,7 @@ async fn steady_state(
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let window = start.elapsed();
     let to = audit::now();
-    let metrics = delta(&metrics_before, &agent.metrics().await);
+    let metrics = common::metrics_delta(&metrics_before, &agent.metrics().await);
     let passes = metrics
         .iter()
         .filter(|(k, _)| k.starts_with("pallet_reconciles_total{"))

@@ -6,7 +6,7 @@
 #                             # soak 30 minutes)
 #   tools/bench.sh --quick    # shorter: 30 s steady state, a 20 MB unpack tarball, scale
 #                             # benchmark at 100 and 500 apps with a 60 s steady state, a
-#                             # 3-minute soak
+#                             # 3-minute soak, 1,000 bundles with a 60 s steady state
 #   PALLET_BENCH_SCALE_PEERS=flux tools/bench.sh   # the scale benchmark also runs Flux's
 #                             # controllers on the same apps (built by tools/flux.sh)
 #
@@ -30,6 +30,8 @@ if [ "${1:-}" = "--quick" ]; then
   export PALLET_BENCH_MB=${PALLET_BENCH_MB:-20}
   export PALLET_BENCH_SCALE_SIZES=${PALLET_BENCH_SCALE_SIZES:-100,500}
   export PALLET_BENCH_SCALE_STEADY_SECONDS=${PALLET_BENCH_SCALE_STEADY_SECONDS:-60}
+  export PALLET_BENCH_BUNDLES_N=${PALLET_BENCH_BUNDLES_N:-1000}
+  export PALLET_BENCH_BUNDLES_STEADY_SECONDS=${PALLET_BENCH_BUNDLES_STEADY_SECONDS:-60}
   export PALLET_BENCH_SOAK_SECONDS=${PALLET_BENCH_SOAK_SECONDS:-180}
   mode="quick"
 else
@@ -68,6 +70,8 @@ benchmarks=(
   "reconcile|cargo bench --locked --bench reconcile"
   # Starts a control plane of its own (the shared one stays up for the other programs).
   "scale|cargo bench --locked --bench scale"
+  # Also on control planes of its own: one agent and 10,000 BundleDeployments.
+  "bundles|cargo bench --locked --bench bundles"
   "source|cargo bench --locked --bench source"
   "receiver|cargo bench --locked --bench receiver"
   "helm_render|cargo bench --locked -p pallet-formats --bench helm_render"

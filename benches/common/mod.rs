@@ -303,6 +303,30 @@ pub async fn scrape(url: &str) -> std::collections::BTreeMap<String, f64> {
     metric_samples(&text)
 }
 
+/// The change of each sample from `before` to `after` (an agent's metrics over a phase); samples
+/// that did not move are left out.
+pub fn metrics_delta(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) -> std::collections::BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d != 0.0)
+        .collect()
+}
+
+/// The control plane's own `/metrics` text, read through `client`.
+pub async fn control_plane_metrics(client: &kube::Client) -> String {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a GET of /metrics");
+    client
+        .request_text(request)
+        .await
+        .expect("the control plane's metrics")
+}
+
 /// Lines in a file (the change log: one line per write); 0 when missing.
 pub fn line_count(path: &Path) -> usize {
     std::fs::read_to_string(path)
@@ -355,5 +379,7 @@ pub fn machine() -> String {
         mem_kib / (1024.0 * 1024.0)
     )
 }
+pub mod agent;
 pub mod audit;
+pub mod least_work;
 pub mod tcp_front;

@@ -23,10 +23,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use pallet::api::BundleDeployment;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::common::least_work;
 use crate::flux::RegistryFilter;
 use crate::plane::Plane;
 use crate::support::{Fixtures, Server};
@@ -37,6 +38,13 @@ const LEAST_LABEL: &str = "bench.pallet.dev/least";
 /// Apps (pull, then apply) and status writes in flight at once: the agent's default apply
 /// parallelism.
 const IN_FLIGHT: usize = 8;
+/// The kinds (and groups) of an app's objects, as its inventory names them.
+const APP_KINDS: [(&str, &str); 4] = [
+    ("ServiceAccount", ""),
+    ("ConfigMap", ""),
+    ("Service", ""),
+    ("Deployment", "apps"),
+];
 
 /// What one of the floors m and m2 took.
 pub struct LeastPhase {
@@ -164,28 +172,15 @@ async fn stand_in(
 ) {
     // As in c: the user's apply as the (unaudited) admin, the agent's requests as the audited
     // agent user, so the API server's audit log costs the same on both sides.
-    let admin = plane.plane.kubeconfig();
-    let bds = bds.to_path_buf();
-    let create = tokio::task::spawn_blocking(move || {
-        common::kubectl_with(
-            &admin,
-            &[
-                "apply",
-                "--server-side",
-                "--field-manager=bench-user",
-                "-f",
-                bds.to_str().expect("utf-8 path"),
-            ],
-        )
-    });
+    let create = least_work::user_apply_in_background(plane.plane.kubeconfig(), bds.to_path_buf());
     let client = crate::private_control_plane::client_from(&plane.agent_user).await;
     let http = reqwest::Client::new();
     futures::stream::iter(refs.iter().enumerate())
         .for_each_concurrent(IN_FLIGHT, |(i, image)| {
             let (http, client) = (&http, &client);
             async move {
-                pull(http, image).await;
-                apply_app(client, ns, &app_yaml(i, version)).await;
+                least_work::pull(http, image).await;
+                least_work::apply_objects(client, ns, &app_yaml(i, version)).await;
             }
         })
         .await;
@@ -196,7 +191,9 @@ async fn stand_in(
         IN_FLIGHT,
         |(name, image)| {
             let api = api.clone();
-            let body = json!({ "status": ready_status(ns, name, image, revision) });
+            let app = name.trim_start_matches(|c| c != 'a');
+            let body =
+                json!({ "status": least_work::ready_status(ns, app, image, revision, &APP_KINDS) });
             async move {
                 api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
                     .await
@@ -205,129 +202,4 @@ async fn stand_in(
         },
     );
     tokio::join!(statuses, plane.wait_available(ns, names.len()));
-}
-
-/// Applies the objects of `yaml` in `ns` one after the other, by server-side apply, as the
-/// agent applies a bundle's objects.
-async fn apply_app(client: &kube::Client, ns: &str, yaml: &str) {
-    let objects: Vec<DynamicObject> = serde_saphyr::from_multiple(yaml).expect("the app's objects");
-    for object in objects {
-        let types = object.types.clone().expect("apiVersion and kind");
-        let gvk = GroupVersionKind::try_from(&types).expect("a group, version and kind");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
-        let name = object.metadata.name.clone().expect("a name");
-        api.patch(
-            &name,
-            &PatchParams::apply("bench-stand-in"),
-            &Patch::Apply(&object),
-        )
-        .await
-        .expect("applying an app's object");
-    }
-}
-
-/// Pulls `image` (`host/repo@digest`) as the agent does: its manifest, then its one layer.
-async fn pull(http: &reqwest::Client, image: &str) {
-    let (host, rest) = image.split_once('/').expect("host/repo@digest");
-    let (repo, digest) = rest.split_once('@').expect("repo@digest");
-    let get = |path: String, accept: &'static str| {
-        let request = http
-            .get(format!("http://{host}/v2/{repo}/{path}"))
-            .header("Accept", accept);
-        async move {
-            let response = request.send().await.expect("a registry request");
-            assert!(
-                response.status().is_success(),
-                "{path}: {}",
-                response.status()
-            );
-            response.bytes().await.expect("a registry response")
-        }
-    };
-    let manifest = get(
-        format!("manifests/{digest}"),
-        "application/vnd.oci.image.manifest.v1+json",
-    )
-    .await;
-    let manifest: Value = serde_json::from_slice(&manifest).expect("an OCI manifest");
-    let layer = manifest["layers"][0]["digest"]
-        .as_str()
-        .expect("a layer")
-        .to_string();
-    get(format!("blobs/{layer}"), "*/*").await;
-}
-
-/// The status pallet writes when revision `revision` of the benchmark's app is healthy (the
-/// shape of `tools/write_costs.py`'s full status: eight conditions, the inventory, one
-/// revision).
-fn ready_status(ns: &str, name: &str, image: &str, revision: i64) -> Value {
-    // The size of a timestamp is what counts here, not its value.
-    let now = "2026-11-25T10:00:00Z";
-    let conditions: Vec<Value> = [
-        (
-            "RolledBack",
-            "False",
-            "UpToDate",
-            "revision is what the spec and the sources render",
-        ),
-        ("Stalled", "False", "Idle", "not stalled"),
-        ("Reconciling", "False", "Idle", "nothing in progress"),
-        (
-            "Ready",
-            "True",
-            "Healthy",
-            "revision healthy: 4 objects installed",
-        ),
-        (
-            "Unpacked",
-            "True",
-            "Unpacked",
-            "all sources fetched and resolved",
-        ),
-        (
-            "Installed",
-            "True",
-            "Installed",
-            "revision: 4 objects applied",
-        ),
-        (
-            "Healthy",
-            "True",
-            "Healthy",
-            "revision: all 4 objects healthy",
-        ),
-        ("Paused", "False", "Active", "reconciling normally"),
-    ]
-    .iter()
-    .map(|(kind, status, reason, message)| {
-        json!({"type": kind, "status": status, "reason": reason, "message": message,
-               "lastTransitionTime": now, "observedGeneration": revision})
-    })
-    .collect();
-    let app = name.trim_start_matches(|c| c != 'a');
-    let objects: Vec<Value> = ["ServiceAccount", "ConfigMap", "Service", "Deployment"]
-        .iter()
-        .map(|kind| {
-            let mut object = json!({"kind": kind, "version": "v1", "namespace": ns, "name": app});
-            if *kind == "Deployment" {
-                object["group"] = json!("apps");
-            }
-            object
-        })
-        .collect();
-    json!({
-        "observedGeneration": revision,
-        "activeRevision": revision,
-        "lastHealthyRevision": revision,
-        "agent": "bench-stand-in",
-        "conditions": conditions,
-        "inventory": {"count": 4, "objects": objects},
-        "revisions": [{
-            "number": revision, "generation": revision, "phase": "Healthy", "objects": 4,
-            "digest": format!("sha256:{}", "4".repeat(64)), "specDigest": format!("sha256:{}", "5".repeat(64)),
-            "appliedAt": now, "healthyAt": now,
-            "sources": [{"kind": "image", "ref": image, "resolved": image.rsplit_once('@').map_or("", |(_, d)| d)}],
-        }],
-    })
 }

@@ -127,15 +127,7 @@ impl Plane {
 
     /// What the control plane has done so far (see [`timeline::PlaneWork`]).
     pub async fn plane_work(&self) -> timeline::PlaneWork {
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .expect("a GET of /metrics");
-        let metrics = self
-            .client
-            .request_text(request)
-            .await
-            .expect("the control plane's metrics");
-        timeline::PlaneWork::parse(&metrics)
+        timeline::PlaneWork::parse(&common::control_plane_metrics(&self.client).await)
     }
 
     pub fn admin(&self, args: &[&str]) -> String {

@@ -81,7 +81,12 @@ impl<'a> StatusWriter<'a> {
         let notifications = (self.ctx.records.notifier)
             .prepare(self.bd, &mut self.written, work, &self.now)
             .await;
-        if *work == self.written {
+        if *work == self.written
+            || (only_agent_differs(&self.written, work) && !self.wrote_before())
+        {
+            // A new process of the same agent (a restart, a new pod) finds its predecessor's
+            // name: renaming alone would write every BundleDeployment's status at each restart.
+            // Its first real write puts its own name there.
             self.staged = None;
             return Ok(());
         }
@@ -118,6 +123,17 @@ impl<'a> StatusWriter<'a> {
         Ok(())
     }
 
+    /// Whether this process has written this BundleDeployment's status.
+    fn wrote_before(&self) -> bool {
+        self.ctx
+            .memory
+            .last_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.bd.name_any())
+            .is_some_and(|w| w.write.is_some())
+    }
+
     /// What a progressing revision was waiting for at the agent's last status write of this
     /// BundleDeployment, if that write was one (and is the version this pass started from).
     fn waiting_written(&self) -> Option<Vec<String>> {
@@ -133,6 +149,15 @@ impl<'a> StatusWriter<'a> {
             .then(|| written.waiting.clone())
             .flatten()
     }
+}
+
+/// Whether `next` is `written` with another `agent` and nothing else changed.
+fn only_agent_differs(written: &BundleDeploymentStatus, next: &BundleDeploymentStatus) -> bool {
+    written.agent != next.agent
+        && BundleDeploymentStatus {
+            agent: written.agent.clone(),
+            ..next.clone()
+        } == *written
 }
 
 /// The JSON merge patch from `current` to `next`: `next` itself, plus an explicit null for every
@@ -157,6 +182,26 @@ pub(super) fn status_merge_patch(
 mod tests {
     use super::*;
     use crate::api::Drift;
+
+    #[test]
+    fn a_new_agent_name_alone_is_no_change() {
+        let written = BundleDeploymentStatus {
+            agent: Some("pallet-7d9f-abcde".into()),
+            observed_generation: Some(3),
+            ..Default::default()
+        };
+        let renamed = BundleDeploymentStatus {
+            agent: Some("pallet-7d9f-fghij".into()),
+            ..written.clone()
+        };
+        assert!(only_agent_differs(&written, &renamed));
+        let moved = BundleDeploymentStatus {
+            observed_generation: Some(4),
+            ..renamed.clone()
+        };
+        assert!(!only_agent_differs(&written, &moved));
+        assert!(!only_agent_differs(&written, &written.clone()));
+    }
 
     #[test]
     fn merge_patch_removes_dropped_fields() {
