@@ -272,6 +272,18 @@ pub struct AgentArgs {
     /// one agent only (the main one): the sets are the whole cluster's.
     #[arg(long)]
     pub no_bundle_deployment_sets: bool,
+    /// How long one request to a remote cluster (`spec.kubeConfig`) may take, as a Go
+    /// duration; past it the request fails, and a cluster whose requests fail this way is
+    /// reported down (its bundles only) and probed with backoff. Watches stay open.
+    #[arg(long, default_value = "30s", value_parser = crate::duration::parse_positive_arg)]
+    pub cluster_request_timeout: Duration,
+    /// How long connecting to a remote cluster may take, as a Go duration.
+    #[arg(long, default_value = "5s", value_parser = crate::duration::parse_positive_arg)]
+    pub cluster_connect_timeout: Duration,
+    /// Bytes of object bodies the watches of one remote cluster keep, in MiB; past it objects
+    /// are read from the cluster when needed (`pallet_cluster_watch_cache_bytes` shows use).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..65536))]
+    pub cluster_cache_mib: u64,
     /// Address (ip:port) of the web view; off by default (""). Each request is authenticated
     /// with a Kubernetes bearer token (TokenReview), and everything it shows or does is done as
     /// that user (impersonation); read-only unless --ui-actions.
@@ -350,22 +362,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let config = client_config(&args).await?;
         let client = crate::client_metrics::counted_client(config.clone())
             .context("building the Kubernetes client")?;
-        let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
-            .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
-            .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
-        let options = args.unpack.bound(FetchOptions {
-            plain_http_registries: args.plain_http_registries.clone(),
-            timeout: args.fetch_timeout,
-            egress: args.egress.policy(),
-            ..Default::default()
-        });
-        let fetcher = Fetcher::new(Arc::new(cache), options);
-        let policy = SecretPolicy {
-            agent_namespace: args.namespace.clone(),
-            allowed_namespaces: args.allow_secret_namespaces.clone(),
-            default_service_account: args.default_service_account.clone(),
-            reads_as_service_account: false,
-        };
+        let fetcher = source_fetcher(&args)?;
+        let policy = secret_policy(&args);
         let mut changelog = ChangeLog::open("pallet", true, args.change_log.as_deref())
             .with_context(|| format!("opening the change log {:?}", args.change_log))?;
         if !args.ui_address.is_empty() {
@@ -406,6 +404,13 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         // Edits of valuesFrom objects reach the controller on the same channel.
         let receiver_trigger = owned_tx.clone();
         let values_watches = ValuesWatches::spawn(client.clone(), owned_tx.clone());
+        // And what a remote cluster tells: it went down, came back, its credentials changed, or
+        // an object of a bundle changed there.
+        let remotes = crate::clusters::ClusterRegistry::new(
+            client.clone(),
+            cluster_settings(&args),
+            Some(owned_tx.clone()),
+        );
         // So do changes of what dependsOn names.
         let dependency_watches = DependencyWatches::spawn(client.clone(), owned_tx);
         let ctx = Arc::new(Context::new(
@@ -432,6 +437,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_probe_trigger(fetch_done)
         .with_values_watches(values_watches)
         .with_dependency_watches(dependency_watches)
+        .with_cluster_registry(remotes)
         .with_function_policy(function_policy(&args))
         .with_webhook_cert_validity(args.webhook_cert_validity)
         .with_read_limits(record_budget(&args), lookup_limits(&args))
@@ -492,6 +498,41 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         tracing::info!("pallet agent stopped");
         Ok(())
     })
+}
+
+/// Where Secrets may be read from, and whom the agent acts as by default, from its flags.
+fn secret_policy(args: &AgentArgs) -> SecretPolicy {
+    SecretPolicy {
+        agent_namespace: args.namespace.clone(),
+        allowed_namespaces: args.allow_secret_namespaces.clone(),
+        default_service_account: args.default_service_account.clone(),
+        reads_as_service_account: false,
+    }
+}
+
+/// The source cache and fetcher, from the agent's flags.
+fn source_fetcher(args: &AgentArgs) -> anyhow::Result<Fetcher> {
+    let cache = Cache::open(&args.cache_dir, args.cache_max_mib * 1024 * 1024)
+        .with_context(|| format!("opening the source cache at {}", args.cache_dir.display()))?
+        .with_unpack_allowance(args.unpack_scratch_mib.max(1) << 20);
+    let options = args.unpack.bound(FetchOptions {
+        plain_http_registries: args.plain_http_registries.clone(),
+        timeout: args.fetch_timeout,
+        egress: args.egress.policy(),
+        ..Default::default()
+    });
+    Ok(Fetcher::new(Arc::new(cache), options))
+}
+
+/// The settings of the remote clusters' registry, from the agent's flags.
+fn cluster_settings(args: &AgentArgs) -> crate::clusters::ClusterSettings {
+    crate::clusters::ClusterSettings {
+        agent_namespace: args.namespace.clone(),
+        request_timeout: args.cluster_request_timeout,
+        connect_timeout: args.cluster_connect_timeout,
+        egress: args.egress.policy(),
+        cache_bytes: usize::try_from(args.cluster_cache_mib << 20).unwrap_or(usize::MAX),
+    }
 }
 
 /// Serves the web view when `--ui-address` is set.

@@ -119,6 +119,14 @@ pub enum ClusterError {
         /// The last error.
         message: String,
     },
+    /// The BundleDeployment may not use the Secret (the Secret rules of the security model).
+    #[error("cluster {cluster}: {message}")]
+    NotAllowed {
+        /// The cluster.
+        cluster: String,
+        /// Which Secret, and why it may not be used.
+        message: String,
+    },
     /// The Secret could not be read from the agent's cluster.
     #[error("cluster {cluster}: read {secret}: {message}")]
     SecretUnreadable {
@@ -137,6 +145,7 @@ impl ClusterError {
         match self {
             ClusterError::NotFound { .. } => "KubeConfigNotFound",
             ClusterError::Invalid { .. } => "KubeConfigInvalid",
+            ClusterError::NotAllowed { .. } => "KubeConfigNotAllowed",
             ClusterError::Down { failure, .. } => failure.reason(),
             ClusterError::SecretUnreadable { .. } => "KubeConfigNotFound",
         }
@@ -253,6 +262,8 @@ pub struct Target {
     pub watches: ClusterWatches,
     /// Kind resolution against this cluster's discovery.
     pub kinds: KindResolver,
+    /// The cluster's capabilities for helm charts, with when they were read.
+    pub capabilities: tokio::sync::Mutex<Option<(Instant, pallet_formats::HelmCapabilities)>>,
     config: kube::Config,
     layer: GuardLayer,
     /// The kubeconfig Secret's version this was built from.
@@ -519,6 +530,7 @@ impl ClusterRegistry {
             client,
             watches,
             kinds: KindResolver::default(),
+            capabilities: tokio::sync::Mutex::new(None),
             config,
             layer,
             version: secret.version().map(str::to_string),
@@ -533,6 +545,11 @@ impl ClusterRegistry {
             .get(cluster)
             .map(|e| e.health.get())
             .unwrap_or_default()
+    }
+
+    /// Why `cluster` cannot be used now, when it is down.
+    pub fn down_error(&self, cluster: &ClusterKey) -> Option<ClusterError> {
+        down(cluster, &self.health(cluster))
     }
 
     /// BundleDeployment `bundle` is gone (or targets its own cluster now): it no longer holds

@@ -36,6 +36,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     ctx.records.notifier.forget(&name);
     // Reverse order: a dependent being deleted too goes first.
     super::dependencies::wait_for_dependents(bd, ctx).await?;
+    let workload = &target_cluster(ctx, bd).await?;
     let mut inventory = bd
         .status
         .as_ref()
@@ -44,7 +45,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     // A first install recorded only in its snapshot (see `unwritten_intent`).
     inventory
         .objects
-        .extend(unwritten_intent::unrecorded_objects(ctx, bd).await?);
+        .extend(unwritten_intent::unrecorded_objects((ctx, workload), bd).await?);
     ctx.memory.unwritten_intents.forget(&name, uid);
     let keys: Vec<ObjectKey> = inventory.objects.iter().map(key_of).collect();
     let versions: HashMap<ObjectKey, String> = inventory
@@ -57,9 +58,10 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     let delete_hooks = bd.spec.format == crate::api::BundleFormat::Helm
         && bd.spec.deletion_policy() == DeletionPolicy::Delete;
     if delete_hooks {
-        delete_hooks::run(bd, ctx, HookEvent::PreDelete).await?;
+        delete_hooks::run(bd, (ctx, workload), HookEvent::PreDelete).await?;
     }
-    let applier = changes::logging_deletion(ctx, bd, ctx.applier(bd, ctx.cluster.writer(bd)?));
+    let applier =
+        changes::logging_deletion(ctx, bd, ctx.applier(bd, workload, workload.writer.clone()));
     let result = match bd.spec.deletion_policy() {
         DeletionPolicy::Delete => {
             // prune_set against an empty set orders every object for deletion: reverse stages.
@@ -69,7 +71,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                 .collect();
             // Objects the writer may not even read are checked with the agent's own identity:
             // one that was never created (its ServiceAccount was refused) needs no deletion.
-            let own = ctx.applier(bd, ctx.cluster.client.clone());
+            let own = ctx.applier(bd, workload, workload.client.clone());
             delete_all(&applier, &own, &name, &order).await
         }
         DeletionPolicy::Orphan => {
@@ -97,7 +99,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
                     .filter(|namespace| !namespace.is_empty())
                     .chain(bd.spec.install_namespace.clone())
                     .collect();
-                result = webhook_certs::orphan_secrets(ctx, bd, &namespaces).await;
+                result = webhook_certs::orphan_secrets((ctx, workload), bd, &namespaces).await;
             }
             result
         }
@@ -123,7 +125,7 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     result?;
     // Then its post-delete hooks (they need the revision snapshot: before it goes).
     if delete_hooks {
-        delete_hooks::run(bd, ctx, HookEvent::PostDelete).await?;
+        delete_hooks::run(bd, (ctx, workload), HookEvent::PostDelete).await?;
     }
     // The objects are gone (or orphaned): their revision snapshots go with the BundleDeployment.
     ctx.revisions
@@ -141,7 +143,41 @@ pub async fn cleanup(bd: &BundleDeployment, ctx: &Context) -> Result<Next, Recon
     if let Some(watches) = &ctx.watchers.values_watches {
         watches.set(&name, Vec::new());
     }
+    if let Some(remotes) = &ctx.cluster.remotes {
+        remotes.release(&name);
+    }
     Ok(Next::RequeueAfter(ctx.settings.requeue_interval))
+}
+
+/// The cluster the objects of `bd` are on. A remote that cannot be used now (down, its Secret
+/// gone or refused) holds the deletion: the objects there are not forgotten while they may
+/// still run. It is said in status (naming the cluster, and how to let go), the finalizer
+/// stays, and the deletion is tried again at the cluster's next check (its coming back brings
+/// it at once).
+async fn target_cluster(
+    ctx: &Context,
+    bd: &BundleDeployment,
+) -> Result<super::workload::Workload, ReconcileError> {
+    let error = match ctx.workload(bd).await {
+        Ok(workload) => return Ok(workload),
+        Err(error @ ReconcileError::Cluster(_)) => error,
+        Err(error) => return Err(error),
+    };
+    let mut writer = StatusWriter::new(ctx, bd, super::view::wall_clock());
+    let mut work = writer.written.clone();
+    let outcome = Outcome::Failed {
+        phase: FailedPhase::Install,
+        reason: error.category().into(),
+        message: format!(
+            "deleting: {error}; the objects there are deleted once it can be reached (remove \
+             the finalizer {FINALIZER} to leave them there)"
+        ),
+        transient: true,
+    };
+    if let Err(e) = writer.write(&mut work, &outcome).await {
+        tracing::warn!(bundle_deployment = %bd.name_any(), error = %e, "could not report the held deletion");
+    }
+    Err(error)
 }
 
 /// Deletes the objects in `order` and waits briefly for them to be gone. Objects still there

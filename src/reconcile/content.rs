@@ -29,7 +29,8 @@ pub(super) async fn observe_drift(
         ..
     } = fetch_and_render(view, ctx, force_poll).await?;
     // Drift is measured against the caBundle the agent keeps (read-only while paused).
-    let (rendered, digest) = webhook_certs::with_kept_bundle(ctx, bd, rendered, digest).await?;
+    let (rendered, digest) =
+        webhook_certs::with_kept_bundle(view.workload, bd, rendered, digest).await?;
     let status = bd.status.clone().unwrap_or_default();
     let spec_digest = values::spec_digest(&bd.spec.digest(), &values_from);
     let spec = rollout::SpecVersion {
@@ -49,7 +50,7 @@ pub(super) async fn observe_drift(
     let objects = hook_plan::split(&objects, view.helm).release;
     // Reads go through the agent's own client: observing is not acting on the user's behalf.
     let drifted = ctx
-        .applier(bd, ctx.cluster.client.clone())
+        .applier(bd, view.workload, view.workload.client.clone())
         .drift(&objects)
         .await?;
     Ok(drifted
@@ -94,7 +95,7 @@ pub(super) async fn fetch_and_render(
     let processor_inputs = processor_inputs.transpose()?.unwrap_or_default();
     // Only helm charts look at the cluster (`.Capabilities`); other formats never pay for it.
     let capabilities = match bd.spec.format {
-        crate::api::BundleFormat::Helm => Some(cluster.helm_capabilities().await?),
+        crate::api::BundleFormat::Helm => Some(view.workload.helm_capabilities().await?),
         _ => None,
     };
     let fetched = fetch::fetch_sources(ctx, bd, force_poll).await?;
@@ -168,12 +169,9 @@ async fn render_or_reuse(
     let rendering = &ctx.rendering;
     let allow_empty = bd.spec.rollout().allow_empty();
     let reader = match inputs.format {
-        pallet_formats::Format::Helm => Some(ctx.cluster.writer(bd)?),
+        pallet_formats::Format::Helm => Some(lookups::Reader::of(ctx, view.workload, bd)),
         _ => None,
     };
-    let reader = reader
-        .as_ref()
-        .map(|acting| lookups::Reader::of(ctx, acting, bd));
     if let Some(reader) = &reader {
         let answers = reader.read(&rendering.lookups.get(uid)).await?;
         inputs.config.helm.lookups = pallet_formats::Lookups::Answers(answers);

@@ -1,7 +1,7 @@
 //! The reconcile context: clients, caches and the agent-wide state every pass shares.
 
 use super::{
-    ensure_namespace, fetch_pool, owned, polling, render, render_memo, values_watch, webhook_certs,
+    ensure_namespace, fetch_pool, owned, polling, render_memo, values_watch, webhook_certs,
     ReconcileError, API_RETRY_MAX,
 };
 use std::collections::HashMap;
@@ -11,10 +11,12 @@ use std::time::Duration;
 use kube::{Client, Config, ResourceExt};
 use pallet_formats::Object;
 
-use super::fetch::SecretPolicy;
+use super::fetch::{may_use, Found, SecretPolicy};
+use super::workload::{KeptCapabilities, Workload};
 use crate::api::BundleDeployment;
 use crate::apply::{Applier, KindResolver, FIELD_MANAGER};
 use crate::changelog::ChangeLog;
+use crate::clusters::{ClusterError, ClusterKey};
 use crate::health;
 use crate::revision::{RevisionRecord, RevisionStore};
 use crate::source::Fetcher;
@@ -165,13 +167,15 @@ pub struct Cluster {
     pub scope: crate::shard::Scope,
     /// What the API server keeps of what pallet applied, where it differs (dropped fields).
     pub stored_forms: crate::apply::stored::StoredForms,
+    /// The remote clusters `spec.kubeConfig` names (None: this agent deploys to its own
+    /// cluster only, see [`Context::with_cluster_registry`]).
+    pub remotes: Option<crate::clusters::ClusterRegistry>,
     /// Impersonating clients, by ServiceAccount (namespace, name).
     writers: Mutex<HashMap<(String, String), Client>>,
     /// Install namespaces seen to exist, and when: looked up again after [`NAMESPACE_SEEN_FOR`].
     namespaces: Mutex<HashMap<String, std::time::Instant>>,
     /// The cluster's capabilities for helm charts, with when they were read.
-    capabilities:
-        tokio::sync::Mutex<Option<(std::time::Instant, pallet_formats::HelmCapabilities)>>,
+    capabilities: std::sync::Arc<KeptCapabilities>,
 }
 
 /// Fetching sources.
@@ -297,6 +301,13 @@ impl Context {
     ) -> Self {
         self.watchers.probes =
             health::probe::Probes::new(Some(trigger), self.sources.fetcher.options().egress);
+        self
+    }
+
+    /// The same context deploying the bundles that name a `spec.kubeConfig` to the clusters
+    /// of `registry`.
+    pub fn with_cluster_registry(mut self, registry: crate::clusters::ClusterRegistry) -> Self {
+        self.cluster.remotes = Some(registry);
         self
     }
 
@@ -523,9 +534,10 @@ impl Context {
                 identity: crate::leader::identity(),
                 scope: crate::shard::Scope::default(),
                 stored_forms: Default::default(),
+                remotes: None,
                 writers: Mutex::new(HashMap::new()),
                 namespaces: Mutex::new(HashMap::new()),
-                capabilities: tokio::sync::Mutex::new(None),
+                capabilities: Default::default(),
             },
         }
     }
@@ -540,18 +552,91 @@ impl Context {
         self.rendering.render_keys.get_or_create(bd).await
     }
 
-    /// An applier for `bd` writing through `client` (see [`Cluster::writer`]).
-    pub(super) fn applier(&self, bd: &BundleDeployment, client: Client) -> Applier {
+    /// The cluster `bd`'s objects live on (see [`super::workload`]): the agent's own without
+    /// `spec.kubeConfig`, else the remote its Secret names, once the Secret rules allow `bd` to
+    /// use that Secret. A cluster that cannot be used now is [`ReconcileError::Cluster`],
+    /// naming it.
+    pub(super) async fn workload(&self, bd: &BundleDeployment) -> Result<Workload, ReconcileError> {
+        let cluster = &self.cluster;
+        let local = || {
+            Ok(Workload::local(
+                (cluster.client.clone(), cluster.writer(bd)?),
+                cluster.kinds.clone(),
+                self.watchers.owned.clone(),
+                cluster.capabilities.clone(),
+                &cluster.secret_policy,
+            ))
+        };
+        let Some(registry) = &cluster.remotes else {
+            if let Some(reference) = &bd.spec.kube_config {
+                return Err(ReconcileError::Cluster(ClusterError::Invalid {
+                    cluster: reference.secret_ref.name.clone(),
+                    message: "this agent does not deploy to remote clusters".into(),
+                }));
+            }
+            return local();
+        };
+        let name = bd.name_any();
+        let Some(key) = ClusterKey::of(&bd.spec, &registry.settings().agent_namespace) else {
+            // Targets its own cluster (again): it holds no remote any more.
+            registry.release(&name);
+            return local();
+        };
+        let secret = registry
+            .secret(&key)
+            .await
+            .map_err(ReconcileError::Cluster)?;
+        let found = secret
+            .as_ref()
+            .map(|s| Found::new(&s.meta, s.type_.as_deref()));
+        let policy = &cluster.secret_policy;
+        let requester = policy.requester(&name, &bd.spec);
+        let rule = may_use(
+            &cluster.client,
+            policy,
+            requester,
+            "secrets",
+            &key.namespace,
+            &key.name,
+            found,
+        );
+        if let Err(why) = rule.await? {
+            return Err(ReconcileError::Cluster(ClusterError::NotAllowed {
+                cluster: key.display(),
+                message: format!("spec.kubeConfig names {}, which {why}", key.secret()),
+            }));
+        }
+        let target = registry
+            .target(&key, &name)
+            .await
+            .map_err(ReconcileError::Cluster)?;
+        let writer = target
+            .acting_as(policy.service_account(&bd.spec))
+            .map_err(|e| ReconcileError::Kube {
+                context: format!("cluster {}: build impersonating client", key.display()),
+                source: e,
+            })?;
+        Ok(Workload::remote(target, registry.clone(), writer, policy))
+    }
+
+    /// An applier for `bd` writing to `workload`'s cluster through `client` (its writer, or
+    /// its own client for reads).
+    pub(super) fn applier(
+        &self,
+        bd: &BundleDeployment,
+        workload: &Workload,
+        client: Client,
+    ) -> Applier {
         Applier {
             client,
-            kinds: self.cluster.kinds.clone(),
+            kinds: workload.kinds.clone(),
             owner: bd.name_any(),
             install_namespace: bd.spec.install_namespace.clone(),
             collision_protection: bd.spec.collision_protection(),
             parallelism: self.settings.apply_parallelism,
             journal: Default::default(),
             revision: None,
-            live: self.watchers.owned.as_ref().map(|owned| owned.live()),
+            live: workload.live(),
             takeover: bd.spec.takeover.clone(),
             rules: crate::apply::ApplyRules {
                 ignore: crate::apply::policy::DriftIgnore::compile(&bd.spec.drift_ignore),
@@ -563,51 +648,6 @@ impl Context {
 }
 
 impl Cluster {
-    /// The cluster's version and served APIs, for helm's `.Capabilities`. Read through discovery
-    /// at most once a minute: it costs a request per API group.
-    pub(super) async fn helm_capabilities(
-        &self,
-    ) -> Result<pallet_formats::HelmCapabilities, ReconcileError> {
-        const MAX_AGE: Duration = Duration::from_secs(60);
-        let mut cached = self.capabilities.lock().await;
-        if let Some((read_at, capabilities)) = cached.as_ref() {
-            if read_at.elapsed() < MAX_AGE {
-                return Ok(capabilities.clone());
-            }
-        }
-        let kube_error = |context: &str| {
-            let context = context.to_string();
-            move |source| ReconcileError::Kube { context, source }
-        };
-        let version = self
-            .client
-            .apiserver_version()
-            .await
-            .map_err(kube_error("read the cluster's version"))?;
-        let discovery = kube::Discovery::new(self.client.clone())
-            .run()
-            .await
-            .map_err(kube_error("discover the cluster's APIs"))?;
-        let mut served = Vec::new();
-        for group in discovery.groups() {
-            for version in group.versions() {
-                for (resource, _) in group.versioned_resources(version) {
-                    served.push((resource.group, resource.version, resource.kind));
-                }
-            }
-        }
-        let capabilities = pallet_formats::HelmCapabilities {
-            kube_version: version.git_version,
-            api_versions: render::api_versions(
-                served
-                    .iter()
-                    .map(|(g, v, k)| (g.as_str(), v.as_str(), k.as_str())),
-            ),
-        };
-        *cached = Some((std::time::Instant::now(), capabilities.clone()));
-        Ok(capabilities)
-    }
-
     /// The client for writes to `bd`'s objects: impersonating its ServiceAccount when it names
     /// one, else the agent's default one (`--default-service-account`), else the agent itself.
     /// One client per ServiceAccount, kept: a new client is a new connection (and TLS handshake)

@@ -30,7 +30,7 @@ pub const REASON_HOOK_FAILED: &str = super::hooks::REASON_HOOK_FAILED;
 /// once one failed, both keeping the finalizer.
 pub async fn run(
     bd: &BundleDeployment,
-    ctx: &Context,
+    (ctx, workload): (&Context, &super::workload::Workload),
     event: HookEvent,
 ) -> Result<(), ReconcileError> {
     let status = bd.status.clone().unwrap_or_default();
@@ -79,9 +79,16 @@ pub async fn run(
             current.message.clone().unwrap_or_default(),
         ));
     }
-    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
-    let gate =
-        hook_requests::run_event(ctx, (bd, timing), &applier, &mut current, &hooks, event).await?;
+    let applier = ctx.applier(bd, workload, workload.writer.clone());
+    let gate = hook_requests::run_event(
+        (ctx, workload),
+        (bd, timing),
+        &applier,
+        &mut current,
+        &hooks,
+        event,
+    )
+    .await?;
     let (outcome, result) = match gate {
         // The post-delete hooks were the last step: the BundleDeployment goes now.
         Gate::Done if event == HookEvent::PostDelete => return Ok(()),

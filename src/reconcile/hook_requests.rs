@@ -5,6 +5,7 @@
 //! the status ([`HookRequest`]), so a pass never blocks on a hook and a restart goes on where
 //! the run stood.
 
+use super::workload::Workload;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -77,7 +78,7 @@ pub fn start(
 /// Runs `event`'s hooks of `run` as far as they go in this pass, within
 /// `rollout.progressDeadline` of the run's start.
 pub async fn run_event(
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     (bd, timing): (&BundleDeployment, Timing<'_>),
     applier: &Applier,
     run: &mut HookRequest,
@@ -88,7 +89,16 @@ pub async fn run_event(
         match hook_plan::next(&run.hooks, hooks, event) {
             Next::Done => return Ok(Gate::Done),
             Next::DeleteSucceeded(indices) => {
-                delete(ctx, bd, applier, run, hooks, &indices, "hook-succeeded").await?;
+                delete(
+                    (ctx, workload),
+                    bd,
+                    applier,
+                    run,
+                    hooks,
+                    &indices,
+                    "hook-succeeded",
+                )
+                .await?;
             }
             Next::Failed {
                 failed,
@@ -100,7 +110,7 @@ pub async fn run_event(
                     } else {
                         "hook-succeeded"
                     };
-                    delete(ctx, bd, applier, run, hooks, &[i], policy).await?;
+                    delete((ctx, workload), bd, applier, run, hooks, &[i], policy).await?;
                 }
                 let hook = &run.hooks[failed];
                 return Ok(Gate::Failed(format!(
@@ -112,7 +122,9 @@ pub async fn run_event(
             Next::Run(i) => {
                 let hook_run = run.hooks[i].clone();
                 let progress = match hook_plan::find(hooks, &hook_run) {
-                    Some(hook) => hooks::step(ctx, bd, applier, &hook_run, hook, None).await?,
+                    Some(hook) => {
+                        hooks::step((ctx, workload), bd, applier, &hook_run, hook, None).await?
+                    }
                     None => Progress::Failed("not among the revision's objects".into()),
                 };
                 let (phase, message) = match progress {
@@ -156,7 +168,7 @@ fn past_deadline(timing: Timing<'_>, run: &HookRequest) -> bool {
 
 /// Deletes the objects of `run`'s hooks `indices` under `policy` and marks them deleted.
 async fn delete(
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     bd: &BundleDeployment,
     applier: &Applier,
     run: &mut HookRequest,
@@ -169,7 +181,9 @@ async fn delete(
             continue;
         };
         if let Some(hook) = hook_plan::find(hooks, &hook_run) {
-            if let Some((key, api_version, _, Some(_))) = hooks::locate(ctx, applier, hook).await? {
+            if let Some((key, api_version, _, Some(_))) =
+                hooks::locate(workload, applier, hook).await?
+            {
                 applier.prune(&[(key, api_version)]).await?;
                 hooks::log_hook_writes(ctx, bd, applier, &hook_run, Some(policy));
             }
@@ -248,9 +262,9 @@ pub async fn advance_test(
         work.test = Some(run);
         return Ok(None);
     }
-    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
+    let applier = ctx.applier(bd, view.workload, view.workload.writer.clone());
     let gate = run_event(
-        ctx,
+        (ctx, view.workload),
         (bd, timing),
         &applier,
         &mut run,

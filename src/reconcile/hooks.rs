@@ -8,6 +8,7 @@
 //! revision's `hooks` list in the status, so a hook runs once per revision: never again on a
 //! later pass, a restart of the agent, or a rollback to the revision.
 
+use super::workload::Workload;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
@@ -65,6 +66,7 @@ pub(super) enum Progress {
 /// number), and the pass's clock and progress deadline (from its [`View`]).
 pub(super) struct StageRun<'a> {
     bd: &'a BundleDeployment,
+    workload: &'a Workload,
     number: i64,
     deadline: Duration,
     now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
@@ -75,6 +77,7 @@ impl<'a> StageRun<'a> {
     pub(super) fn new(view: &'a View<'a>, number: i64) -> StageRun<'a> {
         StageRun {
             bd: view.bd,
+            workload: view.workload,
             number,
             deadline: view.rollout.progress_deadline,
             now: view.current(),
@@ -138,7 +141,7 @@ async fn run_stage(
     hooks: &[HookObject],
     stage: Stage,
 ) -> Result<Gate, ReconcileError> {
-    let (bd, number) = (stage_run.bd, stage_run.number);
+    let (bd, number, workload) = (stage_run.bd, stage_run.number, stage_run.workload);
     let operation = hook_plan::Operation::of_release(number, hook_plan::continues_release(bd));
     let event = hook_plan::event(operation, stage);
     loop {
@@ -149,7 +152,7 @@ async fn run_stage(
             Next::Done => return Ok(Gate::Open),
             Next::DeleteSucceeded(delete) => {
                 delete_runs(
-                    ctx,
+                    (ctx, workload),
                     (bd, number),
                     applier,
                     work,
@@ -166,7 +169,16 @@ async fn run_stage(
                     } else {
                         "hook-succeeded"
                     };
-                    delete_runs(ctx, (bd, number), applier, work, hooks, &[i], policy).await?;
+                    delete_runs(
+                        (ctx, workload),
+                        (bd, number),
+                        applier,
+                        work,
+                        hooks,
+                        &[i],
+                        policy,
+                    )
+                    .await?;
                 }
                 let run = &runs[failed];
                 return Ok(Gate::Failed {
@@ -181,7 +193,9 @@ async fn run_stage(
             Next::Run(i) => {
                 let run = runs[i].clone();
                 let progress = match hook_plan::find(hooks, &run) {
-                    Some(hook) => step(ctx, bd, applier, &run, hook, Some(number)).await?,
+                    Some(hook) => {
+                        step((ctx, workload), bd, applier, &run, hook, Some(number)).await?
+                    }
                     None => Progress::Failed("not among the revision's objects".into()),
                 };
                 let (phase, message) = match progress {
@@ -257,7 +271,7 @@ fn set_run(
 /// The hook's object on the cluster: its key (namespace resolved), apiVersion, API, and the live
 /// object if there is one. `None` when the cluster does not serve its kind.
 pub(super) async fn locate(
-    ctx: &Context,
+    workload: &Workload,
     applier: &Applier,
     hook: &HookObject,
 ) -> Result<Option<(ObjectKey, String, Api<DynamicObject>, Option<DynamicObject>)>, ReconcileError>
@@ -273,10 +287,8 @@ pub(super) async fn locate(
     let Some((api, resource)) = applier.api_for_existing(&key, &api_version).await? else {
         return Ok(None);
     };
-    if let Some(owned) = &ctx.watchers.owned {
-        // A change to the hook (a Job completing) brings the next pass at once.
-        owned.watch(&resource);
-    }
+    // A change to the hook (a Job completing) brings the next pass at once.
+    workload.watch(&resource);
     let live = api
         .get_opt(&key.name)
         .await
@@ -292,14 +304,14 @@ pub(super) async fn locate(
 /// apply runs it (an object of that revision is its own earlier run); `None` for hooks run on
 /// request or on deletion, which are created anew whenever their run is Pending.
 pub(super) async fn step(
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     bd: &BundleDeployment,
     applier: &Applier,
     run: &HookRun,
     hook: &HookObject,
     revision: Option<i64>,
 ) -> Result<Progress, ReconcileError> {
-    let Some((key, api_version, api, mut live)) = locate(ctx, applier, hook).await? else {
+    let Some((key, api_version, api, mut live)) = locate(workload, applier, hook).await? else {
         return Ok(Progress::Failed(format!(
             "the cluster does not serve {} {}",
             hook.object.api_version(),
@@ -341,7 +353,7 @@ pub(super) async fn step(
     }
     let Some(live) = live else {
         if hook_plan::deleted_when_finished(&hook.object) {
-            return finished_job_outcome(ctx, bd, &key, revision.unwrap_or_default()).await;
+            return finished_job_outcome(workload, bd, &key, revision.unwrap_or_default()).await;
         }
         return Ok(Progress::Failed(format!(
             "{key} was deleted while the hook ran"
@@ -361,7 +373,7 @@ pub(super) async fn step(
 /// from the Job controller's Events since the revision began applying (a Job of the same name
 /// from an earlier revision finished before that).
 async fn finished_job_outcome(
-    ctx: &Context,
+    workload: &Workload,
     bd: &BundleDeployment,
     key: &ObjectKey,
     revision: i64,
@@ -374,7 +386,7 @@ async fn finished_job_outcome(
         .map(|t| t.0.as_second());
     let namespace = key.namespace.clone().unwrap_or_default();
     let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(ctx.cluster.client.clone(), &namespace);
+        Api::namespaced(workload.client.clone(), &namespace);
     let selector = format!("involvedObject.kind=Job,involvedObject.name={}", key.name);
     let list = events
         .list(&kube::api::ListParams::default().fields(&selector))
@@ -439,7 +451,7 @@ async fn wait_gone(api: &Api<DynamicObject>, name: &str) -> Result<bool, Reconci
 
 /// Deletes the objects of runs `indices` under `policy` and marks them deleted.
 async fn delete_runs(
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     (bd, number): (&BundleDeployment, i64),
     applier: &Applier,
     work: &mut BundleDeploymentStatus,
@@ -453,7 +465,7 @@ async fn delete_runs(
     for &i in indices {
         let Some(run) = runs.get(i) else { continue };
         if let Some(hook) = hook_plan::find(hooks, run) {
-            if let Some((key, api_version, _, Some(_))) = locate(ctx, applier, hook).await? {
+            if let Some((key, api_version, _, Some(_))) = locate(workload, applier, hook).await? {
                 applier.delete_hooks(&[(key, api_version)]).await?;
                 log_hook_writes(ctx, bd, applier, run, Some(policy));
             }

@@ -214,11 +214,15 @@ impl<'a> Reader<'a> {
 
     /// A reader for one render's lookups of a pass over `bd`, acting as `acting`, under the
     /// agent's limits.
-    pub fn of(ctx: &'a super::Context, acting: &'a Client, bd: &'a BundleDeployment) -> Self {
+    pub fn of(
+        ctx: &'a super::Context,
+        workload: &'a super::workload::Workload,
+        bd: &'a BundleDeployment,
+    ) -> Self {
         Reader::new(
-            acting,
-            &ctx.cluster.client,
-            &ctx.cluster.secret_policy,
+            &workload.writer,
+            &workload.client,
+            &workload.lookup_policy,
             bd,
             ctx.rendering.lookup_limits,
         )
@@ -436,7 +440,10 @@ impl Reader<'_> {
         let allow_listed = self.policy.allowed_namespaces.contains(&key.namespace);
         let in_agent_namespace = key.namespace == self.policy.agent_namespace;
         let own = self.in_own_namespace(key, in_agent_namespace);
-        let client = match (has_account, allow_listed || in_agent_namespace || own) {
+        // Reads made as the requester (a remote cluster's identity, `pallet plan`): the API
+        // server answers for what it may list.
+        let as_requester = self.policy.reads_as_service_account;
+        let client = match (has_account, allow_listed || in_agent_namespace || own || as_requester) {
             (true, _) => self.acting,
             (false, true) => self.agent,
             (false, false) => {

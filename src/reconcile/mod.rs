@@ -16,6 +16,7 @@ mod revision_apply;
 mod rollback_hold;
 mod status_writer;
 pub mod view;
+pub mod workload;
 
 pub use cleanup::cleanup;
 pub use context::Context;
@@ -182,6 +183,9 @@ pub enum ReconcileError {
     #[error("{0}")]
     OutOfScope(String),
     /// A Kubernetes API call of the agent's own failed.
+    /// The remote cluster of `spec.kubeConfig` cannot be used now (it names the cluster).
+    #[error(transparent)]
+    Cluster(crate::clusters::ClusterError),
     #[error("{context}: {source}")]
     Kube {
         /// What the agent was doing.
@@ -224,6 +228,7 @@ impl ReconcileError {
             ReconcileError::InvalidDuration(_) => "InvalidDuration",
             ReconcileError::ServiceAccountRequired(_) => "ServiceAccountRequired",
             ReconcileError::OutOfScope(_) => "OutOfScope",
+            ReconcileError::Cluster(e) => e.reason(),
         }
     }
 
@@ -249,6 +254,7 @@ impl ReconcileError {
             }
             ReconcileError::Apply(e) => e.is_transient(),
             ReconcileError::Revision(e) => e.is_transient(),
+            ReconcileError::Cluster(e) => e.is_transient(),
             ReconcileError::Kube { .. }
             | ReconcileError::RenderUnavailable { .. }
             | ReconcileError::Deleting(_)
@@ -299,7 +305,8 @@ impl ReconcileError {
             | ReconcileError::CelBudgetExceeded(_)
             | ReconcileError::InvalidProcessor(_)
             | ReconcileError::InvalidDuration(_)
-            | ReconcileError::ServiceAccountRequired(_) => FailedPhase::Spec,
+            | ReconcileError::ServiceAccountRequired(_)
+            | ReconcileError::Cluster(_) => FailedPhase::Spec,
             _ => FailedPhase::Install,
         }
     }

@@ -24,6 +24,7 @@ use crate::api::{BundleDeployment, BundleDeploymentStatus, ObjectReference};
 use crate::fault::{self, Point};
 use crate::metrics::METRICS;
 use crate::revision::{RevisionContent, RevisionRecord};
+use kube::ResourceExt;
 
 /// What a pass came to before its status is written: the outcome to record and when to look
 /// again, with what the roll-out decided.
@@ -73,7 +74,13 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
         Ok(rollout) => (rollout, None),
         Err(error) => (Rollout::defaults(bd), Some(error)),
     };
-    let view = View::new(bd, &work, rollout, now);
+    // The cluster the objects live on, once: one that cannot be used now stops this pass
+    // before anything is fetched or written (the objects there stay as they are).
+    let workload = match ctx.workload(bd).await {
+        Ok(workload) => workload,
+        Err(error) => return cluster_unavailable(ctx, bd, writer, work, error).await,
+    };
+    let view = View::new(bd, &work, rollout, now, &workload);
     changes::mark_interrupted(ctx, bd, view.active.as_ref());
     report_another_writer(&view, ctx).await;
     let mut pass = Pass {
@@ -102,11 +109,67 @@ pub async fn reconcile_apply(bd: &BundleDeployment, ctx: &Context) -> Result<Nex
             None => pass.progress().await,
         },
     };
-    match result {
+    match result.map_err(|error| workload.explain(error)) {
         Ok(rolled) => pass.installed(rolled).await,
         // Another agent holds it now: nothing more to write here.
         Err(error @ ReconcileError::OutOfScope(_)) => Err(error),
+        Err(error @ ReconcileError::Cluster(_)) => {
+            let requeue = cluster_retry(ctx, &error);
+            pass.failed(error).await.or(Ok(Next::RequeueAfter(requeue)))
+        }
         Err(error) => pass.failed(error).await,
+    }
+}
+
+/// The remote cluster of `bd` cannot be used now: `Ready=False` with the cluster's reason and
+/// its message (naming the cluster), written once; nothing is fetched, and the objects on that
+/// cluster stay as the last pass left them. Looked at again when the cluster is due for its
+/// next check (its coming back, or an edit of its Secret, brings a pass at once).
+async fn cluster_unavailable(
+    ctx: &Context,
+    bd: &BundleDeployment,
+    mut writer: StatusWriter<'_>,
+    mut work: BundleDeploymentStatus,
+    error: ReconcileError,
+) -> Result<Next, ReconcileError> {
+    if matches!(error, ReconcileError::OutOfScope(_)) {
+        return Err(error);
+    }
+    let outcome = Outcome::Failed {
+        phase: error.phase(),
+        reason: error.category().to_string(),
+        message: error.to_string(),
+        transient: error.is_transient(),
+    };
+    tracing::warn!(bundle_deployment = %bd.name_any(), reason = %error.category(), error = %error, "target cluster unavailable");
+    let written = writer.write(&mut work, &outcome).await;
+    keep_unwritten(ctx, bd, &writer);
+    written?;
+    match error {
+        ReconcileError::Cluster(_) => Ok(Next::RequeueAfter(cluster_retry(ctx, &error))),
+        // A refused Secret read, a failed SubjectAccessReview: the usual backoff.
+        other => Err(other),
+    }
+}
+
+/// When to look again at a bundle whose cluster failed with `error`: at the cluster's next
+/// check, else (a Secret to fix, which is watched) at the requeue interval.
+fn cluster_retry(ctx: &Context, error: &ReconcileError) -> Duration {
+    match error {
+        ReconcileError::Cluster(cluster) => {
+            cluster.retry_in().unwrap_or(ctx.settings.requeue_interval)
+        }
+        _ => ctx.settings.requeue_interval,
+    }
+}
+
+/// Keeps an intent that a pass recorded and did not write (it settles, or the write failed)
+/// for the next pass (see `unwritten_intent`).
+fn keep_unwritten(ctx: &Context, bd: &BundleDeployment, writer: &StatusWriter<'_>) {
+    if let Some(staged) = &writer.staged {
+        ctx.memory
+            .unwritten_intents
+            .stage(bd, writer.written.clone(), staged.clone());
     }
 }
 
@@ -147,16 +210,9 @@ impl<'a> Pass<'a> {
         written
     }
 
-    /// Keeps an intent that this pass recorded and did not write (it settles, or the write
-    /// failed) for the next pass (see `unwritten_intent`).
+    /// Keeps an intent that this pass recorded and did not write (see [`keep_unwritten`]).
     fn keep_unwritten(&self) {
-        if let Some(staged) = &self.writer.staged {
-            self.ctx.memory.unwritten_intents.stage(
-                self.view.bd,
-                self.writer.written.clone(),
-                staged.clone(),
-            );
-        }
+        keep_unwritten(self.ctx, self.view.bd, &self.writer);
     }
 
     /// Paused: no writes to the bundle's objects, so rollback and retry requests wait (they are
@@ -237,7 +293,7 @@ impl<'a> Pass<'a> {
         let force_poll = self.view.requests.reconcile.is_some();
         // A takeover's release records are read (under their budget) before anything is
         // fetched or written: one that cannot be stops the takeover, the active revision as it is.
-        takeover::check_records(self.ctx, self.view.bd).await?;
+        takeover::check_records(self.ctx, self.view.bd, self.view.workload).await?;
         let content = match fetch_and_render(self.view, self.ctx, force_poll).await {
             Ok(done) => done,
             Err(error) if error.phase() == FailedPhase::Fetch => {
@@ -248,7 +304,7 @@ impl<'a> Pass<'a> {
         // Certificates of registry-v1 webhooks: the caBundle is part of the content.
         let provided = webhook_certs::provide(
             self.view.bd,
-            self.ctx,
+            (self.ctx, self.view.workload),
             content.rendered.clone(),
             content.digest.clone(),
         )
@@ -323,7 +379,7 @@ impl<'a> Pass<'a> {
         if self.work.revisions.is_empty() {
             // What an earlier agent's interrupted first install wrote joins the inventory,
             // read before this revision 1 replaces its snapshot (see `unwritten_intent`).
-            let interrupted = unwritten_intent::interrupted(ctx, view.bd).await?;
+            let interrupted = unwritten_intent::interrupted((ctx, view.workload), view.bd).await?;
             add_to_inventory(&mut self.work, interrupted);
         }
         let record = RevisionRecord::new(

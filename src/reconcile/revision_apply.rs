@@ -111,7 +111,8 @@ impl Pass<'_> {
     ) -> Result<Rolled, ReconcileError> {
         loop {
             // A stored revision re-applied after a renewal trusts the current webhook CA.
-            objects = webhook_certs::with_current_bundle(self.ctx, self.view.bd, objects).await?;
+            objects = webhook_certs::with_current_bundle(self.view.workload, self.view.bd, objects)
+                .await?;
             let before = self.entry(target.number).cloned();
             let (reason, message) = match self.apply_revision(&objects, &target).await? {
                 Step::Done(outcome, requeue) => {
@@ -209,7 +210,7 @@ impl Pass<'_> {
         objects: &[Object],
         target: &Target,
     ) -> Result<Step, ReconcileError> {
-        let client = self.ctx.cluster.writer(self.view.bd)?;
+        let client = self.view.workload.writer.clone();
         let on_its_way = on_its_way(self.entry(target.number));
         if let Some(step) = self.install_namespace(&client, on_its_way).await? {
             return Ok(step);
@@ -244,12 +245,13 @@ impl Pass<'_> {
         // namespace removed in between), and a first revision refused for that would wait for a
         // retry.
         let first_install = self.work.last_healthy_revision.is_none();
-        if !first_install && cluster.namespace_seen(namespace) {
+        let seen_as = self.view.workload.namespace_key(namespace);
+        if !first_install && cluster.namespace_seen(&seen_as) {
             return Ok(None);
         }
-        match ensure_namespace(&cluster.client, client, namespace).await {
+        match ensure_namespace(&self.view.workload.client, client, namespace).await {
             Ok(()) => {
-                cluster.saw_namespace(namespace);
+                cluster.saw_namespace(&seen_as);
                 Ok(None)
             }
             Err(error) => {
@@ -269,7 +271,7 @@ impl Pass<'_> {
         client: Client,
         on_its_way: bool,
     ) -> Apply<'t> {
-        let mut applier = self.ctx.applier(self.view.bd, client);
+        let mut applier = self.ctx.applier(self.view.bd, self.view.workload, client);
         applier.revision = target.number;
         let hook_plan::Split {
             release,
@@ -441,12 +443,12 @@ impl Pass<'_> {
         super::takeover::finish(ctx, view.bd, &apply.applier.client, &mut self.work).await?;
         report_drift_ignore(&ctx.records, view.bd, &apply.applier, &mut self.work).await;
         let applied = &written.applied;
-        if let Some(owned) = &ctx.watchers.owned {
+        if view.workload.watched() {
             for a in applied.iter().filter(|a| a.outcome.in_inventory()) {
                 // Resolved moments ago by the apply, so this is a cache hit.
                 let existing = apply.applier.api_for_existing(&a.key, &a.api_version).await;
                 if let Ok(Some((_, resource))) = existing {
-                    owned.watch(&resource);
+                    view.workload.watch(&resource);
                 }
             }
         }
@@ -485,7 +487,7 @@ impl Pass<'_> {
             &assessed,
             &view.current(),
         ) {
-            super::pod_problems::explain(&ctx.cluster.client, applied, &mut assessed).await;
+            super::pod_problems::explain(&view.workload.client, applied, &mut assessed).await;
         }
         let mut health = report(assessed, failed_check);
         let probes = ctx.watchers.probes.assess(
@@ -559,7 +561,7 @@ impl Pass<'_> {
             // wait when an event is missed (or when nothing watches).
             let remaining =
                 rollout::deadline_remaining(revision, deadline, &now).unwrap_or_default();
-            let poll = if self.ctx.watchers.owned.is_some() {
+            let poll = if self.view.workload.watched() {
                 PROGRESS_WATCHED_POLL
             } else {
                 PROGRESS_POLL

@@ -36,7 +36,8 @@ pub(super) async fn refuse_newer_content(
         }
     };
     // As a pass would see it (the webhook CA the agent keeps), read-only.
-    let Ok((rendered, digest)) = webhook_certs::with_kept_bundle(ctx, bd, rendered, digest).await
+    let Ok((rendered, digest)) =
+        webhook_certs::with_kept_bundle(view.workload, bd, rendered, digest).await
     else {
         return;
     };

@@ -264,6 +264,7 @@ fn to_rewrite(records: &[RecordMeta]) -> Vec<usize> {
 pub(super) async fn check_records(
     ctx: &Context,
     bd: &BundleDeployment,
+    workload: &super::workload::Workload,
 ) -> Result<(), ReconcileError> {
     let Some(takeover) = &bd.spec.takeover else {
         return Ok(());
@@ -275,7 +276,7 @@ pub(super) async fn check_records(
     let Some((name, namespace)) = takeover.helm_release() else {
         return Ok(());
     };
-    let client = ctx.cluster.writer(bd)?;
+    let client = workload.writer.clone();
     let release = Release {
         client: &client,
         name,

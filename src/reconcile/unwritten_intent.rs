@@ -266,14 +266,14 @@ pub(super) fn check_first_apply(
 /// `interrupted-pass` marker in the change log when there are any. None when this process added
 /// the finalizer itself or has read that snapshot already.
 pub(super) async fn interrupted(
-    ctx: &Context,
+    (ctx, workload): (&Context, &super::workload::Workload),
     bd: &BundleDeployment,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
     let uid = bd.metadata.uid.clone().unwrap_or_default();
     if !ctx.memory.unwritten_intents.needs_check(&uid) {
         return Ok(Vec::new());
     }
-    let found = stored_revision_one(ctx, bd).await?;
+    let found = stored_revision_one((ctx, workload), bd).await?;
     ctx.memory.unwritten_intents.checked(&uid);
     let Some((digest, objects)) = found else {
         return Ok(Vec::new());
@@ -286,14 +286,14 @@ pub(super) async fn interrupted(
 /// first install may have written them): for deletion. Marks the change log when an earlier
 /// agent may have written them.
 pub(super) async fn unrecorded_objects(
-    ctx: &Context,
+    (ctx, workload): (&Context, &super::workload::Workload),
     bd: &BundleDeployment,
 ) -> Result<Vec<ObjectReference>, ReconcileError> {
     let recorded = bd.status.as_ref().is_some_and(|s| !s.revisions.is_empty());
     if recorded {
         return Ok(Vec::new());
     }
-    let Some((digest, objects)) = stored_revision_one(ctx, bd).await? else {
+    let Some((digest, objects)) = stored_revision_one((ctx, workload), bd).await? else {
         return Ok(Vec::new());
     };
     if ctx
@@ -310,7 +310,7 @@ pub(super) async fn unrecorded_objects(
 /// or only partly (the save was interrupted, before any object write), or cannot be read (said
 /// in the log: objects it wrote are then left alone).
 async fn stored_revision_one(
-    ctx: &Context,
+    (ctx, workload): (&Context, &super::workload::Workload),
     bd: &BundleDeployment,
 ) -> Result<Option<(String, Vec<ObjectReference>)>, ReconcileError> {
     let name = bd.name_any();
@@ -324,7 +324,7 @@ async fn stored_revision_one(
         }
     };
     let objects = record.objects_to_apply()?;
-    let applier = ctx.applier(bd, ctx.cluster.writer(bd)?);
+    let applier = ctx.applier(bd, workload, workload.writer.clone());
     let keys = applier.resolve_keys(&objects).await?;
     let references = keys
         .iter()

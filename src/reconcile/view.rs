@@ -43,6 +43,8 @@ pub struct View<'a> {
     pub paused: Option<Option<String>>,
     /// A helm chart: the only format with hooks and lookups.
     pub helm: bool,
+    /// The cluster the bundle's objects live on, resolved once (see [`super::workload`]).
+    pub workload: &'a super::workload::Workload,
 }
 
 /// The spec's rollout settings, its durations parsed once per pass.
@@ -107,6 +109,7 @@ impl<'a> View<'a> {
         status: &BundleDeploymentStatus,
         rollout: Rollout,
         now: Time,
+        workload: &'a super::workload::Workload,
     ) -> View<'a> {
         let annotations = bd.annotations();
         View {
@@ -125,6 +128,7 @@ impl<'a> View<'a> {
                 .paused
                 .then(|| annotations.get(super::PAUSED_REASON_ANNOTATION).cloned()),
             helm: bd.spec.format == crate::api::BundleFormat::Helm,
+            workload,
         }
     }
 

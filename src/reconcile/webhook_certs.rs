@@ -16,6 +16,7 @@
 //! The decisions ([`needs_new_ca`], [`needs_new_serving`], [`renewal_in`], [`ca_bundle`]) are
 //! pure and unit-tested; this module's async functions only read, generate and write.
 
+use super::workload::Workload;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -303,7 +304,7 @@ pub struct Provided {
 /// Runs the certificate provider for `bd` over its render (see the module doc).
 pub async fn provide(
     bd: &BundleDeployment,
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     rendered: Arc<Rendered>,
     digest: String,
 ) -> Result<Provided, ReconcileError> {
@@ -315,7 +316,7 @@ pub async fn provide(
         .map(|r| r.certificate_provider())
         .unwrap_or_default();
     if provider == CertificateProviderName::CertManager {
-        check_cert_manager(ctx, &rendered).await?;
+        check_cert_manager(workload, &rendered).await?;
     }
     if rendered.webhook_certificates.is_empty() {
         return Ok(Provided {
@@ -328,8 +329,8 @@ pub async fn provide(
     let namespace = rendered.install_namespace.clone();
     let policy = ctx.rendering.webhook_cert_policy;
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let writer = ctx.cluster.writer(bd)?;
-    super::ensure_namespace(&ctx.cluster.client, &writer, &namespace).await?;
+    let writer = workload.writer.clone();
+    super::ensure_namespace(&workload.client, &writer, &namespace).await?;
     // Read as the writer: a BundleDeployment's ServiceAccount that keeps these Secrets can read
     // them, while the agent itself may not read Secrets outside its namespace.
     let secrets: Api<Secret> = Api::namespaced(writer.clone(), &namespace);
@@ -435,7 +436,7 @@ pub async fn inject_existing(
 /// [`inject_existing`] for the agent's paused passes: the render (and digest) with the kept
 /// caBundle, unchanged when the bundle has no BuiltIn webhooks.
 pub async fn with_kept_bundle(
-    ctx: &Context,
+    workload: &Workload,
     bd: &BundleDeployment,
     rendered: Arc<Rendered>,
     digest: String,
@@ -444,7 +445,7 @@ pub async fn with_kept_bundle(
         return Ok((rendered, digest));
     }
     let mut with_bundle = (*rendered).clone();
-    inject_existing(&ctx.cluster.writer(bd)?, &bd.name_any(), &mut with_bundle)
+    inject_existing(&workload.writer, &bd.name_any(), &mut with_bundle)
         .await
         .map_err(|source| ReconcileError::Kube {
             context: "read the webhook CA".into(),
@@ -459,7 +460,7 @@ pub async fn with_kept_bundle(
 /// revision stored before a renewal would otherwise re-apply a CA the serving certificates no
 /// longer chain to. Reads the CA Secret only when `objects` carry a caBundle.
 pub async fn with_current_bundle(
-    ctx: &Context,
+    workload: &Workload,
     bd: &BundleDeployment,
     mut objects: Vec<pallet_formats::Object>,
 ) -> Result<Vec<pallet_formats::Object>, ReconcileError> {
@@ -478,7 +479,7 @@ pub async fn with_current_bundle(
     let Some(namespace) = pallet_formats::registry_v1::injected_service_namespace(&objects) else {
         return Ok(objects);
     };
-    let secrets: Api<Secret> = Api::namespaced(ctx.cluster.writer(bd)?, &namespace);
+    let secrets: Api<Secret> = Api::namespaced(workload.writer.clone(), &namespace);
     let name = ca_secret_name(&bd.name_any());
     let kept = secrets
         .get_opt(&name)
@@ -497,12 +498,12 @@ pub async fn with_current_bundle(
 /// owner reference to the BundleDeployment (which would let the garbage collector delete them)
 /// is removed. `namespaces` are where the bundle's objects were.
 pub async fn orphan_secrets(
-    ctx: &Context,
+    (ctx, workload): (&Context, &Workload),
     bd: &BundleDeployment,
     namespaces: &std::collections::BTreeSet<String>,
 ) -> Result<(), ReconcileError> {
     let name = bd.name_any();
-    let writer = ctx.cluster.writer(bd)?;
+    let writer = workload.writer.clone();
     for namespace in namespaces {
         let secrets: Api<Secret> = Api::namespaced(writer.clone(), namespace);
         let selector = format!("{CERTIFICATES_OF_LABEL}={name}");
@@ -666,7 +667,10 @@ async fn write_secret(
 
 /// With CertManager, the render holds Issuers and Certificates: the cluster must serve them,
 /// checked before anything is stored or applied so nothing is half-installed.
-async fn check_cert_manager(ctx: &Context, rendered: &Rendered) -> Result<(), ReconcileError> {
+async fn check_cert_manager(
+    workload: &Workload,
+    rendered: &Rendered,
+) -> Result<(), ReconcileError> {
     let needed: std::collections::BTreeSet<(String, String)> = rendered
         .objects
         .iter()
@@ -675,10 +679,9 @@ async fn check_cert_manager(ctx: &Context, rendered: &Rendered) -> Result<(), Re
         .collect();
     for (version, kind) in needed {
         let gvk = GroupVersionKind::gvk("cert-manager.io", &version, &kind);
-        let served = ctx
-            .cluster
+        let served = workload
             .kinds
-            .resolve(&ctx.cluster.client, &gvk)
+            .resolve(&workload.client, &gvk)
             .await
             .map_err(|source| ReconcileError::Kube {
                 context: format!("discover cert-manager.io/{version} {kind}"),
