@@ -18,7 +18,7 @@ mod support;
 use std::time::Duration;
 
 use agent::{Agent, TEST_LABEL};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -99,6 +99,19 @@ impl Drop for Cleanup {
         );
         let stamped: Vec<String> = ORDER.iter().map(|c| format!("{}-{c}", self.name)).collect();
         cluster::remove_bundle_deployments(&stamped);
+        for cluster in ORDER {
+            kubectl(
+                &management,
+                &[
+                    "label",
+                    "secret",
+                    "-n",
+                    cluster::AGENT_NAMESPACE,
+                    cluster,
+                    &format!("access.pallet.dev/{}-{cluster}-", self.name),
+                ],
+            );
+        }
         let mut kubeconfigs = vec![management];
         kubeconfigs.extend(ORDER.iter().map(|c| remote::kubeconfig(c)));
         for kubeconfig in kubeconfigs {
@@ -299,8 +312,21 @@ async fn a_set_rolls_out_in_waves_halts_on_a_failure_and_rolls_back() {
         targets,
         name: name.clone(),
     };
+    // The cluster Secrets are in the agent's namespace and the template names no
+    // ServiceAccount: each stamped BundleDeployment may read its cluster's Secret once the
+    // Secret is labelled for it (the guide's first way).
+    let secrets: Api<Secret> = Api::namespaced(management.clone(), cluster::AGENT_NAMESPACE);
     for cluster in ORDER {
         cluster::track_bundle_deployment(&format!("{name}-{cluster}"));
+        let label = format!("access.pallet.dev/{name}-{cluster}");
+        secrets
+            .patch(
+                cluster,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {label: "true"}}})),
+            )
+            .await
+            .unwrap();
     }
     let agent = Agent::start(&name);
 
