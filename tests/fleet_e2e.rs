@@ -9,6 +9,8 @@
 
 #[path = "support/agent.rs"]
 mod agent;
+#[path = "support/cli.rs"]
+mod cli;
 #[path = "support/cluster.rs"]
 mod cluster;
 #[path = "support/remote.rs"]
@@ -454,23 +456,47 @@ async fn a_set_rolls_out_in_waves_halts_on_a_failure_and_rolls_back() {
     // Both clusters run version 2: the second kept it, the first rolled back to it.
     scenario.wait_objects("v2").await;
 
-    // A rollback of the set, as the guide says: the annotation on the set.
-    let token = format!("{}", std::process::id());
-    scenario
-        .sets
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {
-                pallet::api::REQUESTED_ROLLBACK_ANNOTATION: token,
-            }}})),
-        )
-        .await
-        .unwrap();
+    // The CLI shows the same: the set with each cluster's phase, the bundles by cluster.
+    let sets = cli::pallet_ok(&["sets", &name]);
+    let phase_of = |text: &str, cluster: &str| {
+        text.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|cells| cells.first() == Some(&cluster))
+            .map(|cells| (cells[2].to_string(), cells[3].to_string()))
+    };
+    assert_eq!(
+        phase_of(&sets, first),
+        Some(("3".into(), "Failed".into())),
+        "{sets}"
+    );
+    assert_eq!(
+        phase_of(&sets, second),
+        Some(("2".into(), "Pending".into())),
+        "{sets}"
+    );
+    let selector = format!("{TEST_LABEL}={name}");
+    let on_second = cli::pallet_ok(&["get", "-l", &selector, "--cluster", second]);
+    let rows: Vec<Vec<&str>> = on_second
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().take(2).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [[format!("{name}-{second}").as_str(), second]],
+        "{on_second}"
+    );
+
+    // A rollback of the set, as the guide says.
+    let rolled = cli::pallet_ok(&["rollback", &name, "--set", "--wait", "--timeout", "2m"]);
+    assert!(
+        phase_of(&rolled, first).is_some_and(|(_, phase)| phase == "RolledBack"),
+        "{rolled}"
+    );
     let set = scenario
         .wait_set("the set RolledBack", 3, |set| {
             let status = set.status.as_ref().unwrap();
-            if status.last_handled_rollback.as_deref() != Some(token.as_str()) {
+            if status.last_handled_rollback.is_none() {
                 return Err("rollback not handled yet".into());
             }
             match find(&status.conditions, "RolledBack") {

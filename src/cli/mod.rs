@@ -512,6 +512,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(args) => plan::run(args),
         Command::Status(args) => ops::status(args),
         Command::History(args) => ops::history(args),
+        Command::Rollback(args) if args.set => sets::rollback_set(args),
         Command::Rollback(args) => ops::rollback(args),
         Command::Retry(args) => ops::request(ops::Request::Retry, args),
         Command::Test(args) => test::run(args),

@@ -294,7 +294,11 @@ pub fn format_status(name: &str, bd: &BundleDeployment, paused_reason: Option<&s
     let opt = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "none".into());
     let _ = writeln!(out, "Name:                  {name}");
     let _ = writeln!(out, "Format:                {}", format_name(bd));
-    let _ = writeln!(out, "Cluster:               {}", super::get::cluster_of(bd));
+    let _ = writeln!(
+        out,
+        "Cluster:               {}",
+        crate::api::cluster_of(bd).name()
+    );
     if let Some(set) = bd.labels().get(crate::api::SET_LABEL) {
         let revision = bd
             .annotations()
@@ -512,9 +516,9 @@ pub(crate) async fn request_rollback(
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
+        // `pallet rollback --set` is `sets::rollback_set`'s; clap asks for `--to` otherwise.
         let Some(to) = args.to else {
-            return super::sets::rollback(&client, &args.name, args.wait.then_some(args.timeout))
-                .await;
+            bail!("give --to N (or --set for a BundleDeploymentSet)");
         };
         let value = request_rollback(&client, &args.name, to).await?;
         tprintln!(

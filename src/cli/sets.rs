@@ -192,10 +192,17 @@ pub fn run(args: SetsArgs) -> anyhow::Result<()> {
     })
 }
 
-/// `pallet rollback --set NAME`: asks for a rollback of set `name` (its
-/// `pallet.dev/requested-rollback` annotation) and, with `wait`, waits until the agent handled
-/// it and prints the set's clusters.
-pub async fn rollback(client: &Client, name: &str, wait: Option<Duration>) -> anyhow::Result<()> {
+/// Runs `pallet rollback --set NAME`.
+pub fn rollback_set(args: super::ops::RollbackArgs) -> anyhow::Result<()> {
+    super::block_on(async {
+        let client = args.kube.client().await?;
+        rollback(&client, &args.name, args.wait.then_some(args.timeout)).await
+    })
+}
+
+/// Asks for a rollback of set `name` (its `pallet.dev/requested-rollback` annotation) and, with
+/// `wait`, waits until the agent handled it and prints the set's clusters.
+async fn rollback(client: &Client, name: &str, wait: Option<Duration>) -> anyhow::Result<()> {
     let api: Api<BundleDeploymentSet> = Api::all(client.clone());
     let get = || async {
         api.get_opt(name)

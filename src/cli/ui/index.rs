@@ -306,7 +306,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             depends_on: Vec::new(),
-            cluster: crate::cli::get::LOCAL_CLUSTER.into(),
+            cluster: crate::api::LOCAL_CLUSTER.into(),
         }
     }
 

@@ -140,7 +140,7 @@ pub struct Summary {
     /// The BundleDeployments it depends on (by name).
     pub depends_on: Vec<String>,
     /// The cluster it deploys to: its `spec.kubeConfig` Secret's name, or
-    /// [`crate::cli::get::LOCAL_CLUSTER`].
+    /// [`crate::api::LOCAL_CLUSTER`].
     pub cluster: String,
 }
 
@@ -212,7 +212,7 @@ pub fn summary_of(bd: &BundleDeployment) -> Summary {
             .filter(|d| d.is_bundle_deployment())
             .map(|d| d.name.clone())
             .collect(),
-        cluster: crate::cli::get::cluster_of(bd),
+        cluster: crate::api::cluster_of(bd).name().to_string(),
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use maud::{html, Markup};
 
 use super::layout::badge;
-use crate::cli::get::LOCAL_CLUSTER;
+use crate::api::LOCAL_CLUSTER;
 use crate::cli::ui::index::{Listing, Query};
 use crate::cli::ui::state::{age, BundleState, Summary};
 
