@@ -80,7 +80,8 @@ mgmt() { "$kubectl_bin" --kubeconfig "$("$controlplane" kubeconfig)" "$@"; }
 remote_kubeconfig() {
   local out
   out="$(state_of "$1")/remote.kubeconfig"
-  if [ ! -s "$out" ]; then
+  # Minted again when the target now listens on another port (PALLET_TARGET_PORTS changed).
+  if [ ! -s "$out" ] || ! grep -q "server: https://127.0.0.1:$(port_of "$1")\$" "$out"; then
     on "$1" user pallet-remote "$out" >/dev/null
   fi
   echo "$out"

@@ -3,10 +3,15 @@
 //! answer within the deadline), a watch that loses it, or a 401 (credentials refused) takes the
 //! cluster down; while it is down no pass sends it anything (its bundles fail at once, naming
 //! it, and no worker waits on it), and only a probe, with backoff, asks whether it is back. The
-//! first answer brings it up, and its bundles are reconciled at once. Pure: the clock is a
-//! value.
+//! first answer (to a probe: one that also authorizes a request) brings it up, and its bundles
+//! are reconciled at once. Pure: the clock is a value.
 
 use std::time::{Duration, Instant};
+
+/// Condition reason of the bundles of a cluster that does not answer.
+pub const REASON_CLUSTER_UNREACHABLE: &str = "ClusterUnreachable";
+/// Condition reason of the bundles of a cluster that refuses the kubeconfig's credentials.
+pub const REASON_CLUSTER_UNAUTHORIZED: &str = "ClusterUnauthorized";
 
 /// The first wait before probing a cluster that went down.
 pub const PROBE_FIRST: Duration = Duration::from_secs(1);
@@ -26,8 +31,8 @@ impl Failure {
     /// The condition reason of its bundles.
     pub fn reason(self) -> &'static str {
         match self {
-            Failure::Unreachable => "ClusterUnreachable",
-            Failure::Unauthorized => "ClusterUnauthorized",
+            Failure::Unreachable => REASON_CLUSTER_UNREACHABLE,
+            Failure::Unauthorized => REASON_CLUSTER_UNAUTHORIZED,
         }
     }
 }

@@ -84,6 +84,13 @@ impl ClusterKey {
     }
 }
 
+/// Condition reason: the kubeconfig Secret does not exist (or cannot be read).
+pub const REASON_KUBECONFIG_NOT_FOUND: &str = "KubeConfigNotFound";
+/// Condition reason: the Secret holds no usable kubeconfig.
+pub const REASON_KUBECONFIG_INVALID: &str = "KubeConfigInvalid";
+/// Condition reason: the BundleDeployment may not use the Secret (the Secret rules).
+pub const REASON_KUBECONFIG_NOT_ALLOWED: &str = "KubeConfigNotAllowed";
+
 /// Why a remote cluster cannot be used now. Each says which cluster, and never a credential.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClusterError {
@@ -143,11 +150,11 @@ impl ClusterError {
     /// The condition reason of the bundles it stops.
     pub fn reason(&self) -> &'static str {
         match self {
-            ClusterError::NotFound { .. } => "KubeConfigNotFound",
-            ClusterError::Invalid { .. } => "KubeConfigInvalid",
-            ClusterError::NotAllowed { .. } => "KubeConfigNotAllowed",
+            ClusterError::NotFound { .. } => REASON_KUBECONFIG_NOT_FOUND,
+            ClusterError::Invalid { .. } => REASON_KUBECONFIG_INVALID,
+            ClusterError::NotAllowed { .. } => REASON_KUBECONFIG_NOT_ALLOWED,
             ClusterError::Down { failure, .. } => failure.reason(),
-            ClusterError::SecretUnreadable { .. } => "KubeConfigNotFound",
+            ClusterError::SecretUnreadable { .. } => REASON_KUBECONFIG_NOT_FOUND,
         }
     }
 
@@ -761,19 +768,69 @@ async fn probe(entry: std::sync::Weak<Entry>) {
             strong.health.answered();
             return;
         };
-        // The probe's own client: the target's refuses every request while the cluster is down.
-        let layer = GuardLayer {
-            refuse_while_down: false,
-            ..target.layer.clone()
-        };
-        let answer = match guarded_client(target.config.clone(), &layer, &target.cluster) {
-            Ok(client) => client.apiserver_version().await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = answer {
-            let failure = health::judge_error(&error).unwrap_or(Failure::Unreachable);
-            strong.health.probe_failed(failure, guard::describe(&error));
+        match probe_once(&target).await {
+            Ok(()) => strong.health.answered(),
+            Err((failure, message)) => strong.health.probe_failed(failure, message),
         }
+    }
+}
+
+/// One probe of `target`'s cluster: it is back once it answers and authorizes requests. An API
+/// server that has just started answers before its authorizer has read its RBAC objects, and
+/// refuses everything (403) meanwhile: a pass let in then would take that for its bundle's
+/// permissions (a failed revision). A SelfSubjectAccessReview, which every authenticated user
+/// may create, tells the two apart.
+async fn probe_once(target: &Target) -> Result<(), (Failure, String)> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let deadline = target.layer.deadline;
+    let failed = |error: kube::Error| {
+        let failure = health::judge_error(&error).unwrap_or(Failure::Unreachable);
+        (failure, guard::describe(&error))
+    };
+    let late = || {
+        (
+            Failure::Unreachable,
+            format!("no answer within {}s", deadline.as_secs()),
+        )
+    };
+    // The probe's own client, outside the guard: the target's refuses every request while the
+    // cluster is down, and any answer through the guard would bring the cluster up.
+    let client = Client::try_from(target.config.clone()).map_err(failed)?;
+    tokio::time::timeout(deadline, client.apiserver_version())
+        .await
+        .map_err(|_| late())?
+        .map_err(failed)?;
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                resource: Some("namespaces".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+    let asked = tokio::time::timeout(
+        deadline,
+        reviews.create(&kube::api::PostParams::default(), &review),
+    )
+    .await
+    .map_err(|_| late())?;
+    match asked {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 403 => Err((
+            Failure::Unreachable,
+            "it answers, but authorizes nothing yet (a SelfSubjectAccessReview was refused: \
+             an API server starting up)"
+                .into(),
+        )),
+        // Another answer (an API server without the authorization API): it answers.
+        Err(kube::Error::Api(status)) if status.code != 401 => Ok(()),
+        Err(error) => Err(failed(error)),
     }
 }
 

@@ -3,8 +3,9 @@
 //! and stopping and starting one (an outage).
 //!
 //! Tests never start them themselves; they fail with instructions when they are not running.
-//! A test that stops a target holds [`outage_lock`] for its whole run, so that no other test of
-//! any binary sees that target stopped.
+//! A test that stops a target holds [`outage_lock`] for its whole run, and a test that needs the
+//! targets running holds [`running_lock`], so that no test of any binary sees a target stopped
+//! by another.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
@@ -123,17 +124,128 @@ pub struct OutageLock {
     _file: std::fs::File,
 }
 
+/// Waits until no test stops a target, and keeps any from doing so until dropped: held (shared)
+/// by a test that needs the targets running throughout.
+pub fn running_lock() -> OutageLock {
+    let file = lock_file();
+    file.lock_shared()
+        .unwrap_or_else(|e| panic!("the outage lock (shared): {e}"));
+    OutageLock { _file: file }
+}
+
 /// Waits for the right to stop targets, and holds it until dropped.
 pub fn outage_lock() -> OutageLock {
+    let file = lock_file();
+    file.lock()
+        .unwrap_or_else(|e| panic!("the outage lock: {e}"));
+    OutageLock { _file: file }
+}
+
+fn lock_file() -> std::fs::File {
     let path = state_dir().join("clusters").join(".outage.lock");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .unwrap();
-    file.lock()
-        .unwrap_or_else(|e| panic!("the outage lock {}: {e}", path.display()));
-    OutageLock { _file: file }
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A kubeconfig Secret of a test, in the management cluster's agent namespace: a copy of the one
+/// `tools/clusters.sh` wrote for a target, labelled for the BundleDeployments allowed to use it
+/// (`access.pallet.dev/<name>: "true"`, the Secret rules of the agent's namespace). Deleted when
+/// dropped, also when the test fails.
+pub struct TestSecret {
+    /// Its name.
+    pub name: String,
+}
+
+impl TestSecret {
+    /// A copy of target `target`'s Secret named `name`, usable by `bundles`.
+    pub async fn of(management: &Client, target: &str, name: &str, bundles: &[&str]) -> TestSecret {
+        use k8s_openapi::api::core::v1::Secret;
+        let secrets: kube::Api<Secret> =
+            kube::Api::namespaced(management.clone(), super::cluster::AGENT_NAMESPACE);
+        let written = match secrets.get_opt(target).await.unwrap() {
+            Some(secret) => secret,
+            None => {
+                write_secrets();
+                secrets.get(target).await.unwrap()
+            }
+        };
+        let mut labels: std::collections::BTreeMap<String, String> = bundles
+            .iter()
+            .map(|b| (format!("access.pallet.dev/{b}"), "true".to_string()))
+            .collect();
+        labels.insert("pallet.dev/test".into(), name.into());
+        let copy = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "labels": labels},
+            "data": written.data,
+        });
+        secrets
+            .patch(
+                name,
+                &kube::api::PatchParams::apply(super::cluster::TEST_FIELD_MANAGER),
+                &kube::api::Patch::Apply(&copy),
+            )
+            .await
+            .unwrap();
+        TestSecret { name: name.into() }
+    }
+}
+
+impl Drop for TestSecret {
+    fn drop(&mut self) {
+        let _ = Command::new(super::cluster::kubectl_path())
+            .arg("--kubeconfig")
+            .arg(super::cluster::kubeconfig_path())
+            .args([
+                "delete",
+                "secret",
+                "-n",
+                super::cluster::AGENT_NAMESPACE,
+                &self.name,
+                "--ignore-not-found",
+                "--wait=false",
+            ])
+            .output();
+    }
+}
+
+/// Namespaces a test made on clusters (`management` or a target's name), deleted when dropped.
+#[derive(Default)]
+pub struct TestNamespaces {
+    made: Vec<(String, String)>,
+}
+
+impl TestNamespaces {
+    /// Deletes `namespace` of `cluster` at the end of the test.
+    pub fn track(&mut self, cluster: &str, namespace: &str) {
+        self.made.push((cluster.into(), namespace.into()));
+    }
+}
+
+impl Drop for TestNamespaces {
+    fn drop(&mut self) {
+        for (cluster, namespace) in &self.made {
+            let kubeconfig = if cluster == "management" {
+                super::cluster::kubeconfig_path()
+            } else {
+                kubeconfig(cluster)
+            };
+            let _ = Command::new(super::cluster::kubectl_path())
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args([
+                    "delete",
+                    "namespace",
+                    namespace,
+                    "--ignore-not-found",
+                    "--wait=false",
+                ])
+                .output();
+        }
+    }
 }
