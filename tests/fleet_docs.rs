@@ -8,8 +8,7 @@ mod cluster;
 #[path = "support/docs.rs"]
 mod docs;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use pallet::api::BundleDeploymentSet;
 use pallet::fleet::plan::{self, Action, Cluster};
@@ -73,17 +72,7 @@ fn the_guides_set_stamps_a_bundle_per_selected_cluster() {
 #[tokio::test]
 async fn the_api_server_accepts_the_guides_set() {
     let client = cluster::client().await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../deploy/crd-set.yaml")).unwrap();
-    let crd_name = crd.metadata.name.clone().unwrap();
-    crds.patch(
-        &crd_name,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap();
+    cluster::install_crd_from(&client, include_str!("../deploy/crd-set.yaml")).await;
     let resource = ApiResource {
         group: "pallet.dev".into(),
         version: "v1alpha1".into(),

@@ -21,54 +21,19 @@ use std::time::Duration;
 
 use agent::{Agent, TEST_LABEL};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use pallet::api::conditions::find;
 use pallet::api::{
     BundleDeployment, BundleDeploymentSet, SetClusterPhase, SET_PREVIOUS_ANNOTATION,
-    SET_REVISION_ANNOTATION,
 };
+use pallet::fleet::plan::revision_of;
 use serde_json::{json, Value};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 /// The order the set rolls out in: not the clusters' names' order, so that the test tells the
 /// set's order from the default one.
 const ORDER: [&str; 2] = ["target-b", "target-a"];
-
-/// Installs the BundleDeploymentSet CRD (the BundleDeployment one is `cluster::install_crd`'s).
-async fn install_set_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../deploy/crd-set.yaml"))
-            .expect("deploy/crd-set.yaml parses");
-    let name = crd.metadata.name.clone().expect("CRD has a name");
-    crds.patch(
-        &name,
-        &PatchParams::apply(cluster::TEST_FIELD_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("the API server refused deploy/crd-set.yaml: {e}"));
-    cluster::poll_until("the set CRD to be Established", DEADLINE, || {
-        let crds = crds.clone();
-        let name = name.clone();
-        async move {
-            let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            established
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", crd.status))
-        }
-    })
-    .await;
-}
 
 /// Deletes the set (its BundleDeployments go with it) and the namespaces the bundle made, on
 /// every cluster, whether the test passed or not. Best effort, with kubectl.
@@ -266,15 +231,6 @@ fn ready(set: &BundleDeploymentSet) -> Result<(), String> {
     }
 }
 
-fn set_revision_of(bd: &BundleDeployment) -> Option<i64> {
-    bd.metadata
-        .annotations
-        .as_ref()?
-        .get(SET_REVISION_ANNOTATION)?
-        .parse()
-        .ok()
-}
-
 /// Whether `bd` is Ready at its generation.
 fn bd_ready(bd: &BundleDeployment) -> bool {
     let generation = bd.metadata.generation.unwrap_or_default();
@@ -299,7 +255,7 @@ async fn a_set_rolls_out_in_waves_halts_on_a_failure_and_rolls_back() {
     let _outage = remote::outage_lock();
     let management = cluster::client().await;
     cluster::install_crd(&management).await;
-    install_set_crd(&management).await;
+    cluster::install_crd_from(&management, include_str!("../deploy/crd-set.yaml")).await;
     cluster::ensure_agent_namespace(&management).await;
     remote::write_secrets();
     let mut targets = Vec::new();
@@ -364,21 +320,21 @@ async fn a_set_rolls_out_in_waves_halts_on_a_failure_and_rolls_back() {
         async move {
             let later = scenario.bd(second).await;
             let earlier = scenario.bd(first).await;
-            if set_revision_of(&later) == Some(2) {
+            if revision_of(&later) == Some(2) {
                 assert!(
-                    set_revision_of(&earlier) == Some(2) && bd_ready(&earlier),
+                    revision_of(&earlier) == Some(2) && bd_ready(&earlier),
                     "{second} got revision 2 while {first} was not healthy on it: {:?}",
                     earlier.status
                 );
             }
-            if set_revision_of(&later) == Some(2) && bd_ready(&later) && bd_ready(&earlier) {
+            if revision_of(&later) == Some(2) && bd_ready(&later) && bd_ready(&earlier) {
                 Ok(())
             } else {
                 Err(format!(
                     "{first}: {:?} ready {}; {second}: {:?} ready {}",
-                    set_revision_of(&earlier),
+                    revision_of(&earlier),
                     bd_ready(&earlier),
-                    set_revision_of(&later),
+                    revision_of(&later),
                     bd_ready(&later)
                 ))
             }
@@ -448,7 +404,7 @@ async fn a_set_rolls_out_in_waves_halts_on_a_failure_and_rolls_back() {
     assert_eq!(by_name(second).revision, Some(2));
     let held = scenario.bd(second).await;
     assert_eq!(
-        set_revision_of(&held),
+        revision_of(&held),
         Some(2),
         "the halted rollout held {second}"
     );

@@ -185,9 +185,9 @@ pub fn table(rows: &[Row], wide: bool, header: bool) -> String {
     out
 }
 
-/// What `-o json|yaml` prints for `bd`: the object without its managed fields.
-fn data(bd: &BundleDeployment) -> Value {
-    let mut value = serde_json::to_value(bd).unwrap_or(Value::Null);
+/// What `-o json|yaml` prints for `object`: the object without its managed fields.
+pub fn data<T: serde::Serialize>(object: &T) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }

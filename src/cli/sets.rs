@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Args;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{KubeArgs, Output};
 use crate::api::{BundleDeploymentSet, SetClusterPhase, REQUESTED_ROLLBACK_ANNOTATION};
@@ -135,15 +135,6 @@ pub fn table(sets: &[BundleDeploymentSet], clusters: bool) -> String {
     out
 }
 
-/// What `-o json|yaml` prints for `set`: the object without its managed fields.
-fn data(set: &BundleDeploymentSet) -> Value {
-    let mut value = serde_json::to_value(set).unwrap_or(Value::Null);
-    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("managedFields");
-    }
-    value
-}
-
 /// Runs `pallet sets`.
 pub fn run(args: SetsArgs) -> anyhow::Result<()> {
     super::block_on(async {
@@ -179,7 +170,7 @@ pub fn run(args: SetsArgs) -> anyhow::Result<()> {
             output => super::print_data(
                 output,
                 &json!({"apiVersion": "v1", "kind": "List",
-                        "items": items.iter().map(data).collect::<Vec<_>>()}),
+                        "items": items.iter().map(super::get::data).collect::<Vec<_>>()}),
             )?,
         }
         if !missing.is_empty() {

@@ -287,8 +287,8 @@ pub fn merge(base: &mut serde_json::Value, over: &serde_json::Value) {
     }
 }
 
-/// The set revision `bd` is of.
-fn revision_of(bd: &BundleDeployment) -> Option<i64> {
+/// The set revision `bd` is of (its `pallet.dev/set-revision` annotation).
+pub fn revision_of(bd: &BundleDeployment) -> Option<i64> {
     bd.metadata
         .annotations
         .as_ref()?
