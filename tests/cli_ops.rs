@@ -86,6 +86,7 @@ async fn status_and_history_show_what_the_agent_reported() {
     for expected in [
         format!("Name:                  {name}"),
         "Format:                plain".to_string(),
+        "Cluster:               in-cluster".to_string(),
         "Active revision:       2".to_string(),
         "Last healthy revision: 1".to_string(),
         "Unhealthy objects:\n  Deployment apps/web: 0 of 1 replicas available".to_string(),

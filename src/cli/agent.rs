@@ -178,7 +178,8 @@ pub struct AgentArgs {
     pub egress: super::EgressFlags,
     /// Only reconcile BundleDeployments matching this label selector (kubectl's syntax), e.g.
     /// `!sharding.fluxcd.io/key` for the main agent of a sharded install, or to confine a
-    /// test's agent to its own objects.
+    /// test's agent to its own objects. BundleDeploymentSets too: label a set and its
+    /// `template.metadata.labels` alike.
     #[arg(long, short = 'l', env = "PALLET_SELECTOR")]
     pub selector: Option<String>,
     /// Only reconcile BundleDeployments labelled `sharding.fluxcd.io/key=KEY` (combined with
@@ -483,6 +484,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             tokio::spawn(crate::fleet::run(
                 ctx.cluster.client.clone(),
                 args.namespace.clone(),
+                ctx.cluster.scope.watch_selector(),
                 std::future::pending(),
             ))
         });

@@ -1,5 +1,5 @@
-//! `pallet get`: BundleDeployments as a table with their Ready condition's reason and message,
-//! or as data; `-w` keeps printing each change.
+//! `pallet get`: BundleDeployments as a table with their cluster and their Ready condition's
+//! reason and message, or as data; `-w` keeps printing each change.
 
 use std::fmt::Write as _;
 
@@ -17,7 +17,7 @@ use crate::api::BundleDeployment;
 /// Output of `pallet get`.
 #[derive(ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GetOutput {
-    /// A table: name, format, active revision, Ready, reason, age and message.
+    /// A table: name, cluster, format, active revision, Ready, reason, age and message.
     #[default]
     Table,
     /// The table with the paused flag, last healthy revision, agent and the whole message.
@@ -39,6 +39,10 @@ pub struct GetArgs {
     /// Only those whose labels match this selector (kubectl's syntax).
     #[arg(short = 'l', long)]
     pub selector: Option<String>,
+    /// Only those deploying to this cluster: the name of the kubeconfig Secret their
+    /// `spec.kubeConfig` names, or `in-cluster` for the agent's own cluster.
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
     /// After the list, print each change as it happens, until interrupted.
     #[arg(short = 'w', long)]
     pub watch: bool,
@@ -57,6 +61,7 @@ const MESSAGE_WIDTH: usize = 80;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
     name: String,
+    cluster: String,
     format: String,
     active: String,
     ready: String,
@@ -68,6 +73,14 @@ pub struct Row {
     message: String,
 }
 
+pub use crate::api::LOCAL_CLUSTER;
+
+/// The cluster `bd` deploys to, as `pallet get` and `pallet status` show it: the name of the
+/// kubeconfig Secret its `spec.kubeConfig` names, or [`LOCAL_CLUSTER`].
+pub fn cluster_of(bd: &BundleDeployment) -> String {
+    crate::api::cluster_of(bd).name().to_string()
+}
+
 /// The row of `bd`.
 pub fn row(bd: &BundleDeployment) -> Row {
     let status = bd.status.clone().unwrap_or_default();
@@ -75,6 +88,7 @@ pub fn row(bd: &BundleDeployment) -> Row {
     let opt = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
     Row {
         name: bd.name_any(),
+        cluster: cluster_of(bd),
         format: serde_json::to_value(bd.spec.format)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -97,6 +111,14 @@ pub fn row(bd: &BundleDeployment) -> Row {
     }
 }
 
+/// Orders `items` by cluster (the agent's own first), then by name.
+pub fn group_by_cluster(items: &mut [BundleDeployment]) {
+    items.sort_by_key(|bd| {
+        let cluster = cluster_of(bd);
+        (cluster != LOCAL_CLUSTER, cluster, bd.name_any())
+    });
+}
+
 fn truncated(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_string();
@@ -110,6 +132,7 @@ fn truncated(text: &str, width: usize) -> String {
 pub fn table(rows: &[Row], wide: bool, header: bool) -> String {
     let mut columns: Vec<(&str, Vec<String>)> = vec![
         ("NAME", rows.iter().map(|r| r.name.clone()).collect()),
+        ("CLUSTER", rows.iter().map(|r| r.cluster.clone()).collect()),
         ("FORMAT", rows.iter().map(|r| r.format.clone()).collect()),
         ("ACTIVE", rows.iter().map(|r| r.active.clone()).collect()),
         ("READY", rows.iter().map(|r| r.ready.clone()).collect()),
@@ -162,9 +185,9 @@ pub fn table(rows: &[Row], wide: bool, header: bool) -> String {
     out
 }
 
-/// What `-o json|yaml` prints for `bd`: the object without its managed fields.
-fn data(bd: &BundleDeployment) -> Value {
-    let mut value = serde_json::to_value(bd).unwrap_or(Value::Null);
+/// What `-o json|yaml` prints for `object`: the object without its managed fields.
+pub fn data<T: serde::Serialize>(object: &T) -> Value {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
     }
@@ -230,7 +253,10 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
             .await
             .context("listing BundleDeployments")?
             .items;
-        items.sort_by_key(|bd| bd.name_any());
+        if let Some(cluster) = &args.cluster {
+            items.retain(|bd| &cluster_of(bd) == cluster);
+        }
+        group_by_cluster(&mut items);
         if !args.names.is_empty() {
             let missing: Vec<&String> = args
                 .names
@@ -277,6 +303,9 @@ pub fn run(args: GetArgs) -> anyhow::Result<()> {
             };
             let name = bd.name_any();
             if !args.names.is_empty() && !args.names.contains(&name) {
+                continue;
+            }
+            if args.cluster.as_ref().is_some_and(|c| *c != cluster_of(&bd)) {
                 continue;
             }
             // The watch starts with the whole list again: print only what changed since.
@@ -339,5 +368,47 @@ status:
             .trim_end()
             .ends_with('…'));
         assert!(table(&[r], true, false).trim_end().ends_with(&long));
+    }
+
+    #[test]
+    fn the_table_groups_bundles_by_cluster() {
+        let bd_on = |name: &str, cluster: Option<&str>| {
+            let kube_config = cluster
+                .map(|c| format!(", kubeConfig: {{secretRef: {{name: {c}}}}}"))
+                .unwrap_or_default();
+            bd(&format!(
+                "apiVersion: pallet.dev/v1alpha1\nkind: BundleDeployment\nmetadata: {{name: {name}}}\nspec: {{format: plain, sources: [{{kind: git, git: {{repository: r, ref: {{branch: main}}}}}}]{kube_config}}}\n"
+            ))
+        };
+        let mut items = vec![
+            bd_on("web-target-b", Some("target-b")),
+            bd_on("web-target-a", Some("target-a")),
+            bd_on("zeta", None),
+            bd_on("alpha", Some("target-a")),
+        ];
+        group_by_cluster(&mut items);
+        let rows: Vec<Row> = items.iter().map(row).collect();
+        let text = table(&rows, false, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("NAME") && lines[0].contains(" CLUSTER "),
+            "{text}"
+        );
+        let first_two = |line: &str| {
+            line.split_whitespace()
+                .take(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            lines[1..].iter().map(|l| first_two(l)).collect::<Vec<_>>(),
+            [
+                ["zeta", LOCAL_CLUSTER],
+                ["alpha", "target-a"],
+                ["web-target-a", "target-a"],
+                ["web-target-b", "target-b"],
+            ],
+            "{text}"
+        );
     }
 }

@@ -9,7 +9,7 @@ pub const GROUPS: &[(&str, &[&str])] = &[
     (
         "Day to day",
         &[
-            "get", "status", "tree", "events", "diff", "history", "trace", "ui",
+            "get", "sets", "status", "tree", "events", "diff", "history", "trace", "ui",
         ],
     ),
     (

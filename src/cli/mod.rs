@@ -21,6 +21,7 @@ pub(crate) mod plan;
 mod progress;
 mod push;
 mod render;
+mod sets;
 pub(crate) mod test;
 pub mod tree;
 pub mod ui;
@@ -73,8 +74,12 @@ pub enum Command {
     Version(install::version::VersionArgs),
     /// Print pallet's CustomResourceDefinitions as YAML (deploy/crd.yaml and deploy/crd-set.yaml).
     Crd(CrdArgs),
-    /// List BundleDeployments with their Ready condition's reason and message (`-w` watches).
+    /// List BundleDeployments with their cluster and their Ready condition's reason and message
+    /// (`-w` watches).
     Get(get::GetArgs),
+    /// List BundleDeploymentSets with their revision and Ready condition; a named set with
+    /// each of its clusters.
+    Sets(sets::SetsArgs),
     /// Show how the cluster differs from what the agent would apply (exit status 5 when it does).
     Diff(diff::DiffArgs),
     /// Show a BundleDeployment's objects and their Pods, each with its health.
@@ -485,6 +490,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check(args) => install::check::run(args),
         Command::Version(args) => install::version::run(args),
         Command::Get(args) => get::run(args),
+        Command::Sets(args) => sets::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Tree(args) => tree::run(args),
         Command::Events(args) => events::run(args),
@@ -506,6 +512,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(args) => plan::run(args),
         Command::Status(args) => ops::status(args),
         Command::History(args) => ops::history(args),
+        Command::Rollback(args) if args.set => sets::rollback_set(args),
         Command::Rollback(args) => ops::rollback(args),
         Command::Retry(args) => ops::request(ops::Request::Retry, args),
         Command::Test(args) => test::run(args),

@@ -13,7 +13,7 @@ use clap::Args;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::Scope;
-use kube::Client;
+use kube::{Client, ResourceExt as _};
 use serde_json::{json, Value};
 
 use super::{print_data, FetchFlags, KubeArgs, Output};
@@ -62,12 +62,17 @@ pub struct RequestArgs {
 /// Flags of `pallet rollback`.
 #[derive(Args, Debug)]
 pub struct RollbackArgs {
-    /// The BundleDeployment.
+    /// The BundleDeployment (with `--set`, the BundleDeploymentSet).
     #[arg(add = clap_complete::engine::ArgValueCompleter::new(super::completion::bundle_deployment_names))]
     pub name: String,
     /// The stored revision to return to.
-    #[arg(long = "to", value_name = "N")]
-    pub to: i64,
+    #[arg(long = "to", value_name = "N", required_unless_present = "set")]
+    pub to: Option<i64>,
+    /// NAME is a BundleDeploymentSet: roll every cluster its current revision reached back to
+    /// the revision it had before, and roll that revision out no further until the template
+    /// changes.
+    #[arg(long, conflicts_with = "to")]
+    pub set: bool,
     /// Wait until the agent has handled the request, then report.
     #[arg(long)]
     pub wait: bool,
@@ -291,6 +296,19 @@ pub fn format_status(name: &str, bd: &BundleDeployment, paused_reason: Option<&s
     let _ = writeln!(out, "Format:                {}", format_name(bd));
     let _ = writeln!(
         out,
+        "Cluster:               {}",
+        crate::api::cluster_of(bd).name()
+    );
+    if let Some(set) = bd.labels().get(crate::api::SET_LABEL) {
+        let revision = bd
+            .annotations()
+            .get(crate::api::SET_REVISION_ANNOTATION)
+            .map(|r| format!(" (set revision {r})"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "Set:                   {set}{revision}");
+    }
+    let _ = writeln!(
+        out,
         "Paused:                {}{}",
         bd.spec.paused,
         paused_reason.map(|r| format!(" ({r})")).unwrap_or_default()
@@ -498,11 +516,14 @@ pub(crate) async fn request_rollback(
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
-        let value = request_rollback(&client, &args.name, args.to).await?;
+        // `pallet rollback --set` is `sets::rollback_set`'s; clap asks for `--to` otherwise.
+        let Some(to) = args.to else {
+            bail!("give --to N (or --set for a BundleDeploymentSet)");
+        };
+        let value = request_rollback(&client, &args.name, to).await?;
         tprintln!(
-            "requested rollback of {} to revision {} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
+            "requested rollback of {} to revision {to} ({REQUESTED_ROLLBACK_ANNOTATION}={value})",
             args.name,
-            args.to
         );
         if args.wait {
             let bd = wait_handled(&client, &args.name, &value, args.timeout, "rollback", |s| {
@@ -511,13 +532,12 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<()> {
             .await?;
             tprintln!("handled: {}", ready_line(&bd));
             let active = bd.status.as_ref().and_then(|s| s.active_revision);
-            if active != Some(args.to) {
+            if active != Some(to) {
                 bail!(
-                    "the agent handled the request but revision {} is active, not {}",
+                    "the agent handled the request but revision {} is active, not {to}",
                     active
                         .map(|n| n.to_string())
                         .unwrap_or_else(|| "none".into()),
-                    args.to
                 );
             }
         }

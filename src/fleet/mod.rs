@@ -60,15 +60,21 @@ struct Context {
     stamped: Store<BundleDeployment>,
 }
 
-/// Runs the controller until `shutdown` resolves: the sets, the Secrets labelled
-/// `pallet.dev/cluster` in `agent_namespace`, and the BundleDeployments labelled
-/// `pallet.dev/set`.
+/// Runs the controller until `shutdown` resolves: the sets (those matching `selector`, the
+/// agent's `--selector` and shard, when it has one: an agent confined to some BundleDeployments
+/// handles only the sets labelled as they are), the Secrets labelled `pallet.dev/cluster` in
+/// `agent_namespace`, and the BundleDeployments labelled `pallet.dev/set`.
 pub async fn run(
     client: Client,
     agent_namespace: String,
+    selector: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let sets: Api<BundleDeploymentSet> = Api::all(client.clone());
+    let sets_config = match &selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
     let secrets: Api<kube::api::PartialObjectMeta<Secret>> =
         Api::namespaced(client.clone(), &agent_namespace);
     let bds: Api<BundleDeployment> = Api::all(client.clone());
@@ -94,7 +100,7 @@ pub async fn run(
         clusters,
         stamped,
     });
-    Controller::new(sets, watcher::Config::default())
+    Controller::new(sets, sets_config)
         .reconcile_all_on(cluster_changes)
         .reconcile_on(stamped_changes.filter_map(|bd| async move {
             let set = bd.labels().get(SET_LABEL)?.clone();

@@ -150,14 +150,24 @@ pub fn judge(bd: &BundleDeployment) -> Judged {
     {
         return Judged::Unreachable(message);
     }
-    let failed_revision = status.revisions.iter().any(|r| {
+    let failed_revision = status.revisions.iter().find(|r| {
         Some(r.generation) == generation
             && matches!(r.phase, RevisionPhase::Failed | RevisionPhase::RolledBack)
     });
+    if let Some(failed) = failed_revision {
+        // Why the revision failed, not what the BundleDeployment does since (a rollback).
+        let why = match (&failed.reason, &failed.message) {
+            (Some(reason), Some(detail)) => format!("{reason}: {detail}"),
+            (Some(reason), None) => reason.clone(),
+            (None, Some(detail)) => detail.clone(),
+            (None, None) => message,
+        };
+        return Judged::Failed(format!("revision {} failed: {why}", failed.number));
+    }
     let stuck = [ROLLED_BACK, STALLED]
         .iter()
         .any(|t| condition(t).is_some_and(|c| c.status == "True"));
-    if failed_revision || stuck {
+    if stuck {
         return Judged::Failed(message);
     }
     Judged::Updating(message)
@@ -277,8 +287,8 @@ pub fn merge(base: &mut serde_json::Value, over: &serde_json::Value) {
     }
 }
 
-/// The set revision `bd` is of.
-fn revision_of(bd: &BundleDeployment) -> Option<i64> {
+/// The set revision `bd` is of (its `pallet.dev/set-revision` annotation).
+pub fn revision_of(bd: &BundleDeployment) -> Option<i64> {
     bd.metadata
         .annotations
         .as_ref()?

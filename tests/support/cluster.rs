@@ -105,10 +105,13 @@ pub async fn ensure_agent_namespace(client: &Client) {
 
 /// Installs (server-side applies) the BundleDeployment CRD and waits until it is Established.
 pub async fn install_crd(client: &Client) {
+    install_crd_from(client, include_str!("../../deploy/crd.yaml")).await;
+}
+
+/// Installs (server-side applies) the CRD `yaml` and waits until it is Established.
+pub async fn install_crd_from(client: &Client, yaml: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../../deploy/crd.yaml"))
-            .expect("deploy/crd.yaml parses");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(yaml).expect("the CRD parses");
     let name = crd.metadata.name.clone().expect("CRD has a name");
     crds.patch(
         &name,
@@ -116,9 +119,9 @@ pub async fn install_crd(client: &Client) {
         &Patch::Apply(&crd),
     )
     .await
-    .unwrap_or_else(|e| panic!("the API server refused deploy/crd.yaml: {e}"));
+    .unwrap_or_else(|e| panic!("the API server refused CRD {name}: {e}"));
     poll_until(
-        "the BundleDeployment CRD to be Established",
+        &format!("CRD {name} to be Established"),
         Duration::from_secs(30),
         || {
             let crds = crds.clone();

@@ -190,6 +190,8 @@ pub struct Query {
     pub label: String,
     /// Only this shard (`-`: those in no shard).
     pub shard: String,
+    /// Only this cluster (a kubeConfig Secret's name, or `in-cluster`); empty: all.
+    pub cluster: String,
     /// Words that must all appear in the name, reason or message (any case).
     pub q: String,
     /// The page, from 1.
@@ -265,6 +267,7 @@ impl Query {
             listing.total += 1;
             if !self.label_matches(summary)
                 || !self.shard_matches(summary)
+                || !(self.cluster.trim().is_empty() || summary.cluster == self.cluster.trim())
                 || !self.search_matches(summary, &words)
             {
                 continue;
@@ -303,6 +306,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             depends_on: Vec::new(),
+            cluster: crate::api::LOCAL_CLUSTER.into(),
         }
     }
 

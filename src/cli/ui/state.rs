@@ -139,6 +139,9 @@ pub struct Summary {
     pub labels: BTreeMap<String, String>,
     /// The BundleDeployments it depends on (by name).
     pub depends_on: Vec<String>,
+    /// The cluster it deploys to: its `spec.kubeConfig` Secret's name, or
+    /// [`crate::api::LOCAL_CLUSTER`].
+    pub cluster: String,
 }
 
 impl Summary {
@@ -209,6 +212,7 @@ pub fn summary_of(bd: &BundleDeployment) -> Summary {
             .filter(|d| d.is_bundle_deployment())
             .map(|d| d.name.clone())
             .collect(),
+        cluster: crate::api::cluster_of(bd).name().to_string(),
     }
 }
 

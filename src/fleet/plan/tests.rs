@@ -53,7 +53,8 @@ fn stamped(
                 {"type": "RolledBack", "status": "True", "reason": "RolledBack", "message": "",
                  "observedGeneration": generation, "lastTransitionTime": "2024-01-01T00:00:00Z"}]);
             status["revisions"] = json!([{"number": 9, "generation": generation, "digest": "sha256:x",
-                                          "phase": "Failed", "objects": 1}]);
+                                          "phase": "Failed", "objects": 1, "reason": "HealthCheckFailed",
+                                          "message": "ConfigMap a/b: failed is true"}]);
         }
         "new" => status = json!({}),
         other => panic!("{other}"),
@@ -418,10 +419,14 @@ fn a_change_for_one_cluster_moves_the_others_without_waiting() {
 fn judging_a_bundle_deployment() {
     let s = stamp(&set(spec("r/app:v1", json!({})), json!(null)), "a", "ns", 1);
     assert_eq!(judge(&stamped(&s, 1, "healthy", None)), Judged::Healthy);
-    assert!(matches!(
+    // A failed cluster is described by why its revision failed, not by its Ready message
+    // (which soon says what the rollback does).
+    assert_eq!(
         judge(&stamped(&s, 1, "failed", None)),
-        Judged::Failed(_)
-    ));
+        Judged::Failed(
+            "revision 9 failed: HealthCheckFailed: ConfigMap a/b: failed is true".into()
+        )
+    );
     assert!(matches!(
         judge(&stamped(&s, 1, "unreachable", None)),
         Judged::Unreachable(_)

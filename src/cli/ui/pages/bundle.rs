@@ -331,6 +331,12 @@ pub fn bundle(
         h1 { (name) " " (badge(view.state)) }
         @if let Some((kind, text)) = flash { (super::layout::message(kind, text)) }
         p.headline { (crate::cli::ui::model::headline_of(&view.bd)) }
+        @let cluster = crate::api::cluster_of(&view.bd).name().to_string();
+        p.cluster { "Cluster: " a href=(format!("/?cluster={}", url::form_urlencoded::byte_serialize(cluster.as_bytes()).collect::<String>())) { (cluster) }
+            @if let Some(set) = view.bd.metadata.labels.as_ref().and_then(|l| l.get(crate::api::SET_LABEL)) {
+                " · stamped by BundleDeploymentSet " code { (set) }
+            }
+        }
         @if let Some(reason) = crate::cli::ui::model::paused_reason(&view.bd) {
             div.message.notice role="status" { "Paused: " (reason) }
         }

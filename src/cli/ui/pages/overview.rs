@@ -1,10 +1,14 @@
-//! The overview: counts per state, filters and search, one page of BundleDeployments.
+//! The overview: counts per state, filters and search, one page of BundleDeployments, grouped
+//! by the cluster they deploy to when some deploy to another cluster than the agent's.
+
+use std::collections::BTreeMap;
 
 use maud::{html, Markup};
 
 use super::layout::badge;
+use crate::api::LOCAL_CLUSTER;
 use crate::cli::ui::index::{Listing, Query};
-use crate::cli::ui::state::{age, BundleState};
+use crate::cli::ui::state::{age, BundleState, Summary};
 
 /// The query string of `query` with some fields replaced (`page`, `state`).
 pub fn query_string(query: &Query, state: Option<&str>, page: Option<usize>) -> String {
@@ -14,6 +18,7 @@ pub fn query_string(query: &Query, state: Option<&str>, page: Option<usize>) -> 
         ("state", state),
         ("label", &query.label),
         ("shard", &query.shard),
+        ("cluster", &query.cluster),
         ("q", &query.q),
     ] {
         if !value.is_empty() {
@@ -35,6 +40,23 @@ pub fn query_string(query: &Query, state: Option<&str>, page: Option<usize>) -> 
         .extend_pairs(pairs)
         .finish();
     format!("?{encoded}")
+}
+
+/// The page's rows by cluster (the agent's own first), each group in the order given (the
+/// listing's, by name); one group when every row is on the agent's cluster.
+pub fn by_cluster(rows: &[Summary]) -> Vec<(&str, Vec<&Summary>)> {
+    let mut groups: BTreeMap<(bool, &str), Vec<&Summary>> = BTreeMap::new();
+    for row in rows {
+        let cluster = row.cluster.as_str();
+        groups
+            .entry((cluster != LOCAL_CLUSTER, cluster))
+            .or_default()
+            .push(row);
+    }
+    groups
+        .into_iter()
+        .map(|((_, cluster), rows)| (cluster, rows))
+        .collect()
 }
 
 /// The overview's body.
@@ -67,6 +89,7 @@ pub fn overview(listing: &Listing, query: &Query, now: i64, watch: (bool, Option
             label { "Search " input type="search" name="q" value=(query.q) placeholder="name, reason or message"; }
             label { "Labels " input type="text" name="label" value=(query.label) placeholder="team=payments,tier"; }
             label { "Shard " input type="text" name="shard" value=(query.shard) placeholder="key, or - for none" size="10"; }
+            label { "Cluster " input type="text" name="cluster" value=(query.cluster) placeholder="in-cluster" size="12"; }
             button type="submit" { "Filter" }
         }
         p.summary id="matching" {
@@ -87,8 +110,19 @@ pub fn overview(listing: &Listing, query: &Query, now: i64, watch: (bool, Option
                         th scope="col" { "Since" }
                         th scope="col" { "Message" }
                     } }
-                    tbody {
-                        @for row in &listing.rows {
+                    @let groups = by_cluster(&listing.rows);
+                    @let headed = groups.iter().any(|(cluster, _)| *cluster != LOCAL_CLUSTER);
+                    @for (cluster, rows) in &groups {
+                    tbody data-cluster=(cluster) {
+                        @if headed {
+                            tr.cluster-group {
+                                th scope="rowgroup" colspan="7" {
+                                    "Cluster " a href=(format!("/{}", query_string(&Query { cluster: cluster.to_string(), ..query.clone() }, None, Some(1)))) { (cluster) }
+                                    " " span.count { (rows.len()) }
+                                }
+                            }
+                        }
+                        @for row in rows {
                             tr data-state=(row.state.name()) {
                                 th scope="row" data-label="Name" { a href=(format!("/bundles/{}", row.name)) { (row.name) } }
                                 td data-label="State" { (badge(row.state)) }
@@ -99,6 +133,7 @@ pub fn overview(listing: &Listing, query: &Query, now: i64, watch: (bool, Option
                                 td.message-cell data-label="Message" { (row.message) }
                             }
                         }
+                    }
                     }
                 }
             }
@@ -152,6 +187,54 @@ mod tests {
         assert_eq!(query_string(&Query::default(), None, Some(1)), "");
     }
 
+    #[test]
+    fn bundles_on_other_clusters_are_grouped_by_cluster() {
+        let on = |name: &str, cluster: &str| Summary {
+            name: name.into(),
+            cluster: cluster.into(),
+            ..row()
+        };
+        // Every bundle on the agent's cluster: one table body, no group headings.
+        let listing = Query::default().run([on("a", LOCAL_CLUSTER), on("b", LOCAL_CLUSTER)].iter());
+        let html = overview(&listing, &Query::default(), 160, (true, None)).into_string();
+        assert!(!html.contains("cluster-group"), "{html}");
+        let rows = [
+            on("web-target-b", "target-b"),
+            on("local", LOCAL_CLUSTER),
+            on("web-target-a", "target-a"),
+            on("api-target-a", "target-a"),
+        ];
+        let groups: Vec<(&str, Vec<&str>)> = by_cluster(&rows)
+            .into_iter()
+            .map(|(c, rows)| (c, rows.iter().map(|r| r.name.as_str()).collect()))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (LOCAL_CLUSTER, vec!["local"]),
+                ("target-a", vec!["web-target-a", "api-target-a"]),
+                ("target-b", vec!["web-target-b"]),
+            ]
+        );
+        let listing = Query::default().run(rows.iter());
+        let html = overview(&listing, &Query::default(), 160, (true, None)).into_string();
+        assert_eq!(
+            html.matches("<tr class=\"cluster-group\">").count(),
+            3,
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"<tbody data-cluster="target-a">"#),
+            "{html}"
+        );
+        assert!(html.contains(r#"href="/?cluster=target-a""#), "{html}");
+        let only_a = Query {
+            cluster: "target-a".into(),
+            ..Query::default()
+        };
+        assert_eq!(only_a.run(rows.iter()).matching, 2);
+    }
+
     fn row() -> Summary {
         Summary {
             name: "web".into(),
@@ -164,6 +247,7 @@ mod tests {
             since: Some(100),
             labels: Default::default(),
             depends_on: Vec::new(),
+            cluster: LOCAL_CLUSTER.into(),
         }
     }
 }
