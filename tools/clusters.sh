@@ -8,6 +8,7 @@
 #                                      then write each target's kubeconfig into a Secret of the
 #                                      management cluster (no-op for what already runs)
 #   tools/clusters.sh stop [NAME]      stop every target and the management cluster (or one target)
+#   tools/clusters.sh stop-targets     stop every target, leaving the management cluster running
 #   tools/clusters.sh wipe             stop the targets and delete their state (the management
 #                                      cluster is left to tools/controlplane.sh wipe)
 #   tools/clusters.sh status           one line per cluster; exit 0 when all run and are ready
@@ -126,6 +127,13 @@ cmd_stop() {
   "$controlplane" stop
 }
 
+cmd_stop_targets() {
+  local name
+  for name in "${targets[@]}"; do
+    on "$name" stop
+  done
+}
+
 cmd_status() {
   local name ok=0
   printf 'management: %s\n' "$("$controlplane" status 2>&1 || ok=1)"
@@ -146,6 +154,7 @@ case "${1:-}" in
     shift
     cmd_stop "$@"
     ;;
+  stop-targets) cmd_stop_targets ;;
   wipe)
     for name in "${targets[@]}"; do
       on "$name" wipe

@@ -81,6 +81,14 @@ if ! tools/controlplane.sh status >/dev/null 2>&1; then
 fi
 tools/controlplane.sh start
 
+step "target control planes (remote clusters and fleets: tests/remote_*.rs, tests/fleet_*.rs)"
+# Stops only the targets this run started; the management cluster is the local control plane.
+target_clusters() { tools/clusters.sh "$1-targets"; }
+if ! tools/clusters.sh status >/dev/null 2>&1; then
+  started+=(target_clusters)
+fi
+tools/clusters.sh start
+
 step "fixture servers"
 if ! tools/fixtures.sh status >/dev/null 2>&1; then
   started+=(tools/fixtures.sh)
