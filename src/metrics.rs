@@ -876,6 +876,9 @@ mod tests {
         let metrics = Metrics::new();
         metrics.api_request("get", "secrets".into());
         metrics.set_shard("");
+        metrics.set_cluster("target", true, 1, 1, 1);
+        metrics.cluster_request("target");
+        metrics.cluster_outage("target");
         let text = metrics.encode();
         let mut described = Vec::new();
         for line in text.lines() {

@@ -196,7 +196,7 @@ fn name_of(object: &DynamicObject) -> Name {
 /// are kept as a version only.
 fn kept(resource: &ApiResource, mut object: DynamicObject, budget: &Budget) -> Kept {
     let content = serde_json::to_vec(&object.data).map_or(usize::MAX, |b| b.len());
-    if content > MAX_KEPT_BYTES || !budget.fits(content) {
+    if content > MAX_KEPT_BYTES {
         return Kept::Unread {
             owner: owner_of(&object),
             version: object.metadata.resource_version,
@@ -215,13 +215,15 @@ fn kept(resource: &ApiResource, mut object: DynamicObject, budget: &Budget) -> K
     let owner = owner_of(&object);
     let version = object.metadata.resource_version.clone();
     match serde_json::to_vec(&object) {
-        Ok(json) => Kept::Body {
+        // The budget counts the body as kept (metadata and all), as `Budget::account` does.
+        Ok(json) if budget.fits(json.len()) => Kept::Body {
             json: json.into(),
             version,
             owner,
         },
-        // Not expected (it was decoded from JSON); read from the API server when needed.
-        Err(_) => Kept::Unread { version, owner },
+        // Past the budget, or not expected (it was decoded from JSON): read from the API
+        // server when needed.
+        _ => Kept::Unread { version, owner },
     }
 }
 

@@ -239,20 +239,33 @@ fn print_change(bd: &BundleDeployment, output: GetOutput, deleted: bool) -> anyh
     Ok(())
 }
 
+/// Every object of `api` that `selector` (a label selector) selects; `what` names them in the
+/// error.
+pub(super) async fn list_selected<K>(
+    api: &Api<K>,
+    selector: Option<&str>,
+    what: &str,
+) -> anyhow::Result<Vec<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default();
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    Ok(api
+        .list(&params)
+        .await
+        .with_context(|| format!("listing {what}"))?
+        .items)
+}
+
 /// Runs `pallet get`.
 pub fn run(args: GetArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
         let api: Api<BundleDeployment> = Api::all(client);
-        let mut params = ListParams::default();
-        if let Some(selector) = &args.selector {
-            params = params.labels(selector);
-        }
-        let mut items = api
-            .list(&params)
-            .await
-            .context("listing BundleDeployments")?
-            .items;
+        let mut items = list_selected(&api, args.selector.as_deref(), "BundleDeployments").await?;
         if let Some(cluster) = &args.cluster {
             items.retain(|bd| &cluster_of(bd) == cluster);
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Args;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 
@@ -140,15 +140,9 @@ pub fn run(args: SetsArgs) -> anyhow::Result<()> {
     super::block_on(async {
         let client = args.kube.client().await?;
         let api: Api<BundleDeploymentSet> = Api::all(client);
-        let mut params = ListParams::default();
-        if let Some(selector) = &args.selector {
-            params = params.labels(selector);
-        }
-        let mut items = api
-            .list(&params)
-            .await
-            .context("listing BundleDeploymentSets")?
-            .items;
+        let mut items =
+            super::get::list_selected(&api, args.selector.as_deref(), "BundleDeploymentSets")
+                .await?;
         items.sort_by_key(|set| set.name_any());
         let missing: Vec<&str> = args
             .names

@@ -301,9 +301,10 @@ impl Target {
     }
 }
 
-/// `config` acting as ServiceAccount `sa` of the remote: its user name alone is impersonated
-/// (the API server adds the ServiceAccount's groups itself), and no group the kubeconfig
-/// names rides along.
+/// `config` acting as ServiceAccount `sa` (of the agent's cluster or of a remote): its user
+/// name alone is impersonated (the API server adds the ServiceAccount's groups itself, and the
+/// agent may not impersonate groups), and no group the kubeconfig names (`as-groups`) rides
+/// along.
 pub fn impersonating(config: &kube::Config, sa: &ServiceAccountReference) -> kube::Config {
     let mut config = config.clone();
     config.auth_info.impersonate = Some(format!(

@@ -264,19 +264,7 @@ async fn write_status(
     if status == before {
         return Ok(());
     }
-    let sets: Api<BundleDeploymentSet> = Api::all(client.clone());
-    let patch = json!({"status": status});
-    sets.patch_status(
-        &set.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(|source| SetError::Kube {
-        context: format!("write the status of BundleDeploymentSet {}", set.name_any()),
-        source,
-    })?;
-    Ok(())
+    patch_status(client, set, &status).await
 }
 
 /// Writes Ready=False for a set whose spec cannot be used.
@@ -302,6 +290,15 @@ async fn write_invalid(
         return Ok(());
     }
     status.observed_generation = set.metadata.generation;
+    patch_status(client, set, &status).await
+}
+
+/// Writes `status` as the set's status (a merge patch).
+async fn patch_status(
+    client: &Client,
+    set: &BundleDeploymentSet,
+    status: &BundleDeploymentSetStatus,
+) -> Result<(), SetError> {
     let sets: Api<BundleDeploymentSet> = Api::all(client.clone());
     sets.patch_status(
         &set.name_any(),

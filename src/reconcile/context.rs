@@ -50,16 +50,7 @@ pub struct Written {
 /// impersonation of the ServiceAccount's user name alone. No group is sent (the agent may not
 /// impersonate groups): the API server gives an impersonated ServiceAccount its groups itself
 /// (`system:serviceaccounts`, `system:serviceaccounts:<namespace>`, `system:authenticated`).
-pub fn impersonating(config: &Config, sa: &crate::api::ServiceAccountReference) -> Config {
-    let mut config = config.clone();
-    config.auth_info.impersonate = Some(format!(
-        "system:serviceaccount:{}:{}",
-        sa.namespace, sa.name
-    ));
-    // A kubeconfig's own `as-groups` must not ride along either.
-    config.auth_info.impersonate_groups = None;
-    config
-}
+pub use crate::clusters::impersonating;
 
 /// How many older versions [`Written`] keeps.
 const BEHIND_KEPT: usize = 8;
