@@ -499,12 +499,7 @@ impl Validator<'_> {
             }
             match dep {
                 Dependency::Required(req) => self.required_with(m, name, req, at, errors),
-                Dependency::Schema(s) => {
-                    match self.validate_self(*s, &Json::Object(m.clone()), at, scope, "", false) {
-                        Ok(e) => eval.merge(e),
-                        Err(e) => errors.push(e),
-                    }
-                }
+                Dependency::Schema(s) => self.whole_object(*s, m, at, scope, errors, eval),
             }
         }
     }
@@ -629,16 +624,29 @@ impl Validator<'_> {
     ) {
         for (name, s) in &k.dependent_schemas {
             if m.contains_key(name) {
-                match self.validate_self(*s, &Json::Object(m.clone()), at, scope, "", false) {
-                    Ok(e) => eval.merge(e),
-                    Err(e) => errors.push(e),
-                }
+                self.whole_object(*s, m, at, scope, errors, eval);
             }
         }
         for (name, req) in &k.dependent_required {
             if m.contains_key(name) {
                 self.required_with(m, name, req, at, errors);
             }
+        }
+    }
+
+    /// Schema `s` on the whole object `m` (a dependency's schema), at the object's own path.
+    fn whole_object(
+        &self,
+        s: usize,
+        m: &Map<String, Json>,
+        at: &mut Vec<String>,
+        scope: &Scope,
+        errors: &mut Vec<VErr>,
+        eval: &mut Eval,
+    ) {
+        match self.validate_self(s, &Json::Object(m.clone()), at, scope, "", false) {
+            Ok(e) => eval.merge(e),
+            Err(e) => errors.push(e),
         }
     }
 
