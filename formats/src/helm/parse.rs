@@ -312,132 +312,49 @@ fn lex_action(
                 i += 1;
             }
             '"' => {
-                // Go's lexQuote then strconv.Unquote.
-                let j = closing_quote(&chars, i, '"')
-                    .ok_or_else(|| err(line, "unterminated quoted string".into()))?;
-                let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
-                let mut out = String::new();
-                let mut k = 0;
-                while k < body.len() {
-                    let (v, byte) = unquote_char(&body, &mut k, '"')
-                        .map_err(|m| err(line, format!("invalid syntax in string: {m}")))?;
-                    // A \x or octal escape is one byte in Go; only ASCII ones are characters
-                    // here (strings are UTF-8).
-                    match char::from_u32(v).filter(|_| !byte || v < 0x80) {
-                        Some(c) => out.push(c),
-                        None => {
-                            return Err(err(
-                                line,
-                                "unsupported construct: a byte escape above \\x7f in a string (not UTF-8 text)".into(),
-                            ))
-                        }
-                    }
-                }
-                toks.push((Tok::Str(out), line));
-                i = j + 1;
+                let (tok, next) = lex_quoted_string(file, line, &chars, i)?;
+                toks.push((tok, line));
+                i = next;
             }
             '`' => {
-                let mut out = String::new();
-                i += 1;
-                loop {
-                    let Some(&(_, c)) = chars.get(i) else {
-                        return Err(err(line, "unterminated raw string".into()));
-                    };
-                    i += 1;
-                    if c == '`' {
-                        break;
-                    }
-                    if c == '\n' {
-                        line += 1;
-                    }
-                    if c != '\r' {
-                        out.push(c);
-                    }
-                }
-                toks.push((Tok::Str(out), line));
+                // The token carries the line the raw string ends on.
+                let (tok, next, end_line) = lex_raw_string(file, line, &chars, i)?;
+                line = end_line;
+                toks.push((tok, line));
+                i = next;
             }
             '\'' => {
-                // Go's lexChar: up to the closing quote, a backslash escaping any character
-                // but a newline; then strconv.UnquoteChar.
-                let j = closing_quote(&chars, i, '\'')
-                    .ok_or_else(|| err(line, "unterminated character constant".into()))?;
-                let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
-                let text: String = chars[i..=j].iter().map(|c| c.1).collect();
-                let mut k = 0;
-                let value = unquote_char(&body, &mut k, '\'')
-                    .ok()
-                    .filter(|_| k == body.len())
-                    .ok_or_else(|| err(line, format!("malformed character constant: {text}")))?;
-                toks.push((Tok::Int(i64::from(value.0)), line));
-                i = j + 1;
+                let (tok, next) = lex_char_constant(file, line, &chars, i)?;
+                toks.push((tok, line));
+                i = next;
             }
             '.' if chars
                 .get(i + 1)
                 .is_some_and(|c| ident_char(c.1) && !c.1.is_ascii_digit()) =>
             {
-                let start = i + 1;
-                let mut j = start;
-                while j < chars.len() && ident_char(chars[j].1) {
-                    j += 1;
-                }
+                let (name, next) = ident_run(&chars, i + 1);
                 let adjacent = i > 0 && !is_space(chars[i - 1].1);
-                toks.push((
-                    Tok::Field(chars[start..j].iter().map(|c| c.1).collect(), adjacent),
-                    line,
-                ));
-                i = j;
+                toks.push((Tok::Field(name, adjacent), line));
+                i = next;
             }
             '.' if !chars.get(i + 1).is_some_and(|c| c.1.is_ascii_digit()) => {
                 toks.push((Tok::Field(String::new(), false), line));
                 i += 1;
             }
             '$' => {
-                let mut j = i + 1;
-                while j < chars.len() && ident_char(chars[j].1) {
-                    j += 1;
-                }
-                toks.push((
-                    Tok::Var(chars[i + 1..j].iter().map(|c| c.1).collect()),
-                    line,
-                ));
-                i = j;
+                let (name, next) = ident_run(&chars, i + 1);
+                toks.push((Tok::Var(name), line));
+                i = next;
             }
             c if c.is_ascii_digit() || c == '-' || c == '+' || c == '.' => {
-                // Go's lexNumber: one number, or a complex `real±imag i` pair.
-                let bad = |end: usize| {
-                    let text: String = chars[i..end.min(chars.len())].iter().map(|c| c.1).collect();
-                    err(line, format!("bad number syntax: {text:?}"))
-                };
-                let (mut j, ok) = scan_number(&chars, i);
-                if !ok {
-                    return Err(bad(j));
-                }
-                let mut complex = false;
-                if matches!(chars.get(j).map(|c| c.1), Some('+' | '-')) {
-                    let (k, ok) = scan_number(&chars, j);
-                    if !ok || chars[k - 1].1 != 'i' {
-                        return Err(bad(k));
-                    }
-                    j = k;
-                    complex = true;
-                }
-                let text: String = chars[i..j].iter().map(|c| c.1).collect();
-                if complex || text.ends_with('i') {
-                    return Err(err(
-                        line,
-                        format!("unsupported construct: complex number constant {text}"),
-                    ));
-                }
-                toks.push((go_number(&text).map_err(|m| err(line, m))?, line));
-                i = j;
+                let (tok, next) = lex_number(file, line, &chars, i)?;
+                toks.push((tok, line));
+                i = next;
             }
             c if ident_char(c) => {
-                let mut j = i;
-                while j < chars.len() && ident_char(chars[j].1) {
-                    j += 1;
-                }
-                toks.push((Tok::Ident(chars[i..j].iter().map(|c| c.1).collect()), line));
-                i = j;
+                let (name, next) = ident_run(&chars, i);
+                toks.push((Tok::Ident(name), line));
+                i = next;
             }
             other => {
                 return Err(err(
@@ -448,6 +365,131 @@ fn lex_action(
         }
     }
     Err(err(line0, "unclosed action".into()))
+}
+
+/// The quoted string opened at `chars[i]` (Go's lexQuote, then strconv.Unquote): its token and
+/// the index past its closing quote.
+fn lex_quoted_string(
+    file: &str,
+    line: usize,
+    chars: &[(usize, char)],
+    i: usize,
+) -> Result<(Tok, usize), HelmError> {
+    let err = |m: String| HelmError::parse(file, line, m);
+    let j = closing_quote(chars, i, '"').ok_or_else(|| err("unterminated quoted string".into()))?;
+    let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
+    let mut out = String::new();
+    let mut k = 0;
+    while k < body.len() {
+        let (v, byte) = unquote_char(&body, &mut k, '"')
+            .map_err(|m| err(format!("invalid syntax in string: {m}")))?;
+        // A \x or octal escape is one byte in Go; only ASCII ones are characters
+        // here (strings are UTF-8).
+        match char::from_u32(v).filter(|_| !byte || v < 0x80) {
+            Some(c) => out.push(c),
+            None => {
+                return Err(err(
+                    "unsupported construct: a byte escape above \\x7f in a string (not UTF-8 text)"
+                        .into(),
+                ))
+            }
+        }
+    }
+    Ok((Tok::Str(out), j + 1))
+}
+
+/// The raw string opened at `chars[i]` (carriage returns dropped, as Go does): its token, the
+/// index past its closing backquote and the line it ends on.
+fn lex_raw_string(
+    file: &str,
+    mut line: usize,
+    chars: &[(usize, char)],
+    mut i: usize,
+) -> Result<(Tok, usize, usize), HelmError> {
+    let mut out = String::new();
+    i += 1;
+    loop {
+        let Some(&(_, c)) = chars.get(i) else {
+            return Err(HelmError::parse(file, line, "unterminated raw string"));
+        };
+        i += 1;
+        if c == '`' {
+            break;
+        }
+        if c == '\n' {
+            line += 1;
+        }
+        if c != '\r' {
+            out.push(c);
+        }
+    }
+    Ok((Tok::Str(out), i, line))
+}
+
+/// The character constant opened at `chars[i]` (Go's lexChar: up to the closing quote, a
+/// backslash escaping any character but a newline; then strconv.UnquoteChar): its token, an
+/// int, and the index past its closing quote.
+fn lex_char_constant(
+    file: &str,
+    line: usize,
+    chars: &[(usize, char)],
+    i: usize,
+) -> Result<(Tok, usize), HelmError> {
+    let err = |m: String| HelmError::parse(file, line, m);
+    let j = closing_quote(chars, i, '\'')
+        .ok_or_else(|| err("unterminated character constant".into()))?;
+    let body: Vec<char> = chars[i + 1..j].iter().map(|c| c.1).collect();
+    let text: String = chars[i..=j].iter().map(|c| c.1).collect();
+    let mut k = 0;
+    let value = unquote_char(&body, &mut k, '\'')
+        .ok()
+        .filter(|_| k == body.len())
+        .ok_or_else(|| err(format!("malformed character constant: {text}")))?;
+    Ok((Tok::Int(i64::from(value.0)), j + 1))
+}
+
+/// The number starting at `chars[i]` (Go's lexNumber: one number, or a complex `real±imag i`
+/// pair, which is refused): its token and the index past it.
+fn lex_number(
+    file: &str,
+    line: usize,
+    chars: &[(usize, char)],
+    i: usize,
+) -> Result<(Tok, usize), HelmError> {
+    let err = |m: String| HelmError::parse(file, line, m);
+    let bad = |end: usize| {
+        let text: String = chars[i..end.min(chars.len())].iter().map(|c| c.1).collect();
+        err(format!("bad number syntax: {text:?}"))
+    };
+    let (mut j, ok) = scan_number(chars, i);
+    if !ok {
+        return Err(bad(j));
+    }
+    let mut complex = false;
+    if matches!(chars.get(j).map(|c| c.1), Some('+' | '-')) {
+        let (k, ok) = scan_number(chars, j);
+        if !ok || chars[k - 1].1 != 'i' {
+            return Err(bad(k));
+        }
+        j = k;
+        complex = true;
+    }
+    let text: String = chars[i..j].iter().map(|c| c.1).collect();
+    if complex || text.ends_with('i') {
+        return Err(err(format!(
+            "unsupported construct: complex number constant {text}"
+        )));
+    }
+    Ok((go_number(&text).map_err(err)?, j))
+}
+
+/// The run of identifier characters starting at `chars[from]`: the name and the index past it.
+fn ident_run(chars: &[(usize, char)], from: usize) -> (String, usize) {
+    let mut j = from;
+    while j < chars.len() && ident_char(chars[j].1) {
+        j += 1;
+    }
+    (chars[from..j].iter().map(|c| c.1).collect(), j)
 }
 
 /// Go's `isAlphaNumeric`.

@@ -414,55 +414,11 @@ impl<'a> Emitter<'a> {
         r
     }
 
+    /// Emits one template node.
     fn node(&mut self, n: &Node) -> Result<(), HelmError> {
         match n {
-            Node::Text { line, text } => {
-                self.pad(*line);
-                // A `{` at the end would join the `{{`/`{%`/`{#` emitted next into a
-                // delimiter of its own (`{{%`): it is printed as an expression instead.
-                let (text, brace) = match text.strip_suffix('{') {
-                    Some(t) => (t, true),
-                    None => (text.as_str(), false),
-                };
-                if text.contains("{{") || text.contains("{%") || text.contains("{#") {
-                    if text.contains("{% endraw") || text.contains("{%- endraw") {
-                        return Err(self.err(
-                            *line,
-                            "unsupported construct: text containing a minijinja endraw tag",
-                        ));
-                    }
-                    self.out.push_str("{% raw %}");
-                    self.out.push_str(text);
-                    self.out.push_str("{% endraw %}");
-                } else {
-                    self.out.push_str(text);
-                }
-                if brace {
-                    self.out.push_str("{{ \"{\" }}");
-                }
-                self.line += text.matches('\n').count();
-            }
-            Node::Action { line, pipe } => {
-                self.pad(*line);
-                let e = self.pipe_expr(*line, pipe)?;
-                if pipe.vars.is_empty() {
-                    self.out.push_str(&format!("{{{{ {e} }}}}"));
-                } else {
-                    if pipe.vars.len() != 1 {
-                        return Err(self.err(*line, "too many declarations in command"));
-                    }
-                    let slot = if pipe.assign && pipe.vars[0].is_empty() {
-                        // `$` always exists in Go; assigning it replaces the data for the
-                        // rest of the template.
-                        self.lookup(*line, "").unwrap_or_else(|_| self.declare(""))
-                    } else if pipe.assign {
-                        self.lookup(*line, &pipe.vars[0])?
-                    } else {
-                        self.declare(&pipe.vars[0])
-                    };
-                    self.out.push_str(&format!("{{% set __v.{slot} = {e} %}}"));
-                }
-            }
+            Node::Text { line, text } => self.text(*line, text)?,
+            Node::Action { line, pipe } => self.action(*line, pipe)?,
             Node::Cond {
                 line,
                 with,
@@ -473,21 +429,7 @@ impl<'a> Emitter<'a> {
                 if *with {
                     self.with_chain(branches, otherwise.as_deref())?;
                 } else if branches.iter().all(|(_, p, _)| p.vars.is_empty()) {
-                    self.scoped(|s| {
-                        for (i, (l, pipe, body)) in branches.iter().enumerate() {
-                            s.pad(*l);
-                            let e = s.pipe_expr(*l, pipe)?;
-                            let kw = if i == 0 { "if" } else { "elif" };
-                            s.out.push_str(&format!("{{% {kw} {e} %}}"));
-                            s.branch(body)?;
-                        }
-                        if let Some(o) = otherwise {
-                            s.out.push_str("{% else %}");
-                            s.branch(o)?;
-                        }
-                        s.out.push_str("{% endif %}");
-                        Ok(())
-                    })?;
+                    self.plain_if_chain(branches, otherwise.as_deref())?;
                 } else {
                     self.if_chain(branches, otherwise.as_deref())?;
                 }
@@ -497,67 +439,7 @@ impl<'a> Emitter<'a> {
                 pipe,
                 body,
                 otherwise,
-            } => {
-                self.pad(*line);
-                let e = self.pipe_expr(*line, pipe)?;
-                self.depth += 1;
-                let n = self.depth;
-                // Declared variables live until `{{end}}`, the `else` branch included.
-                self.scoped(|s| {
-                    // `$v :=` / `$i, $v :=` declare; with `=` they assign existing variables.
-                    let mut slots = Vec::new();
-                    for v in &pipe.vars {
-                        slots.push(if pipe.assign {
-                            s.lookup(*line, v)?
-                        } else {
-                            s.declare_as(v, true)
-                        });
-                    }
-                    // Go first sets every variable to the ranged value itself (what they hold
-                    // when there is nothing to iterate), then to index and element.
-                    let ranged = match slots.first() {
-                        Some(first) => {
-                            for slot in &slots {
-                                let v = if slot == first {
-                                    e.clone()
-                                } else {
-                                    format!("__v.{first}")
-                                };
-                                s.out.push_str(&format!("{{% set __v.{slot} = {v} %}}"));
-                            }
-                            format!("__v.{first}")
-                        }
-                        None => e.clone(),
-                    };
-                    s.out.push_str(&format!(
-                        "{{% for __k{n}, __d{n} in __range({ranged}, {}) %}}",
-                        slots.len()
-                    ));
-                    match slots.as_slice() {
-                        [] => {}
-                        [v] => s.out.push_str(&format!("{{% set __v.{v} = __d{n} %}}")),
-                        [k, v] => s.out.push_str(&format!(
-                            "{{% set __v.{k} = __k{n} %}}{{% set __v.{v} = __d{n} %}}"
-                        )),
-                        _ => return Err(s.err(*line, "too many declarations in range")),
-                    }
-                    let (saved, saved_in_range) = (s.dot, s.dot_in_range);
-                    s.dot = n;
-                    s.dot_in_range = true;
-                    s.in_range += 1;
-                    let r = s.branch(body);
-                    s.in_range -= 1;
-                    s.dot = saved;
-                    s.dot_in_range = saved_in_range;
-                    r?;
-                    if let Some(o) = otherwise {
-                        s.out.push_str("{% else %}");
-                        s.branch(o)?;
-                    }
-                    s.out.push_str("{% endfor %}");
-                    Ok(())
-                })?;
-            }
+            } => self.range(*line, pipe, body, otherwise.as_deref())?,
             Node::Template { line, name, pipe } => {
                 self.pad(*line);
                 let data = match pipe {
@@ -581,6 +463,151 @@ impl<'a> Emitter<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Literal text, escaped from minijinja where it holds something a delimiter would open.
+    fn text(&mut self, line: usize, text: &str) -> Result<(), HelmError> {
+        self.pad(line);
+        // A `{` at the end would join the `{{`/`{%`/`{#` emitted next into a
+        // delimiter of its own (`{{%`): it is printed as an expression instead.
+        let (text, brace) = match text.strip_suffix('{') {
+            Some(t) => (t, true),
+            None => (text, false),
+        };
+        if text.contains("{{") || text.contains("{%") || text.contains("{#") {
+            if text.contains("{% endraw") || text.contains("{%- endraw") {
+                return Err(self.err(
+                    line,
+                    "unsupported construct: text containing a minijinja endraw tag",
+                ));
+            }
+            self.out.push_str("{% raw %}");
+            self.out.push_str(text);
+            self.out.push_str("{% endraw %}");
+        } else {
+            self.out.push_str(text);
+        }
+        if brace {
+            self.out.push_str("{{ \"{\" }}");
+        }
+        self.line += text.matches('\n').count();
+        Ok(())
+    }
+
+    /// `{{ pipeline }}`: printed, or stored in the variable it declares or assigns.
+    fn action(&mut self, line: usize, pipe: &Pipe) -> Result<(), HelmError> {
+        self.pad(line);
+        let e = self.pipe_expr(line, pipe)?;
+        if pipe.vars.is_empty() {
+            self.out.push_str(&format!("{{{{ {e} }}}}"));
+            return Ok(());
+        }
+        if pipe.vars.len() != 1 {
+            return Err(self.err(line, "too many declarations in command"));
+        }
+        let slot = if pipe.assign && pipe.vars[0].is_empty() {
+            // `$` always exists in Go; assigning it replaces the data for the
+            // rest of the template.
+            self.lookup(line, "").unwrap_or_else(|_| self.declare(""))
+        } else if pipe.assign {
+            self.lookup(line, &pipe.vars[0])?
+        } else {
+            self.declare(&pipe.vars[0])
+        };
+        self.out.push_str(&format!("{{% set __v.{slot} = {e} %}}"));
+        Ok(())
+    }
+
+    /// An `if`/`else if` chain without declarations: minijinja's own `if`/`elif`/`else`.
+    fn plain_if_chain(
+        &mut self,
+        branches: &[(usize, Pipe, Vec<Node>)],
+        otherwise: Option<&[Node]>,
+    ) -> Result<(), HelmError> {
+        self.scoped(|s| {
+            for (i, (l, pipe, body)) in branches.iter().enumerate() {
+                s.pad(*l);
+                let e = s.pipe_expr(*l, pipe)?;
+                let kw = if i == 0 { "if" } else { "elif" };
+                s.out.push_str(&format!("{{% {kw} {e} %}}"));
+                s.branch(body)?;
+            }
+            if let Some(o) = otherwise {
+                s.out.push_str("{% else %}");
+                s.branch(o)?;
+            }
+            s.out.push_str("{% endif %}");
+            Ok(())
+        })
+    }
+
+    /// `range` over the value of `pipe`, with its variables, body and `else` branch.
+    fn range(
+        &mut self,
+        line: usize,
+        pipe: &Pipe,
+        body: &[Node],
+        otherwise: Option<&[Node]>,
+    ) -> Result<(), HelmError> {
+        self.pad(line);
+        let e = self.pipe_expr(line, pipe)?;
+        self.depth += 1;
+        let n = self.depth;
+        // Declared variables live until `{{end}}`, the `else` branch included.
+        self.scoped(|s| {
+            // `$v :=` / `$i, $v :=` declare; with `=` they assign existing variables.
+            let mut slots = Vec::new();
+            for v in &pipe.vars {
+                slots.push(if pipe.assign {
+                    s.lookup(line, v)?
+                } else {
+                    s.declare_as(v, true)
+                });
+            }
+            // Go first sets every variable to the ranged value itself (what they hold
+            // when there is nothing to iterate), then to index and element.
+            let ranged = match slots.first() {
+                Some(first) => {
+                    for slot in &slots {
+                        let v = if slot == first {
+                            e.clone()
+                        } else {
+                            format!("__v.{first}")
+                        };
+                        s.out.push_str(&format!("{{% set __v.{slot} = {v} %}}"));
+                    }
+                    format!("__v.{first}")
+                }
+                None => e.clone(),
+            };
+            s.out.push_str(&format!(
+                "{{% for __k{n}, __d{n} in __range({ranged}, {}) %}}",
+                slots.len()
+            ));
+            match slots.as_slice() {
+                [] => {}
+                [v] => s.out.push_str(&format!("{{% set __v.{v} = __d{n} %}}")),
+                [k, v] => s.out.push_str(&format!(
+                    "{{% set __v.{k} = __k{n} %}}{{% set __v.{v} = __d{n} %}}"
+                )),
+                _ => return Err(s.err(line, "too many declarations in range")),
+            }
+            let (saved, saved_in_range) = (s.dot, s.dot_in_range);
+            s.dot = n;
+            s.dot_in_range = true;
+            s.in_range += 1;
+            let r = s.branch(body);
+            s.in_range -= 1;
+            s.dot = saved;
+            s.dot_in_range = saved_in_range;
+            r?;
+            if let Some(o) = otherwise {
+                s.out.push_str("{% else %}");
+                s.branch(o)?;
+            }
+            s.out.push_str("{% endfor %}");
+            Ok(())
+        })
     }
 
     /// The slot a control head's `$x :=` declares (or `$x =` assigns), holding `value`; the

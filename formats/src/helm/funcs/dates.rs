@@ -205,43 +205,21 @@ pub(super) fn go_time_parse(layout: &str, value: &str) -> Result<GoTime, String>
         "002", "_2", "01", "02", "03", "04", "05", "06", "15", "PM", "pm", "-07", "1", "2", "3",
         "4", "5",
     ];
-    let (mut y, mut mo, mut d) = (1i64, 1u32, 1u32);
-    let (mut h, mut mi, mut se, mut nanos, mut offset) = (0i64, 0i64, 0i64, 0u32, 0i64);
-    let mut pm: Option<bool> = None;
+    let mut t = ParsedTime::default();
     let mut rest = value;
     let mut lay = layout;
-    let digits = |s: &str, min: usize, max: usize| -> Option<(i64, usize)> {
-        let n = s.bytes().take(max).take_while(u8::is_ascii_digit).count();
-        (n >= min).then(|| s[..n].parse().ok().map(|v| (v, n)))?
-    };
-    let names = |s: &str, list: &[&str], short: bool| -> Option<(usize, usize)> {
-        list.iter().enumerate().find_map(|(i, name)| {
-            let name = if short { &name[..3] } else { name };
-            s.get(..name.len())
-                .filter(|p| p.eq_ignore_ascii_case(name))
-                .map(|_| (i, name.len()))
-        })
-    };
     while !lay.is_empty() {
         if [".000", ".999", ",000", ",999"]
             .iter()
             .any(|f| lay.starts_with(f))
         {
-            // Fractional seconds of any length: skip the layout's digits, read the value's.
-            let n = 1 + lay[1..]
-                .bytes()
-                .take_while(|b| *b == b'0' || *b == b'9')
-                .count();
-            lay = &lay[n..];
-            if let Some(r) = rest.strip_prefix(['.', ',']) {
-                let n = r.bytes().take_while(u8::is_ascii_digit).count();
-                let frac = format!("{:0<9}", &r[..n.min(9)]);
-                nanos = frac.parse().unwrap_or(0);
-                rest = &r[n..];
-            }
+            let (lay_adv, rest_adv) = fraction_element(lay, rest, &mut t);
+            lay = &lay[lay_adv..];
+            rest = &rest[rest_adv..];
             continue;
         }
         let Some(tok) = tokens.iter().find(|tk| lay.starts_with(**tk)) else {
+            // Anything else in the layout is a literal the value must repeat.
             let c = lay.chars().next().unwrap_or(' ');
             if !rest.starts_with(c) {
                 return Err(fail(&lay[..c.len_utf8()], rest));
@@ -250,138 +228,20 @@ pub(super) fn go_time_parse(layout: &str, value: &str) -> Result<GoTime, String>
             rest = &rest[c.len_utf8()..];
             continue;
         };
-        let adv: usize;
-        match *tok {
-            "2006" => {
-                let (v, n) = digits(rest, 4, 4).ok_or_else(|| fail(tok, rest))?;
-                y = v;
-                adv = n;
-            }
-            "06" => {
-                let (v, n) = digits(rest, 2, 2).ok_or_else(|| fail(tok, rest))?;
-                y = if v >= 69 { 1900 + v } else { 2000 + v };
-                adv = n;
-            }
-            "01" | "1" => {
-                let (v, n) = digits(rest, if *tok == "01" { 2 } else { 1 }, 2)
-                    .filter(|(v, _)| (1..=12).contains(v))
-                    .ok_or_else(|| fail(tok, rest))?;
-                mo = v as u32;
-                adv = n;
-            }
-            "Jan" | "January" => {
-                let (i, n) = names(rest, &MONTHS, *tok == "Jan").ok_or_else(|| fail(tok, rest))?;
-                mo = i as u32 + 1;
-                adv = n;
-            }
-            "Mon" | "Monday" => {
-                let (_, n) = names(rest, &DAYS, *tok == "Mon").ok_or_else(|| fail(tok, rest))?;
-                adv = n;
-            }
-            "02" | "2" | "_2" => {
-                let r = if *tok == "_2" {
-                    rest.strip_prefix(' ').unwrap_or(rest)
-                } else {
-                    rest
-                };
-                let skipped = rest.len() - r.len();
-                let (v, n) = digits(r, if *tok == "02" { 2 } else { 1 }, 2)
-                    .filter(|(v, _)| (1..=31).contains(v))
-                    .ok_or_else(|| fail(tok, rest))?;
-                d = v as u32;
-                adv = skipped + n;
-            }
+        let adv = match *tok {
+            "2006" | "06" | "01" | "1" | "Jan" | "January" | "Mon" | "Monday" | "02" | "2"
+            | "_2" => date_element(tok, rest, &mut t),
             "002" => {
                 return Err(format!(
                     "unsupported construct: toDate layout element {tok:?}"
                 ))
             }
-            "15" | "03" | "3" => {
-                let (v, n) = digits(rest, 1, 2)
-                    .filter(|(v, _)| {
-                        if *tok == "15" {
-                            *v < 24
-                        } else {
-                            (1..=12).contains(v)
-                        }
-                    })
-                    .ok_or_else(|| fail(tok, rest))?;
-                h = v;
-                adv = n;
+            "15" | "03" | "3" | "04" | "4" | "05" | "5" | "PM" | "pm" => {
+                clock_element(tok, rest, &lay[tok.len()..], &mut t)
             }
-            "04" | "4" | "05" | "5" => {
-                let (v, n) = digits(rest, if tok.len() == 2 { 2 } else { 1 }, 2)
-                    .filter(|(v, _)| *v < 60)
-                    .ok_or_else(|| fail(tok, rest))?;
-                if tok.ends_with('4') {
-                    mi = v;
-                } else {
-                    se = v;
-                    // Go reads a fraction after the seconds even without one in the layout.
-                    if !lay[tok.len()..].starts_with(['.', ',']) {
-                        if let Some(r) = rest[n..].strip_prefix('.') {
-                            let k = r.bytes().take_while(u8::is_ascii_digit).count();
-                            if k > 0 {
-                                nanos = format!("{:0<9}", &r[..k.min(9)]).parse().unwrap_or(0);
-                                rest = &r[k..];
-                                lay = &lay[tok.len()..];
-                                continue;
-                            }
-                        }
-                    }
-                }
-                adv = n;
-            }
-            "PM" | "pm" => {
-                let p = rest.get(..2).map(str::to_ascii_uppercase);
-                pm = match p.as_deref() {
-                    Some("PM") => Some(true),
-                    Some("AM") => Some(false),
-                    _ => return Err(fail(tok, rest)),
-                };
-                adv = 2;
-            }
-            "MST" => {
-                let n = rest.bytes().take_while(u8::is_ascii_uppercase).count();
-                if n < 3 {
-                    return Err(fail(tok, rest));
-                }
-                adv = n;
-            }
-            zone => {
-                // Z07:00, Z0700, -07:00, -0700, -07.
-                if zone.starts_with('Z') && rest.starts_with('Z') {
-                    adv = 1;
-                } else {
-                    let sign = match rest.as_bytes().first() {
-                        Some(b'+') => 1,
-                        Some(b'-') => -1,
-                        _ => return Err(fail(tok, rest)),
-                    };
-                    let body = &rest[1..];
-                    let (hh, mm, n) = if zone.ends_with("07:00") {
-                        let ok = body.len() >= 5 && body.as_bytes()[2] == b':';
-                        if !ok {
-                            return Err(fail(tok, rest));
-                        }
-                        (digits(body, 2, 2), digits(&body[3..], 2, 2), 5)
-                    } else if zone.ends_with("0700") {
-                        (
-                            digits(body, 2, 2),
-                            body.get(2..).and_then(|b| digits(b, 2, 2)),
-                            4,
-                        )
-                    } else {
-                        (digits(body, 2, 2), Some((0, 0)), 2)
-                    };
-                    let (Some((hh, _)), Some((mm, _))) = (hh, mm) else {
-                        return Err(fail(tok, rest));
-                    };
-                    offset = sign * (hh * 3600 + mm * 60);
-                    adv = 1 + n;
-                }
-            }
+            _ => zone_element(tok, rest, &mut t),
         }
+        .ok_or_else(|| fail(tok, rest))?;
         rest = &rest[adv..];
         lay = &lay[tok.len()..];
     }
@@ -390,15 +250,228 @@ pub(super) fn go_time_parse(layout: &str, value: &str) -> Result<GoTime, String>
             "parsing time {value:?} as {layout:?}: extra text: {rest:?}"
         ));
     }
-    match pm {
-        Some(true) if h < 12 => h += 12,
-        Some(false) if h == 12 => h = 0,
-        _ => {}
+    Ok(t.into_time())
+}
+
+/// The fields a layout's elements set while `go_time_parse` reads a value (Go's defaults
+/// for the rest: January 1 of year 1, midnight, UTC).
+struct ParsedTime {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: i64,
+    minute: i64,
+    second: i64,
+    nanos: u32,
+    /// Seconds east of UTC.
+    offset: i64,
+    /// `Some(true)` for PM, `Some(false)` for AM, `None` without a `PM` element.
+    pm: Option<bool>,
+}
+
+impl Default for ParsedTime {
+    fn default() -> Self {
+        ParsedTime {
+            year: 1,
+            month: 1,
+            day: 1,
+            hour: 0,
+            minute: 0,
+            second: 0,
+            nanos: 0,
+            offset: 0,
+            pm: None,
+        }
     }
-    let days = days_from_civil(y, mo, d);
-    Ok(GoTime {
-        secs: days * 86_400 + h * 3600 + mi * 60 + se - offset,
-        nanos,
+}
+
+impl ParsedTime {
+    /// The instant the fields name, with a 12-hour clock's AM/PM applied.
+    fn into_time(self) -> GoTime {
+        let mut h = self.hour;
+        match self.pm {
+            Some(true) if h < 12 => h += 12,
+            Some(false) if h == 12 => h = 0,
+            _ => {}
+        }
+        let days = days_from_civil(self.year, self.month, self.day);
+        GoTime {
+            secs: days * 86_400 + h * 3600 + self.minute * 60 + self.second - self.offset,
+            nanos: self.nanos,
+        }
+    }
+}
+
+/// A fractional-seconds layout element (`.000`, `,999`, ...) of any length: skips the
+/// layout's digits and reads the value's, if any. Returns how far the layout and the value
+/// advance.
+fn fraction_element(lay: &str, rest: &str, t: &mut ParsedTime) -> (usize, usize) {
+    let lay_adv = 1 + lay[1..]
+        .bytes()
+        .take_while(|b| *b == b'0' || *b == b'9')
+        .count();
+    let mut rest_adv = 0;
+    if let Some(r) = rest.strip_prefix(['.', ',']) {
+        let n = r.bytes().take_while(u8::is_ascii_digit).count();
+        let frac = format!("{:0<9}", &r[..n.min(9)]);
+        t.nanos = frac.parse().unwrap_or(0);
+        rest_adv = 1 + n;
+    }
+    (lay_adv, rest_adv)
+}
+
+/// A date layout element (year, month, weekday, day of month): the bytes of `rest` it
+/// reads, or `None` when `rest` does not match it.
+fn date_element(tok: &str, rest: &str, t: &mut ParsedTime) -> Option<usize> {
+    match tok {
+        "2006" => {
+            let (v, n) = leading_number(rest, 4, 4)?;
+            t.year = v;
+            Some(n)
+        }
+        "06" => {
+            let (v, n) = leading_number(rest, 2, 2)?;
+            t.year = if v >= 69 { 1900 + v } else { 2000 + v };
+            Some(n)
+        }
+        "01" | "1" => {
+            let (v, n) = leading_number(rest, if tok == "01" { 2 } else { 1 }, 2)
+                .filter(|(v, _)| (1..=12).contains(v))?;
+            t.month = v as u32;
+            Some(n)
+        }
+        "Jan" | "January" => {
+            let (i, n) = leading_name(rest, &MONTHS, tok == "Jan")?;
+            t.month = i as u32 + 1;
+            Some(n)
+        }
+        "Mon" | "Monday" => {
+            // The weekday is checked for a name only: the date decides the day.
+            let (_, n) = leading_name(rest, &DAYS, tok == "Mon")?;
+            Some(n)
+        }
+        "02" | "2" | "_2" => {
+            let r = if tok == "_2" {
+                rest.strip_prefix(' ').unwrap_or(rest)
+            } else {
+                rest
+            };
+            let skipped = rest.len() - r.len();
+            let (v, n) = leading_number(r, if tok == "02" { 2 } else { 1 }, 2)
+                .filter(|(v, _)| (1..=31).contains(v))?;
+            t.day = v as u32;
+            Some(skipped + n)
+        }
+        // `go_time_parse` sends only the date elements above here.
+        _ => None,
+    }
+}
+
+/// A clock layout element (hour, minute, second, AM/PM): the bytes of `rest` it reads, or
+/// `None` when `rest` does not match it. `lay_after` is the layout after the element.
+fn clock_element(tok: &str, rest: &str, lay_after: &str, t: &mut ParsedTime) -> Option<usize> {
+    match tok {
+        "15" | "03" | "3" => {
+            let (v, n) = leading_number(rest, 1, 2).filter(|(v, _)| {
+                if tok == "15" {
+                    *v < 24
+                } else {
+                    (1..=12).contains(v)
+                }
+            })?;
+            t.hour = v;
+            Some(n)
+        }
+        "04" | "4" | "05" | "5" => {
+            let (v, n) = leading_number(rest, if tok.len() == 2 { 2 } else { 1 }, 2)
+                .filter(|(v, _)| *v < 60)?;
+            if tok.ends_with('4') {
+                t.minute = v;
+                return Some(n);
+            }
+            t.second = v;
+            // Go reads a fraction after the seconds even without one in the layout.
+            if !lay_after.starts_with(['.', ',']) {
+                if let Some(r) = rest[n..].strip_prefix('.') {
+                    let k = r.bytes().take_while(u8::is_ascii_digit).count();
+                    if k > 0 {
+                        t.nanos = format!("{:0<9}", &r[..k.min(9)]).parse().unwrap_or(0);
+                        return Some(n + 1 + k);
+                    }
+                }
+            }
+            Some(n)
+        }
+        "PM" | "pm" => {
+            let p = rest.get(..2).map(str::to_ascii_uppercase);
+            t.pm = match p.as_deref() {
+                Some("PM") => Some(true),
+                Some("AM") => Some(false),
+                _ => return None,
+            };
+            Some(2)
+        }
+        // `go_time_parse` sends only the clock elements above here.
+        _ => None,
+    }
+}
+
+/// A zone layout element (`MST`, `Z07:00`, `Z0700`, `-07:00`, `-0700`, `-07`): the bytes of
+/// `rest` it reads, or `None` when `rest` does not match it.
+fn zone_element(tok: &str, rest: &str, t: &mut ParsedTime) -> Option<usize> {
+    if tok == "MST" {
+        let n = rest.bytes().take_while(u8::is_ascii_uppercase).count();
+        return (n >= 3).then_some(n);
+    }
+    if tok.starts_with('Z') && rest.starts_with('Z') {
+        return Some(1);
+    }
+    let sign = match rest.as_bytes().first() {
+        Some(b'+') => 1,
+        Some(b'-') => -1,
+        _ => return None,
+    };
+    let body = &rest[1..];
+    let (hh, mm, n) = if tok.ends_with("07:00") {
+        let ok = body.len() >= 5 && body.as_bytes()[2] == b':';
+        if !ok {
+            return None;
+        }
+        (
+            leading_number(body, 2, 2),
+            leading_number(&body[3..], 2, 2),
+            5,
+        )
+    } else if tok.ends_with("0700") {
+        (
+            leading_number(body, 2, 2),
+            body.get(2..).and_then(|b| leading_number(b, 2, 2)),
+            4,
+        )
+    } else {
+        (leading_number(body, 2, 2), Some((0, 0)), 2)
+    };
+    let (Some((hh, _)), Some((mm, _))) = (hh, mm) else {
+        return None;
+    };
+    t.offset = sign * (hh * 3600 + mm * 60);
+    Some(1 + n)
+}
+
+/// The number `s` starts with, of `min` to `max` digits, and its length in bytes.
+fn leading_number(s: &str, min: usize, max: usize) -> Option<(i64, usize)> {
+    let n = s.bytes().take(max).take_while(u8::is_ascii_digit).count();
+    (n >= min).then(|| s[..n].parse().ok().map(|v| (v, n)))?
+}
+
+/// The index in `list` of the name `s` starts with (any case; its first three letters when
+/// `short`), and the name's length in bytes.
+fn leading_name(s: &str, list: &[&str], short: bool) -> Option<(usize, usize)> {
+    list.iter().enumerate().find_map(|(i, name)| {
+        let name = if short { &name[..3] } else { name };
+        s.get(..name.len())
+            .filter(|p| p.eq_ignore_ascii_case(name))
+            .map(|_| (i, name.len()))
     })
 }
 

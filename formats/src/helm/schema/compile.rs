@@ -314,7 +314,9 @@ pub(super) enum Additional {
 }
 
 /// `items` before 2020-12: one schema for all, or one per position.
+#[derive(Default)]
 pub(super) enum Items {
+    #[default]
     None,
     All(usize),
     Tuple(Vec<usize>),
@@ -326,6 +328,7 @@ pub(super) enum Dependency {
 }
 
 /// One compiled schema object (helm's `Schema`), keywords filtered by its draft.
+#[derive(Default)]
 pub(super) struct Keywords {
     pub(super) r#ref: Option<usize>,
     pub(super) recursive_ref: Option<usize>,
@@ -550,76 +553,14 @@ impl Compiler<'_, '_> {
         }
     }
 
+    /// Compiles one schema object's keywords, only those its draft `d` knows.
     pub(super) fn keywords(
         &mut self,
         o: &Map<String, Json>,
         ptr: &str,
         d: Draft,
     ) -> Result<Keywords, String> {
-        let num = |k: &str| o.get(k).and_then(|v| v.as_f64());
-        let int = |k: &str| {
-            o.get(k)
-                .and_then(|v| v.as_f64())
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                .map(|f| f as usize)
-        };
-        let strings = |v: Option<&Json>| -> Vec<String> {
-            v.and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let mut k = Keywords {
-            r#ref: None,
-            recursive_ref: None,
-            recursive_anchor: false,
-            dynamic_ref: None,
-            dynamic_anchor: None,
-            types: Vec::new(),
-            r#const: None,
-            r#enum: None,
-            format: None,
-            all_of: Vec::new(),
-            any_of: Vec::new(),
-            one_of: Vec::new(),
-            not: None,
-            items: Items::None,
-            additional_items: None,
-            prefix_items: Vec::new(),
-            items2020: None,
-            properties: Vec::new(),
-            pattern_properties: Vec::new(),
-            additional_properties: None,
-            dependencies: Vec::new(),
-            property_names: None,
-            contains: None,
-            min_contains: None,
-            max_contains: None,
-            r#if: None,
-            then: None,
-            r#else: None,
-            dependent_schemas: Vec::new(),
-            dependent_required: Vec::new(),
-            unevaluated_properties: None,
-            unevaluated_items: None,
-            minimum: None,
-            maximum: None,
-            exclusive_minimum: None,
-            exclusive_maximum: None,
-            multiple_of: None,
-            min_length: None,
-            max_length: None,
-            pattern: None,
-            min_items: None,
-            max_items: None,
-            unique_items: false,
-            min_properties: None,
-            max_properties: None,
-            required: Vec::new(),
-        };
+        let mut k = Keywords::default();
         if let Some(Json::String(r)) = o.get("$ref") {
             k.r#ref = Some(self.reference(ptr, r)?);
             if d < Draft::D2019 {
@@ -627,7 +568,27 @@ impl Compiler<'_, '_> {
                 return Ok(k);
             }
         }
-        // Applicators.
+        // The order below is the order subschemas are enqueued in, which numbers the nodes.
+        self.applicators(&mut k, o, ptr, d)?;
+        assertions(&mut k, o, ptr, d)?;
+        self.draft6_7_keywords(&mut k, o, ptr, d);
+        if d >= Draft::D2019 {
+            self.draft2019_keywords(&mut k, o, ptr)?;
+        }
+        if d >= Draft::D2020 {
+            self.draft2020_keywords(&mut k, o, ptr)?;
+        }
+        Ok(k)
+    }
+
+    /// The applicators every draft knows: combinators, `items`, properties, dependencies.
+    fn applicators(
+        &mut self,
+        k: &mut Keywords,
+        o: &Map<String, Json>,
+        ptr: &str,
+        d: Draft,
+    ) -> Result<(), String> {
         k.all_of = self.arr(ptr, "allOf", o);
         k.any_of = self.arr(ptr, "anyOf", o);
         k.one_of = self.arr(ptr, "oneOf", o);
@@ -653,7 +614,7 @@ impl Compiler<'_, '_> {
         if let Some(Json::Object(deps)) = o.get("dependencies") {
             for (name, dep) in deps {
                 let dep = match dep {
-                    Json::Array(_) => Dependency::Required(strings(Some(dep))),
+                    Json::Array(_) => Dependency::Required(string_list(Some(dep))),
                     _ => Dependency::Schema(
                         self.enqueue(&format!("{ptr}/dependencies/{}", escape(name))),
                     ),
@@ -661,45 +622,11 @@ impl Compiler<'_, '_> {
                 k.dependencies.push((name.clone(), dep));
             }
         }
-        // Validation.
-        k.types = match o.get("type") {
-            Some(Json::String(t)) => type_list(std::slice::from_ref(&Json::String(t.clone()))),
-            Some(Json::Array(a)) => type_list(a),
-            _ => Vec::new(),
-        };
-        if let Some(Json::Array(a)) = o.get("enum") {
-            k.r#enum = Some(a.clone());
-        }
-        k.multiple_of = num("multipleOf");
-        k.maximum = num("maximum");
-        if o.get("exclusiveMaximum") == Some(&Json::Bool(true)) {
-            k.exclusive_maximum = k.maximum.take();
-        } else {
-            k.exclusive_maximum = num("exclusiveMaximum");
-        }
-        k.minimum = num("minimum");
-        if o.get("exclusiveMinimum") == Some(&Json::Bool(true)) {
-            k.exclusive_minimum = k.minimum.take();
-        } else {
-            k.exclusive_minimum = num("exclusiveMinimum");
-        }
-        k.min_length = int("minLength");
-        k.max_length = int("maxLength");
-        if let Some(Json::String(p)) = o.get("pattern") {
-            k.pattern = Some(Regex::new(p).map_err(|e| {
-                format!("invalid regex {p:?} at \"{ROOT_URL}#{ptr}/pattern\": {e}")
-            })?);
-        }
-        k.min_items = int("minItems");
-        k.max_items = int("maxItems");
-        k.unique_items = o.get("uniqueItems") == Some(&Json::Bool(true));
-        k.max_properties = int("maxProperties");
-        k.min_properties = int("minProperties");
-        k.required = strings(o.get("required"));
-        if d < Draft::D2019 {
-            // helm asserts formats for drafts before 2019-09 only.
-            k.format = o.get("format").and_then(|f| f.as_str()).map(str::to_string);
-        }
+        Ok(())
+    }
+
+    /// The keywords drafts 6 and 7 added: `contains`, `propertyNames`, `const`, `if`/`then`/`else`.
+    fn draft6_7_keywords(&mut self, k: &mut Keywords, o: &Map<String, Json>, ptr: &str, d: Draft) {
         if d >= Draft::D6 {
             k.contains = self.sub(ptr, "contains", o);
             k.property_names = self.sub(ptr, "propertyNames", o);
@@ -708,6 +635,7 @@ impl Compiler<'_, '_> {
         if d >= Draft::D7 {
             k.r#if = self.sub(ptr, "if", o);
             if k.r#if.is_some() {
+                // A boolean `if` makes one branch unreachable: it is not compiled.
                 let b = o.get("if").and_then(|v| v.as_bool());
                 if b != Some(false) {
                     k.then = self.sub(ptr, "then", o);
@@ -717,46 +645,131 @@ impl Compiler<'_, '_> {
                 }
             }
         }
-        if d >= Draft::D2019 {
-            if let Some(Json::String(r)) = o.get("$recursiveRef") {
-                k.recursive_ref = Some(self.reference(ptr, r)?);
-            }
-            k.recursive_anchor = o.get("$recursiveAnchor") == Some(&Json::Bool(true));
-            if k.contains.is_some() {
-                k.min_contains = int("minContains");
-                k.max_contains = int("maxContains");
-            }
-            if let Some(Json::Object(m)) = o.get("dependentRequired") {
-                for (name, req) in m {
-                    if req.is_array() {
-                        k.dependent_required
-                            .push((name.clone(), strings(Some(req))));
-                    }
+    }
+
+    /// The keywords 2019-09 added: recursive references, `*Contains`, `dependent*`,
+    /// `unevaluated*`.
+    fn draft2019_keywords(
+        &mut self,
+        k: &mut Keywords,
+        o: &Map<String, Json>,
+        ptr: &str,
+    ) -> Result<(), String> {
+        if let Some(Json::String(r)) = o.get("$recursiveRef") {
+            k.recursive_ref = Some(self.reference(ptr, r)?);
+        }
+        k.recursive_anchor = o.get("$recursiveAnchor") == Some(&Json::Bool(true));
+        if k.contains.is_some() {
+            k.min_contains = count(o, "minContains");
+            k.max_contains = count(o, "maxContains");
+        }
+        if let Some(Json::Object(m)) = o.get("dependentRequired") {
+            for (name, req) in m {
+                if req.is_array() {
+                    k.dependent_required
+                        .push((name.clone(), string_list(Some(req))));
                 }
             }
-            k.dependent_schemas = self.map(ptr, "dependentSchemas", o);
-            k.unevaluated_items = self.sub(ptr, "unevaluatedItems", o);
-            k.unevaluated_properties = self.sub(ptr, "unevaluatedProperties", o);
-            if k.unevaluated_items.is_some() || k.unevaluated_properties.is_some() {
-                self.needs_eval = true;
-            }
         }
-        if d >= Draft::D2020 {
-            if let Some(Json::String(r)) = o.get("$dynamicRef") {
-                let target = self.reference(ptr, r)?;
-                let frag = percent_decode(split_fragment(r).1);
-                let anchor = (!frag.is_empty() && !frag.starts_with('/')).then_some(frag);
-                k.dynamic_ref = Some((target, anchor));
-            }
-            k.dynamic_anchor = o
-                .get("$dynamicAnchor")
-                .and_then(|a| a.as_str())
-                .map(str::to_string);
-            k.prefix_items = self.arr(ptr, "prefixItems", o);
-            k.items2020 = self.sub(ptr, "items", o);
+        k.dependent_schemas = self.map(ptr, "dependentSchemas", o);
+        k.unevaluated_items = self.sub(ptr, "unevaluatedItems", o);
+        k.unevaluated_properties = self.sub(ptr, "unevaluatedProperties", o);
+        if k.unevaluated_items.is_some() || k.unevaluated_properties.is_some() {
+            self.needs_eval = true;
         }
-        Ok(k)
+        Ok(())
     }
+
+    /// The keywords 2020-12 added: dynamic references, `prefixItems` and its `items`.
+    fn draft2020_keywords(
+        &mut self,
+        k: &mut Keywords,
+        o: &Map<String, Json>,
+        ptr: &str,
+    ) -> Result<(), String> {
+        if let Some(Json::String(r)) = o.get("$dynamicRef") {
+            let target = self.reference(ptr, r)?;
+            let frag = percent_decode(split_fragment(r).1);
+            let anchor = (!frag.is_empty() && !frag.starts_with('/')).then_some(frag);
+            k.dynamic_ref = Some((target, anchor));
+        }
+        k.dynamic_anchor = o
+            .get("$dynamicAnchor")
+            .and_then(|a| a.as_str())
+            .map(str::to_string);
+        k.prefix_items = self.arr(ptr, "prefixItems", o);
+        k.items2020 = self.sub(ptr, "items", o);
+        Ok(())
+    }
+}
+
+/// The assertions (no subschemas): type, enum, numeric, string, array and object bounds, format.
+fn assertions(k: &mut Keywords, o: &Map<String, Json>, ptr: &str, d: Draft) -> Result<(), String> {
+    k.types = match o.get("type") {
+        Some(Json::String(t)) => type_list(std::slice::from_ref(&Json::String(t.clone()))),
+        Some(Json::Array(a)) => type_list(a),
+        _ => Vec::new(),
+    };
+    if let Some(Json::Array(a)) = o.get("enum") {
+        k.r#enum = Some(a.clone());
+    }
+    k.multiple_of = number(o, "multipleOf");
+    k.maximum = number(o, "maximum");
+    // Draft 4's boolean `exclusiveMaximum` turns `maximum` exclusive.
+    if o.get("exclusiveMaximum") == Some(&Json::Bool(true)) {
+        k.exclusive_maximum = k.maximum.take();
+    } else {
+        k.exclusive_maximum = number(o, "exclusiveMaximum");
+    }
+    k.minimum = number(o, "minimum");
+    if o.get("exclusiveMinimum") == Some(&Json::Bool(true)) {
+        k.exclusive_minimum = k.minimum.take();
+    } else {
+        k.exclusive_minimum = number(o, "exclusiveMinimum");
+    }
+    k.min_length = count(o, "minLength");
+    k.max_length = count(o, "maxLength");
+    if let Some(Json::String(p)) = o.get("pattern") {
+        k.pattern =
+            Some(Regex::new(p).map_err(|e| {
+                format!("invalid regex {p:?} at \"{ROOT_URL}#{ptr}/pattern\": {e}")
+            })?);
+    }
+    k.min_items = count(o, "minItems");
+    k.max_items = count(o, "maxItems");
+    k.unique_items = o.get("uniqueItems") == Some(&Json::Bool(true));
+    k.max_properties = count(o, "maxProperties");
+    k.min_properties = count(o, "minProperties");
+    k.required = string_list(o.get("required"));
+    if d < Draft::D2019 {
+        // helm asserts formats for drafts before 2019-09 only.
+        k.format = o.get("format").and_then(|f| f.as_str()).map(str::to_string);
+    }
+    Ok(())
+}
+
+/// Keyword `kw` as a number, if it is one.
+fn number(o: &Map<String, Json>, kw: &str) -> Option<f64> {
+    o.get(kw).and_then(|v| v.as_f64())
+}
+
+/// Keyword `kw` as a count: a non-negative whole number (other values are ignored).
+fn count(o: &Map<String, Json>, kw: &str) -> Option<usize> {
+    o.get(kw)
+        .and_then(|v| v.as_f64())
+        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+        .map(|f| f as usize)
+}
+
+/// The strings of an array keyword (other items are skipped; a missing keyword gives none).
+fn string_list(v: Option<&Json>) -> Vec<String> {
+    v.and_then(|v| v.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Type names in helm's order (its bit set's order), unknown names dropped.

@@ -420,6 +420,7 @@ impl Validator<'_> {
         }
     }
 
+    /// The object keywords on object `m`, those of its draft `d`, in helm's order.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn object(
         &self,
@@ -432,6 +433,34 @@ impl Validator<'_> {
         errors: &mut Vec<VErr>,
         eval: &mut Eval,
     ) {
+        self.property_counts(k, m, at, errors);
+        if bool_only && !errors.is_empty() {
+            return;
+        }
+        self.dependencies(k, m, at, scope, errors, eval);
+        if !self.members(k, m, at, scope, bool_only, errors, eval) {
+            return;
+        }
+        if d == Draft::D4 {
+            return;
+        }
+        if let Some(pn) = k.property_names {
+            self.property_names(pn, m, bool_only, errors);
+        }
+        if d == Draft::D6 {
+            return;
+        }
+        self.dependent_keywords(k, m, at, scope, errors, eval);
+    }
+
+    /// `minProperties`, `maxProperties` and `required`.
+    fn property_counts(
+        &self,
+        k: &Keywords,
+        m: &Map<String, Json>,
+        at: &[String],
+        errors: &mut Vec<VErr>,
+    ) {
         if let Some(min) = k.min_properties {
             if m.len() < min {
                 errors.push(self.err(at, format!("minProperties: got {}, want {min}", m.len())));
@@ -442,13 +471,7 @@ impl Validator<'_> {
                 errors.push(self.err(at, format!("maxProperties: got {}, want {max}", m.len())));
             }
         }
-        let missing = |req: &[String]| -> Vec<String> {
-            req.iter()
-                .filter(|r| !m.contains_key(r.as_str()))
-                .cloned()
-                .collect()
-        };
-        let miss = missing(&k.required);
+        let miss = missing(m, &k.required);
         if !miss.is_empty() {
             let msg = if miss.len() == 1 {
                 format!("missing property {}", quote(&miss[0]))
@@ -457,39 +480,48 @@ impl Validator<'_> {
             };
             errors.push(self.err(at, msg));
         }
-        if bool_only && !errors.is_empty() {
-            return;
-        }
+    }
+
+    /// `dependencies` (drafts before 2019-09): required names or a schema for the whole
+    /// object, for each present member it names.
+    fn dependencies(
+        &self,
+        k: &Keywords,
+        m: &Map<String, Json>,
+        at: &mut Vec<String>,
+        scope: &Scope,
+        errors: &mut Vec<VErr>,
+        eval: &mut Eval,
+    ) {
         for (name, dep) in &k.dependencies {
             if !m.contains_key(name) {
                 continue;
             }
             match dep {
-                Dependency::Required(req) => {
-                    let miss = missing(req);
-                    if !miss.is_empty() {
-                        errors.push(self.err(
-                            at,
-                            format!(
-                                "properties {} required, if {} exists",
-                                join_quoted(&miss),
-                                quote(name)
-                            ),
-                        ));
-                    }
-                }
-                Dependency::Schema(s) => {
-                    match self.validate_self(*s, &Json::Object(m.clone()), at, scope, "", false) {
-                        Ok(e) => eval.merge(e),
-                        Err(e) => errors.push(e),
-                    }
-                }
+                Dependency::Required(req) => self.required_with(m, name, req, at, errors),
+                Dependency::Schema(s) => self.whole_object(*s, m, at, scope, errors, eval),
             }
         }
+    }
+
+    /// `properties`, `patternProperties` and `additionalProperties` on each member. Returns
+    /// false when a boolean-only validation stopped at an error before the last member (the
+    /// caller then checks nothing more).
+    #[allow(clippy::too_many_arguments)]
+    fn members(
+        &self,
+        k: &Keywords,
+        m: &Map<String, Json>,
+        at: &mut Vec<String>,
+        scope: &Scope,
+        bool_only: bool,
+        errors: &mut Vec<VErr>,
+        eval: &mut Eval,
+    ) -> bool {
         let mut additional = Vec::new();
         for (name, pv) in m {
             if bool_only && !errors.is_empty() {
-                return;
+                return false;
             }
             let mut evaluated = false;
             for (p, s) in &k.properties {
@@ -539,63 +571,104 @@ impl Validator<'_> {
                 ),
             ));
         }
-        if d == Draft::D4 {
-            return;
-        }
-        if let Some(pn) = k.property_names {
-            for name in m.keys() {
-                // helm validates each name as a document of its own: paths start at ''.
-                let sc = Scope {
-                    node: pn,
-                    kw: "",
-                    vid: 0,
-                    parent: None,
+        true
+    }
+
+    /// `propertyNames` (draft 6 on): schema `pn` on each member's name.
+    fn property_names(
+        &self,
+        pn: usize,
+        m: &Map<String, Json>,
+        bool_only: bool,
+        errors: &mut Vec<VErr>,
+    ) {
+        for name in m.keys() {
+            // helm validates each name as a document of its own: paths start at ''.
+            let sc = Scope {
+                node: pn,
+                kw: "",
+                vid: 0,
+                parent: None,
+            };
+            if let Err(e) = self.validate(
+                pn,
+                &Json::String(name.clone()),
+                &mut Vec::new(),
+                &sc,
+                bool_only,
+            ) {
+                let causes = if matches!(e.kind, Kind::Group) {
+                    e.causes
+                } else {
+                    vec![e]
                 };
-                if let Err(e) = self.validate(
-                    pn,
-                    &Json::String(name.clone()),
-                    &mut Vec::new(),
-                    &sc,
-                    bool_only,
-                ) {
-                    let causes = if matches!(e.kind, Kind::Group) {
-                        e.causes
-                    } else {
-                        vec![e]
-                    };
-                    errors.push(VErr {
-                        at: Vec::new(),
-                        kind: Kind::Msg(format!("invalid propertyName {}", quote(name))),
-                        causes,
-                    });
-                }
+                errors.push(VErr {
+                    at: Vec::new(),
+                    kind: Kind::Msg(format!("invalid propertyName {}", quote(name))),
+                    causes,
+                });
             }
         }
-        if d == Draft::D6 {
-            return;
-        }
+    }
+
+    /// `dependentSchemas` and `dependentRequired` (2019-09 on), for each present member they
+    /// name.
+    fn dependent_keywords(
+        &self,
+        k: &Keywords,
+        m: &Map<String, Json>,
+        at: &mut Vec<String>,
+        scope: &Scope,
+        errors: &mut Vec<VErr>,
+        eval: &mut Eval,
+    ) {
         for (name, s) in &k.dependent_schemas {
             if m.contains_key(name) {
-                match self.validate_self(*s, &Json::Object(m.clone()), at, scope, "", false) {
-                    Ok(e) => eval.merge(e),
-                    Err(e) => errors.push(e),
-                }
+                self.whole_object(*s, m, at, scope, errors, eval);
             }
         }
         for (name, req) in &k.dependent_required {
             if m.contains_key(name) {
-                let miss = missing(req);
-                if !miss.is_empty() {
-                    errors.push(self.err(
-                        at,
-                        format!(
-                            "properties {} required, if {} exists",
-                            join_quoted(&miss),
-                            quote(name)
-                        ),
-                    ));
-                }
+                self.required_with(m, name, req, at, errors);
             }
+        }
+    }
+
+    /// Schema `s` on the whole object `m` (a dependency's schema), at the object's own path.
+    fn whole_object(
+        &self,
+        s: usize,
+        m: &Map<String, Json>,
+        at: &mut Vec<String>,
+        scope: &Scope,
+        errors: &mut Vec<VErr>,
+        eval: &mut Eval,
+    ) {
+        match self.validate_self(s, &Json::Object(m.clone()), at, scope, "", false) {
+            Ok(e) => eval.merge(e),
+            Err(e) => errors.push(e),
+        }
+    }
+
+    /// The names in `req` missing from `m`, required because member `name` is present.
+    fn required_with(
+        &self,
+        m: &Map<String, Json>,
+        name: &str,
+        req: &[String],
+        at: &[String],
+        errors: &mut Vec<VErr>,
+    ) {
+        let miss = missing(m, req);
+        if !miss.is_empty() {
+            errors.push(self.err(
+                at,
+                format!(
+                    "properties {} required, if {} exists",
+                    join_quoted(&miss),
+                    quote(name)
+                ),
+            ));
         }
     }
 
@@ -992,6 +1065,14 @@ impl Validator<'_> {
             eval.items.extend(0..a.len());
         }
     }
+}
+
+/// The names in `req` that are not members of `m`, in `req`'s order.
+fn missing(m: &Map<String, Json>, req: &[String]) -> Vec<String> {
+    req.iter()
+        .filter(|r| !m.contains_key(r.as_str()))
+        .cloned()
+        .collect()
 }
 
 pub(super) fn join_quoted(names: &[String]) -> String {
