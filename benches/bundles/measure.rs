@@ -19,7 +19,7 @@ use crate::{cluster, NAMESPACE};
 /// target, the user of the kubeconfig its Secret holds.
 pub const AGENT_USER: &str = "bench-agent";
 
-/// A private control plane with the CRD, the agents' and the bundles' namespaces, and an
+/// A private control plane with the CRDs, the agents' and the bundles' namespaces, and an
 /// audited user for the agent.
 pub struct Plane {
     /// `management` (the agent's own), or the target's name (its kubeconfig Secret's).
@@ -37,6 +37,8 @@ impl Plane {
         let plane = PrivateControlPlane::start();
         let client = plane.client().await;
         cluster::install_crd(&client).await;
+        // As installed: without it the agent polls for the kind every half minute.
+        cluster::install_crd_from(&client, include_str!("../../deploy/crd-set.yaml")).await;
         let dir = plane
             .kubeconfig()
             .parent()
@@ -405,7 +407,8 @@ fn print_clusters(r: &Report) {
     let minutes = r.steady_seconds as f64 / 60.0;
     println!();
     println!(
-        "per control plane (requests: the agent's user on that plane, from its audit log, per bundle of the plane)"
+        "per control plane (requests: the agent's user on that plane, from its audit log, per bundle of the plane; \
+         the management plane's include every bundle's BundleDeployment, status and snapshot writes)"
     );
     println!(
         "{:<12} {:>7} {:>10} {:>10} {:>9} {:>9} {:>12} {:>9} {:>9}",
