@@ -2,6 +2,13 @@
 //! 10,000) BundleDeployments, on a control plane of its own (`tools/controlplane.sh` on another
 //! port and state directory, so its CPU and audit log hold this benchmark's load only).
 //!
+//! The bundles go to `PALLET_BENCH_BUNDLES_CLUSTERS` (default 3) control planes, round-robin,
+//! from that one agent: the agent's own (the management plane, where every BundleDeployment, its
+//! status and its snapshots live; bundles with no `spec.kubeConfig`) and targets, each a private
+//! control plane reached through `spec.kubeConfig` naming a Secret that holds its kubeconfig. The
+//! agent's identity on a target is that kubeconfig's user, audited there, so its requests are
+//! counted on each plane. `1` runs everything on the management plane.
+//!
 //! Each bundle is cheap on purpose: one ConfigMap from its own OCI artifact in the fixture
 //! registry, pinned by digest (`format: plain`, all in one `installNamespace`). No Pods: a
 //! Deployment per bundle would measure the scheduler and the kubelet, not the agent.
@@ -9,14 +16,15 @@
 //! In one run:
 //!
 //! - the least-work stand-in (the scale benchmark's floor m, `common/least_work.rs`) on a fresh
-//!   control plane: the user's BundleDeployments created with one `kubectl apply
-//!   --server-side`, each artifact pulled, its ConfigMap applied and one status written, by this
-//!   process; the least any agent of this shape adds;
-//! - install, on another fresh control plane: the same BundleDeployments created at once, time
-//!   until all are Ready, the agent's peak RSS, its API requests per bundle (audit log), status
+//!   control planes: the user's BundleDeployments created with one `kubectl apply
+//!   --server-side`, each artifact pulled, its ConfigMap applied on its plane and one status
+//!   written on the management plane, by this process; the least any agent of this shape adds;
+//! - install, on other fresh control planes: the same BundleDeployments created at once, time
+//!   until all are Ready (and those of each plane), the agent's peak RSS, its API requests per bundle (audit log), status
 //!   writes and their rate, registry requests, CPU; then the snapshot Secrets it stored (count,
 //!   data bytes, whole objects' bytes) and the control plane's storage (etcd's database size,
 //!   objects per resource);
+//!   (and per plane: requests per bundle of that plane, its bundles' ConfigMaps stored there);
 //! - steady state for `PALLET_BENCH_BUNDLES_STEADY_SECONDS` (default 360, past one requeue of
 //!   every bundle at the default 5 minutes; `PALLET_BENCH_BUNDLES_REQUEUE`, a duration, sets the
 //!   agent's `--requeue-interval`): API requests per minute, writes, registry fetches;
@@ -53,15 +61,23 @@ use common::agent::Agent;
 use common::{cpu_seconds, least_work, proc_mib, secs};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
-use measure::{Phase, Plane};
+use measure::{ClusterFigures, Phase, Plane};
 use pallet::api::BundleDeployment;
 use serde_json::json;
 use support::{Fixtures, Server};
 
 /// Labels the benchmark's BundleDeployments (value: the run); the agent selects it.
 const RUN_LABEL: &str = "bench.pallet.dev/bundles";
-/// Where every bundle installs its ConfigMap.
+/// Labels each BundleDeployment with the name of the plane its objects go to.
+const CLUSTER_LABEL: &str = "bench.pallet.dev/cluster";
+/// Where every bundle installs its ConfigMap (on each plane).
 const NAMESPACE: &str = "bundles";
+/// The management plane's namespace of the targets' kubeconfig Secrets, which the agent is
+/// started allowed to read Secrets from (`--allow-secret-namespace`). At thousands of bundles a
+/// platform team keeps its clusters' Secrets in a namespace of their own, guarded by RBAC: the
+/// other way, labelling a Secret in the agent's namespace `access.pallet.dev/<bundle>: "true"`
+/// per bundle, would put thousands of labels on one Secret and rewrite it for every new bundle.
+const CLUSTERS_NAMESPACE: &str = "clusters";
 /// Generous: the machine is shared; a deadline only stops a run that will never finish.
 const DEADLINE: Duration = Duration::from_secs(3600);
 /// Pushes in flight at once.
@@ -100,6 +116,64 @@ fn bundle_name(i: usize) -> String {
     format!("b-{i:05}")
 }
 
+/// The plane bundle `i` goes to, of `clusters` (0: the management plane), round-robin.
+fn plane_of(i: usize, clusters: usize) -> usize {
+    i % clusters
+}
+
+/// The name of plane `c`: `management`, else the target's (its Secret's) name.
+fn plane_name(c: usize) -> String {
+    match c {
+        0 => "management".to_string(),
+        _ => format!("target-{c}"),
+    }
+}
+
+/// Starts `clusters` fresh planes, the management plane first.
+async fn start_planes(work: &Path, clusters: usize) -> Vec<Plane> {
+    let mut planes = Vec::with_capacity(clusters);
+    for c in 0..clusters {
+        planes.push(Plane::start(work, &plane_name(c)).await);
+    }
+    planes
+}
+
+/// Writes each target's kubeconfig (its audited agent user's) into a Secret of the management
+/// plane, as `tools/clusters.sh` does: key `value`, labelled as a cluster.
+fn write_target_secrets(planes: &[Plane]) {
+    let Some((management, targets)) = planes.split_first() else {
+        return;
+    };
+    if targets.is_empty() {
+        return;
+    }
+    management.admin(&["create", "namespace", CLUSTERS_NAMESPACE]);
+    for target in targets {
+        let from = format!(
+            "--from-file=value={}",
+            target.agent_user.to_str().expect("utf-8 path")
+        );
+        let name = target.name.as_str();
+        management.admin(&[
+            "create",
+            "secret",
+            "generic",
+            name,
+            "-n",
+            CLUSTERS_NAMESPACE,
+            &from,
+        ]);
+        management.admin(&[
+            "label",
+            "secret",
+            name,
+            "-n",
+            CLUSTERS_NAMESPACE,
+            "pallet.dev/cluster=true",
+        ]);
+    }
+}
+
 /// Pushes bundle `i`'s artifact; returns its reference by digest.
 async fn push_bundle(fx: &Fixtures, registry: &Server, work: &Path, run: &str, i: usize) -> String {
     let dir = work.join(format!("src/{i:05}"));
@@ -114,27 +188,36 @@ async fn push_bundle(fx: &Fixtures, registry: &Server, work: &Path, run: &str, i
     format!("{}/{repo}@{digest}", registry.host)
 }
 
-/// The N BundleDeployments, one file.
-fn write_bds(work: &Path, run: &str, images: &[String]) -> PathBuf {
+/// The N BundleDeployments, one file, spread over `clusters` planes.
+fn write_bds(work: &Path, run: &str, images: &[String], clusters: usize) -> PathBuf {
     let yaml: String = images
         .iter()
         .enumerate()
         .map(|(i, image)| {
+            let c = plane_of(i, clusters);
+            let kube_config = match c {
+                0 => String::new(),
+                _ => format!(
+                    "  kubeConfig:\n    secretRef: {{name: {}, namespace: {CLUSTERS_NAMESPACE}}}\n",
+                    plane_name(c)
+                ),
+            };
             format!(
                 "---
 apiVersion: pallet.dev/v1alpha1
 kind: BundleDeployment
 metadata:
   name: {}
-  labels: {{{RUN_LABEL}: {run}}}
+  labels: {{{RUN_LABEL}: {run}, {CLUSTER_LABEL}: {}}}
 spec:
-  installNamespace: {NAMESPACE}
+{kube_config}  installNamespace: {NAMESPACE}
   sources:
   - kind: image
     image: {{ref: \"{image}\"}}
   format: plain
 ",
-                bundle_name(i)
+                bundle_name(i),
+                plane_name(c)
             )
         })
         .collect();
@@ -143,15 +226,21 @@ spec:
     file
 }
 
-/// The stand-in: the user's apply of `bds` while each artifact of `images` is pulled and its
-/// ConfigMap applied, then one status per BundleDeployment.
-async fn stand_in(plane: &Plane, bds: &Path, images: &[String]) {
-    let create = least_work::user_apply_in_background(plane.plane.kubeconfig(), bds.to_path_buf());
-    let client = private_control_plane::client_from(&plane.agent_user).await;
+/// The stand-in: the user's apply of `bds` on the management plane (`planes[0]`) while each
+/// artifact of `images` is pulled and its ConfigMap applied on its plane, then one status per
+/// BundleDeployment on the management plane.
+async fn stand_in(planes: &[Plane], bds: &Path, images: &[String]) {
+    let management = &planes[0];
+    let create =
+        least_work::user_apply_in_background(management.plane.kubeconfig(), bds.to_path_buf());
+    let mut clients = Vec::with_capacity(planes.len());
+    for plane in planes {
+        clients.push(private_control_plane::client_from(&plane.agent_user).await);
+    }
     let http = reqwest::Client::new();
     futures::stream::iter(images.iter().enumerate())
         .for_each_concurrent(IN_FLIGHT, |(i, image)| {
-            let (http, client) = (&http, &client);
+            let (http, client) = (&http, &clients[plane_of(i, planes.len())]);
             async move {
                 least_work::pull(http, image).await;
                 least_work::apply_objects(client, NAMESPACE, &bundle_yaml(i)).await;
@@ -159,7 +248,7 @@ async fn stand_in(plane: &Plane, bds: &Path, images: &[String]) {
         })
         .await;
     create.await.expect("the user's kubectl apply");
-    let api: Api<BundleDeployment> = Api::all(client.clone());
+    let api: Api<BundleDeployment> = Api::all(clients[0].clone());
     futures::stream::iter(images.iter().enumerate())
         .for_each_concurrent(IN_FLIGHT, |(i, image)| {
             let api = api.clone();
@@ -178,20 +267,27 @@ async fn stand_in(plane: &Plane, bds: &Path, images: &[String]) {
         .await;
 }
 
-/// Starts the agent under test on `plane` (`requeue`: its `--requeue-interval`, or its default).
+/// Starts the agent under test on the management plane `planes[0]` (`requeue`: its
+/// `--requeue-interval`, or its default), allowed the targets' Secrets when there are targets.
 async fn start_agent(
-    plane: &Plane,
+    planes: &[Plane],
     work: &Path,
     run: &str,
     registry: &str,
     requeue: Option<&str>,
 ) -> Agent {
-    let extra: Vec<String> = requeue
+    let mut extra: Vec<String> = requeue
         .map(|r| vec!["--requeue-interval".to_string(), r.to_string()])
         .unwrap_or_default();
+    if planes.len() > 1 {
+        extra.extend([
+            "--allow-secret-namespace".to_string(),
+            CLUSTERS_NAMESPACE.to_string(),
+        ]);
+    }
     Agent::start_with_args(
         Path::new(env!("CARGO_BIN_EXE_pallet")),
-        &plane.agent_user,
+        &planes[0].agent_user,
         work,
         "agent",
         &format!("{RUN_LABEL}={run}"),
@@ -199,6 +295,40 @@ async fn start_agent(
         &extra,
     )
     .await
+}
+
+/// Waits until every bundle is Ready, watching each plane's bundles on their own; returns, per
+/// plane, the time from `start` (the user's apply) until its last bundle was Ready.
+async fn wait_ready_by_plane(
+    api: &Api<BundleDeployment>,
+    selector: &str,
+    n: usize,
+    clusters: usize,
+    start: Instant,
+) -> Vec<Duration> {
+    futures::future::join_all((0..clusters).map(|c| {
+        let selector = format!("{selector},{CLUSTER_LABEL}={}", plane_name(c));
+        let count = (0..n).filter(|i| plane_of(*i, clusters) == c).count();
+        async move {
+            common::wait_all_ready(api, &selector, count, DEADLINE).await;
+            start.elapsed()
+        }
+    }))
+    .await
+}
+
+/// Each plane's share of the install: its bundles, their Ready time and stored ConfigMaps.
+async fn cluster_figures(planes: &[Plane], n: usize, ready: &[Duration]) -> Vec<ClusterFigures> {
+    let mut figures = Vec::with_capacity(planes.len());
+    for (c, (plane, ready)) in planes.iter().zip(ready).enumerate() {
+        figures.push(ClusterFigures {
+            name: plane.name.clone(),
+            bundles: (0..n).filter(|i| plane_of(*i, planes.len()) == c).count(),
+            ready: *ready,
+            objects: plane.bundle_objects().await,
+        });
+    }
+    figures
 }
 
 #[tokio::main]
@@ -211,19 +341,30 @@ async fn main() {
     let requeue = std::env::var("PALLET_BENCH_BUNDLES_REQUEUE")
         .ok()
         .filter(|r| !r.is_empty());
+    let clusters: usize = env_or("PALLET_BENCH_BUNDLES_CLUSTERS", 3);
     assert!(n > 0, "PALLET_BENCH_BUNDLES_N=0: at least one bundle");
+    assert!(
+        clusters > 0,
+        "PALLET_BENCH_BUNDLES_CLUSTERS=0: at least the management plane"
+    );
     let work = tempfile::tempdir().expect("temp dir");
     let run = cluster::unique_name("bundles");
     let selector = format!("{RUN_LABEL}={run}");
     let registry_prefix = format!("/v2/{run}/");
 
     println!();
-    println!("bundles benchmark  run={run}  N={n}");
+    println!("bundles benchmark  run={run}  N={n}  control planes={clusters}");
     println!("{}", common::machine());
     println!(
         "each bundle: one ConfigMap from its own OCI artifact pinned by digest, format plain, one namespace; \
-         agent: release build, defaults, requeue {}; control plane: a private one per phase group",
+         agent: release build, defaults, requeue {}; control planes: private ones per side (stand-in, pallet)",
         requeue.as_deref().unwrap_or("5m (the default)")
+    );
+    println!(
+        "control planes: the management plane (the agent's own: every BundleDeployment, status and snapshot) and {} target(s) through spec.kubeConfig \
+         (a kubeconfig Secret in namespace {CLUSTERS_NAMESPACE}, which the agent may read Secrets from); bundles round-robin, 1/{clusters} each; \
+         the stand-in applies each ConfigMap on its plane directly and writes statuses on the management plane",
+        clusters - 1
     );
 
     eprintln!("[N={n}] pushing {n} artifacts ...");
@@ -234,21 +375,23 @@ async fn main() {
         .collect()
         .await;
     eprintln!("    pushed in {}", secs(start.elapsed()));
-    let bds = write_bds(work.path(), &run, &images);
+    let bds = write_bds(work.path(), &run, &images, clusters);
     let registry_count = || measure::registry_requests(fx, &registry, &registry_prefix);
 
     eprintln!("[N={n}] stand-in: the least an agent adds ...");
     let least = {
-        let plane = Plane::start(work.path()).await;
-        let phase = Phase::begin(&plane, None, registry_count().await).await;
-        stand_in(&plane, &bds, &images).await;
-        phase.end(&plane, None, registry_count().await).await
+        let planes = start_planes(work.path(), clusters).await;
+        let phase = Phase::begin(&planes, None, registry_count().await).await;
+        stand_in(&planes, &bds, &images).await;
+        phase.end(&planes, None, registry_count().await).await
     };
 
     eprintln!("[N={n}] pallet: install ...");
-    let plane = Plane::start(work.path()).await;
+    let planes = start_planes(work.path(), clusters).await;
+    write_target_secrets(&planes);
+    let plane = &planes[0];
     let mut agent = start_agent(
-        &plane,
+        &planes,
         work.path(),
         &run,
         &registry.host,
@@ -256,23 +399,26 @@ async fn main() {
     )
     .await;
     let bd_api: Api<BundleDeployment> = Api::all(plane.client.clone());
-    let install = {
-        let phase = Phase::begin(&plane, Some(&agent), registry_count().await).await;
+    let (install, ready) = {
+        let phase = Phase::begin(&planes, Some(&agent), registry_count().await).await;
+        let start = Instant::now();
         plane.apply(&bds);
-        common::wait_all_ready(&bd_api, &selector, n, DEADLINE).await;
-        phase
-            .end(&plane, Some(&agent), registry_count().await)
-            .await
+        let ready = wait_ready_by_plane(&bd_api, &selector, n, clusters, start).await;
+        let cost = phase
+            .end(&planes, Some(&agent), registry_count().await)
+            .await;
+        (cost, ready)
     };
     let install_rss = proc_mib(agent.pid(), "VmHWM:");
+    let clusters_figures = cluster_figures(&planes, n, &ready).await;
     let snapshots = measure::snapshot_secrets(&plane.client).await;
 
     eprintln!("[N={n}] pallet: steady state for {steady_seconds} s ...");
     let steady = {
-        let phase = Phase::begin(&plane, Some(&agent), registry_count().await).await;
+        let phase = Phase::begin(&planes, Some(&agent), registry_count().await).await;
         tokio::time::sleep(Duration::from_secs(steady_seconds)).await;
         phase
-            .end(&plane, Some(&agent), registry_count().await)
+            .end(&planes, Some(&agent), registry_count().await)
             .await
     };
     let steady_rss = proc_mib(agent.pid(), "VmHWM:");
@@ -283,10 +429,10 @@ async fn main() {
     let changes_before = common::line_count(&agent.proc.changes);
     drop(agent);
     let restart = {
-        let phase = Phase::begin(&plane, None, registry_count().await).await;
+        let phase = Phase::begin(&planes, None, registry_count().await).await;
         // The same cache directory and change log: a restarted container, not a new pod.
         agent = start_agent(
-            &plane,
+            &planes,
             work.path(),
             &run,
             &registry.host,
@@ -295,7 +441,7 @@ async fn main() {
         .await;
         let idle = measure::wait_idle(&agent, n, DEADLINE).await;
         let mut cost = phase
-            .end(&plane, Some(&agent), registry_count().await)
+            .end(&planes, Some(&agent), registry_count().await)
             .await;
         cost.time = idle;
         cost
@@ -306,6 +452,7 @@ async fn main() {
 
     measure::print_report(&measure::Report {
         n,
+        clusters: &clusters_figures,
         least: &least,
         install: &install,
         steady: &steady,

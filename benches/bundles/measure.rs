@@ -1,11 +1,11 @@
-//! The bundles benchmark's control plane, what a phase cost, the agent's idleness after a
-//! restart, the stored snapshots, and the report.
+//! The bundles benchmark's control planes, what a phase cost on each, the agent's idleness after
+//! a restart, the stored snapshots, and the report.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
 
 use crate::common::agent::Agent;
@@ -15,12 +15,15 @@ use crate::private_control_plane::PrivateControlPlane;
 use crate::support::{Fixtures, Server};
 use crate::{cluster, NAMESPACE};
 
-/// The audited user the agent (and the stand-in) authenticates as.
+/// The audited user the agent (and the stand-in) authenticates as, on every control plane: on a
+/// target, the user of the kubeconfig its Secret holds.
 pub const AGENT_USER: &str = "bench-agent";
 
-/// A private control plane with the CRD, the agents' and the bundles' namespaces, and an
+/// A private control plane with the CRDs, the agents' and the bundles' namespaces, and an
 /// audited user for the agent.
 pub struct Plane {
+    /// `management` (the agent's own), or the target's name (its kubeconfig Secret's).
+    pub name: String,
     pub plane: PrivateControlPlane,
     pub client: kube::Client,
     pub agent_user: PathBuf,
@@ -28,20 +31,23 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// Starts a fresh one (its port chosen free by `PrivateControlPlane`, away from the shared
-    /// control planes' ports); `work` holds the user's kubeconfig.
-    pub async fn start(work: &Path) -> Plane {
+    /// Starts a fresh one named `name` (its port chosen free by `PrivateControlPlane`, away
+    /// from the shared control planes' ports); `work` holds the agent user's kubeconfig.
+    pub async fn start(work: &Path, name: &str) -> Plane {
         let plane = PrivateControlPlane::start();
         let client = plane.client().await;
         cluster::install_crd(&client).await;
+        // As installed: without it the agent polls for the kind every half minute.
+        cluster::install_crd_from(&client, include_str!("../../deploy/crd-set.yaml")).await;
         let dir = plane
             .kubeconfig()
             .parent()
             .expect("kubeconfig in the state dir")
             .to_path_buf();
-        let agent_user = work.join(format!("{AGENT_USER}.kubeconfig"));
+        let agent_user = work.join(format!("{AGENT_USER}-{name}.kubeconfig"));
         plane.script_args(&["user", AGENT_USER, agent_user.to_str().expect("utf-8 path")]);
         let plane = Plane {
+            name: name.to_string(),
             audit: AuditLog::new(&dir),
             client,
             agent_user,
@@ -52,7 +58,8 @@ impl Plane {
         plane
     }
 
-    fn admin(&self, args: &[&str]) -> String {
+    /// kubectl as the unaudited admin; its output.
+    pub fn admin(&self, args: &[&str]) -> String {
         common::kubectl_with(&self.plane.kubeconfig(), args)
     }
 
@@ -82,6 +89,23 @@ impl Plane {
 
     fn cpu(&self) -> f64 {
         cpu_seconds(self.pid())
+    }
+
+    /// The bundles' ConfigMaps stored on this control plane.
+    pub async fn bundle_objects(&self) -> usize {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), NAMESPACE);
+        api.list_metadata(&ListParams::default())
+            .await
+            .expect("listing the bundles' ConfigMaps")
+            .items
+            .iter()
+            .filter(|cm| {
+                cm.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("b-"))
+            })
+            .count()
     }
 
     /// The API server's storage figures: etcd's database size and objects per resource.
@@ -130,9 +154,14 @@ pub struct Storage {
 /// What one phase cost.
 pub struct Cost {
     pub time: Duration,
-    /// The audited user's requests, by `verb resource`.
+    /// The audited user's requests on every control plane, by `verb resource`.
     pub requests: BTreeMap<String, u64>,
+    /// The same, per control plane (in the order of the planes measured).
+    pub by_plane: Vec<BTreeMap<String, u64>>,
+    /// CPU of every control plane.
     pub plane_cpu: f64,
+    /// The same, per control plane.
+    pub plane_cpus: Vec<f64>,
     pub agent_cpu: f64,
     /// Differences of the agent's metrics over the phase (empty for the stand-in).
     pub metrics: BTreeMap<String, f64>,
@@ -185,7 +214,7 @@ impl Cost {
 pub struct Phase {
     from: f64,
     start: Instant,
-    plane_cpu: f64,
+    plane_cpus: Vec<f64>,
     /// The agent's CPU, or this process's when no agent runs at the start (the stand-in).
     agent_cpu: Option<f64>,
     this_cpu: f64,
@@ -194,13 +223,13 @@ pub struct Phase {
 }
 
 impl Phase {
-    /// Starts measuring (with `agent`'s CPU and metrics, when there is one), `registry`
-    /// requests so far.
-    pub async fn begin(plane: &Plane, agent: Option<&Agent>, registry: usize) -> Phase {
+    /// Starts measuring on `planes` (with `agent`'s CPU and metrics, when there is one),
+    /// `registry` requests so far.
+    pub async fn begin(planes: &[Plane], agent: Option<&Agent>, registry: usize) -> Phase {
         Phase {
             from: audit::now(),
             start: Instant::now(),
-            plane_cpu: plane.cpu(),
+            plane_cpus: planes.iter().map(Plane::cpu).collect(),
             agent_cpu: agent.map(|a| cpu_seconds(a.pid())),
             this_cpu: cpu_seconds(std::process::id()),
             metrics: match agent {
@@ -213,7 +242,7 @@ impl Phase {
 
     /// What the phase cost, ending now (`agent`: the one running now, maybe not the one at
     /// the start: a restart's CPU and metrics are the new process's own).
-    pub async fn end(self, plane: &Plane, agent: Option<&Agent>, registry: usize) -> Cost {
+    pub async fn end(self, planes: &[Plane], agent: Option<&Agent>, registry: usize) -> Cost {
         let time = self.start.elapsed();
         let to = audit::now();
         // An agent started within the phase counts from 0.
@@ -227,10 +256,25 @@ impl Phase {
                 BTreeMap::new(),
             ),
         };
+        let by_plane: Vec<BTreeMap<String, u64>> = planes
+            .iter()
+            .map(|plane| plane.audit.requests(AGENT_USER, self.from, to))
+            .collect();
+        let mut requests = BTreeMap::new();
+        for (key, count) in by_plane.iter().flatten() {
+            *requests.entry(key.clone()).or_insert(0) += count;
+        }
+        let plane_cpus: Vec<f64> = planes
+            .iter()
+            .zip(&self.plane_cpus)
+            .map(|(plane, before)| plane.cpu() - before)
+            .collect();
         Cost {
             time,
-            requests: plane.audit.requests(AGENT_USER, self.from, to),
-            plane_cpu: plane.cpu() - self.plane_cpu,
+            requests,
+            by_plane,
+            plane_cpu: plane_cpus.iter().sum(),
+            plane_cpus,
             agent_cpu,
             metrics,
             registry: registry - self.registry,
@@ -314,9 +358,23 @@ pub async fn snapshot_secrets(client: &kube::Client) -> (usize, usize, usize) {
     (count, data, whole)
 }
 
+/// One control plane's share of pallet's install.
+pub struct ClusterFigures {
+    /// The plane's name (`management`, or the target's).
+    pub name: String,
+    /// Bundles whose objects go to it.
+    pub bundles: usize,
+    /// From the user's apply until the last of them was Ready.
+    pub ready: Duration,
+    /// The bundles' ConfigMaps stored on it after the install.
+    pub objects: usize,
+}
+
 /// Every figure of a run.
 pub struct Report<'a> {
     pub n: usize,
+    /// Per control plane, in the order of the costs' `by_plane`.
+    pub clusters: &'a [ClusterFigures],
     pub least: &'a Cost,
     pub install: &'a Cost,
     pub steady: &'a Cost,
@@ -341,6 +399,50 @@ fn print_requests(title: &str, requests: &BTreeMap<String, u64>) {
     for (key, count) in requests {
         println!("      {count:>8}  {key}");
     }
+}
+
+/// Prints a row per control plane: its bundles, their Ready time and objects, and the agent's
+/// (and the stand-in's) requests on it, per bundle of that plane.
+fn print_clusters(r: &Report) {
+    let minutes = r.steady_seconds as f64 / 60.0;
+    println!();
+    println!(
+        "per control plane (requests: the agent's user on that plane, from its audit log, per bundle of the plane; \
+         the management plane's include every bundle's BundleDeployment, status and snapshot writes)"
+    );
+    println!(
+        "{:<12} {:>7} {:>10} {:>10} {:>9} {:>9} {:>12} {:>9} {:>9}",
+        "plane",
+        "bundles",
+        "Ready (s)",
+        "ConfigMaps",
+        "stand-in",
+        "install",
+        "steady/min",
+        "restart",
+        "CPU (s)"
+    );
+    for (i, cluster) in r.clusters.iter().enumerate() {
+        let per_bundle = |cost: &Cost| {
+            cost.by_plane
+                .get(i)
+                .map_or(0.0, |requests| audit::total(requests) as f64)
+                / cluster.bundles.max(1) as f64
+        };
+        println!(
+            "{:<12} {:>7} {:>10.2} {:>10} {:>9.2} {:>9.2} {:>12.3} {:>9.2} {:>9.1}",
+            cluster.name,
+            cluster.bundles,
+            cluster.ready.as_secs_f64(),
+            cluster.objects,
+            per_bundle(r.least),
+            per_bundle(r.install),
+            per_bundle(r.steady) / minutes,
+            per_bundle(r.restart),
+            r.install.plane_cpus.get(i).copied().unwrap_or(0.0)
+        );
+    }
+    println!("(CPU: the control plane's own during pallet's install)");
 }
 
 /// Prints the report.
@@ -402,7 +504,11 @@ pub fn print_report(r: &Report) {
         "agent peak RSS: {:.1} MiB after the install, {:.1} MiB after the steady state, {:.1} MiB restarted and idle",
         r.rss.0, r.rss.1, r.rss.2
     );
-    print_requests("install: the agent's API requests", &r.install.requests);
+    print_clusters(r);
+    print_requests(
+        "install: the agent's API requests (every plane)",
+        &r.install.requests,
+    );
     let minutes = r.steady_seconds as f64 / 60.0;
     println!(
         "steady state ({} s): {:.1} API requests/min ({} per bundle per min), {} writes ({} status), {} registry requests, {:.0} source resolves (pallet_fetches_total; from the agent's cache when the registry saw none), {:.0} passes, agent CPU {:.1} s",
@@ -447,7 +553,7 @@ pub fn print_report(r: &Report) {
         .map(|(resource, count)| format!("{resource} {count:.0}"))
         .collect();
     println!(
-        "control plane storage after the steady state: etcd database {:.1} MiB; objects: {}",
+        "management control plane storage after the steady state: etcd database {:.1} MiB; objects: {}",
         mib(r.storage.db_bytes),
         objects.join(", ")
     );
