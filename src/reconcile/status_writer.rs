@@ -151,9 +151,17 @@ impl<'a> StatusWriter<'a> {
     }
 }
 
-/// Whether `next` is `written` with another `agent` and nothing else changed.
+/// Whether `next` is `written` with another process of the same agent in `agent` (the same
+/// shard: the `@KEY` suffix, or none) and nothing else changed. A bundle handed to another
+/// shard does get the new shard's name: that tells who acts for it now.
 fn only_agent_differs(written: &BundleDeploymentStatus, next: &BundleDeploymentStatus) -> bool {
+    let shard = |agent: &Option<String>| {
+        agent
+            .as_deref()
+            .map(|a| a.split_once('@').map(|(_, key)| key.to_string()))
+    };
     written.agent != next.agent
+        && shard(&written.agent) == shard(&next.agent)
         && BundleDeploymentStatus {
             agent: written.agent.clone(),
             ..next.clone()
@@ -201,6 +209,23 @@ mod tests {
         };
         assert!(!only_agent_differs(&written, &moved));
         assert!(!only_agent_differs(&written, &written.clone()));
+        // Handed over to another shard: its name is news.
+        let sharded = |agent: &str| BundleDeploymentStatus {
+            agent: Some(agent.into()),
+            ..written.clone()
+        };
+        assert!(only_agent_differs(
+            &sharded("pallet-a-1@blue"),
+            &sharded("pallet-a-2@blue")
+        ));
+        assert!(!only_agent_differs(
+            &sharded("pallet-a-1@blue"),
+            &sharded("pallet-b-1@green")
+        ));
+        assert!(!only_agent_differs(
+            &sharded("pallet-a-1"),
+            &sharded("pallet-b-1@green")
+        ));
     }
 
     #[test]
