@@ -64,11 +64,15 @@ pub fn example(marker: &str) -> String {
 /// Every YAML document showing a BundleDeployment: the fenced YAML blocks of the documentation
 /// that hold one, and every document of the files in `examples/`. Each with where it is from.
 pub fn bundle_deployment_examples() -> Vec<(String, String)> {
+    // `kind: BundleDeployment` on a line of its own: a BundleDeploymentSet's example (checked by
+    // tests/fleet_docs.rs) is not one.
+    let is_bundle_deployment =
+        |text: &str| text.lines().any(|line| line.trim_end() == "kind: BundleDeployment");
     let mut examples = Vec::new();
     for (path, text) in pages() {
         for block in text.split("```yaml\n").skip(1) {
             let block = block.split("```").next().unwrap_or_default();
-            if block.contains("kind: BundleDeployment") {
+            if is_bundle_deployment(block) {
                 examples.push((path.display().to_string(), block.to_string()));
             }
         }
@@ -76,7 +80,7 @@ pub fn bundle_deployment_examples() -> Vec<(String, String)> {
     for path in files_under(&root().join("examples"), &["yaml", "yml"]) {
         let text = std::fs::read_to_string(&path).unwrap();
         for document in text.split("\n---\n") {
-            if document.contains("kind: BundleDeployment") {
+            if is_bundle_deployment(document) {
                 examples.push((path.display().to_string(), document.to_string()));
             }
         }
