@@ -66,8 +66,10 @@ pub fn example(marker: &str) -> String {
 pub fn bundle_deployment_examples() -> Vec<(String, String)> {
     // `kind: BundleDeployment` on a line of its own: a BundleDeploymentSet's example (checked by
     // tests/fleet_docs.rs) is not one.
-    let is_bundle_deployment =
-        |text: &str| text.lines().any(|line| line.trim_end() == "kind: BundleDeployment");
+    let is_bundle_deployment = |text: &str| {
+        text.lines()
+            .any(|line| line.trim_end() == "kind: BundleDeployment")
+    };
     let mut examples = Vec::new();
     for (path, text) in pages() {
         for block in text.split("```yaml\n").skip(1) {
