@@ -19,13 +19,14 @@ pub struct Chart {
     pub metadata: Json,
     /// Parsed values.yaml (an object).
     pub values: Json,
-    /// `templates/...` path → source.
-    pub templates: BTreeMap<String, String>,
+    /// `templates/...` path → source (shared, as [`Chart::crds`]).
+    pub templates: BTreeMap<String, Arc<str>>,
     /// Every file `.Files` sees (helm's loader: not Chart.yaml/values/schema/templates/charts);
     /// shared with the rendered chart's `.Files`, not copied into it.
     pub files: Arc<BTreeMap<String, Vec<u8>>>,
-    /// `crds/...` files, emitted first and not templated.
-    pub crds: BTreeMap<String, String>,
+    /// `crds/...` files, emitted first and not templated. Shared: a chart's CRDs can be
+    /// megabytes, and the chart is copied while its dependencies are resolved.
+    pub crds: BTreeMap<String, Arc<str>>,
     /// values.schema.json, if present.
     pub schema: Option<Vec<u8>>,
     /// Subcharts from `charts/` (directories and `.tgz` archives).
@@ -350,7 +351,9 @@ fn load_files_metered(
             // Read once Chart.yaml is (below), as helm's loader reads them after it.
             "requirements.yaml" | "requirements.lock" => requirements.push((path, data)),
             p if p.starts_with("templates/") => {
-                chart.templates.insert(path.clone(), text(data, &path)?);
+                chart
+                    .templates
+                    .insert(path.clone(), Arc::from(text(data, &path)?));
             }
             p if p.starts_with("charts/") => {
                 let rest = &p["charts/".len()..];
@@ -367,7 +370,9 @@ fn load_files_metered(
             }
             p => {
                 if p.starts_with("crds/") {
-                    chart.crds.insert(path.clone(), text(data.clone(), &path)?);
+                    let crd = std::str::from_utf8(&data)
+                        .map_err(|_| chart_err(label, format!("{path} is not UTF-8")))?;
+                    chart.crds.insert(path.clone(), Arc::from(crd));
                 }
                 Arc::make_mut(&mut chart.files).insert(path, data);
             }
@@ -962,7 +967,7 @@ mod tests {
         std::fs::write(tmp.path().join("values.yaml"), "a: 1\n").unwrap();
         std::os::unix::fs::symlink("../values.yaml", tmp.path().join("templates/v.txt")).unwrap();
         let chart = load_dir(tmp.path()).unwrap();
-        assert_eq!(chart.templates["templates/v.txt"], "a: 1\n");
+        assert_eq!(&*chart.templates["templates/v.txt"], "a: 1\n");
     }
 
     #[test]

@@ -376,7 +376,7 @@ fn collect_units<'c>(
     for (path, crd) in &chart.crds {
         crds.push(RenderedFile {
             source: format!("{full_path}/{path}"),
-            content: crd.clone(),
+            content: crd.to_string(),
         });
     }
     for sub in &chart.subcharts {
@@ -904,7 +904,9 @@ fn render_error(file: &str, e: &minijinja::Error, defines: &BTreeMap<String, Str
 /// documents joined with `---` lines. Line numbers after a trimmed document shift; they are
 /// only used in messages about the rendered text.
 pub fn trim_documents(content: &str) -> String {
-    trim_documents_inner(content)
+    // One allocation for the whole text: a large file (a chart's CRDs) is not copied per
+    // document first.
+    manifest_documents(content).join("\n---\n")
 }
 
 /// Rendered text with U+0085, U+2028 or U+2029: helm's YAML 1.1 reader takes them as line
@@ -968,15 +970,19 @@ fn check_yaml11_breaks(source: &str, content: &str) -> Result<(), HelmError> {
     Ok(())
 }
 
-fn trim_documents_inner(content: &str) -> String {
-    split_manifests(content).join("\n---\n")
-}
-
 /// helm's `releaseutil.SplitManifests`: the documents of a rendered file, split where the
 /// regular expression `(?:^|\s*\n)---\s*` matches and each trimmed, empty ones dropped. A
 /// separator needs no line break after it: `---# comment` or `---apiVersion: v1` (a `{{-`
 /// that ate the newline) start a document with the rest of the line.
 pub fn split_manifests(content: &str) -> Vec<String> {
+    manifest_documents(content)
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// [`split_manifests`] as slices of `content`.
+fn manifest_documents(content: &str) -> Vec<&str> {
     static SEP: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
     let docs: Vec<&str> = match SEP
         .get_or_init(|| regex::Regex::new(r"(?:^|[\t\n\x0c\r ]*\n)---[\t\n\x0c\r ]*").ok())
@@ -987,7 +993,6 @@ pub fn split_manifests(content: &str) -> Vec<String> {
     docs.into_iter()
         .map(str::trim)
         .filter(|d| !d.is_empty())
-        .map(str::to_string)
         .collect()
 }
 
@@ -1021,11 +1026,8 @@ fn parse_file_objects(
 ) -> Result<Vec<serde_json::Value>, HelmError> {
     let mut out = Vec::new();
     check_yaml11_breaks(&f.source, &f.content)?;
-    for doc in split_manifests(&f.content) {
-        if doc.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = read(&doc).map_err(|e| {
+    for doc in manifest_documents(&f.content) {
+        let v: serde_json::Value = read(doc).map_err(|e| {
             HelmError::template(
                 &f.source,
                 0,
