@@ -10,6 +10,7 @@ pub mod helm;
 pub mod kustomize;
 pub mod kustomize_error;
 pub mod object;
+pub mod parallel;
 pub mod plain;
 pub mod processors;
 pub mod registry_v1;

@@ -446,36 +446,15 @@ fn yaml_documents(objects: &[pallet_formats::RenderedObject]) -> anyhow::Result<
         }
         Ok(out)
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
-    // A few objects are not worth a thread.
-    if threads < 2 || objects.len() < 8 * BATCH {
-        return write_batch(objects);
-    }
     let batches: Vec<&[pallet_formats::RenderedObject]> = objects.chunks(BATCH).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let worker = || -> anyhow::Result<Vec<(usize, String)>> {
-        let mut written = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(batch) = batches.get(i) else {
-                return Ok(written);
-            };
-            written.push((i, write_batch(batch)?));
-        }
-    };
-    let mut texts = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
-        let mut all = Vec::with_capacity(batches.len());
-        for handle in handles {
-            let written = handle
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("writing the objects failed")))?;
-            all.extend(written);
-        }
-        Ok::<_, anyhow::Error>(all)
-    })?;
-    texts.sort_unstable_by_key(|(i, _)| *i);
-    Ok(texts.into_iter().map(|(_, text)| text).collect())
+    // A few objects are not worth a thread.
+    pallet_formats::parallel::map_in_parallel(
+        &batches,
+        |batch| batch.len(),
+        8 * BATCH,
+        |batch| write_batch(batch),
+        || Err(anyhow::anyhow!("writing the objects failed")),
+    )
+    .into_iter()
+    .collect()
 }

@@ -714,8 +714,8 @@ fn untranslatable(file: &str, e: &minijinja::Error) -> HelmError {
 
 /// Every unit parsed and translated, in unit order, or the error of the first unit (in that
 /// order) that fails. Units are independent and translating them is a large part of a big
-/// chart's render, so they are translated on up to four threads, in contiguous runs of about
-/// equal source size.
+/// chart's render, so they are translated on up to four threads, largest first (see
+/// [`crate::parallel::map_in_parallel`]).
 fn translate_units(
     chart: &str,
     units: &[Unit<'_>],
@@ -724,52 +724,19 @@ fn translate_units(
     let translate_one = |u: &Unit<'_>| {
         parse::parse(&u.name, u.source).and_then(|p| translate::translate(&u.name, &p, &known))
     };
-    let runs = contiguous_runs(units, |u| u.source.len(), 64 * 1024);
-    let results: Vec<Result<translate::Translated, HelmError>> = if runs.len() < 2 {
-        units.iter().map(translate_one).collect()
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = runs
-                .iter()
-                .map(|run| scope.spawn(|| run.iter().map(translate_one).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![Err(HelmError::chart(
-                            chart,
-                            "translating the templates failed (a thread panicked)",
-                        ))]
-                    })
-                })
-                .collect()
-        })
-    };
+    let results = crate::parallel::map_in_parallel(
+        units,
+        |u| u.source.len(),
+        64 * 1024,
+        translate_one,
+        || {
+            Err(HelmError::chart(
+                chart,
+                "translating the templates failed (a thread panicked)",
+            ))
+        },
+    );
     results.into_iter().collect()
-}
-
-/// `items` cut into at most four contiguous runs of about equal `size` (one run when the
-/// machine has one core or the total is under `min_total`: not worth a thread).
-fn contiguous_runs<T>(items: &[T], size: impl Fn(&T) -> usize, min_total: usize) -> Vec<&[T]> {
-    let total: usize = items.iter().map(&size).sum();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
-    if threads < 2 || total < min_total {
-        return vec![items];
-    }
-    let mut runs: Vec<&[T]> = Vec::with_capacity(threads);
-    let (mut start, mut sum) = (0, 0);
-    for (i, item) in items.iter().enumerate() {
-        sum += size(item);
-        if sum * threads >= total * (runs.len() + 1) && runs.len() + 1 < threads {
-            runs.push(&items[start..=i]);
-            start = i + 1;
-        }
-    }
-    runs.push(&items[start..]);
-    runs
 }
 
 /// The Go type name of a value decoded from JSON, as `%T` prints it.
@@ -1223,7 +1190,8 @@ fn first_error_in_path_order<T, E>(
 
 /// Each rendered file's objects, in file order. Reading the output as YAML is the largest part
 /// of a big chart's render (kube-prometheus-stack: 5 MB, mostly CRDs) and files are independent,
-/// so they are read on up to four threads, in contiguous runs of about equal size.
+/// so they are read on up to four threads, largest first: a chart's one big file of CRDs is
+/// read beside the others rather than after them.
 fn parse_files_in_parallel(
     files: &[RenderedFile],
 ) -> Vec<Result<Vec<crate::Object>, crate::RenderError>> {
@@ -1232,28 +1200,18 @@ fn parse_files_in_parallel(
         crate::parse_manifests(&f.source, &trim_documents(&f.content))
     };
     // Small outputs are not worth a thread.
-    let runs = contiguous_runs(files, |f| f.content.len(), 256 * 1024);
-    if runs.len() < 2 {
-        return files.iter().map(parse).collect();
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
-            .iter()
-            .map(|run| scope.spawn(move || run.iter().map(parse).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    vec![Err(crate::RenderError::InvalidConfig {
-                        format: "helm",
-                        message: "reading the rendered output failed (a parser thread panicked)"
-                            .into(),
-                    })]
-                })
+    crate::parallel::map_in_parallel(
+        files,
+        |f| f.content.len(),
+        256 * 1024,
+        parse,
+        || {
+            Err(crate::RenderError::InvalidConfig {
+                format: "helm",
+                message: "reading the rendered output failed (a parser thread panicked)".into(),
             })
-            .collect()
-    })
+        },
+    )
 }
 
 /// What the agent does with a rendered object, by its `helm.sh/hook` annotation.
