@@ -198,10 +198,11 @@ async fn overview(
         Ok(v) => v,
         Err(r) => return r,
     };
+    let live = live_address(&app, "");
     let listing = app.index.query(&query);
     let (synced, error) = app.index.health();
     let body = pages::overview::overview(&listing, &query, now(), (synced, error.as_deref()));
-    page(&app, Some(&viewer), "Bundles", Some("/live".into()), body).into_response()
+    page(&app, Some(&viewer), "Bundles", Some(live), body).into_response()
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -254,6 +255,7 @@ async fn bundle_page(
         changes: &app.changes,
         index: &app.index,
     };
+    let live = live_address(app, name);
     match reads::bundle_view(&reads, name, now()).await {
         Ok(view) => {
             let actions = ActionContext {
@@ -261,7 +263,6 @@ async fn bundle_page(
                 csrf: &viewer.csrf,
             };
             let body = pages::bundle::bundle(&view, &actions, flash);
-            let live = format!("/live?bundle={name}");
             (code, page(app, Some(viewer), name, Some(live), body)).into_response()
         }
         Err(e) => failed(app, viewer, name, &e),
@@ -529,19 +530,34 @@ async fn logout(
 #[serde(default)]
 struct LiveQuery {
     bundle: String,
+    /// The key the page was rendered at ([`live_key`]): a change between the page's render and
+    /// the stream's start is a refresh, not lost.
+    since: String,
 }
 
 /// What a live page's content depends on, as one comparable value.
-fn live_key(app: &App, bundle: &str) -> (u64, String, u64) {
+fn live_key(app: &App, bundle: &str) -> String {
     if bundle.is_empty() {
-        return (app.index.version(), String::new(), 0);
+        return format!("{}", app.index.version());
     }
     let version = app
         .index
         .get(bundle)
         .map(|s| s.resource_version)
         .unwrap_or_default();
-    (0, version, app.changes.version())
+    format!("{version}.{}", app.changes.version())
+}
+
+/// A live page's stream address: its bundle (none for the overview) and the key it is rendered
+/// at. Taken before the page reads what it shows, so that a change while it renders or before
+/// its stream connects is a refresh.
+fn live_address(app: &App, bundle: &str) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    if !bundle.is_empty() {
+        query.append_pair("bundle", bundle);
+    }
+    query.append_pair("since", &live_key(app, bundle));
+    format!("/live?{}", query.finish())
 }
 
 /// The live stream: a `refresh` event whenever what the page shows changed (the index moved,
@@ -554,18 +570,37 @@ async fn live(
     if let Err(r) = viewer(&app, &headers).await {
         return r;
     }
-    Sse::new(live_events(app, query.bundle))
+    Sse::new(live_events(app, query))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
-fn live_events(app: Arc<App>, bundle: String) -> impl Stream<Item = Result<Event, Infallible>> {
+fn live_events(app: Arc<App>, query: LiveQuery) -> impl Stream<Item = Result<Event, Infallible>> {
     let changes = app.index.subscribe();
-    let first = live_key(&app, &bundle);
+    let LiveQuery { bundle, since } = query;
+    refresh_events(move || live_key(&app, &bundle), changes, since)
+}
+
+/// A `refresh` event each time `key` moves from the last one told (at first `since`, or the key
+/// at the start when the page sent none), looked at when `changes` moves and every
+/// [`LIVE_POLL`]; a burst of changes is one refresh.
+fn refresh_events(
+    key: impl Fn() -> String + Send + 'static,
+    changes: tokio::sync::watch::Receiver<u64>,
+    since: String,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let first = if since.is_empty() { key() } else { since };
     futures::stream::unfold(
-        (app, bundle, changes, first),
-        |(app, bundle, mut changes, last)| async move {
+        (key, changes, first),
+        |(key, mut changes, last)| async move {
             loop {
+                if key() != last {
+                    // Let a burst of changes settle into one refresh.
+                    tokio::time::sleep(LIVE_MIN_INTERVAL).await;
+                    let event = Event::default().event("refresh").data("changed");
+                    let now = key();
+                    return Some((Ok(event), (key, changes, now)));
+                }
                 tokio::select! {
                     moved = changes.changed() => {
                         if moved.is_err() {
@@ -574,15 +609,47 @@ fn live_events(app: Arc<App>, bundle: String) -> impl Stream<Item = Result<Event
                     }
                     () = tokio::time::sleep(LIVE_POLL) => {}
                 }
-                let key = live_key(&app, &bundle);
-                if key != last {
-                    // Let a burst of changes settle into one refresh.
-                    tokio::time::sleep(LIVE_MIN_INTERVAL).await;
-                    let key = live_key(&app, &bundle);
-                    let event = Event::default().event("refresh").data("changed");
-                    return Some((Ok(event), (app, bundle, changes, key)));
-                }
             }
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{refresh_events, LIVE_POLL};
+    use futures::StreamExt;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    fn shared_key(value: &str) -> (Arc<Mutex<String>>, impl Fn() -> String + Send + 'static) {
+        let key = Arc::new(Mutex::new(value.to_string()));
+        let read = Arc::clone(&key);
+        (key, move || read.lock().unwrap().clone())
+    }
+
+    #[tokio::test]
+    async fn a_change_before_the_stream_started_is_a_refresh() {
+        // The page was rendered at key "7"; the index moved to "8" before its stream connected.
+        let (_key, read) = shared_key("8");
+        let (_moved, changes) = tokio::sync::watch::channel(0u64);
+        let mut events = Box::pin(refresh_events(read, changes, "7".into()));
+        let first = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+        assert!(
+            matches!(first, Ok(Some(Ok(_)))),
+            "no refresh for a missed change"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_page_at_the_current_key_is_refreshed_once_it_moves() {
+        let (key, read) = shared_key("7");
+        let (moved, changes) = tokio::sync::watch::channel(0u64);
+        let mut events = Box::pin(refresh_events(read, changes, "7".into()));
+        let quiet = tokio::time::timeout(LIVE_POLL * 3, events.next()).await;
+        assert!(quiet.is_err(), "a refresh with nothing changed");
+        *key.lock().unwrap() = "8".into();
+        moved.send(1).unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(10), events.next()).await;
+        assert!(matches!(next, Ok(Some(Ok(_)))), "no refresh after a change");
+    }
 }

@@ -27,7 +27,9 @@
       const response = await fetch(window.location.href, { headers: { "X-Pallet-Live": "1" }, credentials: "same-origin" });
       if (response.ok) {
         const next = new DOMParser().parseFromString(await response.text(), "text/html").getElementById("content");
-        if (next && !busyWithForm()) {
+        // Someone opened a form while the page was fetched: try again once they are done.
+        if (next && busyWithForm()) again = true;
+        else if (next) {
           const open = new Set(Array.from(main.querySelectorAll("details[id]")).filter(d => d.open).map(d => d.id));
           const closed = new Set(Array.from(main.querySelectorAll("details[id]")).filter(d => !d.open).map(d => d.id));
           main.innerHTML = next.innerHTML;
