@@ -104,6 +104,7 @@ fn kubeconfig_as(name: &str, user: serde_json::Value) -> String {
 
 #[tokio::test]
 async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
+    let _running = remote::running_lock();
     let (registry, mut triggers) = registry(Duration::from_secs(10)).await;
     let secret = registry.secret(&key("target-a")).await.unwrap().unwrap();
     assert_eq!(
@@ -185,6 +186,7 @@ async fn a_target_is_the_cluster_of_its_secret_and_its_watches_are_shared() {
 
 #[tokio::test]
 async fn kubeconfigs_that_reach_the_agents_files_or_run_a_program_are_refused() {
+    let _running = remote::running_lock();
     let (registry, _triggers) = registry(Duration::from_secs(10)).await;
     let management = cluster::client().await;
     let cases = [
@@ -358,6 +360,7 @@ async fn a_hung_cluster_costs_one_deadline_then_nothing() {
 
 #[tokio::test]
 async fn new_credentials_are_used_without_a_restart() {
+    let _running = remote::running_lock();
     let (registry, mut triggers) = registry(Duration::from_secs(10)).await;
     let management = cluster::client().await;
     let name = cluster::unique_name("rotate");
@@ -386,6 +389,9 @@ async fn new_credentials_are_used_without_a_restart() {
         .err()
         .unwrap();
     assert_eq!(down.reason(), "ClusterUnauthorized");
+    // The refusal took the cluster down: its bundle is asked for, to report it. (Waited for here,
+    // so that the request below is the one the new credentials make.)
+    triggered(&mut triggers, "rotate-bd", Duration::from_secs(30)).await;
     // The right ones again: used at once.
     secret_with(&management, &name, &good).await;
     triggered(&mut triggers, "rotate-bd", Duration::from_secs(30)).await;
