@@ -506,3 +506,52 @@ async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object(
     assert_eq!(adopted[0].adopted_from, Some(None));
     cleanup_namespace(&client, &ns).await;
 }
+
+/// A pass decides on the live copy, and the object may be deleted before its write: server-side
+/// apply then creates it, and the write is reported as the create it was (nothing before it,
+/// no fields changed), not as an update of the object the copy showed.
+#[tokio::test]
+async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
+    use pallet::apply::live::LiveObjects;
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("recreated");
+    create_namespace(&client, &ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let live = LiveObjects::default();
+    live.list_started(&resource);
+    live.list_done(&resource);
+    let with_copies = Applier {
+        live: Some(live.clone()),
+        ..applier(&client, "bd-recreated", &ns, CollisionProtection::Prevent)
+    };
+    let desired = object(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}, "data": {"k": "1"}}),
+    );
+    let first = with_copies
+        .apply(std::slice::from_ref(&desired))
+        .await
+        .unwrap();
+    assert_eq!(first[0].outcome, Outcome::Created);
+    // The copy shows the object changed out of band; it is deleted before the next write.
+    let mut edited: DynamicObject = serde_json::from_value(first[0].live.clone().unwrap()).unwrap();
+    edited.data["data"]["k"] = json!("edited");
+    live.applied(&resource, edited);
+    let old_uid = cms.get("app").await.unwrap().metadata.uid;
+    cms.delete("app", &Default::default()).await.unwrap();
+    let again = with_copies
+        .apply(std::slice::from_ref(&desired))
+        .await
+        .unwrap();
+    assert_eq!(again[0].outcome, Outcome::Created, "{:?}", again[0]);
+    assert_eq!(again[0].resource_version_before, None);
+    assert!(again[0].fields_changed.is_empty(), "{:?}", again[0]);
+    let now = cms.get("app").await.unwrap();
+    assert_ne!(now.metadata.uid, old_uid, "a new object");
+    assert_eq!(now.data.unwrap()["k"], "1");
+    assert_eq!(
+        now.metadata.resource_version,
+        again[0].resource_version_after
+    );
+    cleanup_namespace(&client, &ns).await;
+}

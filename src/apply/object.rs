@@ -155,6 +155,9 @@ impl Applier {
         applied.outcome = Outcome::Updated;
         let body = self.body_over(&target, &ignored, &live).await?;
         let written = self.write(&target, &body).await?;
+        if recreated(&live, &written.0) {
+            applied = as_created(applied);
+        }
         Ok(self.wrote(object, &target, &ignored, applied, written))
     }
 
@@ -520,6 +523,28 @@ impl Applier {
 }
 
 /// The outcome for an optional object whose kind the cluster does not serve.
+/// Whether the write `written`, decided on `live`, made a new object: the one the pass saw was
+/// deleted meanwhile (server-side apply creates what is missing), so its uid changed.
+fn recreated(live: &DynamicObject, written: &DynamicObject) -> bool {
+    matches!(
+        (&live.metadata.uid, &written.metadata.uid),
+        (Some(before), Some(after)) if before != after
+    )
+}
+
+/// `applied`, an update that turned out to create the object: said as a create, with nothing
+/// before it.
+fn as_created(applied: Applied) -> Applied {
+    Applied {
+        outcome: Outcome::Created,
+        adopted_from: None,
+        resource_version_before: None,
+        revision_before: None,
+        fields_changed: Vec::new(),
+        ..applied
+    }
+}
+
 fn skipped(object: &Object) -> Applied {
     Applied {
         key: object.key(),
