@@ -415,13 +415,23 @@ async fn cleanup_namespace(client: &Client, name: &str) {
         .await;
 }
 
+/// Live copies of ConfigMaps as a watch leaves them when it has listed the kind and found no
+/// pallet-owned ConfigMap.
+fn config_maps_listed_empty() -> (ApiResource, pallet::apply::live::LiveObjects) {
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let live = pallet::apply::live::LiveObjects::default();
+    live.list_started(&resource);
+    live.list_done(&resource);
+    (resource, live)
+}
+
 /// With live copies that list no pallet-owned object by a name, a new object is created by one
 /// create-only apply; one that exists without the label (made by someone else) is not
 /// overwritten by it: the create-only apply is refused and the ownership policy decides, as
 /// with a read. Objects found in the copies are compared there and not written when unchanged.
 #[tokio::test]
 async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object() {
-    use pallet::apply::live::{Change, LiveObjects, Lookup};
+    use pallet::apply::live::{Change, Lookup};
     let client = cluster::client().await;
     let ns = cluster::unique_name("live");
     create_namespace(&client, &ns).await;
@@ -430,11 +440,7 @@ async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object(
         serde_json::from_value(json!({"metadata": {"name": "handmade"}, "data": {"k": "v"}}))
             .unwrap();
     cms.create(&PostParams::default(), &handmade).await.unwrap();
-    let resource = ApiResource::erase::<ConfigMap>(&());
-    let live = LiveObjects::default();
-    // A watch that has listed the kind and found no pallet-owned ConfigMap.
-    live.list_started(&resource);
-    live.list_done(&resource);
+    let (resource, live) = config_maps_listed_empty();
     let with_copies = |policy| Applier {
         live: Some(live.clone()),
         ..applier(&client, "bd-live", &ns, policy)
@@ -512,15 +518,11 @@ async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object(
 /// no fields changed), not as an update of the object the copy showed.
 #[tokio::test]
 async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
-    use pallet::apply::live::LiveObjects;
     let client = cluster::client().await;
     let ns = cluster::unique_name("recreated");
     create_namespace(&client, &ns).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let resource = ApiResource::erase::<ConfigMap>(&());
-    let live = LiveObjects::default();
-    live.list_started(&resource);
-    live.list_done(&resource);
+    let (resource, live) = config_maps_listed_empty();
     let with_copies = Applier {
         live: Some(live.clone()),
         ..applier(&client, "bd-recreated", &ns, CollisionProtection::Prevent)
