@@ -557,3 +557,50 @@ async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
     );
     cleanup_namespace(&client, &ns).await;
 }
+
+/// An object a prune keeps by its policy loses pallet's label; until the watch reports that, the
+/// live copy still shows the label, and a prune in between reads the object instead of
+/// orphaning (and recording) it a second time.
+#[tokio::test]
+async fn a_prune_before_the_watch_reports_an_orphan_does_not_orphan_it_again() {
+    let client = cluster::client().await;
+    let ns = cluster::unique_name("orphan");
+    create_namespace(&client, &ns).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let (resource, live) = config_maps_listed_empty();
+    let with_copies = Applier {
+        live: Some(live.clone()),
+        ..applier(&client, "bd-orphan", &ns, CollisionProtection::Prevent)
+    };
+    let kept = object(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kept", "annotations": {"pallet.dev/prune": "Disabled"}},
+        "data": {"k": "1"},
+    }));
+    let applied = with_copies
+        .apply(std::slice::from_ref(&kept))
+        .await
+        .unwrap();
+    let echo: DynamicObject = serde_json::from_value(applied[0].live.clone().unwrap()).unwrap();
+    live.applied(&resource, echo);
+    let keys = [(applied[0].key.clone(), "v1".to_string())];
+    let first = with_copies.prune(&keys).await.unwrap();
+    assert_eq!(first.kept.len(), 1, "{:?}", first.kept);
+    let labels = cms
+        .get("kept")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert!(!labels.contains_key(OWNER_LABEL), "{labels:?}");
+    // No watch event yet: the copy still carries the label.
+    let again = with_copies.prune(&keys).await.unwrap();
+    assert!(again.kept.is_empty(), "orphaned again: {:?}", again.kept);
+    assert!(again.deleted.is_empty());
+    assert!(
+        cms.get_opt("kept").await.unwrap().is_some(),
+        "kept on the cluster"
+    );
+    cleanup_namespace(&client, &ns).await;
+}

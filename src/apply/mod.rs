@@ -788,8 +788,18 @@ impl Applier {
                 continue; // the kind is gone, so are its objects
             };
             // Gone, or its whole kind is gone (a CRD deleted a moment ago): nothing to delete.
-            // Only pallet-owned objects are deleted, so the live copies answer when they can.
-            let live = match self.cached(&resource, key) {
+            // Only pallet-owned objects are deleted, so the live copies answer when they can:
+            // not for one this agent deleted or orphaned and whose watch event has not come
+            // (the copy still shows it as it was: it would be deleted or orphaned again).
+            let deleted = self.live.as_ref().is_some_and(|copies| {
+                copies.deleted_unseen(&resource, key.namespace.as_deref(), &key.name)
+            });
+            let cached = if deleted {
+                live::Lookup::Unknown
+            } else {
+                self.cached(&resource, key)
+            };
+            let live = match cached {
                 live::Lookup::Found(object) => object.as_ref().clone(),
                 live::Lookup::Absent => continue,
                 live::Lookup::Unknown => match self.read_live(&api, &resource, key).await? {

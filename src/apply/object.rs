@@ -522,7 +522,6 @@ impl Applier {
     }
 }
 
-/// The outcome for an optional object whose kind the cluster does not serve.
 /// Whether the write `written`, decided on `live`, made a new object: the one the pass saw was
 /// deleted meanwhile (server-side apply creates what is missing), so its uid changed.
 fn recreated(live: &DynamicObject, written: &DynamicObject) -> bool {
@@ -545,6 +544,7 @@ fn as_created(applied: Applied) -> Applied {
     }
 }
 
+/// The outcome for an optional object whose kind the cluster does not serve.
 fn skipped(object: &Object) -> Applied {
     Applied {
         key: object.key(),
