@@ -513,24 +513,48 @@ async fn live_copies_create_without_a_read_and_never_overwrite_a_foreign_object(
     cleanup_namespace(&client, &ns).await;
 }
 
+/// A test namespace and an applier (owner `owner`) with live copies of ConfigMaps that have
+/// listed none.
+struct Copies {
+    client: Client,
+    ns: String,
+    cms: Api<ConfigMap>,
+    resource: ApiResource,
+    live: pallet::apply::live::LiveObjects,
+    applier: Applier,
+}
+
+impl Copies {
+    async fn new(prefix: &str, owner: &str) -> Copies {
+        let client = cluster::client().await;
+        let ns = cluster::unique_name(prefix);
+        create_namespace(&client, &ns).await;
+        let (resource, live) = config_maps_listed_empty();
+        Copies {
+            cms: Api::namespaced(client.clone(), &ns),
+            applier: Applier {
+                live: Some(live.clone()),
+                ..applier(&client, owner, &ns, CollisionProtection::Prevent)
+            },
+            client,
+            ns,
+            resource,
+            live,
+        }
+    }
+}
+
 /// A pass decides on the live copy, and the object may be deleted before its write: server-side
 /// apply then creates it, and the write is reported as the create it was (nothing before it,
 /// no fields changed), not as an update of the object the copy showed.
 #[tokio::test]
 async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
-    let client = cluster::client().await;
-    let ns = cluster::unique_name("recreated");
-    create_namespace(&client, &ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let (resource, live) = config_maps_listed_empty();
-    let with_copies = Applier {
-        live: Some(live.clone()),
-        ..applier(&client, "bd-recreated", &ns, CollisionProtection::Prevent)
-    };
+    let copies = Copies::new("recreated", "bd-recreated").await;
     let desired = object(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}, "data": {"k": "1"}}),
     );
-    let first = with_copies
+    let first = copies
+        .applier
         .apply(std::slice::from_ref(&desired))
         .await
         .unwrap();
@@ -538,24 +562,25 @@ async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
     // The copy shows the object changed out of band; it is deleted before the next write.
     let mut edited: DynamicObject = serde_json::from_value(first[0].live.clone().unwrap()).unwrap();
     edited.data["data"]["k"] = json!("edited");
-    live.applied(&resource, edited);
-    let old_uid = cms.get("app").await.unwrap().metadata.uid;
-    cms.delete("app", &Default::default()).await.unwrap();
-    let again = with_copies
+    copies.live.applied(&copies.resource, edited);
+    let old_uid = copies.cms.get("app").await.unwrap().metadata.uid;
+    copies.cms.delete("app", &Default::default()).await.unwrap();
+    let again = copies
+        .applier
         .apply(std::slice::from_ref(&desired))
         .await
         .unwrap();
     assert_eq!(again[0].outcome, Outcome::Created, "{:?}", again[0]);
     assert_eq!(again[0].resource_version_before, None);
     assert!(again[0].fields_changed.is_empty(), "{:?}", again[0]);
-    let now = cms.get("app").await.unwrap();
+    let now = copies.cms.get("app").await.unwrap();
     assert_ne!(now.metadata.uid, old_uid, "a new object");
     assert_eq!(now.data.unwrap()["k"], "1");
     assert_eq!(
         now.metadata.resource_version,
         again[0].resource_version_after
     );
-    cleanup_namespace(&client, &ns).await;
+    cleanup_namespace(&copies.client, &copies.ns).await;
 }
 
 /// An object a prune keeps by its policy loses pallet's label; until the watch reports that, the
@@ -563,30 +588,24 @@ async fn a_write_that_finds_its_object_deleted_since_the_copy_is_a_create() {
 /// orphaning (and recording) it a second time.
 #[tokio::test]
 async fn a_prune_before_the_watch_reports_an_orphan_does_not_orphan_it_again() {
-    let client = cluster::client().await;
-    let ns = cluster::unique_name("orphan");
-    create_namespace(&client, &ns).await;
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let (resource, live) = config_maps_listed_empty();
-    let with_copies = Applier {
-        live: Some(live.clone()),
-        ..applier(&client, "bd-orphan", &ns, CollisionProtection::Prevent)
-    };
+    let copies = Copies::new("orphan", "bd-orphan").await;
     let kept = object(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "kept", "annotations": {"pallet.dev/prune": "Disabled"}},
         "data": {"k": "1"},
     }));
-    let applied = with_copies
+    let applied = copies
+        .applier
         .apply(std::slice::from_ref(&kept))
         .await
         .unwrap();
     let echo: DynamicObject = serde_json::from_value(applied[0].live.clone().unwrap()).unwrap();
-    live.applied(&resource, echo);
+    copies.live.applied(&copies.resource, echo);
     let keys = [(applied[0].key.clone(), "v1".to_string())];
-    let first = with_copies.prune(&keys).await.unwrap();
+    let first = copies.applier.prune(&keys).await.unwrap();
     assert_eq!(first.kept.len(), 1, "{:?}", first.kept);
-    let labels = cms
+    let labels = copies
+        .cms
         .get("kept")
         .await
         .unwrap()
@@ -595,12 +614,12 @@ async fn a_prune_before_the_watch_reports_an_orphan_does_not_orphan_it_again() {
         .unwrap_or_default();
     assert!(!labels.contains_key(OWNER_LABEL), "{labels:?}");
     // No watch event yet: the copy still carries the label.
-    let again = with_copies.prune(&keys).await.unwrap();
+    let again = copies.applier.prune(&keys).await.unwrap();
     assert!(again.kept.is_empty(), "orphaned again: {:?}", again.kept);
     assert!(again.deleted.is_empty());
     assert!(
-        cms.get_opt("kept").await.unwrap().is_some(),
+        copies.cms.get_opt("kept").await.unwrap().is_some(),
         "kept on the cluster"
     );
-    cleanup_namespace(&client, &ns).await;
+    cleanup_namespace(&copies.client, &copies.ns).await;
 }
