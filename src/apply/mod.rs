@@ -550,6 +550,14 @@ impl Applier {
         }
     }
 
+    /// Whether this agent deleted (or orphaned) `key` and the watch has not reported it yet: its
+    /// live copy, if any, still shows it as it was.
+    fn deleted_unseen(&self, resource: &ApiResource, key: &ObjectKey) -> bool {
+        self.live.as_ref().is_some_and(|copies| {
+            copies.deleted_unseen(resource, key.namespace.as_deref(), &key.name)
+        })
+    }
+
     /// Reads the live object for an apply; its kind going away in between is reported as not
     /// served (the next look-up asks discovery again).
     async fn read_existing(
@@ -791,10 +799,7 @@ impl Applier {
             // Only pallet-owned objects are deleted, so the live copies answer when they can:
             // not for one this agent deleted or orphaned and whose watch event has not come
             // (the copy still shows it as it was: it would be deleted or orphaned again).
-            let deleted = self.live.as_ref().is_some_and(|copies| {
-                copies.deleted_unseen(&resource, key.namespace.as_deref(), &key.name)
-            });
-            let cached = if deleted {
+            let cached = if self.deleted_unseen(&resource, key) {
                 live::Lookup::Unknown
             } else {
                 self.cached(&resource, key)

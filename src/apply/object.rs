@@ -168,10 +168,7 @@ impl Applier {
             key, api, resource, ..
         } = target;
         // A copy of an object this agent has just deleted is stale: created again, it is new.
-        let deleted = self.live.as_ref().is_some_and(|copies| {
-            copies.deleted_unseen(resource, key.namespace.as_deref(), &key.name)
-        });
-        let cached = if deleted {
+        let cached = if self.deleted_unseen(resource, key) {
             live::Lookup::Absent
         } else {
             self.cached(resource, key)
